@@ -1,0 +1,112 @@
+"""Bounded capture of a job's stdout and stderr: head + tail per stream, arrival order kept.
+
+Each stream keeps its first ``limit // 2`` bytes and its last ``limit - limit // 2`` bytes; what
+falls between is counted, not kept, so a flood (``yes``) costs bounded memory however long it
+runs. Every chunk carries a sequence number across both streams, so the combined output is put
+back together in the order the bytes arrived. Decoding is incremental UTF-8 with replacement:
+a character split across reads is never split in the output, and at a truncation gap the
+partial character on either side is dropped rather than turned into garbage.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections import deque
+from typing import Any
+
+STREAMS = ("stdout", "stderr")
+DEFAULT_LIMIT = 1 << 20  # 1 MiB per stream
+
+
+class _Stream:
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head: list[tuple[int, bytes]] = []
+        self.head_size = 0
+        self.tail: deque[tuple[int, bytes]] = deque()
+        self.tail_size = 0
+        self.total = 0
+
+    def add(self, seq: int, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - self.head_size
+        if room > 0:
+            self.head.append((seq, data[:room]))
+            self.head_size += min(room, len(data))
+            data = data[room:]
+        if not data:
+            return
+        self.tail.append((seq, data))
+        self.tail_size += len(data)
+        while self.tail_size > self.tail_limit:
+            excess = self.tail_size - self.tail_limit
+            first_seq, first = self.tail[0]
+            if len(first) <= excess:
+                self.tail.popleft()
+                self.tail_size -= len(first)
+            else:
+                self.tail[0] = (first_seq, first[excess:])
+                self.tail_size -= excess
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > self.head_size + self.tail_size
+
+    def pieces(self) -> list[tuple[int, str]]:
+        """Decoded (seq, text) pieces of what was kept."""
+        out: list[tuple[int, str]] = []
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        for seq, data in self.head:
+            out.append((seq, decoder.decode(data)))
+        if self.truncated:
+            decoder = codecs.getincrementaldecoder("utf-8")("replace")  # drop the cut character
+            skip_continuation = True
+        else:
+            skip_continuation = False
+        for seq, data in self.tail:
+            if skip_continuation:
+                cut = 0
+                while cut < min(3, len(data)) and 0x80 <= data[cut] <= 0xBF:
+                    cut += 1
+                data, skip_continuation = data[cut:], False
+            out.append((seq, decoder.decode(data)))
+        tail_end = decoder.decode(b"", final=True)
+        if tail_end and out:
+            seq, text = out[-1]
+            out[-1] = (seq, text + tail_end)
+        return out
+
+
+class OutputCapture:
+    """The bounded record of one job's output, plus incremental decoders for live streaming."""
+
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+        self._streams = {name: _Stream(limit) for name in STREAMS}
+        self._live = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS}
+        self._seq = 0
+
+    def add(self, stream: str, data: bytes) -> None:
+        self._seq += 1
+        self._streams[stream].add(self._seq, data)
+
+    def live_text(self, stream: str, data: bytes, final: bool = False) -> str:
+        """The text of ``data`` for a streaming event, holding back a split character."""
+        return self._live[stream].decode(data, final=final)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Kept output as ``[[stream, text], ...]`` in arrival order, with counts and flags."""
+        tagged = [(seq, name, text) for name in STREAMS
+                  for seq, text in self._streams[name].pieces() if text]
+        tagged.sort(key=lambda item: item[0])
+        chunks: list[list[str]] = []
+        for _, name, text in tagged:
+            if chunks and chunks[-1][0] == name:
+                chunks[-1][1] += text
+            else:
+                chunks.append([name, text])
+        result: dict[str, Any] = {"chunks": chunks}
+        for name in STREAMS:
+            result[f"{name}_bytes"] = self._streams[name].total
+            result[f"{name}_truncated"] = self._streams[name].truncated
+        return result

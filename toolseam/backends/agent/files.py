@@ -1,0 +1,310 @@
+"""Point file operations: stat, read (whole or a line window), atomic write, change-set commit.
+
+Every function takes ``(base, path, confine)`` and returns plain JSON-able values, so the host
+backend calls them in-process and the sandbox agent serves them over its channel unchanged.
+Failures the model can act on raise ``FsError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import secrets
+import stat
+from typing import Any
+
+from .errors import (
+    EXISTS,
+    INVALID,
+    IS_DIRECTORY,
+    NOT_DIRECTORY,
+    NOT_FOUND,
+    NOT_REGULAR,
+    NOT_UTF8,
+    OUTSIDE_BASE,
+    STALE,
+    TOO_LARGE,
+    FsError,
+    from_os_error,
+)
+from .paths import Resolved, open_parent, open_path, resolve
+
+# Every rename goes through this name so a test can inject an OS failure mid-commit.
+_rename = os.rename
+
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+def stat_path(base: str, path: str, confine: bool) -> dict[str, Any]:
+    """What is at ``path``: kind (``missing`` when nothing), size, mode, executable bit."""
+    r = resolve(base, path, confine)
+    try:
+        fd = open_path(r, os.O_PATH)
+    except FsError as exc:
+        if exc.code in (NOT_FOUND, NOT_DIRECTORY) and not r.trailing_slash:
+            return {"kind": "missing", "size": 0, "mode": 0, "executable": False}
+        raise
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    executable = stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
+    return {"kind": _kind(st.st_mode), "size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
+            "executable": executable}
+
+
+def _open_regular(r: Resolved) -> tuple[int, os.stat_result]:
+    """Open for reading without ever blocking: O_NONBLOCK so a FIFO cannot hang the open."""
+    fd = open_path(r, _READ_FLAGS)
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and not r.trailing_slash:
+        return fd, st
+    os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise FsError(IS_DIRECTORY, r.given)
+    if r.trailing_slash:
+        raise FsError(NOT_DIRECTORY, r.given)
+    raise FsError(NOT_REGULAR, r.given, _kind(st.st_mode))
+
+
+def read_text(base: str, path: str, confine: bool, offset: int | None = None,
+              limit: int | None = None, refuse_above_bytes: int | None = None) -> dict[str, Any]:
+    """UTF-8 text with universal newlines, whole or as the line window ``[offset-1, +limit)``.
+
+    The window is read line by line, so a window never needs the whole file in memory. Its
+    lines are exactly ``text.split("\\n")[offset-1 : offset-1+limit]`` of the whole text.
+    """
+    r = resolve(base, path, confine)
+    fd, st = _open_regular(r)
+    windowed = offset is not None or limit is not None
+    if not windowed and refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
+        os.close(fd)
+        raise FsError(TOO_LARGE, path, str(st.st_size))
+    with io.open(fd, "r", encoding="utf-8", errors="strict", newline=None) as f:
+        try:
+            text = _window(f, offset or 1, limit) if windowed else f.read()
+        except UnicodeDecodeError:
+            raise FsError(NOT_UTF8, path) from None
+    return {"text": text, "size": st.st_size}
+
+
+def _window(f: io.TextIOWrapper, offset: int, limit: int | None) -> str:
+    start = offset - 1
+    out: list[str] = []
+    index = 0
+    ended_with_newline = True  # an empty file splits to [""], like text ending in "\n"
+    for line in f:
+        if limit is not None and len(out) >= limit:
+            return "\n".join(out)
+        ended_with_newline = line.endswith("\n")
+        if index >= start:
+            out.append(line[:-1] if ended_with_newline else line)
+        index += 1
+    # split("\n") yields one element more than iteration when the text ends with a newline
+    if ended_with_newline and index >= start and (limit is None or len(out) < limit):
+        out.append("")
+    return "\n".join(out)
+
+
+def read_bytes(base: str, path: str, confine: bool,
+               refuse_above_bytes: int | None = None) -> dict[str, Any]:
+    """The raw bytes of a regular file (media reads, edits)."""
+    r = resolve(base, path, confine)
+    fd, st = _open_regular(r)
+    if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
+        os.close(fd)
+        raise FsError(TOO_LARGE, path, str(st.st_size))
+    with io.open(fd, "rb") as f:
+        data = f.read()
+    return {"data": data, "size": len(data), "mode": stat.S_IMODE(st.st_mode)}
+
+
+class _Staged:
+    """One file written to a temp name beside its target, not yet renamed into place."""
+
+    def __init__(self, r: Resolved, data: bytes) -> None:
+        self.r = r
+        self.dir_fd, self.name, self.created = open_parent(r, create=True)
+        self.tmp: str | None = None
+        self.backup: str | None = None
+        self.existed = False
+        try:
+            self._write(data)
+        except BaseException:
+            self.discard()
+            raise
+
+    def _write(self, data: bytes) -> None:
+        existing = _lstat_at(self.dir_fd, self.name)
+        if existing is not None:
+            if stat.S_ISDIR(existing.st_mode):
+                raise FsError(IS_DIRECTORY, self.r.given)
+            if stat.S_ISLNK(existing.st_mode):  # canonical paths hold no symlinks: a race
+                raise FsError(OUTSIDE_BASE if self.r.confined else EXISTS, self.r.given)
+            if not stat.S_ISREG(existing.st_mode):
+                raise FsError(NOT_REGULAR, self.r.given, _kind(existing.st_mode))
+            self.existed = True
+        self.tmp = _temp_name(self.name, "tmp")
+        fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o666, dir_fd=self.dir_fd)
+        try:
+            if existing is not None:
+                os.fchmod(fd, stat.S_IMODE(existing.st_mode))
+                if os.geteuid() == 0:  # root rewriting a user's file must not take it over
+                    os.fchown(fd, existing.st_uid, existing.st_gid)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def install(self) -> None:
+        """Move the target aside (if any), then rename the temp file into place."""
+        if self.existed:
+            self.backup = _temp_name(self.name, "bak")
+            _rename(self.name, self.backup, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        assert self.tmp is not None
+        _rename(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        self.tmp = None
+
+    def undo(self) -> None:
+        if self.tmp is None:  # installed: take the new file out again
+            with contextlib.suppress(OSError):
+                os.unlink(self.name, dir_fd=self.dir_fd)
+        if self.backup is not None:
+            _rename(self.backup, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            self.backup = None
+
+    def discard(self) -> None:
+        """Remove every trace: temp file, backup, directories this change created."""
+        for leftover in (self.tmp, self.backup):
+            if leftover is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover, dir_fd=self.dir_fd)
+        self.tmp = self.backup = None
+        os.close(self.dir_fd)
+        for created in reversed(self.created):
+            with contextlib.suppress(OSError):
+                os.rmdir(created)
+
+
+class _Deleted:
+    """A file to delete: moved aside first, so a rollback can put it back."""
+
+    def __init__(self, r: Resolved) -> None:
+        self.r = r
+        self.dir_fd, self.name, _ = open_parent(r, create=False)
+        self.backup: str | None = None
+        existing = _lstat_at(self.dir_fd, self.name)
+        if existing is None or not stat.S_ISREG(existing.st_mode):
+            os.close(self.dir_fd)
+            raise FsError(NOT_FOUND if existing is None else NOT_REGULAR, r.given)
+        self.created: list[str] = []
+
+    def install(self) -> None:
+        self.backup = _temp_name(self.name, "bak")
+        _rename(self.name, self.backup, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+
+    def undo(self) -> None:
+        if self.backup is not None:
+            _rename(self.backup, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            self.backup = None
+
+    def discard(self) -> None:
+        if self.backup is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.backup, dir_fd=self.dir_fd)
+        os.close(self.dir_fd)
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _temp_name(name: str, kind: str) -> str:
+    return f".{name[:100]}.toolseam-{secrets.token_hex(6)}.{kind}"
+
+
+def write_file(base: str, path: str, confine: bool, data: bytes) -> dict[str, Any]:
+    """Atomic write: temp file in the same dir, fsync, rename; an existing file keeps its mode."""
+    result = commit(base, confine, [{"op": "write", "path": path, "data": data}])
+    return {"bytes": len(data), "created": result["created"] == 1}
+
+
+def _current_digest(r: Resolved) -> str | None:
+    try:
+        fd, _ = _open_regular(r)
+    except FsError as exc:
+        if exc.code == NOT_FOUND:
+            return None
+        raise
+    with io.open(fd, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int]:
+    """Apply writes and deletes all or nothing.
+
+    Each op is ``{"op": "write", "path", "data", "expect"?}`` or ``{"op": "delete", "path",
+    "expect"?}``; ``expect`` is ``"absent"`` or the sha256 of the content the caller based its
+    change on, so a file changed behind the caller's back stops the whole commit. Everything is
+    staged first (temp files beside their targets); then targets are swapped in one by one,
+    and any failure puts back every file already swapped and removes every temp file, backup
+    and directory the commit created.
+    """
+    resolved = [resolve(base, op["path"], confine) for op in ops]
+    if len({r.canonical for r in resolved}) != len(resolved):
+        raise FsError(INVALID, ops[0]["path"] if ops else "", "a path appears twice in one change")
+    for op, r in zip(ops, resolved, strict=True):
+        expect = op.get("expect")
+        if expect is not None:
+            digest = _current_digest(r)
+            if (expect == "absent") != (digest is None) or (expect != "absent" and digest != expect):
+                raise FsError(EXISTS if expect == "absent" else STALE, op["path"])
+    staged: list[_Staged | _Deleted] = []
+    installed: list[_Staged | _Deleted] = []
+    try:
+        for op, r in zip(ops, resolved, strict=True):
+            staged.append(_Staged(r, op["data"]) if op["op"] == "write" else _Deleted(r))
+        for item in staged:
+            installed.append(item)
+            item.install()
+    except OSError as exc:
+        _roll_back(installed)
+        for item in staged:
+            item.discard()
+        raise from_os_error(exc, getattr(exc, "filename", None) or "") from None
+    except BaseException:
+        _roll_back(installed)
+        for item in staged:
+            item.discard()
+        raise
+    created = sum(1 for s in staged if isinstance(s, _Staged) and not s.existed)
+    for item in staged:
+        item.created.clear()  # the new directories now hold the committed files
+        item.discard()  # drops backups only: temp files were renamed into place
+    return {"written": sum(isinstance(s, _Staged) for s in staged),
+            "deleted": sum(isinstance(s, _Deleted) for s in staged), "created": created}
+
+
+def _roll_back(installed: list[_Staged | _Deleted]) -> None:
+    for item in reversed(installed):
+        item.undo()

@@ -1,0 +1,261 @@
+"""One command as a job: spawn, capture, deadline, and the whole-job kill.
+
+A job lives until its leader has exited AND its output pipes are closed — or until it is killed.
+Killing is TERM to every process of the job, a grace window (2000 ms), then KILL to whatever is
+left, re-reading the process table every 10 ms so processes forked during the grace are caught
+too, and returning as soon as nothing is left. The set of processes is taken BEFORE any signal
+is sent (after the leader dies its children are re-parented and the tree is gone).
+
+When the leader exits on its own, whatever it left behind — a ``cmd &`` holding the output pipe,
+a ``setsid`` daemon — is killed the same way after a short drain window: a call owns every
+process it started, and a command that must outlive its call belongs in a detached job.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .capture import OutputCapture
+from .loop import Loop, Timer
+from .procscan import TOKEN_VAR, is_alive, job_members
+
+KILL_GRACE_S = 2.0
+KILL_POLL_S = 0.01
+DRAIN_S = 0.2  # how long output pipes may stay open after the leader exited
+KILL_GIVE_UP_S = 2.0  # after SIGKILL: a process still there is unkillable (D state)
+
+# emit(event) sends an event line to the host; owner tracks leaders for orphan attribution
+Emit = Callable[[dict[str, Any]], None]
+
+
+class SpawnError(Exception):
+    def __init__(self, exc: OSError, cwd: str) -> None:
+        super().__init__(str(exc))
+        self.errno = exc.errno or 0
+        self.in_cwd = exc.filename == cwd
+        self.strerror = exc.strerror or str(exc)
+
+
+class Job:
+    def __init__(self, loop: Loop, job_id: str, spec: dict[str, Any], emit: Emit,
+                 others: Callable[[], set[int]], on_done: Callable[[Job], None]) -> None:
+        self.loop = loop
+        self.id = job_id
+        self.emit = emit
+        self._others = others
+        self._on_done = on_done
+        self.argv = [str(a) for a in spec["argv"]]
+        self.stream = bool(spec.get("stream", False))
+        self.grace_s = float(spec.get("grace_ms", KILL_GRACE_S * 1000)) / 1000
+        self.token = secrets.token_hex(8)
+        env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
+        env[TOKEN_VAR] = self.token
+        cwd = spec.get("cwd") or "/"
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        except OSError as exc:
+            raise SpawnError(exc, cwd) from None
+        self.pid = self.proc.pid
+        self.started = time.time()
+        self._t0 = time.monotonic()
+        self.capture = OutputCapture(int(spec.get("output_limit") or 1 << 20))
+        self.state = "running"  # running -> killing -> done
+        self.exit_status: int | None = None
+        self.timed_out = False
+        self.killed = False
+        self.killed_tree: bool | None = None
+        self.kill_reason = ""
+        self.leftovers = 0
+        self.ended: float | None = None
+        self.waiters: list[tuple[Callable[[dict[str, Any]], None], Timer | None]] = []
+        self._pipes: dict[int, str] = {}
+        for pipe, name in ((self.proc.stdout, "stdout"), (self.proc.stderr, "stderr")):
+            assert pipe is not None
+            fd = pipe.fileno()
+            os.set_blocking(fd, False)
+            self._pipes[fd] = name
+            loop.add_reader(fd, lambda fd=fd: self._on_readable(fd))
+        self._drain_timer: Timer | None = None
+        self._deadline: Timer | None = None
+        deadline_ms = spec.get("deadline_ms")
+        if deadline_ms is not None:
+            self._deadline = loop.call_later(float(deadline_ms) / 1000, self._on_deadline)
+        self._seen: set[int] = set()
+        self._signalled: set[int] = set()
+        self._kill_started = 0.0
+        self._kill_sent: float | None = None
+
+    # --- output -------------------------------------------------------------------------
+    def _on_readable(self, fd: int) -> None:
+        name = self._pipes.get(fd)
+        if name is None:
+            return
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if data:
+            self.capture.add(name, data)
+            if self.stream:
+                text = self.capture.live_text(name, data)
+                if text:
+                    self.emit({"ev": "output", "job": self.id, "stream": name, "data": text})
+            return
+        self._close_pipe(fd)
+        self._check_finished()
+
+    def _close_pipe(self, fd: int) -> None:
+        name = self._pipes.pop(fd)
+        self.loop.remove_reader(fd)
+        os.close(fd)
+        if self.stream:
+            rest = self.capture.live_text(name, b"", final=True)
+            if rest:
+                self.emit({"ev": "output", "job": self.id, "stream": name, "data": rest})
+
+    def _drain_pipes(self) -> None:
+        """Read what is buffered in the pipes without waiting for writers that are gone."""
+        for fd in list(self._pipes):
+            while fd in self._pipes:
+                self._on_readable(fd)
+                if fd in self._pipes and not _readable_now(fd):
+                    self._close_pipe(fd)
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def on_exit(self, status: int) -> None:
+        """The leader was reaped."""
+        self.exit_status = status
+        self.proc.returncode = os.waitstatus_to_exitcode(status)  # keeps Popen from reaping
+        self._check_finished()
+
+    def _check_finished(self) -> None:
+        if self.state != "running" or self.exit_status is None:
+            return
+        if self._pipes:
+            if self._drain_timer is None:
+                self._drain_timer = self.loop.call_later(DRAIN_S, lambda: self.kill("leftover"))
+            return
+        if self._members():
+            self.kill("leftover")
+        else:
+            self._finish(True)
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if self.state == "running":
+            self.timed_out = True
+            self.kill("timeout")
+
+    def _members(self) -> set[int]:
+        leader = self.pid if self.exit_status is None else None
+        others = self._others()
+        return job_members(leader, f"{TOKEN_VAR}={self.token}".encode(), others,
+                           claim_anonymous=not others)
+
+    def kill(self, reason: str) -> None:
+        """Start the whole-job kill; waiters are answered when nothing of the job is left."""
+        if self.state != "running":
+            return
+        self.state = "killing"
+        self.kill_reason = reason
+        self.killed = reason in ("kill", "shutdown")
+        self._seen = self._members()  # snapshot BEFORE the first signal
+        if reason == "leftover":
+            self.leftovers = len(self._seen)
+        self._kill_started = time.monotonic()
+        self._signal(self._seen, signal.SIGTERM)
+        self.loop.call_later(0, self._poll_kill)
+
+    def _signal(self, pids: set[int], sig: signal.Signals) -> None:
+        if sig == signal.SIGTERM:
+            try:  # the leader's process group too: members forked between scans
+                os.killpg(self.pid, sig)
+            except OSError:
+                pass
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+            self._signalled.add(pid)
+
+    def _poll_kill(self) -> None:
+        current = self._members() | {p for p in self._seen if is_alive(p)}
+        self._seen |= current
+        now = time.monotonic()
+        if not current:
+            self._finish(True)
+            return
+        if self._kill_sent is None:
+            self._signal(current - self._signalled, signal.SIGTERM)
+            if now - self._kill_started >= self.grace_s:
+                self._signal(current, signal.SIGKILL)
+                self._kill_sent = now
+        elif now - self._kill_sent >= KILL_GIVE_UP_S:
+            self._finish(False)
+            return
+        else:
+            self._signal(current, signal.SIGKILL)
+        self.loop.call_later(KILL_POLL_S, self._poll_kill)
+
+    def _finish(self, tree_gone: bool) -> None:
+        self.state = "done"
+        self.ended = time.monotonic()
+        if self.kill_reason:
+            self.killed_tree = tree_gone
+        for timer in (self._deadline, self._drain_timer):
+            if timer is not None:
+                timer.cancel()
+        self._drain_pipes()
+        self._on_done(self)
+        status = self.status()
+        for answer, timer in self.waiters:
+            if timer is not None:
+                timer.cancel()
+            answer(status)
+        self.waiters.clear()
+
+    def add_waiter(self, answer: Callable[[dict[str, Any]], None], wait_s: float | None) -> None:
+        """Answer when the job is done, or with a running status after ``wait_s``."""
+        if self.state == "done":
+            answer(self.status())
+            return
+        entry: list[Any] = [answer, None]
+
+        def on_timeout() -> None:
+            self.waiters[:] = [w for w in self.waiters if w[0] is not answer]
+            answer(self.status())
+
+        if wait_s is not None:
+            entry[1] = self.loop.call_later(wait_s, on_timeout)
+        self.waiters.append((entry[0], entry[1]))
+
+    def status(self) -> dict[str, Any]:
+        exit_code = None
+        if self.exit_status is not None:
+            exit_code = os.waitstatus_to_exitcode(self.exit_status)
+        end = self.ended if self.ended is not None else time.monotonic()
+        result = {
+            "job": self.id, "pid": self.pid, "state": "exited" if self.state == "done" else "running",
+            "exit_code": exit_code, "timed_out": self.timed_out, "killed": self.killed,
+            "killed_tree": self.killed_tree, "leftovers_killed": self.leftovers,
+            "started": self.started, "duration_ms": int((end - self._t0) * 1000),
+        }
+        result.update(self.capture.snapshot())
+        return result
+
+
+def _readable_now(fd: int) -> bool:
+    ready, _, _ = select.select([fd], [], [], 0)
+    return bool(ready)

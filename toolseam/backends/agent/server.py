@@ -1,0 +1,284 @@
+"""The agent process: one channel of JSON lines, jobs on the main loop, file ops in threads.
+
+Requests are ``{"id", "op", ...}``; answers ``{"id", "ok": true, "result"}`` or ``{"id", "ok":
+false, "error": {"kind", ...}}``; events (live output) are ``{"ev": "output", "job", "stream",
+"data"}``. Bytes travel as base64 under keys ending in ``_b64``. When the channel closes — the
+host exited, crashed or was killed — every job is killed and the agent exits, so nothing it
+started outlives its host; each job's own deadline is enforced here too, not by the host.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from . import PROTOCOL_VERSION, files, paths, procscan, walk
+from .errors import FsError
+from .jobs import Job, SpawnError
+from .loop import Loop
+
+_FS_OPS = {
+    "stat": files.stat_path,
+    "read_text": files.read_text,
+    "read_bytes": files.read_bytes,
+    "write": files.write_file,
+    "commit": files.commit,
+    "list_files": walk.list_files,
+    "grep": walk.grep_files,
+}
+
+
+def _decode_bytes(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {(k[:-4] if k.endswith("_b64") else k):
+                (base64.b64decode(v) if k.endswith("_b64") else _decode_bytes(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_decode_bytes(v) for v in obj]
+    return obj
+
+
+def _encode_bytes(obj: dict[str, Any]) -> dict[str, Any]:
+    return {(f"{k}_b64" if isinstance(v, bytes) else k):
+            (base64.b64encode(v).decode("ascii") if isinstance(v, bytes) else v)
+            for k, v in obj.items()}
+
+
+class Agent:
+    def __init__(self, infd: int, outfd: int) -> None:
+        self.loop = Loop()
+        self.infd, self.outfd = infd, outfd
+        self.jobs: dict[str, Job] = {}
+        self.leaders: dict[int, Job] = {}
+        self._next_job = 0
+        self._inbuf = b""
+        self._closing = False
+        self._write_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
+        self.subreaper = procscan.become_subreaper()
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, lambda *_: self.shut_down())
+        self._wake_r = wake_r
+        self.loop.add_reader(wake_r, self._reap)
+        os.set_blocking(infd, False)
+        self.loop.add_reader(infd, self._on_input)
+
+    # --- channel ------------------------------------------------------------------------
+    def send(self, message: dict[str, Any]) -> None:
+        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        with self._write_lock:
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[os.write(self.outfd, view):]
+                except BlockingIOError:
+                    select.select([], [self.outfd], [])
+                except OSError:
+                    return  # the host is gone; shutting down follows from the input side
+
+    def _on_input(self) -> None:
+        try:
+            data = os.read(self.infd, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self.loop.remove_reader(self.infd)
+            self.shut_down()
+            return
+        self._inbuf += data
+        *lines, self._inbuf = self._inbuf.split(b"\n")
+        for line in lines:
+            if line.strip():
+                self._handle(line)
+
+    def _handle(self, line: bytes) -> None:
+        try:
+            request = json.loads(line)
+            rid, op = request["id"], request["op"]
+        except (ValueError, KeyError, TypeError) as exc:
+            self.send({"id": None, "ok": False, "error": {"kind": "protocol", "message": str(exc)}})
+            return
+        if op in _FS_OPS:
+            self._pool.submit(self._file_op, rid, op, request.get("args") or {})
+            return
+        handler = getattr(self, f"_op_{op}", None)
+        if handler is None:
+            self._fail(rid, "protocol", f"unknown op {op!r}")
+            return
+        try:
+            handler(rid, request)
+        except Exception as exc:  # noqa: BLE001 - the agent answers, never dies on one request
+            self._fail(rid, "agent", f"{type(exc).__name__}: {exc}")
+
+    def _answer(self, rid: Any, result: dict[str, Any]) -> None:
+        self.send({"id": rid, "ok": True, "result": result})
+
+    def _fail(self, rid: Any, kind: str, message: str, **extra: Any) -> None:
+        self.send({"id": rid, "ok": False, "error": {"kind": kind, "message": message, **extra}})
+
+    def _file_op(self, rid: Any, op: str, args: dict[str, Any]) -> None:
+        try:
+            result = _FS_OPS[op](**_decode_bytes(args))
+        except FsError as exc:
+            self._fail(rid, "fs", str(exc), **exc.to_wire())
+            return
+        except Exception as exc:  # noqa: BLE001 - reported to the host as an agent fault
+            self._fail(rid, "agent", f"{type(exc).__name__}: {exc}")
+            return
+        self._answer(rid, _encode_bytes(result))
+
+    # --- exec ops -----------------------------------------------------------------------
+    def _op_hello(self, rid: Any, _request: dict[str, Any]) -> None:
+        self._answer(rid, {
+            "protocol": PROTOCOL_VERSION, "pid": os.getpid(), "uid": os.geteuid(),
+            "python": sys.version.split()[0], "subreaper": self.subreaper,
+            "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
+        })
+
+    def _op_start(self, rid: Any, request: dict[str, Any]) -> None:
+        if self._closing:
+            self._fail(rid, "closing", "the agent is shutting down")
+            return
+        self._next_job += 1
+        job_id = str(self._next_job)
+        try:
+            job = Job(self.loop, job_id, request["spec"], self.send,
+                      lambda: {j.pid for j in self.leaders.values() if j.id != job_id},
+                      self._job_done)
+        except SpawnError as exc:
+            self._fail(rid, "spawn", exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
+            return
+        self.jobs[job_id] = job
+        self.leaders[job.pid] = job
+        self._wait(rid, job, request.get("wait_ms"))
+
+    def _wait(self, rid: Any, job: Job, wait_ms: float | None) -> None:
+        job.add_waiter(lambda status: self._answer(rid, status),
+                       None if wait_ms is None else max(0.0, float(wait_ms)) / 1000)
+
+    def _job(self, rid: Any, request: dict[str, Any]) -> Job | None:
+        job = self.jobs.get(str(request.get("job")))
+        if job is None:
+            self._fail(rid, "unknown_job", f"no job {request.get('job')!r}")
+        return job
+
+    def _op_wait(self, rid: Any, request: dict[str, Any]) -> None:
+        job = self._job(rid, request)
+        if job is not None:
+            self._wait(rid, job, request.get("wait_ms"))
+
+    def _op_kill(self, rid: Any, request: dict[str, Any]) -> None:
+        job = self._job(rid, request)
+        if job is not None:
+            job.kill("kill")
+            self._wait(rid, job, None)
+
+    def _op_release(self, rid: Any, request: dict[str, Any]) -> None:
+        job = self.jobs.pop(str(request.get("job")), None)
+        if job is not None and job.state != "done":
+            job.kill("kill")
+        self._answer(rid, {})
+
+    def _op_ps(self, rid: Any, _request: dict[str, Any]) -> None:
+        """Every process this agent can see (tests use it to look for survivors)."""
+        table = procscan.process_table()
+        self._answer(rid, {"agent": os.getpid(), "processes": [
+            {"pid": pid, "ppid": ppid, "state": state, "cmdline": _cmdline(pid)}
+            for pid, (ppid, state) in sorted(table.items())]})
+
+    def _op_shutdown(self, rid: Any, _request: dict[str, Any]) -> None:
+        self._answer(rid, {})
+        self.shut_down()
+
+    # --- lifecycle ----------------------------------------------------------------------
+    def _job_done(self, job: Job) -> None:
+        self.leaders.pop(job.pid, None)
+        if self._closing and not self.leaders:
+            self.loop.running = False
+
+    def _reap(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            job = self.leaders.get(pid)
+            if job is not None:
+                job.on_exit(status)
+
+    def shut_down(self) -> None:
+        """Kill every job; the loop stops once none is left."""
+        self._closing = True
+        running = [job for job in self.jobs.values() if job.state != "done"]
+        for job in running:
+            job.kill("shutdown")
+        if not self.leaders:
+            self.loop.running = False
+
+    def run(self) -> None:
+        self.loop.run()
+        self._pool.shutdown(wait=True)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _daemonize() -> None:
+    """Detach from the host process so it is not an ancestor of any command (its environ would
+    be readable through /proc/<ancestor>/environ). Used only when no pid namespace is had."""
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--daemonize" in args:
+        _daemonize()
+    if "--listen" in args:
+        path = args[args.index("--listen") + 1]
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if os.path.exists(path):
+            os.unlink(path)
+        server.bind(path)
+        os.chmod(path, 0o600)
+        server.listen(1)
+        conn, _ = server.accept()
+        server.close()
+        Agent(conn.fileno(), conn.fileno()).run()
+        conn.close()
+    else:
+        Agent(sys.stdin.fileno(), sys.stdout.fileno()).run()
+
+
+if __name__ == "__main__":
+    main()
