@@ -155,7 +155,10 @@ class Agent:
             self._fail(rid, "closing", "the agent is shutting down")
             return
         self._next_job += 1
-        job_id = str(self._next_job)
+        job_id = str(request.get("job") or f"a{self._next_job}")  # hosts name jobs: events precede the answer
+        if job_id in self.jobs:
+            self._fail(rid, "protocol", f"job id {job_id!r} is in use")
+            return
         try:
             job = Job(self.loop, job_id, request["spec"], self.send,
                       lambda: {j.pid for j in self.leaders.values() if j.id != job_id},

@@ -1,0 +1,252 @@
+"""The parts every backend is composed of.
+
+``AgentExec`` is the exec part for any backend whose processes an agent owns (all of them: the
+host runs the agent in a private pid namespace, containers run it inside the sandbox).
+``LocalFiles`` runs the agent's file code in-process (host backend); ``AgentFiles`` sends the
+same operations over the channel (container backends). ``ComposedBackend`` forwards the seam's
+methods to one of each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..seam.errors import FileOpError, SessionClosedError
+from ..seam.models import (
+    ByteContent,
+    ChangeSet,
+    CommitResult,
+    FileListing,
+    FileStat,
+    GlobMatch,
+    GrepListing,
+    JobStatus,
+    PathRef,
+    SandboxInfo,
+    SpawnRequest,
+    TextContent,
+    WriteResult,
+)
+from ..seam.protocol import OutputCallback
+from ._channel import AgentChannel, b64, job_status
+from .agent import files as agent_files
+from .agent import walk as agent_walk
+from .agent.errors import FsError
+
+T = TypeVar("T")
+
+
+class AgentExec:
+    """Jobs run by the sandbox agent at the other end of a channel."""
+
+    def __init__(self, channel: Callable[[], AgentChannel]) -> None:
+        self._channel = channel
+
+    async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
+                    ) -> JobStatus:
+        channel = self._channel()
+        if on_output is not None:
+            channel.listen(request.job, on_output)
+        spec = request.model_dump(exclude={"type", "job", "wait_ms"})
+        try:
+            return job_status(await channel.call("start", job=request.job, spec=spec,
+                                                 wait_ms=request.wait_ms))
+        except FileOpError as exc:
+            raise FileOpError(exc.code, request.cwd, exc.detail) from None
+
+    async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
+        return job_status(await self._channel().call("wait", job=job, wait_ms=wait_ms))
+
+    async def kill(self, job: str) -> JobStatus:
+        return job_status(await self._channel().call("kill", job=job))
+
+    async def release(self, job: str) -> None:
+        channel = self._channel()
+        channel.unlisten(job)
+        await channel.call("release", job=job)
+
+
+def _local(func: Callable[..., T]) -> Callable[..., T]:
+    """Run agent file code in-process, mapping its FsError once, here, to the seam's."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> T:
+        try:
+            return func(*args, **kwargs)
+        except FsError as exc:
+            raise FileOpError(exc.code, exc.path, exc.detail) from None
+
+    return call
+
+
+class LocalFiles:
+    """The agent's file code, called directly: no channel, no copy, no serialisation."""
+
+    async def stat(self, ref: PathRef) -> FileStat:
+        return FileStat.model_validate(_local(agent_files.stat_path)(ref.base, ref.path, ref.confine))
+
+    async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
+                        refuse_above_bytes: int | None = None) -> TextContent:
+        raw = _local(agent_files.read_text)(ref.base, ref.path, ref.confine, offset, limit,
+                                            refuse_above_bytes)
+        return TextContent.model_validate(raw)
+
+    async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
+                         ) -> ByteContent:
+        raw = _local(agent_files.read_bytes)(ref.base, ref.path, ref.confine, refuse_above_bytes)
+        return ByteContent.model_validate(raw)
+
+    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
+        raw = _local(agent_files.write_file)(ref.base, ref.path, ref.confine, data)
+        return WriteResult.model_validate(raw)
+
+    async def commit(self, change: ChangeSet) -> CommitResult:
+        ops = [op.model_dump() for op in change.ops]
+        raw = _local(agent_files.commit)(change.base, change.confine, ops)
+        return CommitResult.model_validate(raw)
+
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+        # A walk of thousands of entries would stall the event loop: it runs in a thread.
+        raw = await asyncio.to_thread(
+            _local(agent_walk.list_files), ref.base, ref.path, ref.confine,
+            match.regex if match else None, match.basename if match else False)
+        return FileListing.model_validate(raw)
+
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
+                   ) -> GrepListing:
+        raw = await asyncio.to_thread(
+            _local(agent_walk.grep_files), ref.base, ref.path, ref.confine, pattern,
+            include.regex if include else None, include.basename if include else True)
+        return GrepListing.model_validate(raw)
+
+
+class AgentFiles:
+    """The same file operations, served by the agent inside the sandbox."""
+
+    def __init__(self, channel: Callable[[], AgentChannel]) -> None:
+        self._channel = channel
+
+    async def _call(self, op: str, **args: Any) -> dict[str, Any]:
+        return await self._channel().call(op, args=args)
+
+    async def stat(self, ref: PathRef) -> FileStat:
+        return FileStat.model_validate(await self._call("stat", **ref.model_dump()))
+
+    async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
+                        refuse_above_bytes: int | None = None) -> TextContent:
+        raw = await self._call("read_text", **ref.model_dump(), offset=offset, limit=limit,
+                               refuse_above_bytes=refuse_above_bytes)
+        return TextContent.model_validate(raw)
+
+    async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
+                         ) -> ByteContent:
+        raw = await self._call("read_bytes", **ref.model_dump(),
+                               refuse_above_bytes=refuse_above_bytes)
+        raw["data"] = base64.b64decode(raw.pop("data_b64"))
+        return ByteContent.model_validate(raw)
+
+    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
+        return WriteResult.model_validate(
+            await self._call("write", **ref.model_dump(), data_b64=b64(data)))
+
+    async def commit(self, change: ChangeSet) -> CommitResult:
+        ops = []
+        for op in change.ops:
+            fields = op.model_dump()
+            if "data" in fields:
+                fields["data_b64"] = b64(fields.pop("data"))
+            ops.append(fields)
+        return CommitResult.model_validate(
+            await self._call("commit", base=change.base, confine=change.confine, ops=ops))
+
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+        raw = await self._call("list_files", **ref.model_dump(),
+                               match=match.regex if match else None,
+                               match_basename=match.basename if match else False)
+        return FileListing.model_validate(raw)
+
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
+                   ) -> GrepListing:
+        raw = await self._call("grep", **ref.model_dump(), pattern=pattern,
+                               include=include.regex if include else None,
+                               include_basename=include.basename if include else True)
+        return GrepListing.model_validate(raw)
+
+
+class ComposedBackend:
+    """Forwards the seam to a file part and an exec part; subclasses bring them up and down."""
+
+    name = "composed"
+
+    def __init__(self, files: LocalFiles | AgentFiles, exec_part: AgentExec) -> None:
+        self._files = files
+        self._exec = exec_part
+        self._info: SandboxInfo | None = None
+        self._closed = False
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"the {self.name} backend was closed")
+
+    async def open(self) -> SandboxInfo:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def info(self) -> SandboxInfo | None:
+        return self._info
+
+    async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
+                    ) -> JobStatus:
+        self._check_open()
+        await self.open()
+        return await self._exec.start(request, on_output)
+
+    async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
+        self._check_open()
+        return await self._exec.wait(job, wait_ms)
+
+    async def kill(self, job: str) -> JobStatus:
+        self._check_open()
+        return await self._exec.kill(job)
+
+    async def release(self, job: str) -> None:
+        if not self._closed:
+            await self._exec.release(job)
+
+    async def stat(self, ref: PathRef) -> FileStat:
+        self._check_open()
+        return await self._files.stat(ref)
+
+    async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
+                        refuse_above_bytes: int | None = None) -> TextContent:
+        self._check_open()
+        return await self._files.read_text(ref, offset, limit, refuse_above_bytes)
+
+    async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
+                         ) -> ByteContent:
+        self._check_open()
+        return await self._files.read_bytes(ref, refuse_above_bytes)
+
+    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
+        self._check_open()
+        return await self._files.write(ref, data)
+
+    async def commit(self, change: ChangeSet) -> CommitResult:
+        self._check_open()
+        return await self._files.commit(change)
+
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+        self._check_open()
+        return await self._files.list_files(ref, match)
+
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
+                   ) -> GrepListing:
+        self._check_open()
+        return await self._files.grep(ref, pattern, include)

@@ -1,0 +1,35 @@
+"""Sort by the emitted string in plain code-point order, THEN cap (CONTRACT §4).
+
+Python compares ``str`` by code point — not by locale, not by UTF-16 unit — so the built-in
+sort is exactly the rule. Duplicates are dropped first: a hostile backend that repeats an entry
+must not be able to push a real one past the cap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+
+
+class _Ordered(Protocol):
+    def __lt__(self, other: object, /) -> bool: ...
+
+
+T = TypeVar("T", bound=_Ordered)
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    total: int  # before the cap
+    truncated: bool
+
+
+def sort_and_cap(candidates: Iterable[T], limit: int) -> Page[T]:
+    """The whole candidate set, sorted, then the first ``limit``."""
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    ordered = sorted(set(candidates))
+    return Page(ordered[:limit], len(ordered), len(ordered) > limit)

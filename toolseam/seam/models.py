@@ -1,0 +1,175 @@
+"""Wire models of the seam: what crosses between the builtins and a backend.
+
+Every model forbids unknown fields and is frozen; a union that crosses the boundary carries a
+literal tag. None of them holds a policy, budget or permission: *where* an operation runs is
+the backend's business, *whether* it may run is decided above the seam.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- outcomes -------------------------------------------------------------------------------
+class CouldNotRun(_Wire):
+    """The operation never ran: the sandbox or its engine failed, not the command."""
+
+    outcome: Literal["could_not_run"] = "could_not_run"
+    reason: str = Field(description="What failed, in words a host can log and a model can read.")
+    retryable: bool = Field(description="True when the same request may succeed elsewhere or later.")
+
+
+# --- exec part ------------------------------------------------------------------------------
+class SpawnRequest(_Wire):
+    """Start one command as a job."""
+
+    type: Literal["spawn"] = "spawn"
+    job: str = Field(description="Caller-chosen job id, unique per backend session.")
+    argv: list[str] = Field(min_length=1, description="Program and arguments; never parsed.")
+    cwd: str = Field(description="Working directory, as the sandbox sees it.")
+    env: dict[str, str] = Field(description="The complete environment of the command.")
+    deadline_ms: int | None = Field(
+        None, ge=1, description="The sandbox itself kills the job this long after start.")
+    grace_ms: int = Field(2000, ge=0, description="Between SIGTERM and SIGKILL when killing.")
+    wait_ms: int | None = Field(
+        None, ge=0, description="Answer after this long even if the job still runs; None: when done.")
+    stream: bool = Field(False, description="Send live output events while the job runs.")
+    output_limit: int = Field(1 << 20, ge=2, description="Bytes kept per stream (head + tail).")
+
+
+class OutputChunk(_Wire):
+    """A piece of output, in arrival order relative to the other stream."""
+
+    stream: Literal["stdout", "stderr"]
+    text: str
+
+
+class JobStatus(_Wire):
+    """Where a job stands: still running (with output so far) or finished."""
+
+    outcome: Literal["ran"] = "ran"
+    job: str
+    pid: int = Field(description="The leader's pid, as the sandbox sees it.")
+    state: Literal["running", "exited"]
+    exit_code: int | None = Field(description="Exit status; -N when a signal N ended the leader.")
+    timed_out: bool = Field(description="The job's deadline elapsed and the sandbox killed it.")
+    killed: bool = Field(description="Killed on request (kill, release, shutdown).")
+    killed_tree: bool | None = Field(
+        description="After a kill: True only when no process of the job was left; else None.")
+    leftovers_killed: int = Field(
+        description="Processes still running after the leader exited, killed by the sandbox.")
+    started: float = Field(description="Start time, seconds since the epoch.")
+    duration_ms: int
+    chunks: list[OutputChunk]
+    stdout_bytes: int
+    stderr_bytes: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+
+    @property
+    def output(self) -> str:
+        """stdout and stderr combined in arrival order."""
+        return "".join(chunk.text for chunk in self.chunks)
+
+
+# --- file part ------------------------------------------------------------------------------
+class PathRef(_Wire):
+    """A path as a tool gave it, the dir it is relative to, and whether it must stay inside."""
+
+    base: str = Field(description="Absolute dir a relative path resolves against.")
+    path: str
+    confine: bool = Field(False, description="Refuse a path whose canonical form leaves base.")
+
+
+class FileStat(_Wire):
+    kind: Literal["file", "dir", "fifo", "symlink", "other", "missing"]
+    size: int
+    mode: int
+    executable: bool
+
+
+class TextContent(_Wire):
+    text: str
+    size: int = Field(description="Size of the whole file in bytes.")
+
+
+class ByteContent(_Wire):
+    data: bytes
+    size: int
+    mode: int
+
+
+class WriteResult(_Wire):
+    bytes: int
+    created: bool
+
+
+class WriteOp(_Wire):
+    op: Literal["write"] = "write"
+    path: str
+    data: bytes
+    expect: str | None = Field(
+        None, description='"absent", or the sha256 the caller based the change on.')
+
+
+class DeleteOp(_Wire):
+    op: Literal["delete"] = "delete"
+    path: str
+    expect: str | None = None
+
+
+ChangeOp = Annotated[WriteOp | DeleteOp, Field(discriminator="op")]
+
+
+class ChangeSet(_Wire):
+    """Writes and deletes that land all together or not at all."""
+
+    base: str
+    confine: bool = False
+    ops: list[ChangeOp] = Field(min_length=1)
+
+
+class CommitResult(_Wire):
+    written: int
+    deleted: int
+    created: int
+
+
+class GlobMatch(_Wire):
+    """A compiled glob: the backend filters with it, the library still sorts and caps."""
+
+    regex: str = Field(description="Python regex, matched in full.")
+    basename: bool = Field(description="Match the file name only, not the relative path.")
+
+
+class FileListing(_Wire):
+    """Every matching regular file, relative to the walk root, in no particular order."""
+
+    paths: list[str]
+    inodes: list[int] = Field(description="Parallel to paths; tests use it for hostile orders.")
+    unreadable_dirs: int
+
+
+class GrepListing(_Wire):
+    """Every matching line: ``(rel, line_number, text, inode)``, in no particular order."""
+
+    hits: list[tuple[str, int, str, int]]
+    binary_files: int
+    unreadable_files: int
+    unreadable_dirs: int
+
+
+class SandboxInfo(_Wire):
+    """What a backend reports once its sandbox is up."""
+
+    backend: str
+    workspace: str = Field(description="The default base dir inside the sandbox.")
+    platform: Literal["posix", "windows"] = "posix"
+    pid_namespace: bool = Field(description="Commands cannot see processes outside the sandbox.")
+    agent_pid: int | None = None

@@ -1,0 +1,141 @@
+"""THE seam: ``BuiltinExec`` = an exec part + a file part. Backends implement it; builtins call
+nothing else (no ``os``, no ``subprocess`` above this line).
+
+Three failure kinds (CONTRACT §2) and how each travels through every method below:
+
+* ran — a normal return value. A command's non-zero exit, timeout or OOM kill is a
+  ``JobStatus``, never an exception.
+* could not run — ``CouldNotRunError`` (engine unreachable, sandbox or agent died …).
+* host error — a ``HostError`` subclass (used after close, unknown job id …).
+
+File operations that fail for a reason the model can act on raise ``FileOpError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
+
+from .models import (
+    ByteContent,
+    ChangeSet,
+    CommitResult,
+    FileListing,
+    FileStat,
+    GlobMatch,
+    GrepListing,
+    JobStatus,
+    OutputChunk,
+    PathRef,
+    SandboxInfo,
+    SpawnRequest,
+    TextContent,
+    WriteResult,
+)
+
+OutputCallback = Callable[[OutputChunk], None]
+
+
+@runtime_checkable
+class ExecPart(Protocol):
+    """Opaque process execution: argv in; output chunks and an exit status out; plus kill."""
+
+    async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
+                    ) -> JobStatus:
+        """Start ``request.argv`` as a job owned by the sandbox.
+
+        Answers when the job is done, or after ``request.wait_ms`` with state ``running`` and
+        the output so far; the job keeps running until done, killed, or its deadline.
+        ``on_output`` receives live chunks when ``request.stream`` is set.
+
+        Raises:
+            CouldNotRunError: the sandbox could not spawn (shell missing, ENOMEM, agent gone).
+            FileOpError: the working directory does not exist (code ``not_found``).
+        """
+
+    async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
+        """The job's status once done, or after ``wait_ms`` (None: until done).
+
+        Raises:
+            CouldNotRunError: the sandbox is gone.
+            HostError: no such job.
+        """
+
+    async def kill(self, job: str) -> JobStatus:
+        """Kill the whole job (TERM, grace, KILL) inside the sandbox; answer when nothing is left.
+
+        Raises:
+            CouldNotRunError: the sandbox is gone.
+            HostError: no such job.
+        """
+
+    async def release(self, job: str) -> None:
+        """Forget a job, killing it first if it still runs. Unknown ids are ignored.
+
+        Raises:
+            CouldNotRunError: the sandbox is gone.
+        """
+
+
+@runtime_checkable
+class FilePart(Protocol):
+    """Structured point operations and enumeration. Enumeration returns the FULL candidate
+    set in any order: a backend never sorts or caps what reaches the model."""
+
+    async def stat(self, ref: PathRef) -> FileStat:
+        """What is at the path; kind ``missing`` when nothing. Raises: FileOpError."""
+
+    async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
+                        refuse_above_bytes: int | None = None) -> TextContent:
+        """UTF-8 text, universal newlines; with offset/limit only that line window.
+
+        Raises:
+            FileOpError: not_found, is_directory, not_regular, not_utf8, too_large, outside_base.
+        """
+
+    async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
+                         ) -> ByteContent:
+        """The raw bytes of a regular file. Raises: FileOpError."""
+
+    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
+        """Atomic write (temp file beside it, fsync, rename); parents created; mode kept.
+
+        Raises: FileOpError.
+        """
+
+    async def commit(self, change: ChangeSet) -> CommitResult:
+        """Apply every write and delete, or none: a failure rolls back what was applied.
+
+        Raises: FileOpError (``stale`` when an ``expect`` no longer holds).
+        """
+
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+        """Every regular file under the root (a file root: that file) that ``match`` accepts.
+
+        Raises: FileOpError (root missing, outside the base, not a dir or file).
+        """
+
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
+                   ) -> GrepListing:
+        """Every line matching the Python regex ``pattern`` in UTF-8 files under the root.
+
+        Raises: FileOpError.
+        """
+
+
+@runtime_checkable
+class BuiltinExec(ExecPart, FilePart, Protocol):
+    """A backend: one sandbox for one session."""
+
+    name: str
+
+    async def open(self) -> SandboxInfo:
+        """Bring the sandbox up (idempotent).
+
+        Raises:
+            CouldNotRunError: it cannot start — a configured backend fails closed, it never
+                falls back to the host.
+        """
+
+    async def close(self) -> None:
+        """Kill every job and tear the sandbox down. Idempotent; never raises."""
