@@ -89,6 +89,7 @@ class PathRef(_Wire):
 
 class FileStat(_Wire):
     kind: Literal["file", "dir", "fifo", "symlink", "other", "missing"]
+    canonical: str = Field(description="Absolute path with every existing symlink resolved.")
     size: int
     mode: int
     executable: bool

@@ -56,14 +56,15 @@ def stat_path(base: str, path: str, confine: bool) -> dict[str, Any]:
         fd = open_path(r, os.O_PATH)
     except FsError as exc:
         if exc.code in (NOT_FOUND, NOT_DIRECTORY) and not r.trailing_slash:
-            return {"kind": "missing", "size": 0, "mode": 0, "executable": False}
+            return {"kind": "missing", "canonical": r.canonical, "size": 0, "mode": 0,
+                    "executable": False}
         raise
     try:
         st = os.fstat(fd)
     finally:
         os.close(fd)
     executable = stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
-    return {"kind": _kind(st.st_mode), "size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
+    return {"kind": _kind(st.st_mode), "canonical": r.canonical, "size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
             "executable": executable}
 
 

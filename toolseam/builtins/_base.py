@@ -1,0 +1,172 @@
+"""What every builtin shares: the result type, the call context, input validation, and the
+one table that turns a file failure into the sentence the model reads."""
+
+from __future__ import annotations
+
+import posixpath
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar, Generic, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError
+
+from ..policy.refusal import Refusal
+from ..seam.errors import CouldNotRunError, FileOpError
+from ..seam.models import PathRef
+from ..seam.protocol import BuiltinExec
+
+
+class ToolResult(BaseModel):
+    """What a tool call returns to the host (and, through it, to the model)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    output: str
+    is_error: bool = False
+    metadata: dict[str, Any] = {}
+    parts: list[dict[str, Any]] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"output": self.output, "is_error": self.is_error,
+                                "metadata": self.metadata}
+        if self.parts is not None:
+            data["parts"] = self.parts
+        return data
+
+
+def ok(output: str, **metadata: Any) -> ToolResult:
+    return ToolResult(output=output, is_error=False, metadata=metadata)
+
+
+def error(output: str, **metadata: Any) -> ToolResult:
+    return ToolResult(output=output, is_error=True, metadata=metadata)
+
+
+@dataclass(frozen=True)
+class OutputEvent:
+    """One live piece of a command's output, attributed to its session and call."""
+
+    session: str
+    call: str
+    stream: str
+    text: str
+
+
+@dataclass
+class CallContext:
+    """Everything a builtin may know about the session, handed over per call."""
+
+    backend: BuiltinExec
+    base_dir: str
+    confine: bool
+    session_id: str
+    call_id: str
+    services: Any  # toolseam.toolkit.SessionServices: shell, env, settings, jobs, read scope
+    on_output: Callable[[OutputEvent], None] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def ref(self, path: str | None) -> PathRef:
+        return PathRef(base=self.base_dir, path=path or ".", confine=self.confine)
+
+    def absolute(self, path: str) -> str:
+        """The path as the sandbox sees it, relative ones against the base dir (lexical)."""
+        return posixpath.normpath(posixpath.join(self.base_dir, path))
+
+
+class InputModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+I = TypeVar("I", bound=InputModel)
+
+
+class Builtin(ABC, Generic[I]):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Input: ClassVar[type[InputModel]]
+    schema: ClassVar[dict[str, Any]]
+
+    def input_schema(self, services: Any = None) -> dict[str, Any]:
+        return self.schema
+
+    async def __call__(self, args: Any, ctx: CallContext) -> ToolResult:
+        if not isinstance(args, dict):
+            return error(f"{self.name}: arguments must be a JSON object")
+        try:
+            parsed = self.Input.model_validate(args)
+        except ValidationError as exc:
+            return error(f"{self.name}: invalid input: {_describe(exc)}")
+        try:
+            return await self.run(parsed, ctx)  # type: ignore[arg-type]
+        except FileOpError as exc:
+            return error(file_error_message(self.name, exc, ctx.base_dir))
+        except Refusal as exc:
+            return error(str(exc), refused=True)
+        except CouldNotRunError as exc:
+            if ctx.services.raise_could_not_run:
+                raise
+            return error(f"{self.name}: could not run: {exc.reason}", failure="could_not_run",
+                         reason=exc.reason, retryable=exc.retryable)
+
+    @abstractmethod
+    async def run(self, args: I, ctx: CallContext) -> ToolResult: ...
+
+
+_TYPE_WORDS = {"int_type": "a number", "float_type": "a number", "int_from_float": "a number",
+               "string_type": "a string", "bool_type": "a boolean", "dict_type": "an object"}
+
+
+def _describe(exc: ValidationError) -> str:
+    """One phrase per field; a union's per-branch errors collapse into one."""
+    parts = []
+    for problem in exc.errors():
+        name = str(problem["loc"][0]) if problem["loc"] else ""
+        kind = problem["type"]
+        if kind == "extra_forbidden":
+            parts.append(f"unknown field {name!r}")
+        elif kind == "missing":
+            parts.append(f"{name} is required")
+        elif kind in _TYPE_WORDS:
+            parts.append(f"{name} must be {_TYPE_WORDS[kind]}")
+        else:
+            message = problem["msg"].removeprefix("Value error, ")
+            parts.append(f"{name}: {message}" if name else message)
+    return "; ".join(dict.fromkeys(parts))
+
+
+_MESSAGES = {
+    "not_found": "{tool}: {p} does not exist",
+    "is_directory": "{tool}: {p} is a directory",
+    "not_directory": "{tool}: {p} is not a directory (or a part of it is not)",
+    "not_regular": "{tool}: {p} is not a regular file ({detail})",
+    "not_utf8": "{tool}: {p} is not valid UTF-8 text",
+    "outside_base": "{tool}: {p} resolves outside baseDir {base}",
+    "permission": "{tool}: permission denied: {p}",
+    "exists": "{tool}: {p} already exists",
+    "stale": "{tool}: {p} changed while the change was being applied; read it again",
+    "too_large": "{tool}: {p} is too large ({detail} bytes)",
+    "invalid": "{tool}: invalid path {p!r}: {detail}",
+}
+
+
+def file_error_message(tool: str, exc: FileOpError, base: str) -> str:
+    template = _MESSAGES.get(exc.code, "{tool}: {p}: {detail}")
+    return template.format(tool=tool, p=exc.path, base=base, detail=exc.detail or exc.code)
+
+
+def _whole_number(minimum: int) -> AfterValidator:
+    """JSON numbers arrive as int or float; a count must be a whole number >= minimum."""
+
+    def check(value: float) -> int:
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError(f"must be a whole number, got {value}")
+        if value < minimum:
+            raise ValueError(f"must be >= {minimum}, got {value:g}")
+        return int(value)
+
+    return AfterValidator(check)
+
+
+WholeFrom0 = Annotated[StrictInt | StrictFloat, _whole_number(0)]
+WholeFrom1 = Annotated[StrictInt | StrictFloat, _whole_number(1)]

@@ -1,0 +1,121 @@
+"""``apply_patch``: verify every section against the files, then commit all or nothing."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from pydantic import StrictStr
+
+from ..seam.errors import FileOpError
+from ..seam.models import ChangeOp, ChangeSet, DeleteOp, WriteOp
+from ._base import Builtin, CallContext, InputModel, ToolResult, error, ok
+from .patch import PatchError, apply_hunks, parse_patch
+
+
+class ApplyPatchInput(InputModel):
+    patchText: StrictStr  # noqa: N815 - the opencode/toolnexus field name
+
+
+@dataclass
+class _File:
+    """One path the patch touches: what is on disk, and what the patch makes of it."""
+
+    display: str
+    original: bytes | None  # None: absent
+    current: str | None
+
+
+class ApplyPatch(Builtin[ApplyPatchInput]):
+    name = "apply_patch"
+    description = ("Apply a patch in the '*** Begin Patch' format (Add File, Update File with "
+                   "optional Move to, Delete File). Either every file operation applies, or none.")
+    Input = ApplyPatchInput
+    schema = {"type": "object",
+              "properties": {"patchText": {"type": "string",
+                                           "description": "The whole patch, Begin to End Patch."}},
+              "required": ["patchText"], "additionalProperties": False}
+
+    async def run(self, args: ApplyPatchInput, ctx: CallContext) -> ToolResult:
+        try:
+            ops = parse_patch(args.patchText)
+        except PatchError as exc:
+            return error(f"apply_patch: {exc}")
+        files: dict[str, _File] = {}
+
+        async def load(path: str) -> _File:
+            key = ctx.absolute(path)
+            if key not in files:
+                files[key] = await _load(path, ctx)
+            return files[key]
+
+        counts = {"added": 0, "updated": 0, "deleted": 0, "moved": 0}
+        try:
+            for op in ops:
+                target = await load(op.path)
+                if op.kind == "add":
+                    if target.current is not None:
+                        raise PatchError(f"Add File: {op.path} already exists")
+                    target.current = op.content
+                    counts["added"] += 1
+                elif op.kind == "delete":
+                    if target.current is None:
+                        raise PatchError(f"Delete File: {op.path} does not exist")
+                    target.current = None
+                    counts["deleted"] += 1
+                else:
+                    if target.current is None:
+                        raise PatchError(f"Update File: {op.path} does not exist")
+                    updated = apply_hunks(target.current, op.hunks, op.path)
+                    counts["updated"] += 1
+                    if op.move_to is None:
+                        target.current = updated
+                        continue
+                    destination = await load(op.move_to)
+                    if destination is not target:
+                        if destination.current is not None:
+                            raise PatchError(f"Move to: {op.move_to} already exists")
+                        target.current = None
+                    destination.current = updated
+                    counts["moved"] += 1
+        except PatchError as exc:
+            return error(f"apply_patch: {exc}")
+        except _NotText as exc:
+            return error(f"apply_patch: {exc.path} is not valid UTF-8 text")
+        change = [op for f in files.values() if (op := _change(f)) is not None]
+        if change:
+            await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine, ops=change))
+        n = len(ops)
+        return ok(f"Applied patch: {n} file operation{'' if n == 1 else 's'}", **counts)
+
+
+class _NotText(Exception):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+async def _load(path: str, ctx: CallContext) -> _File:
+    await ctx.services.check_read("apply_patch", path)
+    try:
+        raw = await ctx.backend.read_bytes(ctx.ref(path),
+                                           refuse_above_bytes=ctx.services.settings.read_max_bytes)
+    except FileOpError as exc:
+        if exc.code == "not_found":
+            return _File(path, None, None)
+        raise
+    try:
+        return _File(path, raw.data, raw.data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise _NotText(path) from None
+
+
+def _change(f: _File) -> ChangeOp | None:
+    """The commit op for one path, with the precondition that nothing changed meanwhile."""
+    if f.original is None:
+        return None if f.current is None else WriteOp(path=f.display, data=f.current.encode(),
+                                                       expect="absent")
+    expect = hashlib.sha256(f.original).hexdigest()
+    if f.current is None:
+        return DeleteOp(path=f.display, expect=expect)
+    data = f.current.encode()
+    return None if data == f.original else WriteOp(path=f.display, data=data, expect=expect)

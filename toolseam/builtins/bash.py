@@ -1,0 +1,247 @@
+"""``bash``: run a command through the session's shell; with the detach policy, manage jobs.
+
+Forms (exactly one per call): ``{command, workdir?, timeout?, description?, keep?}``,
+``{wait: id, timeout?, keep?}``, ``{kill: id}``, ``{jobs: true}`` — the job forms only when the
+host chose the ``detach`` timeout policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import posixpath
+import time
+from typing import Any
+
+from pydantic import StrictBool, StrictStr, model_validator
+
+from ..policy.jobs import TrackedJob, format_duration
+from ..seam.errors import CouldNotRunError, FileOpError
+from ..seam.models import JobStatus, OutputChunk, SpawnRequest
+from ._base import (
+    Builtin,
+    CallContext,
+    InputModel,
+    OutputEvent,
+    ToolResult,
+    WholeFrom1,
+    error,
+    ok,
+)
+
+_FORMS = ("command", "wait", "kill", "jobs")
+
+
+class BashInput(InputModel):
+    command: StrictStr | None = None
+    workdir: StrictStr | None = None
+    timeout: WholeFrom1 | None = None
+    description: StrictStr | None = None
+    wait: WholeFrom1 | None = None
+    kill: WholeFrom1 | None = None
+    jobs: StrictBool | None = None
+    keep: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _one_form(self) -> BashInput:
+        given = [f for f in _FORMS if getattr(self, f) not in (None, False)]
+        if len(given) != 1:
+            named = ", ".join(given) if given else "none"
+            raise ValueError("use exactly one form: {command}, {wait: id}, {kill: id} or "
+                             f"{{jobs: true}} (got: {named})")
+        form = given[0]
+        allowed = {"command": {"workdir", "timeout", "description", "keep"},
+                   "wait": {"timeout", "keep"}, "kill": set(), "jobs": set()}[form]
+        extra = [f for f in ("workdir", "timeout", "description", "keep")
+                 if getattr(self, f) is not None and f not in allowed]
+        if extra:
+            raise ValueError(f"{', '.join(extra)} cannot be used with the {form} form")
+        return self
+
+
+_COMMAND_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "command": {"type": "string", "description": "The command line to run."},
+        "workdir": {"type": "string",
+                    "description": "Directory to run in; relative paths are against the base dir."},
+        "timeout": {"type": "number", "description": "Kill the command after this many milliseconds."},
+        "description": {"type": "string", "description": "A few words on what the command does."},
+    },
+    "required": ["command"],
+    "additionalProperties": False,
+}
+
+
+class Bash(Builtin[BashInput]):
+    name = "bash"
+    description = ("Run a shell command in the workspace and return its output (stdout and stderr "
+                   "interleaved as they were written). A non-zero exit is reported as an error.")
+    Input = BashInput
+    schema = _COMMAND_SCHEMA
+
+    def input_schema(self, services: Any = None) -> dict[str, Any]:
+        if services is None or services.settings.timeout_policy != "detach":
+            return self.schema
+        props = dict(self.schema["properties"])
+        props.update({
+            "wait": {"type": "number", "description": "Keep waiting for a running job by id."},
+            "kill": {"type": "number", "description": "Stop a running job (and all it started) by id."},
+            "jobs": {"type": "boolean", "description": "List this session's jobs."},
+            "keep": {"type": "boolean", "description": "Keep the job alive past the end of the turn."},
+        })
+        # Each form requires a different key, so the schema itself requires none.
+        return {"type": "object", "properties": props, "additionalProperties": False}
+
+    async def run(self, args: BashInput, ctx: CallContext) -> ToolResult:
+        if args.command is None and ctx.services.settings.timeout_policy != "detach":
+            return error("bash: the wait, kill and jobs forms need the detach timeout policy")
+        if args.command is not None:
+            return await self._command(args, ctx)
+        if args.jobs:
+            return await self._list(ctx)
+        job_id = args.wait if args.wait is not None else args.kill
+        assert job_id is not None
+        job = ctx.services.jobs.get(job_id)
+        if job is None:
+            return error(f"bash: no job {job_id}; {{\"jobs\": true}} lists this session's jobs")
+        if args.kill is not None:
+            return await self._kill(job, ctx)
+        return await self._wait(job, args, ctx)
+
+    async def _command(self, args: BashInput, ctx: CallContext) -> ToolResult:
+        services = ctx.services
+        settings = services.settings
+        assert args.command is not None
+        if args.timeout is not None:
+            problem = services.timeout_problem(args.timeout)
+            if problem:
+                return error(f"bash: {problem}")
+        shell = await services.shell_for_spawn()
+        cwd = await _workdir(args.workdir, ctx)
+        await services.check_command(args.command, cwd)
+        detach = args.timeout is None and settings.timeout_policy == "detach"
+        timeout_ms = args.timeout if args.timeout is not None else settings.effective_default_timeout_ms
+        request = SpawnRequest(
+            job=services.new_backend_job_id(), argv=[*shell.argv, args.command], cwd=cwd,
+            env=services.command_env, deadline_ms=settings.job_max_ms if detach else timeout_ms,
+            grace_ms=settings.kill_grace_ms,
+            wait_ms=(timeout_ms or None) if detach else None,
+            stream=ctx.on_output is not None, output_limit=settings.output_limit_bytes)
+        status = await _start(request, ctx)
+        meta = {"shell": shell.label}
+        if status.state == "running":
+            job, evicted = await services.jobs.adopt(status, args.command, bool(args.keep))
+            return _still_running(job, status, timeout_ms, meta, evicted, services.jobs.max_jobs)
+        await ctx.backend.release(request.job)
+        return shape_result(status, timeout_ms, meta)
+
+    async def _wait(self, job: TrackedJob, args: BashInput, ctx: CallContext) -> ToolResult:
+        services = ctx.services
+        if args.keep:
+            job.keep = True
+        wait_ms = args.timeout if args.timeout is not None else services.settings.effective_default_timeout_ms
+        # A cancelled wait propagates and leaves the job running: only the wait was abandoned.
+        status = await ctx.backend.wait(job.backend_job, wait_ms or None)
+        services.jobs.mark(job, status)
+        meta: dict[str, Any] = {"shell": services.shell.label, "jobId": job.id}
+        if status.state == "running":
+            return _still_running(job, status, int((time.time() - job.started) * 1000), meta, None,
+                                  services.jobs.max_jobs)
+        return shape_result(status, services.settings.job_max_ms, meta)
+
+    async def _kill(self, job: TrackedJob, ctx: CallContext) -> ToolResult:
+        was_running = job.state == "running"
+        status = await ctx.services.jobs.kill(job)
+        if status is None:
+            return error(f"bash: job {job.id} could not be reached to kill it", jobId=job.id)
+        meta = {"jobId": job.id, "killed": status.killed, "killedTree": status.killed_tree,
+                **_stream_meta(status)}
+        if not status.killed:
+            head = f"job {job.id} had already ended (exit code {status.exit_code})"
+        else:
+            head = f"killed job {job.id}" + ("" if was_running else " (it had already ended)")
+        return ok(f"{head}\n{status.output}", **meta)
+
+    async def _list(self, ctx: CallContext) -> ToolResult:
+        registry = ctx.services.jobs
+        await registry.refresh()
+        rows = [f"{j.id}\t{j.state}\tstarted {time.strftime('%H:%M:%S', time.localtime(j.started))}"
+                f"\t{'kept' if j.keep else 'turn'}\t{_head(j.command)}" for j in registry.all()]
+        jobs = [{"id": j.id, "state": j.state, "started": j.started, "keep": j.keep,
+                 "command": _head(j.command)} for j in registry.all()]
+        return ok("\n".join(rows) if rows else "no jobs", jobs=jobs)
+
+
+async def _workdir(workdir: str | None, ctx: CallContext) -> str:
+    if workdir is None:
+        return ctx.base_dir
+    found = await ctx.backend.stat(ctx.ref(workdir))
+    if found.kind == "missing":
+        raise FileOpError("not_found", workdir)
+    if found.kind != "dir":
+        raise FileOpError("not_directory", workdir)
+    return ctx.absolute(workdir) if not workdir.startswith("/") else posixpath.normpath(workdir)
+
+
+async def _start(request: SpawnRequest, ctx: CallContext) -> JobStatus:
+    callback = None
+    if ctx.on_output is not None:
+        sink = ctx.on_output
+
+        def callback(chunk: OutputChunk) -> None:
+            sink(OutputEvent(ctx.session_id, ctx.call_id, chunk.stream, chunk.text))
+
+    try:
+        return await ctx.backend.start(request, callback)
+    except asyncio.CancelledError:
+        # Cancelling the call cancels the command: the kill happens inside the sandbox.
+        await asyncio.shield(_abandon(ctx, request.job))
+        raise
+
+
+async def _abandon(ctx: CallContext, job: str) -> None:
+    with contextlib.suppress(CouldNotRunError, Exception):
+        await ctx.backend.kill(job)
+        await ctx.backend.release(job)
+
+
+def _stream_meta(status: JobStatus) -> dict[str, Any]:
+    return {"stdoutBytes": status.stdout_bytes, "stderrBytes": status.stderr_bytes,
+            "stdoutTruncated": status.stdout_truncated, "stderrTruncated": status.stderr_truncated}
+
+
+def shape_result(status: JobStatus, timeout_ms: int, meta: dict[str, Any]) -> ToolResult:
+    """The byte-exact bash output of CONTRACT §3 for a finished job."""
+    out = status.output
+    meta = {**meta, "timedOut": status.timed_out, **_stream_meta(status),
+            "durationMs": status.duration_ms}
+    if status.leftovers_killed:
+        meta["leftoversKilled"] = status.leftovers_killed
+    if status.timed_out or status.killed:
+        meta["killedTree"] = status.killed_tree is True
+    if status.timed_out:
+        return error(f"bash: command timed out after {timeout_ms}ms\n{out}", **meta)
+    meta["exitCode"] = status.exit_code
+    if status.exit_code != 0:
+        return error(f"{out}\nbash: command exited with code {status.exit_code}", **meta)
+    return ok(out, **meta)
+
+
+def _still_running(job: TrackedJob, status: JobStatus, waited_ms: int, meta: dict[str, Any],
+                   evicted: TrackedJob | None, max_jobs: int) -> ToolResult:
+    line = (f"still running after {format_duration(waited_ms)} (job {job.id}) — output so far "
+            f"below; bash {{\"wait\": {job.id}}} keeps waiting, {{\"kill\": {job.id}}} stops it, "
+            "pass timeout for a longer first wait")
+    extra: dict[str, Any] = {}
+    if evicted is not None:
+        line += (f"\nstopped job {evicted.id} ({_head(evicted.command)}): at most {max_jobs} "
+                 "jobs run at once")
+        extra["evictedJobId"] = evicted.id
+    return ok(f"{line}\n{status.output}", **meta, detached=True, jobId=job.id, pid=status.pid,
+              **_stream_meta(status), **extra)
+
+
+def _head(command: str) -> str:
+    first = command.strip().splitlines()[0] if command.strip() else ""
+    return first if len(first) <= 60 else first[:57] + "..."

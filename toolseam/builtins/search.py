@@ -1,0 +1,92 @@
+"""``grep`` and ``glob``: the backend enumerates everything, the listing rule orders and caps."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import StrictStr
+
+from ..listing import GlobSyntaxError, compile_glob, sort_and_cap
+from ..seam.models import GlobMatch
+from ._base import Builtin, CallContext, InputModel, ToolResult, WholeFrom1, error, ok
+
+DEFAULT_LIMIT = 100
+
+
+def _glob_match(pattern: str) -> GlobMatch:
+    compiled = compile_glob(pattern)
+    return GlobMatch(regex=compiled.regex, basename=compiled.basename)
+
+
+class GrepInput(InputModel):
+    pattern: StrictStr
+    path: StrictStr | None = None
+    include: StrictStr | None = None
+    limit: WholeFrom1 | None = None
+
+
+class Grep(Builtin[GrepInput]):
+    name = "grep"
+    description = ("Search file contents with a Python regular expression. Prints "
+                   "'path:line:text' for each matching line, paths relative to the search root, "
+                   "sorted by path then line.")
+    Input = GrepInput
+    schema = {"type": "object", "properties": {
+        "pattern": {"type": "string", "description": "Python regular expression, matched per line."},
+        "path": {"type": "string", "description": "Directory (or file) to search; default: the base dir."},
+        "include": {"type": "string", "description": "Only files matching this glob, e.g. '*.py'."},
+        "limit": {"type": "number", "description": "Most matches to return (default 100)."},
+    }, "required": ["pattern"], "additionalProperties": False}
+
+    async def run(self, args: GrepInput, ctx: CallContext) -> ToolResult:
+        try:
+            re.compile(args.pattern)
+        except re.error as exc:
+            return error(f"grep: invalid pattern {args.pattern!r}: {exc}")
+        try:
+            include = _glob_match(args.include) if args.include is not None else None
+        except GlobSyntaxError as exc:
+            return error(f"grep: invalid include glob {args.include!r}: {exc}")
+        await ctx.services.check_read(self.name, args.path or ".")
+        listing = await ctx.backend.grep(ctx.ref(args.path), args.pattern, include)
+        # Re-checked here: no backend can add a line the pattern and include do not select.
+        regex = re.compile(args.pattern)
+        wanted = compile_glob(args.include).matches if args.include is not None else None
+        page = sort_and_cap(((rel, line, text) for rel, line, text, _ in listing.hits
+                             if regex.search(text) and (wanted is None or wanted(rel))),
+                            args.limit or DEFAULT_LIMIT)
+        output = "\n".join(f"{rel}:{line}:{text}" for rel, line, text in page.items)
+        return ok(output, count=len(page.items), total=page.total, truncated=page.truncated,
+                  skippedBinary=listing.binary_files,
+                  skippedUnreadable=listing.unreadable_files + listing.unreadable_dirs)
+
+
+class GlobInput(InputModel):
+    pattern: StrictStr
+    path: StrictStr | None = None
+    limit: WholeFrom1 | None = None
+
+
+class Glob(Builtin[GlobInput]):
+    name = "glob"
+    description = ("List files matching a glob ('*', '?', '**', '[abc]', '{a,b}'); a pattern "
+                   "without '/' matches file names at any depth. Paths are relative to the "
+                   "search root, sorted.")
+    Input = GlobInput
+    schema = {"type": "object", "properties": {
+        "pattern": {"type": "string", "description": "Glob pattern, e.g. '**/*.py'."},
+        "path": {"type": "string", "description": "Directory to search; default: the base dir."},
+        "limit": {"type": "number", "description": "Most paths to return (default 100)."},
+    }, "required": ["pattern"], "additionalProperties": False}
+
+    async def run(self, args: GlobInput, ctx: CallContext) -> ToolResult:
+        try:
+            match = _glob_match(args.pattern)
+        except GlobSyntaxError as exc:
+            return error(f"glob: invalid pattern {args.pattern!r}: {exc}")
+        await ctx.services.check_read(self.name, args.path or ".")
+        listing = await ctx.backend.list_files(ctx.ref(args.path), match)
+        matches = compile_glob(args.pattern).matches  # re-checked: a backend cannot add paths
+        page = sort_and_cap((p for p in listing.paths if matches(p)), args.limit or DEFAULT_LIMIT)
+        return ok("\n".join(page.items), count=len(page.items), total=page.total,
+                  truncated=page.truncated, skippedUnreadable=listing.unreadable_dirs)

@@ -1,0 +1,118 @@
+"""Every host setting in one validated model, loadable from a TOML or JSON file.
+
+A file carries ``schema_version``. Older versions upgrade additively: a field a version did not
+know takes its default, so no existing file changes meaning. Unknown keys, wrong types and
+out-of-range values are refused with a message naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..seam.errors import ConfigurationError
+
+SCHEMA_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)  # 1: before timeouts, jobs and read scope were settings
+
+KILL_DEFAULT_TIMEOUT_MS = 60_000
+DETACH_DEFAULT_TIMEOUT_MS = 600_000
+
+
+class Settings(BaseModel):
+    """What a host decides; the model decides nothing here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: int = Field(SCHEMA_VERSION, description="Version of the file's shape.")
+    timeout_policy: Literal["kill", "detach"] = Field(
+        "kill", description="What the DEFAULT timeout does: kill the job, or detach it as a job.")
+    default_timeout_ms: int | None = Field(
+        None, ge=0, description="Default timeout; None: 60 000 (kill) or 600 000 (detach). "
+        "0 means unbounded and is only accepted with the detach policy.")
+    timeout_range_ms: tuple[int, int] | None = Field(
+        None, description="Accepted [min, max] for per-call and default timeouts (e.g. 1000, 300000).")
+    job_max_ms: int = Field(3_600_000, gt=0, description="Ceiling of a detached job, from its start.")
+    max_jobs: int = Field(3, gt=0, description="Detached jobs running at once per session.")
+    kill_grace_ms: int = Field(2000, ge=0, description="Between SIGTERM and SIGKILL.")
+    output_limit_bytes: int = Field(1 << 20, ge=2, description="Kept per stream, head + tail.")
+    read_max_bytes: int = Field(
+        10 << 20, gt=0, description="Largest whole-file read; above it, read asks for a window.")
+    shell: list[str] | None = Field(
+        None, min_length=1, description="Verbatim argv prefix for bash, e.g. [\"bash\", \"-lc\"].")
+    shell_id: str | None = Field(None, description="A shell catalog id (bash, sh, cmd, …).")
+    read_scope: Literal["working-dir", "unrestricted"] | None = Field(
+        None, description="Read-scope policy; None: the policy is off.")
+    env_allow: list[str] = Field(
+        default_factory=list, description="Host variables passed to commands despite the secret filter.")
+    portable_names: bool = Field(False, description="Refuse Windows reserved names everywhere.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Settings:
+        if self.schema_version not in SUPPORTED_VERSIONS:
+            raise ValueError(f"schema_version {self.schema_version} is not one of "
+                             f"{', '.join(map(str, SUPPORTED_VERSIONS))}")
+        if self.default_timeout_ms == 0 and self.timeout_policy == "kill":
+            raise ValueError("default_timeout_ms 0 (unbounded) needs timeout_policy 'detach'")
+        if self.timeout_range_ms is not None:
+            low, high = self.timeout_range_ms
+            if not 0 < low <= high:
+                raise ValueError("timeout_range_ms must be [min, max] with 0 < min <= max")
+            default = self.effective_default_timeout_ms
+            if default and not low <= default <= high:
+                raise ValueError(f"default timeout {default} ms is outside timeout_range_ms")
+        if self.shell is not None and self.shell_id is not None:
+            raise ValueError("set shell (an argv prefix) or shell_id, not both")
+        return self
+
+    @property
+    def effective_default_timeout_ms(self) -> int:
+        if self.default_timeout_ms is not None:
+            return self.default_timeout_ms
+        return KILL_DEFAULT_TIMEOUT_MS if self.timeout_policy == "kill" else DETACH_DEFAULT_TIMEOUT_MS
+
+
+def parse_settings(data: dict[str, Any], source: str = "settings") -> Settings:
+    """Validate a mapping; a version-1 mapping upgrades by taking defaults for new fields."""
+    upgraded = dict(data)
+    upgraded.setdefault("schema_version", SCHEMA_VERSION)
+    try:
+        settings = Settings.model_validate(upgraded)
+    except ValidationError as exc:
+        raise ConfigurationError(f"{source}: {describe_validation_error(exc)}") from None
+    return settings.model_copy(update={"schema_version": SCHEMA_VERSION})
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Read settings from a ``.toml`` or ``.json`` file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read settings file {file}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text) if file.suffix == ".toml" else json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigurationError(f"{file}: not valid {file.suffix.lstrip('.') or 'JSON'}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"{file}: the top level must be a table/object")
+    return parse_settings(data, str(file))
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line per problem, each naming the field."""
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown field {field!r}")
+        elif error["type"] == "missing":
+            parts.append(f"{field} is required")
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            parts.append(f"{field}: {message}" if error["loc"] else message)
+    return "; ".join(parts)
