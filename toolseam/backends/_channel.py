@@ -96,12 +96,16 @@ class AgentChannel:
             if not future.done():
                 future.set_exception(self.death)
 
-    async def close(self) -> None:
+    async def close(self, drain_s: float = 10.0) -> None:
+        """Close our side, then read to the end (the agent finishes killing jobs first)."""
         with contextlib.suppress(ConnectionError, RuntimeError):
             self._writer.close()
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-            await self._task
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), drain_s)
+        except TimeoutError:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
 
 
 def map_agent_error(error: dict[str, Any]) -> Exception:

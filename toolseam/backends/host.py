@@ -57,6 +57,7 @@ class HostBackend(ComposedBackend):
         self._process: asyncio.subprocess.Process | None = None
         self._stderr_tail: deque[str] = deque(maxlen=20)
         self._opening: asyncio.Lock | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
 
     def _agent(self) -> AgentChannel:
         if self._channel is None:
@@ -107,7 +108,8 @@ class HostBackend(ComposedBackend):
         except OSError as exc:
             raise CouldNotRunError(f"{argv[0]}: {exc.strerror}", retryable=False) from None
         assert self._process.stdout and self._process.stdin and self._process.stderr
-        asyncio.get_running_loop().create_task(self._collect_stderr(self._process.stderr))
+        self._stderr_task = asyncio.get_running_loop().create_task(
+            self._collect_stderr(self._process.stderr))
         self._channel = AgentChannel(self._process.stdout, self._process.stdin, "host agent")
         try:
             hello = await asyncio.wait_for(self._channel.call("hello"), _START_TIMEOUT_S)
@@ -121,13 +123,13 @@ class HostBackend(ComposedBackend):
             self._stderr_tail.append(line.decode("utf-8", "replace").rstrip())
 
     async def _stop_agent(self) -> None:
-        channel, process = self._channel, self._process
-        self._channel = self._process = None
+        channel, process, stderr_task = self._channel, self._process, self._stderr_task
+        self._channel = self._process = self._stderr_task = None
         if channel is not None:
             if channel.alive:
                 with contextlib.suppress(CouldNotRunError, TimeoutError):
                     await asyncio.wait_for(channel.call("shutdown"), 5)
-            await channel.close()
+            await channel.close()  # returns at EOF: the agent has killed its jobs and exited
         if process is not None:
             try:
                 await asyncio.wait_for(process.wait(), 5)
@@ -135,6 +137,9 @@ class HostBackend(ComposedBackend):
                 with contextlib.suppress(ProcessLookupError):
                     process.kill()  # --kill-child takes the namespace down with it
                 await process.wait()
+        if stderr_task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stderr_task, 5)
 
     async def close(self) -> None:
         if self._closed:

@@ -1,0 +1,359 @@
+"""The backend contract suite, shipped so every backend — ours or yours — binds to ONE suite.
+
+Bind a backend with a few lines: subclass the parts it supports and provide ``make_backend``::
+
+    class TestMyBackend(FileContract, ListingContract, ExecContract):
+        async def make_backend(self, host_dir):
+            return MyBackend(workspace=str(host_dir)), str(host_dir)
+
+``make_backend`` gets an empty host directory and returns the backend plus the base dir as the
+sandbox sees it (the same dir for the host backend, ``/workspace`` for a bind mount). Parts:
+
+* ``FileContract``, ``ListingContract`` — the file part, set up through the backend itself.
+* ``ExecContract`` — exit codes, order, jobs, deadlines, kill, streaming.
+* ``ProcessTreeContract`` — real processes: escapees are killed, nothing survives
+  (needs ``survivors(marker)``: command lines of live processes containing ``marker``).
+* ``HostDirContract`` — symlinks, FIFOs and modes made on the host dir (bind-mounted or local).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from ..seam.errors import FileOpError
+from ..seam.models import ChangeSet, DeleteOp, JobStatus, OutputChunk, PathRef, SpawnRequest, WriteOp
+from ..seam.protocol import BuiltinExec
+from ..toolkit import Toolkit
+from .hostile import ORDERS, HostileBackend
+
+
+@dataclass
+class Sandbox:
+    backend: BuiltinExec
+    base: str  # the workspace as the sandbox sees it
+    host_dir: Path  # the same directory on the host (unused by in-memory backends)
+
+    def ref(self, path: str = ".", confine: bool = True) -> PathRef:
+        return PathRef(base=self.base, path=path, confine=confine)
+
+    async def put(self, files: dict[str, bytes]) -> None:
+        for path, data in files.items():
+            await self.backend.write(self.ref(path), data)
+
+    def spawn(self, command: str, **fields: object) -> SpawnRequest:
+        job = fields.pop("job", None) or f"c-{uuid.uuid4().hex[:8]}"
+        return SpawnRequest(job=str(job), argv=["/bin/sh", "-c", command], cwd=self.base,
+                            env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, **fields)  # type: ignore[arg-type]
+
+
+class _Bound:
+    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
+        raise NotImplementedError
+
+    @pytest_asyncio.fixture
+    async def sandbox(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
+        host_dir = tmp_path / "ws"
+        host_dir.mkdir()
+        os.chmod(host_dir, 0o777)  # a rootless sandbox maps to another uid
+        backend, base = await self.make_backend(host_dir)
+        await backend.open()
+        try:
+            yield Sandbox(backend, base, host_dir)
+        finally:
+            await backend.close()
+
+
+def _oracle_window(text: str, offset: int | None, limit: int | None) -> str:
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    start = (offset or 1) - 1
+    return "\n".join(lines[start : None if limit is None else start + limit])
+
+
+class FileContract(_Bound):
+    async def test_write_creates_parents_and_reads_back(self, sandbox: Sandbox) -> None:
+        first = await sandbox.backend.write(sandbox.ref("a/b/c.txt"), "héllo\n".encode())
+        again = await sandbox.backend.write(sandbox.ref("a/b/c.txt"), b"second\n")
+        assert (first.bytes, first.created, again.created) == (7, True, False)
+        assert (await sandbox.backend.read_text(sandbox.ref("a/b/c.txt"))).text == "second\n"
+
+    @pytest.mark.parametrize("content", ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "x\ry\n\n"])
+    @pytest.mark.parametrize("window", [(None, None), (1, 1), (2, 1), (2, 5), (3, 1), (5, 2),
+                                        (None, 0), (1, None)])
+    async def test_read_window_is_a_slice_of_split_lines(
+            self, sandbox: Sandbox, content: str, window: tuple[int | None, int | None]) -> None:
+        await sandbox.put({"f.txt": content.encode()})
+        got = await sandbox.backend.read_text(sandbox.ref("f.txt"), *window)
+        expected = _oracle_window(content, *window) if window != (None, None) else \
+            content.replace("\r\n", "\n").replace("\r", "\n")
+        assert got.text == expected
+        assert got.size == len(content.encode())
+
+    @pytest.mark.parametrize(("setup", "path", "code"), [
+        ({}, "missing.txt", "not_found"),
+        ({"d/x": b""}, "d", "is_directory"),
+        ({"bin.dat": b"\xff\xfe\x00"}, "bin.dat", "not_utf8"),
+        ({"big.txt": b"x" * 100}, "big.txt", "too_large"),
+    ])
+    async def test_read_failures_have_codes(self, sandbox: Sandbox, setup: dict[str, bytes],
+                                            path: str, code: str) -> None:
+        await sandbox.put(setup)
+        with pytest.raises(FileOpError) as caught:
+            await sandbox.backend.read_text(sandbox.ref(path), refuse_above_bytes=50)
+        assert caught.value.code == code
+
+    @pytest.mark.parametrize("path", ["../outside.txt", "a/../../outside.txt", "/etc/passwd",
+                                      "/outside.txt"])
+    async def test_confinement_refuses_escapes(self, sandbox: Sandbox, path: str) -> None:
+        for attempt in (sandbox.backend.read_text(sandbox.ref(path)),
+                        sandbox.backend.write(sandbox.ref(path), b"x")):
+            with pytest.raises(FileOpError) as caught:
+                await attempt
+            assert caught.value.code == "outside_base"
+            assert caught.value.path == path
+
+    async def test_commit_is_all_or_nothing(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"a.txt": b"A", "b.txt": b"B"})
+        sha_a = hashlib.sha256(b"A").hexdigest()
+        change = ChangeSet(base=sandbox.base, confine=True, ops=[
+            WriteOp(path="a.txt", data=b"A2", expect=sha_a),
+            WriteOp(path="new/c.txt", data=b"C", expect="absent"),
+            DeleteOp(path="b.txt", expect="0" * 64),  # stale: nothing may change
+        ])
+        with pytest.raises(FileOpError) as caught:
+            await sandbox.backend.commit(change)
+        assert caught.value.code == "stale"
+        assert (await sandbox.backend.read_text(sandbox.ref("a.txt"))).text == "A"
+        assert (await sandbox.backend.stat(sandbox.ref("new"))).kind == "missing"
+        good = change.model_copy(update={"ops": [*change.ops[:2], DeleteOp(path="b.txt")]})
+        result = await sandbox.backend.commit(good)
+        assert (result.written, result.deleted, result.created) == (2, 1, 1)
+        assert (await sandbox.backend.stat(sandbox.ref("b.txt"))).kind == "missing"
+        assert (await sandbox.backend.read_text(sandbox.ref("new/c.txt"))).text == "C"
+
+    async def test_stat_kinds(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"d/f.txt": b"12345"})
+        kinds = [(await sandbox.backend.stat(sandbox.ref(p))).kind for p in ("d", "d/f.txt", "nope")]
+        assert kinds == ["dir", "file", "missing"]
+        assert (await sandbox.backend.stat(sandbox.ref("d/f.txt"))).size == 5
+
+
+# Names that separate the wrong orders (CONTRACT §4): flat code-point order puts "alpha-b.txt"
+# before "alpha/f.txt"; "ms.txt" < "mß.txt"; U+E000 < U+1F600 in code points, not in UTF-16.
+ORDER_FIXTURE = {
+    "alpha/f.txt": b"hit\n", "alpha-b.txt": b"hit\n", "ms.txt": b"hit\n", "m\u00df.txt": b"hit\n",
+    "\ue000.txt": b"hit\n", "\U0001f600.txt": b"hit\n", ".hidden/h.txt": b"hit\n",
+    "z/y/x.txt": b"hit\nmiss\nhit\n",
+}
+ORDER_FIXTURE_SORTED = [".hidden/h.txt", "alpha-b.txt", "alpha/f.txt", "ms.txt", "m\u00df.txt",
+                        "z/y/x.txt", "\ue000.txt", "\U0001f600.txt"]
+
+
+class ListingContract(_Bound):
+    async def test_walk_rule(self, sandbox: Sandbox) -> None:
+        await sandbox.put({".hidden": b"", "a/b/c.txt": b"", ".git/config": b"",
+                           "node_modules/m.js": b"", "sub/node_modules/n.js": b"",
+                           "sub/.git/HEAD": b"", "sub/.gitignore": b"", "node_modules.txt": b""})
+        listing = await sandbox.backend.list_files(sandbox.ref())
+        assert sorted(listing.paths) == [".hidden", "a/b/c.txt", "node_modules.txt", "sub/.gitignore"]
+        assert len(listing.inodes) == len(listing.paths)
+
+    async def test_grep_reports_every_hit_and_counts_binary(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"a.txt": b"one\ntwo\r\nthree two\n", "b.bin": b"two\xff\n",
+                           "c/d.txt": b"nothing\n"})
+        listing = await sandbox.backend.grep(sandbox.ref(), "two")
+        assert sorted(h[:3] for h in listing.hits) == [("a.txt", 2, "two"), ("a.txt", 3, "three two")]
+        assert listing.binary_files == 1
+
+    async def test_grep_file_root_is_that_file(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"dir/one.txt": b"x\n", "dir/two.txt": b"x\n"})
+        listing = await sandbox.backend.grep(sandbox.ref("dir/one.txt"), "x")
+        assert [h[:3] for h in listing.hits] == [("one.txt", 1, "x")]
+
+    async def test_missing_root_is_an_error(self, sandbox: Sandbox) -> None:
+        for call in (sandbox.backend.list_files(sandbox.ref("nope")),
+                     sandbox.backend.grep(sandbox.ref("nope"), "x")):
+            with pytest.raises(FileOpError) as caught:
+                await call
+            assert caught.value.code == "not_found"
+
+    async def test_hostile_orders_change_no_byte(self, sandbox: Sandbox) -> None:
+        await sandbox.put(ORDER_FIXTURE)
+        calls = [("glob", {"pattern": "**/*", "limit": 5}), ("glob", {"pattern": "*.txt"}),
+                 ("grep", {"pattern": "hit", "limit": 4}), ("grep", {"pattern": "hit"})]
+        outputs = {}
+        for label, backend in [("plain", sandbox.backend)] + [
+                (order, HostileBackend(sandbox.backend, order, seed=7)) for order in ORDERS]:
+            toolkit = Toolkit(backend, base_dir=sandbox.base)
+            await toolkit.open()
+            outputs[label] = [(await toolkit.call(n, a)).to_json() for n, a in calls]
+        assert outputs["plain"][0]["output"] == "\n".join(ORDER_FIXTURE_SORTED[:5])
+        assert outputs["plain"][0]["metadata"]["truncated"] is True
+        assert outputs["plain"][2]["output"].splitlines()[0] == ".hidden/h.txt:1:hit"
+        for label, result in outputs.items():
+            assert result == outputs["plain"], label
+
+
+class ExecContract(_Bound):
+    async def _run(self, sandbox: Sandbox, command: str, **fields: object) -> JobStatus:
+        request = sandbox.spawn(command, **fields)
+        try:
+            return await sandbox.backend.start(request)
+        finally:
+            await sandbox.backend.release(request.job)
+
+    async def test_exit_codes_are_results(self, sandbox: Sandbox) -> None:
+        for code in (0, 3, 125, 126, 127):
+            status = await self._run(sandbox, f"exit {code}")
+            assert (status.outcome, status.state, status.exit_code) == ("ran", "exited", code)
+
+    async def test_output_keeps_arrival_order_across_streams(self, sandbox: Sandbox) -> None:
+        status = await self._run(sandbox, "printf a; sleep 0.05; printf b >&2; sleep 0.05; printf c")
+        assert [(c.stream, c.text) for c in status.chunks] == [
+            ("stdout", "a"), ("stderr", "b"), ("stdout", "c")]
+        assert (status.stdout_bytes, status.stderr_bytes) == (2, 1)
+
+    async def test_streaming_delivers_chunks_in_order(self, sandbox: Sandbox) -> None:
+        seen: list[OutputChunk] = []
+        request = sandbox.spawn("echo one; sleep 0.05; echo two >&2; sleep 0.05; echo three",
+                                stream=True)
+        status = await sandbox.backend.start(request, seen.append)
+        await sandbox.backend.release(request.job)
+        assert "".join(c.text for c in seen) == status.output == "one\ntwo\nthree\n"
+        assert [c.stream for c in seen] == ["stdout", "stderr", "stdout"]
+
+    async def test_job_outlives_the_call_then_wait_returns_exit(self, sandbox: Sandbox) -> None:
+        request = sandbox.spawn("echo started; sleep 0.4; echo finished; exit 4", wait_ms=100)
+        first = await sandbox.backend.start(request)
+        assert (first.state, first.output) == ("running", "started\n")
+        final = await sandbox.backend.wait(request.job, None)
+        assert (final.state, final.exit_code, final.output) == ("exited", 4, "started\nfinished\n")
+        await sandbox.backend.release(request.job)
+
+    async def test_kill_ends_the_job(self, sandbox: Sandbox) -> None:
+        request = sandbox.spawn("sleep 30", wait_ms=0)
+        await sandbox.backend.start(request)
+        started = time.monotonic()
+        status = await sandbox.backend.kill(request.job)
+        assert (status.state, status.killed, status.killed_tree) == ("exited", True, True)
+        assert time.monotonic() - started < 2.5
+        await sandbox.backend.release(request.job)
+
+    async def test_deadline_is_enforced_by_the_sandbox(self, sandbox: Sandbox) -> None:
+        started = time.monotonic()
+        status = await self._run(sandbox, "echo before; sleep 30", deadline_ms=300)
+        assert (status.timed_out, status.output) == (True, "before\n")
+        assert time.monotonic() - started < 3.5
+
+
+class ProcessTreeContract(_Bound):
+    """Needs real processes; ``survivors`` looks for them after the call returned."""
+
+    async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
+        raise NotImplementedError
+
+    async def test_timeout_kills_every_escapee(self, sandbox: Sandbox) -> None:
+        marker = f"{uuid.uuid4().int % 1000 + 1000}"
+        command = (
+            f"setsid sleep {marker}.1 & "                      # a new session
+            f"(sleep {marker}.2 &) ; "                          # double fork, re-parented
+            f"set -m; sleep {marker}.3 & set +m; "              # its own process group
+            f"(trap '' TERM; exec sleep {marker}.4) & "         # ignores SIGTERM
+            f"sleep {marker}.5 & "                              # holds the output pipe
+            f"echo ready; sleep {marker}.6"
+        )
+        started = time.monotonic()
+        request = sandbox.spawn(command, deadline_ms=700, grace_ms=2000)
+        status = await sandbox.backend.start(request)
+        await sandbox.backend.release(request.job)
+        elapsed = time.monotonic() - started
+        assert status.timed_out and status.killed_tree is True
+        # (dash says "set: can't access tty" on stderr; only stdout is ours to compare)
+        assert "".join(c.text for c in status.chunks if c.stream == "stdout") == "ready\n"
+        assert elapsed < 0.7 + 2.0 + 1.0
+        assert await self.survivors(sandbox, f"sleep {marker}.") == []
+
+    async def test_background_job_holding_the_pipe_is_killed_after_exit(self, sandbox: Sandbox
+                                                                        ) -> None:
+        marker = f"{uuid.uuid4().int % 1000 + 2000}"
+        request = sandbox.spawn(f"sleep {marker}.7 & echo done")
+        status = await sandbox.backend.start(request)
+        await sandbox.backend.release(request.job)
+        assert (status.exit_code, status.output, status.timed_out) == (0, "done\n", False)
+        assert status.leftovers_killed >= 1
+        assert await self.survivors(sandbox, f"sleep {marker}.") == []
+
+    async def test_flood_is_bounded_and_counted(self, sandbox: Sandbox) -> None:
+        request = sandbox.spawn("yes", deadline_ms=1500, output_limit=64 * 1024)
+        status = await sandbox.backend.start(request)
+        await sandbox.backend.release(request.job)
+        assert status.stdout_truncated and not status.stderr_truncated
+        assert status.stdout_bytes > 10 * 64 * 1024
+        kept = status.output.encode()
+        assert len(kept) <= 64 * 1024
+        assert kept.startswith(b"y\ny\n") and set(kept) <= set(b"y\n")
+
+    async def test_cancelled_call_kills_inside_the_sandbox(self, sandbox: Sandbox) -> None:
+        marker = f"{uuid.uuid4().int % 1000 + 3000}"
+        toolkit = Toolkit(sandbox.backend, base_dir=sandbox.base)
+        task = asyncio.ensure_future(toolkit.call("bash", {"command": f"sleep {marker}.8"}))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await self.survivors(sandbox, f"sleep {marker}.") == []
+
+
+class HostDirContract(_Bound):
+    """Symlinks, FIFOs and modes made directly in the host dir (local or bind-mounted)."""
+
+    async def test_symlinks_are_neither_followed_nor_listed(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"real/f.txt": b"hit\n"})
+        (sandbox.host_dir / "link-dir").symlink_to("real")
+        (sandbox.host_dir / "link-file.txt").symlink_to("real/f.txt")
+        listing = await sandbox.backend.list_files(sandbox.ref())
+        assert sorted(listing.paths) == ["real/f.txt"]
+        hits = await sandbox.backend.grep(sandbox.ref(), "hit")
+        assert [h[0] for h in hits.hits] == ["real/f.txt"]
+
+    async def test_symlink_escapes_are_refused(self, sandbox: Sandbox, tmp_path: Path) -> None:
+        outside = tmp_path / "outside"
+        outside.mkdir()
+        (outside / "secret.txt").write_text("secret")
+        (sandbox.host_dir / "to-dir").symlink_to(outside)
+        (sandbox.host_dir / "to-file").symlink_to(outside / "secret.txt")
+        (sandbox.host_dir / "loop").symlink_to("loop")
+        (sandbox.host_dir / "sub").mkdir()
+        for path in ("to-dir/secret.txt", "to-file", "to-dir/", "to-dir/../outside/secret.txt", "loop",
+                     "loop/x", "sub/../to-dir/secret.txt"):
+            with pytest.raises(FileOpError) as caught:
+                await sandbox.backend.read_text(sandbox.ref(path))
+            assert caught.value.code == "outside_base", path
+            with pytest.raises(FileOpError):
+                await sandbox.backend.write(sandbox.ref(path + ("x" if path.endswith("/") else "")), b"x")
+        assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+        assert (outside / "secret.txt").read_text() == "secret"
+
+    async def test_fifo_is_refused_without_blocking(self, sandbox: Sandbox) -> None:
+        os.mkfifo(sandbox.host_dir / "pipe")
+        with pytest.raises(FileOpError) as caught:
+            await asyncio.wait_for(sandbox.backend.read_text(sandbox.ref("pipe")), 5)
+        assert caught.value.code == "not_regular"
+
+    async def test_write_keeps_mode_and_leaves_no_temp_files(self, sandbox: Sandbox) -> None:
+        target = sandbox.host_dir / "run.sh"
+        target.write_text("old")
+        target.chmod(0o751)
+        await sandbox.backend.write(sandbox.ref("run.sh"), b"new")
+        assert target.read_text() == "new"
+        assert target.stat().st_mode & 0o777 == 0o751
+        assert sorted(p.name for p in sandbox.host_dir.iterdir()) == ["run.sh"]
