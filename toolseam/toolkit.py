@@ -130,7 +130,7 @@ class Toolkit:
         self._env_source = env
         self._env_extra = dict(env_extra or {})
         self.on_output = on_output
-        self._approver = approver
+        self.approver = approver
         builtins = all_builtins()
         enabled = {name: tool for name, tool in builtins.items() if (tools or {}).get(name, True)}
         self._builtins = enabled
@@ -162,7 +162,7 @@ class Toolkit:
         self.services.command_env = command_environment(source, self.settings.env_allow,
                                                         self._env_extra)
         if self.settings.read_scope is not None:
-            scope = ReadScope(self.settings.read_scope, base, self._approver, self.backend,
+            scope = ReadScope(self.settings.read_scope, base, self.approver, self.backend,
                               home=self.services.command_env.get("HOME"),
                               local=info.backend == "host")
             scope.set_user_messages(self._user_messages)
