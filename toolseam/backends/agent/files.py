@@ -288,16 +288,15 @@ def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int
         for item in staged:
             installed.append(item)
             item.install()
-    except OSError as exc:
-        _roll_back(installed)
+    except BaseException as exc:
+        unrestored = _roll_back(installed)
         for item in staged:
             item.discard()
-        raise from_os_error(exc, getattr(exc, "filename", None) or "") from None
-    except BaseException:
-        _roll_back(installed)
-        for item in staged:
-            item.discard()
-        raise
+        if isinstance(exc, OSError):
+            exc = from_os_error(exc, getattr(exc, "filename", None) or "")
+        if unrestored and isinstance(exc, FsError):
+            exc.detail += f"; could not restore {', '.join(unrestored)} (changed meanwhile)"
+        raise exc from None
     created = sum(1 for s in staged if isinstance(s, _Staged) and not s.existed)
     for item in staged:
         item.created.clear()  # the new directories now hold the committed files
@@ -306,6 +305,12 @@ def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int
             "deleted": sum(isinstance(s, _Deleted) for s in staged), "created": created}
 
 
-def _roll_back(installed: list[_Staged | _Deleted]) -> None:
+def _roll_back(installed: list[_Staged | _Deleted]) -> list[str]:
+    """Undo in reverse order; every undo is tried. Returns the paths that could not be."""
+    failed = []
     for item in reversed(installed):
-        item.undo()
+        try:
+            item.undo()
+        except OSError:
+            failed.append(item.r.given)
+    return failed

@@ -85,7 +85,13 @@ def _walk_open(dir_fd: int, parts: tuple[str, ...], flags: int, mode: int) -> in
             nxt = _open_dir_component(cur, comp)
             os.close(cur)
             cur = nxt
-        return os.open(parts[-1] if parts else ".", flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=cur)
+        leaf = parts[-1] if parts else "."
+        try:
+            return os.open(leaf, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=cur)
+        except NotADirectoryError:  # O_DIRECTORY met a symlink: say so, like openat2 does
+            if stat.S_ISLNK(os.lstat(leaf, dir_fd=cur).st_mode):
+                raise OSError(errno.ELOOP, "symlink in a confined path", leaf) from None
+            raise
     finally:
         os.close(cur)
 
@@ -160,7 +166,11 @@ def canonicalize(path: str) -> str:
             links += 1
             if links > _MAX_SYMLINKS:
                 raise FsError(OUTSIDE_BASE, path, "too many levels of symbolic links")
-            target = os.readlink(candidate)
+            try:
+                target = os.readlink(candidate)
+            except OSError:  # swapped between lstat and readlink: look again (bounded by links)
+                pending.insert(0, comp)
+                continue
             if target.startswith("/"):
                 real = "/"
             pending[:0] = target.split("/")
