@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolseam.seam.protocol import BuiltinExec
-from toolseam.testing.contract import ExecContract, FileContract, ListingContract
+from toolseam.testing.contract import ExecContract, FileContract, JobContract, ListingContract
 from toolseam.testing.fake import FakeBackend
 
 
-class TestFakeBackend(FileContract, ListingContract, ExecContract):
+class TestFakeBackend(FileContract, ListingContract, ExecContract, JobContract):
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
         return FakeBackend("/workspace"), "/workspace"

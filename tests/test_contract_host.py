@@ -10,6 +10,7 @@ from toolseam.testing.contract import (
     ExecContract,
     FileContract,
     HostDirContract,
+    JobContract,
     ListingContract,
     ProcessTreeContract,
     Sandbox,
@@ -19,7 +20,7 @@ from .conftest import host_survivors
 
 
 class TestHostBackend(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                      HostDirContract):
+                      HostDirContract, JobContract):
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
         return HostBackend(str(host_dir)), str(host_dir)
 

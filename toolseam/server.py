@@ -84,8 +84,7 @@ class StdioServer:
         if op == "end_turn":
             self.send({"op": "end_turn", "killed_jobs": await self.toolkit.end_turn()})
         elif op == "pin_shell":
-            await self.toolkit.open()
-            self.send({"op": "pinned", "shell": self.toolkit.pin_shell().label})
+            self.send({"op": "pinned", "shell": (await self.toolkit.pin_shell()).label})
         elif op == "user_message" and isinstance(message.get("text"), str):
             self.toolkit.user_message(message["text"])
         elif op == "answer":

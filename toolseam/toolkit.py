@@ -197,10 +197,13 @@ class Toolkit:
         await self.close()
 
     # --- turns --------------------------------------------------------------------------
-    def pin_shell(self) -> ShellChoice:
-        """Pin the shell for the current turn; a later change fails spawns instead of switching."""
-        self.services._pinned = self.services.shell
-        return self.services._pinned
+    async def pin_shell(self) -> ShellChoice:
+        """Resolve the shell afresh (a persisted id may fall back now) and pin it for this turn:
+        if the resolution changes before a spawn, that call fails with COMMAND_SHELL_CHANGED."""
+        await self.open()
+        fresh = await self.services.resolve_shell()
+        self.services._shell = self.services._pinned = fresh
+        return fresh
 
     async def end_turn(self) -> list[int]:
         """End the turn: un-kept jobs die, the shell pin is released. Returns killed job ids."""

@@ -129,7 +129,11 @@ class Bash(Builtin[BashInput]):
             wait_ms=(timeout_ms or None) if detach else None,
             stream=ctx.on_output is not None, output_limit=settings.output_limit_bytes)
         status = await _start(request, ctx)
-        meta = {"shell": shell.label}
+        meta: dict[str, Any] = {"shell": shell.label}
+        if shell.id is not None:
+            meta["shellId"] = shell.id
+        if shell.fallback:
+            meta["shellFallback"] = True
         if status.state == "running":
             job, evicted = await services.jobs.adopt(status, args.command, bool(args.keep))
             return _still_running(job, status, timeout_ms, meta, evicted, services.jobs.max_jobs)

@@ -14,6 +14,7 @@ sandbox sees it (the same dir for the host backend, ``/workspace`` for a bind mo
 * ``ProcessTreeContract`` — real processes: escapees are killed, nothing survives
   (needs ``survivors(marker)``: command lines of live processes containing ``marker``).
 * ``HostDirContract`` — symlinks, FIFOs and modes made on the host dir (bind-mounted or local).
+* ``JobContract`` — the detach timeout policy and the bash job forms, through a Toolkit.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pytest_asyncio
 
 from ..seam.errors import FileOpError
 from ..seam.models import ChangeSet, DeleteOp, JobStatus, OutputChunk, PathRef, SpawnRequest, WriteOp
+from ..policy.settings import Settings
 from ..seam.protocol import BuiltinExec
 from ..toolkit import Toolkit
 from .hostile import ORDERS, HostileBackend
@@ -357,3 +359,84 @@ class HostDirContract(_Bound):
         assert target.read_text() == "new"
         assert target.stat().st_mode & 0o777 == 0o751
         assert sorted(p.name for p in sandbox.host_dir.iterdir()) == ["run.sh"]
+
+
+def _detach_settings(**overrides: object) -> Settings:
+    fields: dict[str, object] = {"timeout_policy": "detach", "default_timeout_ms": 300,
+                                 "max_jobs": 2, "job_max_ms": 30_000}
+    fields.update(overrides)
+    return Settings.model_validate(fields)
+
+
+class JobContract(_Bound):
+    """The detach policy and the bash job forms (CONTRACT §7), through a Toolkit."""
+
+    async def _toolkit(self, sandbox: Sandbox, **overrides: object) -> Toolkit:
+        toolkit = Toolkit(sandbox.backend, base_dir=sandbox.base, settings=_detach_settings(**overrides))
+        await toolkit.open()
+        return toolkit
+
+    async def test_detach_then_wait_returns_a_fresh_result(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox)
+        first = await tk.call("bash", {"command": "echo begin; sleep 0.8; echo end; exit 5"})
+        assert first.output.startswith("still running after 300 ms (job 1) — output so far below;")
+        assert first.output.endswith("\nbegin\n") and not first.is_error
+        assert first.metadata["detached"] is True and first.metadata["jobId"] == 1
+        assert isinstance(first.metadata["pid"], int)
+        done = await tk.call("bash", {"wait": 1, "timeout": 5000})
+        assert done.output == "begin\nend\n\nbash: command exited with code 5"
+        assert done.metadata["jobId"] == 1 and done.metadata["exitCode"] == 5
+
+    async def test_wait_that_elapses_says_still_running(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox)
+        await tk.call("bash", {"command": "sleep 5"})
+        again = await tk.call("bash", {"wait": 1, "timeout": 100})
+        assert again.output.startswith("still running after ") and "(job 1)" in again.output
+        killed = await tk.call("bash", {"kill": 1})
+        assert killed.output.startswith("killed job 1") and killed.metadata["killedTree"] is True
+
+    async def test_explicit_timeout_still_kills(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox)
+        result = await tk.call("bash", {"command": "sleep 5", "timeout": 200})
+        assert result.output.startswith("bash: command timed out after 200ms")
+
+    async def test_end_of_turn_kills_unkept_jobs_only(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox)
+        await tk.call("bash", {"command": "sleep 5"})
+        await tk.call("bash", {"command": "sleep 5", "keep": True})
+        assert await tk.end_turn() == [1]
+        listing = await tk.call("bash", {"jobs": True})
+        assert [(j["id"], j["state"]) for j in listing.metadata["jobs"]] == [(1, "killed"), (2, "running")]
+        await tk.close()
+        assert all(j.state == "killed" for j in tk.services.jobs.all())
+
+    async def test_max_jobs_evicts_the_oldest_unkept(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox)
+        await tk.call("bash", {"command": "sleep 5", "keep": True})
+        await tk.call("bash", {"command": "sleep 5"})
+        third = await tk.call("bash", {"command": "sleep 5"})
+        assert "\nstopped job 2 (sleep 5): at most 2 jobs run at once\n" in third.output
+        assert third.metadata["evictedJobId"] == 2
+        fourth = await tk.call("bash", {"command": "sleep 5", "keep": True})
+        assert fourth.metadata["evictedJobId"] == 3
+        fifth = await tk.call("bash", {"command": "sleep 5"})  # all running ones are kept now
+        assert fifth.metadata["evictedJobId"] == 1
+
+    async def test_ceiling_kills_a_detached_job(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox, job_max_ms=700)
+        await tk.call("bash", {"command": "echo x; sleep 30"})
+        done = await tk.call("bash", {"wait": 1, "timeout": 5000})
+        assert done.output == "bash: command timed out after 700ms\nx\n"
+
+    @pytest.mark.parametrize(("args", "message"), [
+        ({"command": "true", "wait": 1}, "bash: invalid input: use exactly one form: {command}, "
+         "{wait: id}, {kill: id} or {jobs: true} (got: command, wait)"),
+        ({"kill": 1, "keep": True}, "bash: invalid input: keep cannot be used with the kill form"),
+        ({"wait": 9}, "bash: no job 9; {\"jobs\": true} lists this session's jobs"),
+        ({"jobs": True, "other": 1}, "bash: invalid input: unknown field 'other'"),
+    ])
+    async def test_forms_are_validated(self, sandbox: Sandbox, args: dict[str, object],
+                                       message: str) -> None:
+        tk = await self._toolkit(sandbox)
+        result = await tk.call("bash", args)
+        assert result.is_error and result.output == message
