@@ -13,7 +13,7 @@ import pytest
 import pytest_asyncio
 
 import toolseam.builtins
-from toolseam import ConfigurationError, CouldNotRunError, ToolResult, Toolkit, UnknownToolError
+from toolseam import ConfigurationError, CouldNotRunError, Toolkit, ToolResult, UnknownToolError
 from toolseam.testing.fake import FakeBackend
 
 
@@ -88,7 +88,8 @@ async def test_read_media_returns_a_content_part(tk: Toolkit, tmp_path: Path) ->
     ({}, {"path": "nope.txt"}, "read: nope.txt does not exist"),
     ({"d/x": b""}, {"path": "d"}, "read: d is a directory"),
     ({}, {"path": "f.txt", "offset": 0}, "read: invalid input: offset: Value error, must be >= 1, got 0"),
-    ({}, {"path": "f.txt", "offset": 1.5}, "read: invalid input: offset: Value error, must be a whole number, got 1.5"),
+    ({}, {"path": "f.txt", "offset": 1.5},
+     "read: invalid input: offset: Value error, must be a whole number, got 1.5"),
     ({}, {"path": 3}, "read: invalid input: path must be a string"),
     ({}, {"path": "f", "extra": 1}, "read: invalid input: unknown field 'extra'"),
     ({}, {}, "read: invalid input: path is required"),

@@ -37,7 +37,7 @@ def _layout(root: Path) -> tuple[Path, Path]:
 @settings(max_examples=400, deadline=None)
 def test_confined_resolution_agrees_with_realpath(parts: list[str], trailing: bool) -> None:
     with tempfile.TemporaryDirectory() as root:
-        base, outside = _layout(Path(root))
+        base, _outside = _layout(Path(root))
         given_path = "/".join(parts) + ("/" if trailing else "")
         if not given_path.strip("/"):
             return
@@ -54,7 +54,7 @@ def test_confined_resolution_agrees_with_realpath(parts: list[str], trailing: bo
 
 
 def test_realpath_traps_are_refused(tmp_path: Path) -> None:
-    base, outside = _layout(tmp_path)
+    base, _outside = _layout(tmp_path)
     (base / "loop").symlink_to("loop")
     for given_path in ("loop", "loop/x", "out-link/", "out-link/../outside/x", "a/out-link/..",
                        "/" + "a/" * 2100):

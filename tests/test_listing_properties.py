@@ -54,10 +54,7 @@ def test_glob_matches_like_the_reference(pattern: list[str], path: list[str]) ->
     text = "/".join(pattern)
     compiled = compile_glob(text)
     rel = "/".join(path)
-    if compiled.basename:
-        expected = _reference(pattern, [path[-1]])
-    else:
-        expected = _reference(pattern, path)
+    expected = _reference(pattern, [path[-1]]) if compiled.basename else _reference(pattern, path)
     assert compiled.matches(rel) == expected, (text, rel, compiled.regex)
 
 
@@ -76,7 +73,7 @@ def test_sort_and_cap_is_code_point_order_then_cap(items: list[str], limit: int)
 
 
 # --- random trees through the host backend, plain and hostile -------------------------------
-NAME_CHARS = st.sampled_from(list("ab-._ ") + ["ß", "é", "\ue000", "\U0001f600", "Z"])
+NAME_CHARS = st.sampled_from([*list("ab-._ "), "ß", "é", "\ue000", "😀", "Z"])
 names = st.text(NAME_CHARS, min_size=1, max_size=5).filter(lambda s: s not in (".", ".."))
 trees = st.lists(st.lists(names, min_size=1, max_size=3).map(tuple), min_size=1, max_size=12)
 

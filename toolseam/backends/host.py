@@ -24,6 +24,7 @@ import shutil
 import sys
 from collections import deque
 from pathlib import Path
+from typing import Any
 
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
@@ -92,7 +93,7 @@ class HostBackend(ComposedBackend):
                                agent_pid=int(hello["pid"]))
         raise CouldNotRunError(f"cannot start the host agent: {failure}", retryable=False)
 
-    async def _spawn_agent(self, namespace: bool) -> dict[str, object]:
+    async def _spawn_agent(self, namespace: bool) -> dict[str, Any]:
         boot = [self._python, *agent_boot(AGENT_PARENT)]
         if namespace:
             user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictFloat, StrictInt, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from ..policy.refusal import Refusal
 from ..seam.errors import CouldNotRunError, FileOpError
@@ -78,10 +78,10 @@ class InputModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-I = TypeVar("I", bound=InputModel)
+InputT = TypeVar("InputT", bound=InputModel)
 
 
-class Builtin(ABC, Generic[I]):
+class Builtin(ABC, Generic[InputT]):
     name: ClassVar[str]
     description: ClassVar[str]
     Input: ClassVar[type[InputModel]]
@@ -110,7 +110,7 @@ class Builtin(ABC, Generic[I]):
                          reason=exc.reason, retryable=exc.retryable)
 
     @abstractmethod
-    async def run(self, args: I, ctx: CallContext) -> ToolResult: ...
+    async def run(self, args: InputT, ctx: CallContext) -> ToolResult: ...
 
 
 _TYPE_WORDS = {"int_type": "a number", "float_type": "a number", "int_from_float": "a number",
@@ -155,18 +155,20 @@ def file_error_message(tool: str, exc: FileOpError, base: str) -> str:
     return template.format(tool=tool, p=exc.path, base=base, detail=exc.detail or exc.code)
 
 
-def _whole_number(minimum: int) -> AfterValidator:
+def _whole_number(minimum: int) -> BeforeValidator:
     """JSON numbers arrive as int or float; a count must be a whole number >= minimum."""
 
-    def check(value: float) -> int:
+    def check(value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError("must be a number")
         if isinstance(value, float) and not value.is_integer():
             raise ValueError(f"must be a whole number, got {value}")
         if value < minimum:
             raise ValueError(f"must be >= {minimum}, got {value:g}")
         return int(value)
 
-    return AfterValidator(check)
+    return BeforeValidator(check)
 
 
-WholeFrom0 = Annotated[StrictInt | StrictFloat, _whole_number(0)]
-WholeFrom1 = Annotated[StrictInt | StrictFloat, _whole_number(1)]
+WholeFrom0 = Annotated[int, _whole_number(0)]
+WholeFrom1 = Annotated[int, _whole_number(1)]

@@ -14,7 +14,7 @@ from .patch import PatchError, apply_hunks, parse_patch
 
 
 class ApplyPatchInput(InputModel):
-    patchText: StrictStr  # noqa: N815 - the opencode/toolnexus field name
+    patchText: StrictStr
 
 
 @dataclass
@@ -82,7 +82,7 @@ class ApplyPatch(Builtin[ApplyPatchInput]):
             return error(f"apply_patch: {exc}")
         except _NotText as exc:
             return error(f"apply_patch: {exc.path} is not valid UTF-8 text")
-        change = [op for f in files.values() if (op := _change(f)) is not None]
+        change = [item for f in files.values() if (item := _change(f)) is not None]
         if change:
             await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine, ops=change))
         n = len(ops)

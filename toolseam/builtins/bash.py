@@ -242,8 +242,8 @@ def _still_running(job: TrackedJob, status: JobStatus, waited_ms: int, meta: dic
         line += (f"\nstopped job {evicted.id} ({_head(evicted.command)}): at most {max_jobs} "
                  "jobs run at once")
         extra["evictedJobId"] = evicted.id
-    return ok(f"{line}\n{status.output}", **meta, detached=True, jobId=job.id, pid=status.pid,
-              **_stream_meta(status), **extra)
+    return ok(f"{line}\n{status.output}", **{**meta, "detached": True, "jobId": job.id,
+                                            "pid": status.pid, **_stream_meta(status), **extra})
 
 
 def _head(command: str) -> str:

@@ -104,9 +104,9 @@ class Write(Builtin[WriteInput]):
 
 class EditInput(InputModel):
     path: StrictStr
-    oldString: StrictStr  # noqa: N815 - the opencode/toolnexus field name
-    newString: StrictStr  # noqa: N815
-    replaceAll: StrictBool | None = None  # noqa: N815
+    oldString: StrictStr
+    newString: StrictStr
+    replaceAll: StrictBool | None = None
 
 
 class Edit(Builtin[EditInput]):

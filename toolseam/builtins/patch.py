@@ -118,7 +118,8 @@ def _section(kind: str, path: str, lines: list[str]) -> FileOp:
         elif tag == "+":
             hunk.new.append(rest)
         else:
-            raise PatchError(f"Update File: {path}: a hunk line must start with ' ', '-' or '+', got {line!r}")
+            raise PatchError(
+                f"Update File: {path}: a hunk line must start with ' ', '-' or '+', got {line!r}")
     if not op.hunks and op.move_to is None:
         raise PatchError(f"Update File: {path} has no hunks")
     return op

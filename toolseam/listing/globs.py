@@ -121,7 +121,9 @@ def _closing_brace(p: str, start: int) -> int:
 
 
 def _split_top_level(body: str) -> list[str]:
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for ch in body:
         if ch == "," and depth == 0:
             parts.append("".join(current))

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsRichComparison
 
-
-class _Ordered(Protocol):
-    def __lt__(self, other: object, /) -> bool: ...
-
-
-T = TypeVar("T", bound=_Ordered)
+T = TypeVar("T", bound="SupportsRichComparison")
 
 
 @dataclass(frozen=True)

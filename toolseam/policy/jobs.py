@@ -41,7 +41,8 @@ class JobRegistry:
     def all(self) -> list[TrackedJob]:
         return list(self._jobs.values())
 
-    async def adopt(self, status: JobStatus, command: str, keep: bool) -> tuple[TrackedJob, TrackedJob | None]:
+    async def adopt(self, status: JobStatus, command: str, keep: bool
+                    ) -> tuple[TrackedJob, TrackedJob | None]:
         """Track a job the default timeout detached; evict the oldest if over ``max_jobs``."""
         self._next += 1
         job = TrackedJob(self._next, status.job, command, status.pid, status.started, keep)

@@ -31,9 +31,17 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from ..seam.errors import FileOpError
-from ..seam.models import ChangeSet, DeleteOp, JobStatus, OutputChunk, PathRef, SpawnRequest, WriteOp
 from ..policy.settings import Settings
+from ..seam.errors import FileOpError
+from ..seam.models import (
+    ChangeSet,
+    DeleteOp,
+    JobStatus,
+    OutputChunk,
+    PathRef,
+    SpawnRequest,
+    WriteOp,
+)
 from ..seam.protocol import BuiltinExec
 from ..toolkit import Toolkit
 from .hostile import ORDERS, HostileBackend
@@ -55,7 +63,7 @@ class Sandbox:
     def spawn(self, command: str, **fields: object) -> SpawnRequest:
         job = fields.pop("job", None) or f"c-{uuid.uuid4().hex[:8]}"
         return SpawnRequest(job=str(job), argv=["/bin/sh", "-c", command], cwd=self.base,
-                            env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, **fields)  # type: ignore[arg-type]
+                            env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, **fields)
 
 
 class _Bound:

@@ -12,6 +12,7 @@ FIFOs or permissions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import posixpath
 import re
@@ -269,11 +270,9 @@ class FakeBackend:
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
         self._guard()
         tracked = self._job(job)
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(tracked.done.wait()),
                                    None if wait_ms is None else wait_ms / 1000)
-        except TimeoutError:
-            pass
         return _status(tracked)
 
     async def kill(self, job: str) -> JobStatus:
@@ -297,7 +296,7 @@ def _inode(path: str) -> int:
 
 def _status(job: _Job) -> JobStatus:
     done = job.done.is_set()
-    chunks = [OutputChunk(stream=s, text=t) for s, t in job.chunks]  # type: ignore[arg-type]
+    chunks = [OutputChunk(stream=s, text=t) for s, t in job.chunks]
     out = sum(len(t.encode()) for s, t in job.chunks if s == "stdout")
     err = sum(len(t.encode()) for s, t in job.chunks if s == "stderr")
     end = job.ended if job.ended is not None else time.time()
@@ -338,11 +337,11 @@ async def _interpret(script: str, chunks: list[tuple[str, str]],
             text, stream, status = f"sh: {command}: not found\n", "stderr", 127
             chunks.append((stream, text))
             if on_output:
-                on_output(OutputChunk(stream=stream, text=text))  # type: ignore[arg-type]
+                on_output(OutputChunk(stream=stream, text=text))
             continue
         status = 0
         if text:
             chunks.append((stream, text))
             if on_output:
-                on_output(OutputChunk(stream=stream, text=text))  # type: ignore[arg-type]
+                on_output(OutputChunk(stream=stream, text=text))
     return status

@@ -64,8 +64,8 @@ def stat_path(base: str, path: str, confine: bool) -> dict[str, Any]:
     finally:
         os.close(fd)
     executable = stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
-    return {"kind": _kind(st.st_mode), "canonical": r.canonical, "size": st.st_size, "mode": stat.S_IMODE(st.st_mode),
-            "executable": executable}
+    return {"kind": _kind(st.st_mode), "canonical": r.canonical, "size": st.st_size,
+            "mode": stat.S_IMODE(st.st_mode), "executable": executable}
 
 
 def _open_regular(r: Resolved) -> tuple[int, os.stat_result]:
@@ -95,7 +95,7 @@ def read_text(base: str, path: str, confine: bool, offset: int | None = None,
     if not windowed and refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
         os.close(fd)
         raise FsError(TOO_LARGE, path, str(st.st_size))
-    with io.open(fd, "r", encoding="utf-8", errors="strict", newline=None) as f:
+    with open(fd, encoding="utf-8", errors="strict", newline=None) as f:
         try:
             text = _window(f, offset or 1, limit) if windowed else f.read()
         except UnicodeDecodeError:
@@ -129,7 +129,7 @@ def read_bytes(base: str, path: str, confine: bool,
     if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
         os.close(fd)
         raise FsError(TOO_LARGE, path, str(st.st_size))
-    with io.open(fd, "rb") as f:
+    with open(fd, "rb") as f:
         data = f.read()
     return {"data": data, "size": len(data), "mode": stat.S_IMODE(st.st_mode)}
 
@@ -257,7 +257,7 @@ def _current_digest(r: Resolved) -> str | None:
         if exc.code == NOT_FOUND:
             return None
         raise
-    with io.open(fd, "rb") as f:
+    with open(fd, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
 

@@ -13,6 +13,8 @@ process it started, and a command that must outlive its call belongs in a detach
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import secrets
 import select
@@ -83,7 +85,7 @@ class Job:
             fd = pipe.fileno()
             os.set_blocking(fd, False)
             self._pipes[fd] = name
-            loop.add_reader(fd, lambda fd=fd: self._on_readable(fd))
+            loop.add_reader(fd, functools.partial(self._on_readable, fd))
         self._drain_timer: Timer | None = None
         self._deadline: Timer | None = None
         deadline_ms = spec.get("deadline_ms")
@@ -179,15 +181,11 @@ class Job:
 
     def _signal(self, pids: set[int], sig: signal.Signals) -> None:
         if sig == signal.SIGTERM:
-            try:  # the leader's process group too: members forked between scans
+            with contextlib.suppress(OSError):  # the group too: members forked between scans
                 os.killpg(self.pid, sig)
-            except OSError:
-                pass
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, sig)
-            except OSError:
-                pass
             self._signalled.add(pid)
 
     def _poll_kill(self) -> None:

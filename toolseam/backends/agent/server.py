@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -25,7 +26,7 @@ from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
 
-_FS_OPS = {
+_FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "stat": files.stat_path,
     "read_text": files.read_text,
     "read_bytes": files.read_bytes,
@@ -116,7 +117,7 @@ class Agent:
         if op in _FS_OPS:
             self._pool.submit(self._file_op, rid, op, request.get("args") or {})
             return
-        handler = getattr(self, f"_op_{op}", None)
+        handler: Callable[[Any, dict[str, Any]], None] | None = getattr(self, f"_op_{op}", None)
         if handler is None:
             self._fail(rid, "protocol", f"unknown op {op!r}")
             return
