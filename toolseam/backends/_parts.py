@@ -51,12 +51,16 @@ class AgentExec:
         channel = self._channel()
         if on_output is not None:
             channel.listen(request.job, on_output)
-        spec = request.model_dump(exclude={"type", "job", "wait_ms"})
+        spec = request.model_dump(exclude={"type", "job", "wait_ms", "forget_when_done"})
         try:
-            return job_status(await channel.call("start", job=request.job, spec=spec,
-                                                 wait_ms=request.wait_ms))
+            status = job_status(await channel.call("start", job=request.job, spec=spec,
+                                                   wait_ms=request.wait_ms,
+                                                   forget=request.forget_when_done))
         except FileOpError as exc:
             raise FileOpError(exc.code, request.cwd, exc.detail) from None
+        if request.forget_when_done and status.state == "exited":
+            channel.unlisten(request.job)
+        return status
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
         return job_status(await self._channel().call("wait", job=job, wait_ms=wait_ms))

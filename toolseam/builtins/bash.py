@@ -127,7 +127,8 @@ class Bash(Builtin[BashInput]):
             env=services.command_env, deadline_ms=settings.job_max_ms if detach else timeout_ms,
             grace_ms=settings.kill_grace_ms,
             wait_ms=(timeout_ms or None) if detach else None,
-            stream=ctx.on_output is not None, output_limit=settings.output_limit_bytes)
+            stream=ctx.on_output is not None, output_limit=settings.output_limit_bytes,
+            forget_when_done=True)
         status = await _start(request, ctx)
         meta: dict[str, Any] = {"shell": shell.label}
         if shell.id is not None:
@@ -137,8 +138,7 @@ class Bash(Builtin[BashInput]):
         if status.state == "running":
             job, evicted = await services.jobs.adopt(status, args.command, bool(args.keep))
             return _still_running(job, status, timeout_ms, meta, evicted, services.jobs.max_jobs)
-        await ctx.backend.release(request.job)
-        return shape_result(status, timeout_ms, meta)
+        return shape_result(status, timeout_ms, meta)  # finished: the sandbox already forgot it
 
     async def _wait(self, job: TrackedJob, args: BashInput, ctx: CallContext) -> ToolResult:
         services = ctx.services

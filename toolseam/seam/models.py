@@ -41,6 +41,8 @@ class SpawnRequest(_Wire):
         None, ge=0, description="Answer after this long even if the job still runs; None: when done.")
     stream: bool = Field(False, description="Send live output events while the job runs.")
     output_limit: int = Field(1 << 20, ge=2, description="Bytes kept per stream (head + tail).")
+    forget_when_done: bool = Field(
+        False, description="If the first answer is final, the sandbox forgets the job (no release).")
 
 
 class OutputChunk(_Wire):

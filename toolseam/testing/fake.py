@@ -245,7 +245,10 @@ class FakeBackend:
         job.task = asyncio.get_running_loop().create_task(self._run(job, on_output))
         if request.deadline_ms is not None:
             asyncio.get_running_loop().call_later(request.deadline_ms / 1000, self._expire, job)
-        return await self.wait(request.job, request.wait_ms)
+        status = await self.wait(request.job, request.wait_ms)
+        if request.forget_when_done and status.state == "exited":
+            self._jobs.pop(request.job, None)
+        return status
 
     def _expire(self, job: _Job) -> None:
         if not job.done.is_set() and job.task is not None:

@@ -28,6 +28,11 @@ def become_subreaper() -> bool:
     return _orphans_come_here
 
 
+def orphans_come_here() -> bool:
+    """True when orphans of this process's descendants are re-parented to it."""
+    return _orphans_come_here
+
+
 def _stat(pid: int) -> tuple[int, str] | None:
     """(ppid, state) of a process, or None when it is gone."""
     try:

@@ -169,11 +169,17 @@ class Agent:
             return
         self.jobs[job_id] = job
         self.leaders[job.pid] = job
-        self._wait(rid, job, request.get("wait_ms"))
+        forget = bool(request.get("forget"))
+
+        def answer(status: dict[str, Any]) -> None:
+            self._answer(rid, status)
+            if forget and status["state"] == "exited":
+                self.jobs.pop(job_id, None)  # saves the host a release round trip
+
+        job.add_waiter(answer, _seconds(request.get("wait_ms")))
 
     def _wait(self, rid: Any, job: Job, wait_ms: float | None) -> None:
-        job.add_waiter(lambda status: self._answer(rid, status),
-                       None if wait_ms is None else max(0.0, float(wait_ms)) / 1000)
+        job.add_waiter(lambda status: self._answer(rid, status), _seconds(wait_ms))
 
     def _job(self, rid: Any, request: dict[str, Any]) -> Job | None:
         job = self.jobs.get(str(request.get("job")))
@@ -244,6 +250,10 @@ class Agent:
     def run(self) -> None:
         self.loop.run()
         self._pool.shutdown(wait=True)
+
+
+def _seconds(wait_ms: float | None) -> float | None:
+    return None if wait_ms is None else max(0.0, float(wait_ms)) / 1000
 
 
 def _cmdline(pid: int) -> str:
