@@ -26,7 +26,8 @@ from typing import Any
 
 from .capture import OutputCapture
 from .loop import Loop, Timer
-from .procscan import TOKEN_VAR, is_alive, job_members, orphans_come_here as _orphans_come_here
+from .procscan import TOKEN_VAR, is_alive, job_members
+from .procscan import orphans_come_here as _orphans_come_here
 
 KILL_GRACE_S = 2.0
 KILL_POLL_S = 0.01
