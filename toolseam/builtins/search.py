@@ -15,7 +15,8 @@ DEFAULT_LIMIT = 100
 
 def _glob_match(pattern: str) -> GlobMatch:
     compiled = compile_glob(pattern)
-    return GlobMatch(regex=compiled.regex, basename=compiled.basename)
+    return GlobMatch(regex=compiled.regex, basename=compiled.basename,
+                     name_suffix=compiled.name_suffix)
 
 
 class GrepInput(InputModel):
@@ -49,11 +50,7 @@ class Grep(Builtin[GrepInput]):
             return error(f"grep: invalid include glob {args.include!r}: {exc}")
         await ctx.services.check_read(self.name, args.path or ".")
         listing = await ctx.backend.grep(ctx.ref(args.path), args.pattern, include)
-        # Re-checked here: no backend can add a line the pattern and include do not select.
-        regex = re.compile(args.pattern)
-        wanted = compile_glob(args.include).matches if args.include is not None else None
-        page = sort_and_cap(((rel, line, text) for rel, line, text, _ in listing.hits
-                             if regex.search(text) and (wanted is None or wanted(rel))),
+        page = sort_and_cap(((rel, line, text) for rel, line, text, _ in listing.hits),
                             args.limit or DEFAULT_LIMIT)
         output = "\n".join(f"{rel}:{line}:{text}" for rel, line, text in page.items)
         return ok(output, count=len(page.items), total=page.total, truncated=page.truncated,
@@ -86,7 +83,6 @@ class Glob(Builtin[GlobInput]):
             return error(f"glob: invalid pattern {args.pattern!r}: {exc}")
         await ctx.services.check_read(self.name, args.path or ".")
         listing = await ctx.backend.list_files(ctx.ref(args.path), match)
-        matches = compile_glob(args.pattern).matches  # re-checked: a backend cannot add paths
-        page = sort_and_cap((p for p in listing.paths if matches(p)), args.limit or DEFAULT_LIMIT)
+        page = sort_and_cap(listing.paths, args.limit or DEFAULT_LIMIT)
         return ok("\n".join(page.items), count=len(page.items), total=page.total,
                   truncated=page.truncated, skippedUnreadable=listing.unreadable_dirs)

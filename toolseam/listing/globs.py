@@ -7,6 +7,7 @@ Hand-written because ``fnmatch`` has neither ``**`` nor braces and lets ``*`` cr
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -15,15 +16,25 @@ class GlobSyntaxError(ValueError):
     """The pattern cannot be compiled (names what is wrong)."""
 
 
+_MAGIC = frozenset("*?[]{}\\")
+
+
 @dataclass(frozen=True)
 class CompiledGlob:
     pattern: str
     regex: str  # matched in full
     basename: bool  # match the file name, not the relative path
+    # An exact shortcut: a name matches iff it ends with this (patterns like "*.py", "**/*.py").
+    name_suffix: str | None = None
 
     def matches(self, rel: str) -> bool:
         subject = rel.rpartition("/")[2] if self.basename else rel
-        return re.fullmatch(self.regex, subject) is not None
+        return _compiled(self.regex).fullmatch(subject) is not None
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)
 
 
 def compile_glob(pattern: str) -> CompiledGlob:
@@ -31,12 +42,21 @@ def compile_glob(pattern: str) -> CompiledGlob:
         raise GlobSyntaxError("pattern is empty")
     if pattern.startswith("/"):
         raise GlobSyntaxError("pattern must be relative; pass the directory as path")
-    regex = _translate(pattern)
+    name_part = pattern
+    # "**/X" with no other "/" is exactly "X" matched against the file name at any depth.
+    while name_part.startswith("**/") and "/" not in name_part[3:].replace("**/", ""):
+        name_part = name_part[3:]
+    basename = "/" not in name_part
+    effective = name_part if basename else pattern
+    regex = _translate(effective)
     try:
-        re.compile(regex)
+        _compiled(regex)
     except re.error as exc:  # pragma: no cover - _translate escapes everything it emits
         raise GlobSyntaxError(f"cannot compile {pattern!r}: {exc}") from None
-    return CompiledGlob(pattern, regex, "/" not in pattern)
+    suffix = None
+    if basename and effective.startswith("*") and not _MAGIC & set(effective.lstrip("*")):
+        suffix = effective.lstrip("*")
+    return CompiledGlob(pattern, regex, basename, suffix)
 
 
 def _translate(p: str) -> str:

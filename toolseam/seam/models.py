@@ -149,6 +149,8 @@ class GlobMatch(_Wire):
 
     regex: str = Field(description="Python regex, matched in full.")
     basename: bool = Field(description="Match the file name only, not the relative path.")
+    name_suffix: str | None = Field(
+        None, description="Exact shortcut for regex: a file name matches iff it ends with this.")
 
 
 class FileListing(_Wire):

@@ -206,7 +206,8 @@ class FakeBackend:
         for path in found:
             rel = posixpath.relpath(path, root)
             subject = rel.rpartition("/")[2] if match and match.basename else rel
-            if match is None or re.fullmatch(match.regex, subject):
+            if match is None or (match.name_suffix is not None and subject.endswith(match.name_suffix)) \
+                    or (match.name_suffix is None and re.fullmatch(match.regex, subject)):
                 paths.append(rel)
         return FileListing(paths=paths, inodes=[_inode(p) for p in paths], unreadable_dirs=0)
 

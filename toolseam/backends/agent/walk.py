@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Iterator
 from typing import Any
 
 from .errors import NOT_REGULAR, FsError
@@ -44,50 +44,49 @@ def escape_name(name: str) -> str:
                        for c in name)
 
 
-# on_file(dir_fd, raw_name, rel, inode) is called for every regular file in the tree
-_OnFile = Callable[[int, str, str, int], None]
-
-
-def _walk(root_fd: int, on_file: _OnFile) -> int:
-    """Depth-first over an open directory fd; returns how many directories were unreadable."""
-    unreadable = 0
+def _walk(root_fd: int, unreadable: list[int]) -> Iterator[tuple[int, str, list[os.DirEntry[str]]]]:
+    """Depth-first over an open directory fd: (dir fd, rel prefix, regular-file entries) per
+    directory, the fd valid while the tuple is being used. Unreadable dirs are counted."""
     frames: list[tuple[int, str, list[str]]] = []
 
-    def scan(fd: int, prefix: str) -> list[str]:
+    def scan(fd: int, prefix: str) -> tuple[list[str], list[os.DirEntry[str]]]:
         subdirs: list[str] = []
+        found: list[os.DirEntry[str]] = []
         with os.scandir(fd) as entries:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     if entry.name not in PRUNED_DIRS:
                         subdirs.append(entry.name)
                 elif entry.is_file(follow_symlinks=False):
-                    on_file(fd, entry.name, prefix + escape_name(entry.name), entry.inode())
-        return subdirs
+                    found.append(entry)
+        return subdirs, found
 
-    try:
-        frames.append((root_fd, "", scan(root_fd, "")))
-    except OSError:
-        os.close(root_fd)
-        return 1
-    while frames:
-        fd, prefix, subdirs = frames[-1]
-        if not subdirs:
+    fd, prefix = root_fd, ""
+    while True:
+        try:
+            subdirs, found = scan(fd, prefix)
+        except OSError:
             os.close(fd)
-            frames.pop()
-            continue
-        name = subdirs.pop()
-        try:
-            sub = os.open(name, _DIR_OPEN, dir_fd=fd)
-        except OSError:
-            unreadable += 1
-            continue
-        sub_prefix = prefix + escape_name(name) + "/"
-        try:
-            frames.append((sub, sub_prefix, scan(sub, sub_prefix)))
-        except OSError:
-            os.close(sub)
-            unreadable += 1
-    return unreadable
+            unreadable[0] += 1
+        else:
+            yield fd, prefix, found
+            frames.append((fd, prefix, subdirs))
+        fd = -1
+        while frames and fd < 0:
+            parent, parent_prefix, pending = frames[-1]
+            if not pending:
+                os.close(parent)
+                frames.pop()
+                continue
+            name = pending.pop()
+            try:
+                fd = os.open(name, _DIR_OPEN, dir_fd=parent)
+            except OSError:
+                unreadable[0] += 1
+                continue
+            prefix = parent_prefix + escape_name(name) + "/"
+        if fd < 0:
+            return
 
 
 def _open_root(base: str, path: str, confine: bool) -> tuple[int, bool, str]:
@@ -104,26 +103,37 @@ def _open_root(base: str, path: str, confine: bool) -> tuple[int, bool, str]:
 
 
 def list_files(base: str, path: str, confine: bool, match: str | None = None,
-               match_basename: bool = False) -> dict[str, Any]:
-    """Every regular file under ``path`` whose rel path (or basename) fully matches ``match``."""
+               match_basename: bool = False, name_suffix: str | None = None) -> dict[str, Any]:
+    """Every regular file under ``path`` whose rel path (or basename) fully matches ``match``.
+
+    ``name_suffix``, when given, is an exact shortcut for ``match``: a file name matches iff it
+    ends with it (the library sends it for patterns like ``*.py`` / ``**/*.py``).
+    """
     matcher = re.compile(match).fullmatch if match is not None else None
     paths: list[str] = []
     inodes: list[int] = []
-
-    def on_file(_dir_fd: int, _raw: str, rel: str, inode: int) -> None:
-        subject = rel.rpartition("/")[2] if match_basename else rel
-        if matcher is None or matcher(subject):
-            paths.append(rel)
-            inodes.append(inode)
-
     fd, is_dir, leaf = _open_root(base, path, confine)
-    unreadable = 0
-    if is_dir:
-        unreadable = _walk(fd, on_file)
-    else:
-        on_file(-1, leaf, escape_name(leaf), os.fstat(fd).st_ino)
+    if not is_dir:
+        entries = [(escape_name(leaf), os.fstat(fd).st_ino)]
         os.close(fd)
-    return {"paths": paths, "inodes": inodes, "unreadable_dirs": unreadable}
+        for rel, inode in entries:
+            if matcher is None or matcher(rel):
+                paths.append(rel)
+                inodes.append(inode)
+        return {"paths": paths, "inodes": inodes, "unreadable_dirs": 0}
+    unreadable = [0]
+    for _, prefix, found in _walk(fd, unreadable):
+        for entry in found:
+            name = entry.name
+            if name_suffix is not None:
+                if not name.endswith(name_suffix):
+                    continue
+            elif matcher is not None and not matcher(
+                    escape_name(name) if match_basename else prefix + escape_name(name)):
+                continue
+            paths.append(prefix + (name if name.isascii() else escape_name(name)))
+            inodes.append(entry.inode())
+    return {"paths": paths, "inodes": inodes, "unreadable_dirs": unreadable[0]}
 
 
 def grep_files(base: str, path: str, confine: bool, pattern: str, include: str | None = None,
@@ -137,46 +147,55 @@ def grep_files(base: str, path: str, confine: bool, pattern: str, include: str |
     # A whole-file search first: most files have no hit, and one search beats a split per line.
     prefilter = None if _LINE_ONLY_SYNTAX.search(pattern) else re.compile(pattern, re.MULTILINE)
     includer = re.compile(include).fullmatch if include is not None else None
-    hits: list[list[Any]] = []
-    counts = {"binary": 0, "unreadable": 0}
+    hits: list[tuple[str, int, str, int]] = []
+    binary = unreadable_files = 0
 
-    def search(text: str, rel: str, inode: int) -> None:
-        if prefilter is not None and prefilter.search(text) is None:
-            return
-        for number, line in enumerate(text.split("\n"), 1):
-            if regex.search(line):
-                hits.append([rel, number, line, inode])
-
-    def on_file(dir_fd: int, raw: str, rel: str, inode: int) -> None:
-        if includer is not None and not includer(rel.rpartition("/")[2] if include_basename else rel):
-            return
-        try:
-            fd = os.open(raw, _FILE_OPEN, dir_fd=dir_fd)
-        except OSError:
-            counts["unreadable"] += 1
-            return
-        with open(fd, "rb") as f:
-            data = f.read()
+    def search(data: bytes, rel: str, inode: int) -> bool:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            counts["binary"] += 1
-            return
+            return False
         if "\r" in text:
             text = text.replace("\r\n", "\n").replace("\r", "\n")
-        search(text, rel, inode)
+        if prefilter is not None and prefilter.search(text) is None:
+            return True
+        for number, line in enumerate(text.split("\n"), 1):
+            if regex.search(line):
+                hits.append((rel, number, line, inode))
+        return True
 
     fd, is_dir, leaf = _open_root(base, path, confine)
-    unreadable_dirs = 0
-    if is_dir:
-        unreadable_dirs = _walk(fd, on_file)
+    unreadable = [0]
+    if not is_dir:
+        data = _read_all(fd)
+        os.close(fd)
+        binary += not search(data, escape_name(leaf), 0)
     else:
-        with open(fd, "rb") as f:
-            data = f.read()
-        try:
-            text = data.decode("utf-8")
-            search(text.replace("\r\n", "\n").replace("\r", "\n"), escape_name(leaf), 0)
-        except UnicodeDecodeError:
-            counts["binary"] += 1
-    return {"hits": hits, "binary_files": counts["binary"],
-            "unreadable_files": counts["unreadable"], "unreadable_dirs": unreadable_dirs}
+        for dir_fd, prefix, found in _walk(fd, unreadable):
+            for entry in found:
+                rel = prefix + escape_name(entry.name)
+                subject = escape_name(entry.name) if include_basename else rel
+                if includer is not None and not includer(subject):
+                    continue
+                try:
+                    file_fd = os.open(entry.name, _FILE_OPEN, dir_fd=dir_fd)
+                except OSError:
+                    unreadable_files += 1
+                    continue
+                try:
+                    data = _read_all(file_fd)
+                finally:
+                    os.close(file_fd)
+                binary += not search(data, rel, entry.inode())
+    return {"hits": hits, "binary_files": binary, "unreadable_files": unreadable_files,
+            "unreadable_dirs": unreadable[0]}
+
+
+def _read_all(fd: int) -> bytes:
+    """Whole file by plain reads: cheaper than a buffered file object for thousands of files."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        chunks.append(chunk)
+        if len(chunk) < 1 << 16:  # a short read of a regular file is its end
+            return b"".join(chunks)
