@@ -13,7 +13,7 @@ import asyncio
 import base64
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from ..seam.errors import FileOpError, SessionClosedError
 from ..seam.models import (
@@ -36,8 +36,6 @@ from ._channel import AgentChannel, b64, job_status
 from .agent import files as agent_files
 from .agent import walk as agent_walk
 from .agent.errors import FsError
-
-T = TypeVar("T")
 
 
 class AgentExec:
@@ -74,11 +72,11 @@ class AgentExec:
         await channel.call("release", job=job)
 
 
-def _local(func: Callable[..., T]) -> Callable[..., T]:
+def _local(func: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
     """Run agent file code in-process, mapping its FsError once, here, to the seam's."""
 
     @functools.wraps(func)
-    def call(*args: Any, **kwargs: Any) -> T:
+    def call(*args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
             return func(*args, **kwargs)
         except FsError as exc:
@@ -87,46 +85,54 @@ def _local(func: Callable[..., T]) -> Callable[..., T]:
     return call
 
 
+_stat = _local(agent_files.stat_path)
+_read_text = _local(agent_files.read_text)
+_read_bytes = _local(agent_files.read_bytes)
+_write = _local(agent_files.write_file)
+_commit = _local(agent_files.commit)
+_list_files = _local(agent_walk.list_files)
+_grep = _local(agent_walk.grep_files)
+
+
 class LocalFiles:
-    """The agent's file code, called directly: no channel, no copy, no serialisation."""
+    """The agent's file code, called directly: no channel, no copy, no serialisation.
+
+    Results are built with ``model_construct``: our own code made them in this process, and
+    re-validating 20 000 paths would cost more than the walk's bookkeeping.
+    """
 
     async def stat(self, ref: PathRef) -> FileStat:
-        return FileStat.model_validate(_local(agent_files.stat_path)(ref.base, ref.path, ref.confine))
+        return FileStat.model_construct(**_stat(ref.base, ref.path, ref.confine))
 
     async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
                         refuse_above_bytes: int | None = None) -> TextContent:
-        raw = _local(agent_files.read_text)(ref.base, ref.path, ref.confine, offset, limit,
-                                            refuse_above_bytes)
-        return TextContent.model_validate(raw)
+        return TextContent.model_construct(
+            **_read_text(ref.base, ref.path, ref.confine, offset, limit, refuse_above_bytes))
 
     async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
                          ) -> ByteContent:
-        raw = _local(agent_files.read_bytes)(ref.base, ref.path, ref.confine, refuse_above_bytes)
-        return ByteContent.model_validate(raw)
+        return ByteContent.model_construct(
+            **_read_bytes(ref.base, ref.path, ref.confine, refuse_above_bytes))
 
     async def write(self, ref: PathRef, data: bytes) -> WriteResult:
-        raw = _local(agent_files.write_file)(ref.base, ref.path, ref.confine, data)
-        return WriteResult.model_validate(raw)
+        return WriteResult.model_construct(**_write(ref.base, ref.path, ref.confine, data))
 
     async def commit(self, change: ChangeSet) -> CommitResult:
         ops = [op.model_dump() for op in change.ops]
-        raw = _local(agent_files.commit)(change.base, change.confine, ops)
-        return CommitResult.model_validate(raw)
+        return CommitResult.model_construct(**_commit(change.base, change.confine, ops))
 
     async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
         # A walk of thousands of entries would stall the event loop: it runs in a thread.
         raw = await asyncio.to_thread(
-            _local(agent_walk.list_files), ref.base, ref.path, ref.confine,
-            match.regex if match else None, match.basename if match else False,
-            match.name_suffix if match else None)
-        # In-process and built by our own code: 20 000 paths need no re-validation.
+            _list_files, ref.base, ref.path, ref.confine, match.regex if match else None,
+            match.basename if match else False, match.name_suffix if match else None)
         return FileListing.model_construct(**raw)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
                    ) -> GrepListing:
         raw = await asyncio.to_thread(
-            _local(agent_walk.grep_files), ref.base, ref.path, ref.confine, pattern,
-            include.regex if include else None, include.basename if include else True)
+            _grep, ref.base, ref.path, ref.confine, pattern, include.regex if include else None,
+            include.basename if include else True)
         return GrepListing.model_construct(**raw)
 
 

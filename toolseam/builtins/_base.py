@@ -67,7 +67,8 @@ class CallContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def ref(self, path: str | None) -> PathRef:
-        return PathRef(base=self.base_dir, path=path or ".", confine=self.confine)
+        # Built from a validated input and the session's own base: nothing left to check.
+        return PathRef.model_construct(base=self.base_dir, path=path or ".", confine=self.confine)
 
     def absolute(self, path: str) -> str:
         """The path as the sandbox sees it, relative ones against the base dir (lexical)."""

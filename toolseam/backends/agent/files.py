@@ -89,18 +89,34 @@ def read_text(base: str, path: str, confine: bool, offset: int | None = None,
     The window is read line by line, so a window never needs the whole file in memory. Its
     lines are exactly ``text.split("\\n")[offset-1 : offset-1+limit]`` of the whole text.
     """
-    r = resolve(base, path, confine)
+    r = resolve(base, path, confine, canonical_needed=False)
     fd, st = _open_regular(r)
-    windowed = offset is not None or limit is not None
-    if not windowed and refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
+    if offset is not None or limit is not None:
+        with open(fd, encoding="utf-8", errors="strict", newline=None) as f:
+            try:
+                return {"text": _window(f, offset or 1, limit), "size": st.st_size}
+            except UnicodeDecodeError:
+                raise FsError(NOT_UTF8, path) from None
+    try:
+        if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
+            raise FsError(TOO_LARGE, path, str(st.st_size))
+        data = _read_fd(fd)
+    finally:
         os.close(fd)
-        raise FsError(TOO_LARGE, path, str(st.st_size))
-    with open(fd, encoding="utf-8", errors="strict", newline=None) as f:
-        try:
-            text = _window(f, offset or 1, limit) if windowed else f.read()
-        except UnicodeDecodeError:
-            raise FsError(NOT_UTF8, path) from None
-    return {"text": text, "size": st.st_size}
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FsError(NOT_UTF8, path) from None
+    if "\r" in text:  # universal newlines, as a text-mode read would give
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return {"text": text, "size": len(data)}
+
+
+def _read_fd(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _window(f: io.TextIOWrapper, offset: int, limit: int | None) -> str:
@@ -124,13 +140,14 @@ def _window(f: io.TextIOWrapper, offset: int, limit: int | None) -> str:
 def read_bytes(base: str, path: str, confine: bool,
                refuse_above_bytes: int | None = None) -> dict[str, Any]:
     """The raw bytes of a regular file (media reads, edits)."""
-    r = resolve(base, path, confine)
+    r = resolve(base, path, confine, canonical_needed=False)
     fd, st = _open_regular(r)
-    if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
+    try:
+        if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
+            raise FsError(TOO_LARGE, path, str(st.st_size))
+        data = _read_fd(fd)
+    finally:
         os.close(fd)
-        raise FsError(TOO_LARGE, path, str(st.st_size))
-    with open(fd, "rb") as f:
-        data = f.read()
     return {"data": data, "size": len(data), "mode": stat.S_IMODE(st.st_mode)}
 
 

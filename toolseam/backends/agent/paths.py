@@ -182,15 +182,21 @@ def canonicalize(path: str) -> str:
     return result
 
 
-def resolve(base: str, given: str, confine: bool) -> Resolved:
-    """Map ``given`` onto the filesystem relative to ``base``; refuse escapes when confined."""
+def resolve(base: str, given: str, confine: bool, canonical_needed: bool = True) -> Resolved:
+    """Map ``given`` onto the filesystem relative to ``base``; refuse escapes when confined.
+
+    Unconfined, a plain open needs no canonical form (the kernel resolves the path as given):
+    ``canonical_needed=False`` skips the lstat walk on that hot path.
+    """
     if not given:
         raise FsError(INVALID, given, "empty path")
     if "\x00" in given:
         raise FsError(INVALID, given, "path contains a NUL byte")
     full = given if given.startswith("/") else f"{base.rstrip('/')}/{given}"
-    canonical = canonicalize(full)
     trailing = given.endswith("/") and given.strip("/") != ""
+    if not confine and not canonical_needed:
+        return Resolved(given, full, False, "/", (), trailing)
+    canonical = canonicalize(full)
     if not confine:
         return Resolved(given, canonical, False, "/", _split(canonical), trailing)
     base_canonical = canonicalize(base)
