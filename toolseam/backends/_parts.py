@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from ..seam.errors import FileOpError, SessionClosedError
+from ..seam.errors import CouldNotRunError, FileOpError, SessionClosedError
 from ..seam.models import (
     ByteContent,
     ChangeSet,
@@ -36,6 +36,8 @@ from ._channel import AgentChannel, b64, job_status
 from .agent import files as agent_files
 from .agent import walk as agent_walk
 from .agent.errors import FsError
+
+T = TypeVar("T")
 
 
 class AgentExec:
@@ -215,51 +217,53 @@ class ComposedBackend:
     def info(self) -> SandboxInfo | None:
         return self._info
 
+    async def _explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        """A container backend replaces "the channel closed" with what the engine says."""
+        return failure
+
+    async def _run(self, call: Callable[[], Awaitable[T]]) -> T:
+        self._check_open()
+        try:
+            return await call()
+        except CouldNotRunError as failure:
+            raise await self._explain(failure) from None
+
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:
         self._check_open()
         await self.open()
-        return await self._exec.start(request, on_output)
+        return await self._run(lambda: self._exec.start(request, on_output))
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
-        self._check_open()
-        return await self._exec.wait(job, wait_ms)
+        return await self._run(lambda: self._exec.wait(job, wait_ms))
 
     async def kill(self, job: str) -> JobStatus:
-        self._check_open()
-        return await self._exec.kill(job)
+        return await self._run(lambda: self._exec.kill(job))
 
     async def release(self, job: str) -> None:
         if not self._closed:
-            await self._exec.release(job)
+            await self._run(lambda: self._exec.release(job))
 
     async def stat(self, ref: PathRef) -> FileStat:
-        self._check_open()
-        return await self._files.stat(ref)
+        return await self._run(lambda: self._files.stat(ref))
 
     async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
                         refuse_above_bytes: int | None = None) -> TextContent:
-        self._check_open()
-        return await self._files.read_text(ref, offset, limit, refuse_above_bytes)
+        return await self._run(lambda: self._files.read_text(ref, offset, limit, refuse_above_bytes))
 
     async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
                          ) -> ByteContent:
-        self._check_open()
-        return await self._files.read_bytes(ref, refuse_above_bytes)
+        return await self._run(lambda: self._files.read_bytes(ref, refuse_above_bytes))
 
     async def write(self, ref: PathRef, data: bytes) -> WriteResult:
-        self._check_open()
-        return await self._files.write(ref, data)
+        return await self._run(lambda: self._files.write(ref, data))
 
     async def commit(self, change: ChangeSet) -> CommitResult:
-        self._check_open()
-        return await self._files.commit(change)
+        return await self._run(lambda: self._files.commit(change))
 
     async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
-        self._check_open()
-        return await self._files.list_files(ref, match)
+        return await self._run(lambda: self._files.list_files(ref, match))
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
                    ) -> GrepListing:
-        self._check_open()
-        return await self._files.grep(ref, pattern, include)
+        return await self._run(lambda: self._files.grep(ref, pattern, include))

@@ -222,6 +222,8 @@ def shape_result(status: JobStatus, timeout_ms: int, meta: dict[str, Any]) -> To
             "durationMs": status.duration_ms}
     if status.leftovers_killed:
         meta["leftoversKilled"] = status.leftovers_killed
+    if status.oom_killed:
+        meta["oomKilled"] = True
     if status.timed_out or status.killed:
         meta["killedTree"] = status.killed_tree is True
     if status.timed_out:

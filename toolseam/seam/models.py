@@ -66,6 +66,8 @@ class JobStatus(_Wire):
         description="After a kill: True only when no process of the job was left; else None.")
     leftovers_killed: int = Field(
         description="Processes still running after the leader exited, killed by the sandbox.")
+    oom_killed: bool = Field(
+        False, description="The kernel's OOM killer killed a process of the sandbox while it ran.")
     started: float = Field(description="Start time, seconds since the epoch.")
     duration_ms: int
     chunks: list[OutputChunk]
@@ -178,3 +180,4 @@ class SandboxInfo(_Wire):
     platform: Literal["posix", "windows"] = "posix"
     pid_namespace: bool = Field(description="Commands cannot see processes outside the sandbox.")
     agent_pid: int | None = None
+    cold_start_ms: int | None = Field(None, description="Container created to agent answering.")

@@ -299,10 +299,13 @@ def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int
                 raise FsError(EXISTS if expect == "absent" else STALE, op["path"])
     staged: list[_Staged | _Deleted] = []
     installed: list[_Staged | _Deleted] = []
+    current = ""  # the path being worked on, for the error message
     try:
         for op, r in zip(ops, resolved, strict=True):
+            current = r.given
             staged.append(_Staged(r, op["data"]) if op["op"] == "write" else _Deleted(r))
         for item in staged:
+            current = item.r.given
             installed.append(item)
             item.install()
     except BaseException as exc:
@@ -310,7 +313,7 @@ def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int
         for item in staged:
             item.discard()
         if isinstance(exc, OSError):
-            exc = from_os_error(exc, getattr(exc, "filename", None) or "")
+            exc = from_os_error(exc, current)
         if unrestored and isinstance(exc, FsError):
             exc.detail += f"; could not restore {', '.join(unrestored)} (changed meanwhile)"
         raise exc from None

@@ -96,6 +96,7 @@ class Job:
         env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
         env[TOKEN_VAR] = self.token
         cwd = spec.get("cwd") or "/"
+        self._oom_kills_before = oom_kills()
         self.pid, pipes = spawn(self.argv, cwd, env)
         self.started = time.time()
         self._t0 = time.monotonic()
@@ -278,9 +279,33 @@ class Job:
             "exit_code": exit_code, "timed_out": self.timed_out, "killed": self.killed,
             "killed_tree": self.killed_tree, "leftovers_killed": self.leftovers,
             "started": self.started, "duration_ms": int((end - self._t0) * 1000),
+            "oom_killed": self.state == "done" and self._oom_kills_before is not None
+            and (oom_kills() or 0) > self._oom_kills_before,
         }
         result.update(self.capture.snapshot())
         return result
+
+
+_OOM_COUNTERS = (("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),  # cgroup v1
+                 ("/sys/fs/cgroup/memory.events", "oom_kill"))  # cgroup v2
+
+
+def oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed in this (container's) cgroup.
+
+    The engines' OOMKilled flag speaks of the whole container (and podman 4.3 reports it false
+    even then); a command killed for memory inside a live sandbox shows only here.
+    """
+    for path, key in _OOM_COUNTERS:
+        try:
+            with open(path) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
 
 
 def _has_children() -> bool:

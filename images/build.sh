@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Build the reference sandbox image for one engine.
+#
+#   images/build.sh podman|docker [--user NAME] [--base IMAGE]
+#
+# Without --base (these machines: no registry), the base is debootstrapped from the Debian
+# mirror apt already uses and imported as localhost/toolseam-base:bookworm; with --base, the
+# Containerfile builds FROM that image (e.g. docker.io/library/debian:bookworm-slim).
+# --user builds into a rootless podman user's own storage.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+engine="$1"; shift
+user=""; base=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --user) user="$2"; shift 2 ;;
+    --base) base="$2"; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+cache=/var/cache/toolseam
+# the engine's own client: a newer CLI elsewhere on PATH may not speak to docker.io 20.10
+docker=/usr/bin/docker; [ -x "$docker" ] || docker=$(command -v docker || echo docker)
+tarball="$cache/bookworm-python3.tar"
+run() {  # run an engine command as root or as the rootless user
+  if [ -n "$user" ]; then
+    su -s /bin/sh "$user" -c "cd /tmp && XDG_RUNTIME_DIR=/run/user/$(id -u "$user") $*"
+  else
+    sh -c "$*"
+  fi
+}
+if [ -z "$base" ]; then
+  if [ ! -s "$tarball" ]; then
+    mkdir -p "$cache"
+    # the Debian mirror apt already uses (not a third-party repository listed beside it)
+    mirror=$( { grep -rhoE '^(URIs:|deb) *https?://[^ ]+' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null || true; } \
+             | grep -oE 'https?://[^ ]+/debian/?$' | grep -v security | head -n1 || true)
+    mirror="${mirror:-http://deb.debian.org/debian}"
+    rm -rf "$cache/rootfs"
+    debootstrap --variant=minbase --include=python3 bookworm "$cache/rootfs" "$mirror" >"$cache/debootstrap.log" 2>&1 \
+      || { tail -n 30 "$cache/debootstrap.log" >&2; exit 1; }
+    tar -C "$cache/rootfs" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+    rm -rf "$cache/rootfs"
+  fi
+  chmod 0755 "$cache"; chmod 0644 "$tarball"
+  case "$engine" in
+    podman) run "podman import --quiet $tarball localhost/toolseam-base:bookworm" >/dev/null ;;
+    docker) "$docker" import "$tarball" localhost/toolseam-base:bookworm >/dev/null ;;
+  esac
+  base=localhost/toolseam-base:bookworm
+fi
+case "$engine" in
+  podman) run "podman build --quiet --network=none --build-arg BASE=$base -t localhost/toolseam-sandbox:latest -f $here/Containerfile $here" >/dev/null ;;
+  docker) DOCKER_BUILDKIT=0 "$docker" build --quiet --network=none --build-arg "BASE=$base" \
+            -t localhost/toolseam-sandbox:latest -f "$here/Containerfile" "$here" >/dev/null ;;
+  *) echo "engine must be podman or docker" >&2; exit 2 ;;
+esac
+# A 2 MB image without python3, for the "image lacks python3" test.
+nopy="$cache/nopython.tar"
+if [ ! -s "$nopy" ]; then
+  rm -rf "$cache/nopython"; mkdir -p "$cache/nopython/bin"
+  cp /bin/busybox "$cache/nopython/bin/busybox"
+  for tool in sh sleep cat true; do ln -sf busybox "$cache/nopython/bin/$tool"; done
+  tar -C "$cache/nopython" -cf "$nopy" . && chmod 0644 "$nopy"
+fi
+case "$engine" in
+  podman) run "podman import --quiet $nopy localhost/toolseam-nopython:latest" >/dev/null ;;
+  docker) "$docker" import "$nopy" localhost/toolseam-nopython:latest >/dev/null ;;
+esac
+echo "built localhost/toolseam-sandbox:latest for $engine${user:+ (rootless, $user)}"

@@ -1,0 +1,266 @@
+"""What the podman and docker backends share, by composition: one warm container per session.
+
+The container runs the sandbox agent (mounted read-only from a staged copy of
+``backends/agent``) as its main process under the engine's init. The agent listens on a unix
+socket in a bind-mounted private directory; the host connects once and every call is a line
+on that socket — about a millisecond, never an engine ``exec`` per call.
+
+Engines differ only in how a container is created, inspected and removed: that is the
+``Engine`` protocol each backend implements with its own SDK.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import psutil
+
+from ..seam.errors import CouldNotRunError
+from ..seam.models import SandboxInfo
+from ._channel import STREAM_LIMIT, AgentChannel
+from .host import AGENT_PARENT, agent_boot
+
+OWNER_LABEL = "toolseam.owner"
+SESSION_LABEL = "toolseam.session"
+WORKSPACE = "/workspace"
+AGENT_MOUNT = "/opt/toolseam"
+SOCKET_MOUNT = "/run/toolseam"
+_CONNECT_TIMEOUT_S = 15.0
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Hardening:
+    """The sandbox's defaults (CONTRACT §9); every one can be overridden by the host."""
+
+    network: str = "none"
+    read_only_root: bool = True
+    tmpfs_size: str = "512m"
+    drop_all_capabilities: bool = True
+    no_new_privileges: bool = True
+    pids_limit: int = 1024
+    memory: str = "2g"
+    nofile: int = 1024  # below the hard limit: the engine cannot raise rlimits here
+    nproc: int = 4096
+    init: bool = True
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    image: str
+    name: str
+    command: list[str]
+    labels: dict[str, str]
+    environment: dict[str, str]
+    binds: list[tuple[str, str, bool]]  # (host path, container path, read only)
+    hardening: Hardening
+
+
+@dataclass
+class ContainerState:
+    running: bool
+    exit_code: int | None
+    oom_killed: bool
+    status: str
+    error: str = ""
+
+
+class Engine(Protocol):
+    """One engine SDK behind the calls the sandbox needs (synchronous; run in threads)."""
+
+    endpoint: str
+
+    def ping(self) -> None: ...
+    def image_exists(self, image: str) -> bool: ...
+    def run(self, spec: ContainerSpec) -> str: ...
+    def state(self, container: str) -> ContainerState: ...
+    def logs(self, container: str) -> str: ...
+    def remove(self, container: str) -> None: ...
+    def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
+    def close(self) -> None: ...
+
+
+def owner_label() -> str:
+    """host:pid:start-time — a pid alone could be reused by an unrelated process."""
+    me = psutil.Process()
+    return f"{socket.gethostname()}:{me.pid}:{me.create_time():.3f}"
+
+
+def owner_is_gone(label: str) -> bool:
+    host, _, rest = label.partition(":")
+    pid_text, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False  # another machine's container is not ours to judge
+    try:
+        return f"{psutil.Process(int(pid_text)).create_time():.3f}" != started
+    except psutil.NoSuchProcess:
+        return True
+
+
+def stage_agent() -> str:
+    """A world-readable copy of the agent package (a rootless engine cannot read a 0700 home)."""
+    sources = sorted(Path(AGENT_PARENT, "agent").glob("*.py"))
+    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
+    staged = Path(tempfile.gettempdir()) / f"toolseam-agent-{digest}"
+    if not (staged / "agent" / "server.py").exists():
+        work = Path(tempfile.mkdtemp(prefix="toolseam-agent-stage-"))
+        (work / "agent").mkdir()
+        for source in sources:
+            shutil.copyfile(source, work / "agent" / source.name)
+        for path in (work, work / "agent"):
+            path.chmod(0o755)
+        for path in (work / "agent").iterdir():
+            path.chmod(0o644)
+        try:
+            work.rename(staged)
+        except OSError:  # another session staged it first
+            shutil.rmtree(work, ignore_errors=True)
+    return str(staged)
+
+
+def _socket_owner(endpoint: str) -> int | None:
+    """The uid container root maps to: the owner of a local engine socket (rootless podman)."""
+    if not endpoint.startswith("unix://"):
+        return None
+    try:
+        return os.stat(endpoint.removeprefix("unix://")).st_uid
+    except OSError:
+        return None
+
+
+@dataclass
+class ContainerSandbox:
+    engine: Engine
+    engine_name: str
+    image: str
+    workspace: str
+    hardening: Hardening
+    environment: dict[str, str]
+    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    container: str | None = None
+    channel: AgentChannel | None = None
+    _socket_dir: str | None = None
+
+    async def _call(self, func: Callable[[], T]) -> T:
+        return await asyncio.to_thread(func)
+
+    async def start(self) -> SandboxInfo:
+        started = time.monotonic()
+        await self._call(self.engine.ping)
+        await self.remove_orphans()
+        if not await self._call(lambda: self.engine.image_exists(self.image)):
+            raise CouldNotRunError(
+                f"image {self.image!r} is not present on the {self.engine_name} engine at "
+                f"{self.engine.endpoint} (pull policy: never); build it with images/build.sh",
+                retryable=False)
+        self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
+        owner = _socket_owner(self.engine.endpoint)
+        if os.geteuid() == 0 and owner not in (None, 0):
+            os.chown(self._socket_dir, owner, owner)
+        os.chmod(self._socket_dir, 0o700)
+        command = ["python3", *agent_boot(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
+        spec = ContainerSpec(
+            image=self.image, name=f"toolseam-{self.session_id}", command=command,
+            labels={OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id},
+            environment=self.environment,
+            binds=[(self.workspace, WORKSPACE, False), (stage_agent(), AGENT_MOUNT, True),
+                   (self._socket_dir, SOCKET_MOUNT, False)],
+            hardening=self.hardening)
+        self.container = await self._call(lambda: self.engine.run(spec))
+        hello = await self._connect()
+        return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,
+                           pid_namespace=True, agent_pid=int(hello["pid"]),
+                           cold_start_ms=int((time.monotonic() - started) * 1000))
+
+    async def _connect(self) -> dict[str, Any]:
+        assert self._socket_dir is not None
+        path = os.path.join(self._socket_dir, "agent.sock")
+        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+        delay = 0.002
+        while True:
+            if os.path.exists(path):
+                try:
+                    reader, writer = await asyncio.open_unix_connection(path, limit=STREAM_LIMIT)
+                    break
+                except OSError:
+                    pass
+            state = await self._state()
+            if state is not None and not state.running:
+                raise await self.explain(None)
+            if time.monotonic() > deadline:
+                raise CouldNotRunError(f"the sandbox agent did not start within {_CONNECT_TIMEOUT_S:.0f} s "
+                                       f"in {self.image!r}", retryable=True)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        self.channel = AgentChannel(reader, writer, f"{self.engine_name} container {self.container}")
+        return await self.channel.call("hello")
+
+    async def _state(self) -> ContainerState | None:
+        if self.container is None:
+            return None
+        try:
+            return await self._call(lambda: self.engine.state(self.container or ""))
+        except CouldNotRunError:
+            return None
+
+    async def explain(self, failure: CouldNotRunError | None) -> CouldNotRunError:
+        """Turn "the channel closed" into what happened to the container, from the engine's API."""
+        state = await self._state()
+        if state is None:
+            return failure or CouldNotRunError("the sandbox container is gone", retryable=True)
+        logs = ""
+        with contextlib.suppress(CouldNotRunError):
+            logs = (await self._call(lambda: self.engine.logs(self.container or ""))).strip()
+        if state.running:
+            detail = f": {logs.splitlines()[-1]}" if logs else ""
+            return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
+                                    retryable=True)
+        text = f"{state.error} {logs}".lower()
+        if state.exit_code == 127 or ("python3" in text and "not found" in text):
+            return CouldNotRunError(f"image {self.image!r} has no python3, which the sandbox agent "
+                                    "needs (standard library only)", retryable=False)
+        if state.oom_killed or state.exit_code == 137:
+            # podman 4.3 reports OOMKilled=false for a real OOM kill: exit 137 says SIGKILL.
+            return CouldNotRunError("the sandbox container was killed (out of memory or SIGKILL, "
+                                    "exit 137)", retryable=True)
+        return CouldNotRunError(f"the sandbox container exited (code {state.exit_code}, "
+                                f"{state.status})", retryable=True)
+
+    async def remove_orphans(self) -> list[str]:
+        """The janitor: remove containers whose owning process is gone."""
+        removed = []
+        for container, labels in await self._call(lambda: self.engine.labeled(OWNER_LABEL)):
+            if owner_is_gone(labels.get(OWNER_LABEL, "")):
+                with contextlib.suppress(CouldNotRunError):
+                    await self._call(lambda c=container: self.engine.remove(c))  # type: ignore[misc]
+                    removed.append(container)
+        return removed
+
+    async def stop(self) -> None:
+        channel, self.channel = self.channel, None
+        if channel is not None:
+            if channel.alive:
+                with contextlib.suppress(CouldNotRunError, TimeoutError):
+                    await asyncio.wait_for(channel.call("shutdown"), 5)
+            await channel.close(drain_s=5)
+        if self.container is not None:
+            with contextlib.suppress(CouldNotRunError):
+                await self._call(lambda: self.engine.remove(self.container or ""))
+            self.container = None
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+        await self._call(self.engine.close)

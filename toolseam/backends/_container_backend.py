@@ -1,0 +1,57 @@
+"""The backend both container engines present: a ``ContainerSandbox`` composed with the
+agent's exec and file parts. Podman and docker differ only in the ``Engine`` they pass in."""
+
+from __future__ import annotations
+
+import asyncio
+
+from ..policy.environment import CONTAINER_BASE_ENV
+from ..seam.errors import CouldNotRunError
+from ..seam.models import SandboxInfo
+from ._channel import AgentChannel
+from ._container import ContainerSandbox, Engine, Hardening
+from ._parts import AgentExec, AgentFiles, ComposedBackend
+
+DEFAULT_IMAGE = "localhost/toolseam-sandbox:latest"
+
+
+class ContainerBackend(ComposedBackend):
+    """One warm container per session. A configured container backend that cannot start fails
+    the session (``CouldNotRunError``); it never falls back to the host."""
+
+    def __init__(self, engine: Engine, engine_name: str, image: str, workspace: str,
+                 hardening: Hardening | None) -> None:
+        super().__init__(AgentFiles(self._agent), AgentExec(self._agent))
+        self.name = engine_name
+        self.sandbox = ContainerSandbox(engine, engine_name, image, workspace,
+                                        hardening or Hardening(), dict(CONTAINER_BASE_ENV))
+        self._opening = asyncio.Lock()
+
+    def _agent(self) -> AgentChannel:
+        channel = self.sandbox.channel
+        if channel is None:
+            raise CouldNotRunError(f"the {self.name} sandbox is not running", retryable=True)
+        return channel
+
+    async def _explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        channel = self.sandbox.channel
+        if channel is not None and not channel.alive:
+            return await self.sandbox.explain(failure)
+        return failure
+
+    async def open(self) -> SandboxInfo:
+        self._check_open()
+        async with self._opening:
+            if self._info is None:
+                try:
+                    self._info = await self.sandbox.start()
+                except BaseException:
+                    await self.sandbox.stop()
+                    raise
+        return self._info
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.sandbox.stop()

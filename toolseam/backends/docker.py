@@ -1,0 +1,116 @@
+"""The docker backend, through the docker SDK. Same sandbox, same agent, another ``Engine``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import docker
+import requests
+from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.types import Mount, Ulimit
+
+from ..seam.errors import CouldNotRunError
+from ._container import ContainerSpec, ContainerState, Hardening
+from ._container_backend import DEFAULT_IMAGE, ContainerBackend
+from ._retry import transient_retry
+
+
+def _map(endpoint: str, exc: Exception) -> CouldNotRunError:
+    """Every docker SDK / transport failure as the one could-not-run it means."""
+    if isinstance(exc, requests.exceptions.ConnectionError | FileNotFoundError | ConnectionError):
+        return CouldNotRunError(f"docker engine unreachable at {endpoint}: {exc}", retryable=True)
+    if isinstance(exc, ImageNotFound | NotFound):
+        return CouldNotRunError(f"docker at {endpoint}: not found: {exc}", retryable=False)
+    if isinstance(exc, APIError):
+        status = exc.status_code or 0
+        return CouldNotRunError(f"docker at {endpoint}: {exc.explanation or exc}",
+                                retryable=status >= 500)
+    if isinstance(exc, DockerException) and "connection" in str(exc).lower():
+        return CouldNotRunError(f"docker engine unreachable at {endpoint}: {exc}", retryable=True)
+    return CouldNotRunError(f"docker at {endpoint}: {exc}", retryable=True)
+
+
+class DockerEngine:
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self._client: docker.DockerClient | None = None
+
+    def _do(self, call: Any) -> Any:
+        try:
+            if self._client is None:  # the constructor itself talks to the engine
+                self._client = docker.DockerClient(base_url=self.endpoint, timeout=30)
+            return transient_retry(call)
+        except (DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise _map(self.endpoint, exc) from None
+
+    @property
+    def client(self) -> docker.DockerClient:
+        assert self._client is not None
+        return self._client
+
+    def ping(self) -> None:
+        self._do(lambda: self.client.ping())
+
+    def image_exists(self, image: str) -> bool:
+        try:
+            self._do(lambda: self.client.images.get(image))
+        except CouldNotRunError as exc:
+            if "not found" in exc.reason.lower():
+                return False
+            raise
+        return True
+
+    def run(self, spec: ContainerSpec) -> str:
+        h: Hardening = spec.hardening
+        options: dict[str, Any] = {
+            "name": spec.name, "labels": spec.labels, "environment": spec.environment,
+            "working_dir": "/workspace", "network_mode": h.network, "read_only": h.read_only_root,
+            "tmpfs": {"/tmp": f"rw,size={h.tmpfs_size},mode=1777"}, "init": h.init,
+            "mounts": [Mount(target=dst, source=src, type="bind", read_only=ro)
+                       for src, dst, ro in spec.binds],
+            "pids_limit": h.pids_limit, "mem_limit": h.memory, "detach": True,
+            "ulimits": [Ulimit(name="nofile", soft=h.nofile, hard=h.nofile),
+                        Ulimit(name="nproc", soft=h.nproc, hard=h.nproc)],
+        }
+        if h.drop_all_capabilities:
+            options["cap_drop"] = ["ALL"]
+        if h.no_new_privileges:
+            options["security_opt"] = ["no-new-privileges"]
+        container = self._do(lambda: self.client.containers.run(spec.image, spec.command, **options))
+        return str(container.id)
+
+    def state(self, container: str) -> ContainerState:
+        attrs = self._do(lambda: self.client.api.inspect_container(container))
+        state = attrs.get("State", {})
+        return ContainerState(running=bool(state.get("Running")), exit_code=state.get("ExitCode"),
+                              oom_killed=bool(state.get("OOMKilled")),
+                              status=str(state.get("Status", "")), error=str(state.get("Error", "")))
+
+    def logs(self, container: str) -> str:
+        data = self._do(lambda: self.client.api.logs(container, tail=20))
+        return bytes(data).decode("utf-8", "replace")
+
+    def remove(self, container: str) -> None:
+        try:
+            self._do(lambda: self.client.api.remove_container(container, force=True, v=True))
+        except CouldNotRunError as exc:
+            if "not found" not in exc.reason.lower() and "no such" not in exc.reason.lower():
+                raise
+
+    def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]:
+        found = self._do(lambda: self.client.api.containers(all=True, filters={"label": label}))
+        return [(str(c["Id"]), dict(c.get("Labels") or {})) for c in found]
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+class DockerBackend(ContainerBackend):
+    """``DockerBackend(workspace, image=..., endpoint=...)``."""
+
+    def __init__(self, workspace: str = ".", *, image: str = DEFAULT_IMAGE,
+                 endpoint: str | None = None, hardening: Hardening | None = None) -> None:
+        url = endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or "unix:///var/run/docker.sock"
+        super().__init__(DockerEngine(url), "docker", image, os.path.abspath(workspace), hardening)
