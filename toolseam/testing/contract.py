@@ -70,10 +70,14 @@ class _Bound:
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
         raise NotImplementedError
 
+    def host_root(self, tmp_path: Path) -> Path:
+        """Where the workspace is made; a rootless engine needs a path its user can reach."""
+        return tmp_path
+
     @pytest_asyncio.fixture
     async def sandbox(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
-        host_dir = tmp_path / "ws"
-        host_dir.mkdir()
+        host_dir = self.host_root(tmp_path) / "ws"
+        host_dir.mkdir(parents=True)
         os.chmod(host_dir, 0o777)  # a rootless sandbox maps to another uid
         backend, base = await self.make_backend(host_dir)
         await backend.open()

@@ -1,0 +1,57 @@
+"""Which container engines the tests use, from .engines.env (written by scripts/setup-engines.sh).
+
+Locally a missing engine is a visible skip (-ra); with TOOLSEAM_REQUIRE_ENGINES=1 (CI, set by
+the test script) it is a failure, so CI can never pass by skipping the engines.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from toolseam.backends.docker import DockerBackend
+from toolseam.backends.podman import PodmanBackend
+from toolseam.seam.protocol import BuiltinExec
+
+IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
+ENGINES = ("podman", "podman-rootless", "docker")
+_URLS = {"podman": "TOOLSEAM_PODMAN_URL", "podman-rootless": "TOOLSEAM_PODMAN_ROOTLESS_URL",
+         "docker": "TOOLSEAM_DOCKER_URL"}
+
+
+def endpoint(engine: str) -> str:
+    url = os.environ.get(_URLS[engine])
+    if url:
+        return url
+    message = f"{engine}: {_URLS[engine]} is not set (run scripts/setup-engines.sh)"
+    if os.environ.get("TOOLSEAM_REQUIRE_ENGINES"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def backend(engine: str, workspace: str, **options: object) -> BuiltinExec:
+    url = endpoint(engine)
+    if engine == "docker":
+        return DockerBackend(workspace, image=str(options.pop("image", IMAGE)), endpoint=url, **options)  # type: ignore[arg-type]
+    return PodmanBackend(workspace, image=str(options.pop("image", IMAGE)), endpoint=url,  # type: ignore[arg-type]
+                         rootless=engine == "podman-rootless", **options)
+
+
+def shared_dir() -> Path:
+    """A directory a rootless engine's user can reach (pytest's tmp dirs are 0700 root)."""
+    root = Path(tempfile.gettempdir()) / "toolseam-tests"
+    root.mkdir(exist_ok=True)
+    root.chmod(0o1777)
+    path = root / uuid.uuid4().hex[:10]
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+def remove_shared(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
