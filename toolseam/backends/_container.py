@@ -131,6 +131,22 @@ def stage_agent() -> str:
     return str(staged)
 
 
+def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
+    """Fail fast, naming the endpoint, when a local engine socket is missing or refuses."""
+    if not endpoint.startswith("unix://"):
+        return
+    path = endpoint.removeprefix("unix://")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(2)
+        probe.connect(path)
+    except OSError as exc:
+        raise CouldNotRunError(f"{engine_name} engine unreachable at {endpoint}: "
+                               f"{exc.strerror or exc}", retryable=True) from None
+    finally:
+        probe.close()
+
+
 def _socket_owner(endpoint: str) -> int | None:
     """The uid container root maps to: the owner of a local engine socket (rootless podman)."""
     if not endpoint.startswith("unix://"):
@@ -159,6 +175,7 @@ class ContainerSandbox:
 
     async def start(self) -> SandboxInfo:
         started = time.monotonic()
+        await self._call(lambda: check_unix_endpoint(self.engine_name, self.engine.endpoint))
         await self._call(self.engine.ping)
         await self.remove_orphans()
         if not await self._call(lambda: self.engine.image_exists(self.image)):
@@ -199,7 +216,7 @@ class ContainerSandbox:
                     pass
             state = await self._state()
             if state is not None and not state.running:
-                raise await self.explain(None)
+                raise await self.explain(None, starting=True)
             if time.monotonic() > deadline:
                 raise CouldNotRunError(f"the sandbox agent did not start within {_CONNECT_TIMEOUT_S:.0f} s "
                                        f"in {self.image!r}", retryable=True)
@@ -216,7 +233,8 @@ class ContainerSandbox:
         except CouldNotRunError:
             return None
 
-    async def explain(self, failure: CouldNotRunError | None) -> CouldNotRunError:
+    async def explain(self, failure: CouldNotRunError | None, starting: bool = False
+                      ) -> CouldNotRunError:
         """Turn "the channel closed" into what happened to the container, from the engine's API."""
         state = await self._state()
         if state is None:
@@ -229,7 +247,12 @@ class ContainerSandbox:
             return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
                                     retryable=True)
         text = f"{state.error} {logs}".lower()
-        if state.exit_code == 127 or ("python3" in text and "not found" in text):
+        missing = ("not found", "no such file", "executable file")
+        # The container's first program is python3: an init that cannot exec it says so in its
+        # own words ("tini: exec python3 failed", "catatonit: failed to exec pid1").
+        exec_failed = "exec" in text and any(m in text for m in missing)
+        if state.exit_code == 127 or (starting and exec_failed) or (
+                "python3" in text and any(m in text for m in missing)):
             return CouldNotRunError(f"image {self.image!r} has no python3, which the sandbox agent "
                                     "needs (standard library only)", retryable=False)
         if state.oom_killed or state.exit_code == 137:

@@ -1,0 +1,212 @@
+"""What only container backends must show (CONTRACT §2, §9), on every engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from toolseam import CouldNotRunError, Toolkit
+from toolseam.backends._container import Hardening
+from toolseam.seam.models import SpawnRequest
+
+from .conftest import host_survivors
+from .engines import ENGINES, backend, endpoint, remove_shared, shared_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def workspace() -> Iterator[Path]:
+    path = shared_dir()
+    yield path
+    remove_shared(path)
+
+
+@pytest_asyncio.fixture(params=ENGINES)
+async def toolkit(request: pytest.FixtureRequest, workspace: Path) -> AsyncIterator[Toolkit]:
+    async with Toolkit(backend(request.param, str(workspace))) as tk:
+        yield tk
+
+
+async def test_posture_inside_the_sandbox(toolkit: Toolkit) -> None:
+    probe = await toolkit.call("bash", {"command": (
+        "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; ls /sys/class/net; "
+        "ls /var/run/docker.sock /run/podman/podman.sock /run/docker.sock 2>&1 | grep -c 'No such'; "
+        "touch /usr/probe 2>&1; touch /tmp/ok && echo tmp-writable; grep -c NoNewPrivs:.1 /proc/self/status")})
+    lines = probe.output.splitlines()
+    assert lines[:3] == ["CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+                         "CapBnd:\t0000000000000000"]
+    assert lines[3] == "lo"  # no network interface but loopback
+    assert lines[4] == "3"  # no engine socket anywhere
+    assert "Read-only file system" in lines[5]
+    assert lines[6:] == ["tmp-writable", "1"]
+
+
+async def test_timeout_leaves_only_init_and_agent(toolkit: Toolkit) -> None:
+    marker = f"{uuid.uuid4().int % 900 + 100}.75"
+    result = await toolkit.call("bash", {"command": f"setsid sleep {marker} & sleep {marker} & sleep 60",
+                                         "timeout": 500})
+    assert result.metadata["timedOut"] and result.metadata["killedTree"]
+    channel = toolkit.backend.sandbox.channel  # type: ignore[attr-defined]
+    table = (await channel.call("ps"))["processes"]
+    alive = [p for p in table if p["state"] not in ("Z", "X")]
+    assert len(alive) == 2, alive  # the engine's init and the agent
+    assert any("agent.server" in p["cmdline"] for p in alive)
+    assert host_survivors(f"sleep {marker}") == []
+
+
+async def test_exit_126_from_the_user_is_a_result(toolkit: Toolkit) -> None:
+    result = await toolkit.call("bash", {"command": "exit 126"})
+    assert (result.output, result.metadata["exitCode"]) == ("\nbash: command exited with code 126", 126)
+    assert "failure" not in result.metadata
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_missing_image_is_could_not_run_fast(engine: str, workspace: Path) -> None:
+    started = time.monotonic()
+    sandbox = backend(engine, str(workspace), image="localhost/toolseam-no-such-image:9")
+    with pytest.raises(CouldNotRunError) as caught:
+        await sandbox.open()
+    await sandbox.close()
+    assert time.monotonic() - started < 5
+    assert "localhost/toolseam-no-such-image:9" in caught.value.reason
+    assert caught.value.retryable is False
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_wrong_engine_socket_names_the_endpoint(engine: str, workspace: Path) -> None:
+    endpoint(engine)  # the engine itself must be configured for this test to mean anything
+    from toolseam.backends.docker import DockerBackend
+    from toolseam.backends.podman import PodmanBackend
+
+    wrong = "unix:///run/toolseam/no-such-engine.sock"
+    with pytest.raises(CouldNotRunError) as caught:
+        await Toolkit(DockerBackend(str(workspace), endpoint=wrong) if engine == "docker"
+                      else PodmanBackend(str(workspace), endpoint=wrong)).open()
+    assert wrong in caught.value.reason and "unreachable" in caught.value.reason
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_image_without_python_is_named(engine: str, workspace: Path) -> None:
+    sandbox = backend(engine, str(workspace), image="localhost/toolseam-nopython:latest")
+    with pytest.raises(CouldNotRunError) as caught:
+        await sandbox.open()
+    await sandbox.close()
+    assert "localhost/toolseam-nopython:latest" in caught.value.reason
+    assert "python3" in caught.value.reason and caught.value.retryable is False
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])  # rootless on cgroups v1 has no limits
+async def test_memory_hog_is_ran_with_an_oom_indicator(engine: str, workspace: Path) -> None:
+    sandbox = backend(engine, str(workspace), hardening=Hardening(memory="160m"))
+    async with Toolkit(sandbox) as tk:
+        hog = await tk.call("bash", {"command": "python3 -c \"x = b'a' * (600 << 20)\"; echo after"})
+        assert hog.metadata.get("oomKilled") is True, hog
+        assert hog.output.endswith("after\n") and "failure" not in hog.metadata
+        assert not (await tk.call("bash", {"command": "true"})).is_error  # the sandbox lives on
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_container_dying_is_could_not_run(engine: str, workspace: Path) -> None:
+    sandbox = backend(engine, str(workspace))
+    async with Toolkit(sandbox) as tk:
+        container = sandbox.sandbox.container  # type: ignore[attr-defined]
+        engine_cli = ["/usr/bin/docker"] if engine == "docker" else ["podman"]
+        env = dict(os.environ)
+        if engine == "podman-rootless":
+            env["CONTAINER_HOST"] = endpoint(engine)
+            engine_cli = ["podman", "--remote"]
+        subprocess.run([*engine_cli, "kill", container], check=True, capture_output=True, env=env)
+        result = await tk.call("bash", {"command": "true"})
+    assert result.is_error and result.metadata["failure"] == "could_not_run"
+    assert "killed" in result.metadata["reason"] or "exited" in result.metadata["reason"]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_host_sigkill_then_janitor(engine: str, workspace: Path) -> None:
+    marker = f"{uuid.uuid4().int % 900 + 100}.25"
+    holder = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/hold_job.py"), engine,
+                               str(workspace), marker], stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert holder.stdout is not None
+    container = json.loads(holder.stdout.readline())["container"]
+    assert host_survivors(f"sleep {marker}")
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    holder.stdout.close()
+    deadline = time.monotonic() + 8  # the job's own deadline is 5 s
+    while host_survivors(f"sleep {marker}") and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert host_survivors(f"sleep {marker}") == []
+    fresh = backend(engine, str(workspace))
+    await fresh.open()  # the janitor runs at start
+    try:
+        engine_api = fresh.sandbox.engine  # type: ignore[attr-defined]
+        remaining = [c for c, _ in await asyncio.to_thread(engine_api.labeled, "toolseam.owner")]
+        assert container not in remaining
+    finally:
+        await fresh.close()
+
+
+async def test_rootless_files_belong_to_the_user(workspace: Path) -> None:
+    user = os.environ.get("TOOLSEAM_ROOTLESS_USER", "")
+    async with Toolkit(backend("podman-rootless", str(workspace))) as tk:
+        await tk.call("write", {"path": "made/in/sandbox.txt", "content": "x"})
+        await tk.call("bash", {"command": "echo y > from-bash.txt"})
+    import pwd
+
+    uid = pwd.getpwnam(user).pw_uid
+    for made in (workspace / "made", workspace / "made/in/sandbox.txt", workspace / "from-bash.txt"):
+        assert made.stat().st_uid == uid, made
+    removed = subprocess.run(["su", "-s", "/bin/sh", user, "-c",
+                              f"echo edited >> {workspace}/from-bash.txt && rm -r {workspace}/made"],
+                             capture_output=True, text=True)
+    assert removed.returncode == 0, removed.stderr
+    assert not (workspace / "made").exists()
+
+
+async def test_conformance_across_all_backends(tmp_path: Path) -> None:
+    calls = [
+        ("glob", {"pattern": "**/*", "limit": 4}), ("grep", {"pattern": "hit", "limit": 3}),
+        ("read", {"path": "alpha/f.txt", "offset": 1, "limit": 1}),
+        ("bash", {"command": "cat ms.txt; echo err >&2; exit 7"}),
+        ("edit", {"path": "ms.txt", "oldString": "hit", "newString": "HIT"}),
+        ("apply_patch", {"patchText": "*** Begin Patch\n*** Add File: new/p.txt\n+p\n*** End Patch"}),
+        ("glob", {"pattern": "*.txt"}), ("read", {"path": "../escape"}),
+    ]
+    outputs = {}
+    from toolseam.testing.contract import ORDER_FIXTURE
+
+    for name in ("host", *ENGINES):
+        workspace = shared_dir()
+        for rel, data in ORDER_FIXTURE.items():
+            (workspace / rel).parent.mkdir(parents=True, exist_ok=True)
+            (workspace / rel).write_bytes(data)
+        for directory in [workspace, *workspace.rglob("*")]:
+            if directory.is_dir():
+                directory.chmod(0o777)
+        sandbox = Toolkit("host", base_dir=str(workspace), confine_to_base_dir=True) if name == "host" \
+            else Toolkit(backend(name, str(workspace)), base_dir="/workspace", confine_to_base_dir=True)
+        async with sandbox as tk:
+            results = []
+            for tool, args in calls:
+                result = (await tk.call(tool, args)).to_json()
+                result["output"] = result["output"].replace(tk.base_dir, "<base>")
+                for key in ("durationMs", "shell"):
+                    result["metadata"].pop(key, None)
+                results.append(result)
+            outputs[name] = results
+        remove_shared(workspace)
+    for name, results in outputs.items():
+        assert results == outputs["host"], name
+    assert outputs["host"][7]["output"] == "read: ../escape resolves outside baseDir <base>"
