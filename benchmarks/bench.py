@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from toolseam import Toolkit  # noqa: E402
+from toolseam import Toolkit
 
 TREE_FILES = 20_000
 
@@ -151,13 +151,13 @@ async def host_table(tree: str, small: str) -> list[str]:
     async with Toolkit("host", base_dir=tree, tools={"bash": False}) as tk:
         bare = time_sync(lambda: bare_walk(tree), 7, warmup=1)
         ours = await time_async(lambda: tk.call("glob", {"pattern": "**/*.txt"}), 7, warmup=1)
-        theirs = await time_async(
-            lambda: nexus["glob"].execute({"pattern": "**/*.txt", "path": tree}), 7, warmup=1) if nexus else None
+        theirs = await time_async(lambda: nexus["glob"].execute({"pattern": "**/*.txt", "path": tree}),
+                                  7, warmup=1) if nexus else None
         await measure(f"glob ({TREE_FILES} files)", bare, ours, theirs)
         bare = time_sync(lambda: bare_grep(tree, "needle"), 5, warmup=1)
         ours = await time_async(lambda: tk.call("grep", {"pattern": "needle"}), 5, warmup=1)
-        theirs = await time_async(
-            lambda: nexus["grep"].execute({"pattern": "needle", "path": tree}), 5, warmup=1) if nexus else None
+        theirs = await time_async(lambda: nexus["grep"].execute({"pattern": "needle", "path": tree}),
+                                  5, warmup=1) if nexus else None
         await measure(f"grep ({TREE_FILES} files)", bare, ours, theirs)
     return out
 
@@ -170,6 +170,8 @@ async def main() -> None:
         tree, small = os.path.join(root, "tree"), os.path.join(root, "small")
         os.makedirs(small)
         make_tree(Path(tree))
+        for directory, _, _ in os.walk(root):  # a rootless engine's user must reach the trees
+            os.chmod(directory, 0o777)
         print(f"# toolseam benchmarks — {time.strftime('%Y-%m-%d %H:%M')}, python {sys.version.split()[0]}, "
               f"{os.cpu_count()} cpus\n")
         print("## host backend vs bare Python vs toolnexus 0.21.0\n")

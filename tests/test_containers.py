@@ -18,7 +18,6 @@ import pytest_asyncio
 
 from toolseam import CouldNotRunError, Toolkit
 from toolseam.backends._container import Hardening
-from toolseam.seam.models import SpawnRequest
 
 from .conftest import host_survivors
 from .engines import ENGINES, backend, endpoint, remove_shared, shared_dir
@@ -43,7 +42,8 @@ async def test_posture_inside_the_sandbox(toolkit: Toolkit) -> None:
     probe = await toolkit.call("bash", {"command": (
         "grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; ls /sys/class/net; "
         "ls /var/run/docker.sock /run/podman/podman.sock /run/docker.sock 2>&1 | grep -c 'No such'; "
-        "touch /usr/probe 2>&1; touch /tmp/ok && echo tmp-writable; grep -c NoNewPrivs:.1 /proc/self/status")})
+        "touch /usr/probe 2>&1; touch /tmp/ok && echo tmp-writable; "
+        "grep -c NoNewPrivs:.1 /proc/self/status")})
     lines = probe.output.splitlines()
     assert lines[:3] == ["CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
                          "CapBnd:\t0000000000000000"]

@@ -16,13 +16,19 @@ from typing import Any, Protocol, runtime_checkable
 
 from .backends import create_backend
 from .builtins import BUILTIN_NAMES, CallContext, OutputEvent, ToolResult, all_builtins
+from .builtins._base import could_not_run_result
 from .declarations import Format, declare
 from .policy.environment import CONTAINER_BASE_ENV, command_environment
 from .policy.jobs import JobRegistry
 from .policy.readscope import Approver, ReadScope
 from .policy.settings import Settings
 from .policy.shells import ShellChoice, ShellResolver, check_pin
-from .seam.errors import ConfigurationError, SessionClosedError, UnknownToolError
+from .seam.errors import (
+    ConfigurationError,
+    CouldNotRunError,
+    SessionClosedError,
+    UnknownToolError,
+)
 from .seam.models import PathRef, SandboxInfo
 from .seam.protocol import BuiltinExec
 
@@ -235,7 +241,12 @@ class Toolkit:
         tool = self._builtins.get(name)
         if tool is None:
             raise UnknownToolError(f"unknown tool {name!r}; enabled: {', '.join(self.tool_names)}")
-        await self.open()
+        try:
+            await self.open()
+        except CouldNotRunError as exc:  # fail closed, but as a result the model can read
+            if self.services.raise_could_not_run:
+                raise
+            return could_not_run_result(name, exc)
         ctx = CallContext(self.backend, self.base_dir, self.confine, self.session_id,
                           call_id or f"call-{next(self._call_ids)}", self.services,
                           on_output or self.on_output)

@@ -120,7 +120,7 @@ class PodmanBackend(ContainerBackend):
     def __init__(self, workspace: str = ".", *, image: str = DEFAULT_IMAGE,
                  endpoint: str | None = None, rootless: bool = False,
                  hardening: Hardening | None = None) -> None:
-        url = endpoint or os.environ.get(
-            "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL") or default_endpoint(rootless)
+        variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
+        url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
         super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
                          os.path.abspath(workspace), hardening)

@@ -35,6 +35,12 @@ class ToolResult(BaseModel):
         return data
 
 
+def could_not_run_result(tool: str, exc: CouldNotRunError) -> ToolResult:
+    """CONTRACT §2: the sandbox failed, not the command — a result the model can read."""
+    return error(f"{tool}: could not run: {exc.reason}", failure="could_not_run",
+                 reason=exc.reason, retryable=exc.retryable)
+
+
 def ok(output: str, **metadata: Any) -> ToolResult:
     return ToolResult(output=output, is_error=False, metadata=metadata)
 
@@ -107,8 +113,7 @@ class Builtin(ABC, Generic[InputT]):
         except CouldNotRunError as exc:
             if ctx.services.raise_could_not_run:
                 raise
-            return error(f"{self.name}: could not run: {exc.reason}", failure="could_not_run",
-                         reason=exc.reason, retryable=exc.retryable)
+            return could_not_run_result(self.name, exc)
 
     @abstractmethod
     async def run(self, args: InputT, ctx: CallContext) -> ToolResult: ...

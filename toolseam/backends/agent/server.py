@@ -37,6 +37,9 @@ _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+_INLINE_FS_OPS = frozenset({"stat", "write"})
+
+
 def _decode_bytes(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {(k[:-4] if k.endswith("_b64") else k):
@@ -114,8 +117,14 @@ class Agent:
         except (ValueError, KeyError, TypeError) as exc:
             self.send({"id": None, "ok": False, "error": {"kind": "protocol", "message": str(exc)}})
             return
-        if op in _FS_OPS:
-            self._pool.submit(self._file_op, rid, op, request.get("args") or {})
+        args = request.get("args") or {}
+        if op in _INLINE_FS_OPS or (op == "read_text" and args.get("offset") is None
+                                    and args.get("refuse_above_bytes") is not None):
+            # bounded point operations: a thread hand-off would cost more than they do
+            self._file_op(rid, op, args)
+            return
+        if op in _FS_OPS:  # walks may take seconds: they must not hold up job output and deadlines
+            self._pool.submit(self._file_op, rid, op, args)
             return
         handler: Callable[[Any, dict[str, Any]], None] | None = getattr(self, f"_op_{op}", None)
         if handler is None:
