@@ -26,23 +26,27 @@ def _backend(name: str, workspace: str) -> Any:
     return PodmanBackend(workspace, image=IMAGE, rootless=name == "podman-rootless")
 
 
+def _toolkit(name: str, workspace: str, **options: Any) -> Toolkit:
+    if name == "host":
+        return Toolkit("host", base_dir=workspace, **options)
+    return Toolkit(_backend(name, workspace), **options)
+
+
 async def _measure(name: str, tree: str, small: str) -> dict[str, float]:
     figures: dict[str, float] = {}
     cold = []
     for _ in range(3):
         started = time.perf_counter()
-        tk = Toolkit("host" if name == "host" else _backend(name, small), base_dir=small if name == "host" else None)
+        tk = _toolkit(name, small)
         await tk.call("bash", {"command": "true"})  # create -> first call answered
         cold.append(time.perf_counter() - started)
         await tk.close()
     figures["cold start"] = sorted(cold)[1] * 1000
-    async with Toolkit("host" if name == "host" else _backend(name, small),
-                       base_dir=small if name == "host" else None) as tk:
+    async with _toolkit(name, small) as tk:
         figures["bash true"] = await time_async(lambda: tk.call("bash", {"command": "true"}), 200)
         await tk.call("write", {"path": "small.txt", "content": "hello\n" * 20})
         figures["read small"] = await time_async(lambda: tk.call("read", {"path": "small.txt"}), 500)
-    async with Toolkit("host" if name == "host" else _backend(name, tree),
-                       base_dir=tree if name == "host" else None, tools={"bash": False}) as tk:
+    async with _toolkit(name, tree, tools={"bash": False}) as tk:
         figures["glob 20k"] = await time_async(lambda: tk.call("glob", {"pattern": "**/*.txt"}), 5, warmup=1)
     return figures
 
@@ -76,8 +80,10 @@ async def container_table(tree: str, small: str) -> list[str]:
     for metric in ("bash true", "read small", "glob 20k", "cold start"):
         out.append(row(metric, *(f"{results[n][metric]:.3f}" for n in names)))
         if metric != "cold start":
-            out.append(row(f"  {metric} / host", *(f"{results[n][metric] / host[metric]:.2f}x" for n in names)))
-    out.append(row("exec_run per call (SDK)", *("" if execs[n] is None else f"{execs[n]:.3f}" for n in names)))
+            ratios = (f"{results[n][metric] / host[metric]:.2f}x" for n in names)
+            out.append(row(f"  {metric} / host", *ratios))
+    out.append(row("exec_run per call (SDK)", *("" if execs[n] is None else f"{execs[n]:.3f}"
+                                                 for n in names)))
     out.append(row("  exec_run / agent bash", *(
         "" if execs[n] is None else f"{execs[n] / results[n]['bash true']:.0f}x" for n in names)))
     return out
