@@ -210,3 +210,25 @@ async def test_conformance_across_all_backends(tmp_path: Path) -> None:
     for name, results in outputs.items():
         assert results == outputs["host"], name
     assert outputs["host"][7]["output"] == "read: ../escape resolves outside baseDir <base>"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_read_scope_works_on_sandbox_paths(engine: str, workspace: Path) -> None:
+    from toolseam import ReadQuestion, Settings
+
+    asked: list[ReadQuestion] = []
+
+    def approver(question: ReadQuestion) -> str:
+        asked.append(question)
+        return "deny"
+
+    (workspace / "in.txt").write_text("inside\n")
+    async with Toolkit(backend(engine, str(workspace)), settings=Settings(read_scope="working-dir"),
+                       approver=approver) as tk:
+        assert (await tk.call("read", {"path": "in.txt"})).output == "inside\n"
+        assert not (await tk.call("read", {"path": "/etc/hostname"})).is_error
+        refused = await tk.call("read", {"path": "/var/lib/dpkg/status"})
+        assert refused.is_error and refused.metadata == {"refused": True}
+        tk.user_message("the package list is in /var/lib/dpkg, have a look")
+        assert not (await tk.call("read", {"path": "/var/lib/dpkg/status"})).is_error
+    assert [(q.path, q.workdir) for q in asked] == [("/var/lib/dpkg/status", "/workspace")]
