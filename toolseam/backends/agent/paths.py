@@ -234,6 +234,9 @@ def open_parent(r: Resolved, create: bool) -> tuple[int, str, list[str]]:
     """
     if not r.parts:
         raise FsError("is_directory", r.given)
+    parent = _open_existing_parent(r)
+    if parent is not None:
+        return parent, r.parts[-1], []
     created: list[str] = []
     cur = os.dup(r.anchor_fd)
     prefix = r.base if r.confined else ""
@@ -257,6 +260,19 @@ def open_parent(r: Resolved, create: bool) -> tuple[int, str, list[str]]:
     except BaseException:
         os.close(cur)
         raise
+
+
+def _open_existing_parent(r: Resolved) -> int | None:
+    """The common case in one syscall: the parent exists. None sends the caller to the walk
+    (which creates missing parents); a refusal is raised as the walk would raise it."""
+    try:
+        if not r.confined:
+            return os.open("/" + "/".join(r.parts[:-1]), _DIR_FLAGS)
+        return _openat2(r.anchor_fd, "/".join(r.parts[:-1]) or ".", _DIR_FLAGS, 0)
+    except (_Openat2Refused, FileNotFoundError):
+        return None
+    except OSError as exc:
+        raise _confined_error(exc, r) from None
 
 
 def _confined_error(exc: OSError, r: Resolved) -> FsError:
