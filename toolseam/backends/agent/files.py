@@ -192,9 +192,13 @@ class _Staged:
         finally:
             os.close(fd)
 
-    def install(self) -> None:
-        """Move the target aside (if any), then rename the temp file into place."""
-        if self.existed:
+    def install(self, keep_backup: bool = True) -> None:
+        """Move the target aside (if any), then rename the temp file into place.
+
+        Without ``keep_backup`` (a change of one file: nothing else can fail after it) the temp
+        file simply replaces the target — rename is atomic, and no backup needs deleting.
+        """
+        if self.existed and keep_backup:
             self.backup = _temp_name(self.name, "bak")
             _rename(self.name, self.backup, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
         assert self.tmp is not None
@@ -235,7 +239,7 @@ class _Deleted:
             raise FsError(NOT_FOUND if existing is None else NOT_REGULAR, r.given)
         self.created: list[str] = []
 
-    def install(self) -> None:
+    def install(self, keep_backup: bool = True) -> None:
         self.backup = _temp_name(self.name, "bak")
         _rename(self.name, self.backup, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
 
@@ -308,7 +312,7 @@ def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int
         for item in staged:
             current = item.r.given
             installed.append(item)
-            item.install()
+            item.install(keep_backup=len(staged) > 1)
     except BaseException as exc:
         unrestored = _roll_back(installed)
         for item in staged:
