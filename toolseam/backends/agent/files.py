@@ -182,7 +182,7 @@ class _Staged:
         try:
             if existing is not None:
                 os.fchmod(fd, stat.S_IMODE(existing.st_mode))
-                if os.geteuid() == 0:  # root rewriting a user's file must not take it over
+                if os.geteuid() == 0 and existing.st_uid != 0:  # root must not take a user's file over
                     with contextlib.suppress(PermissionError):  # no CAP_CHOWN in a sandbox
                         os.fchown(fd, existing.st_uid, existing.st_gid)
             view = memoryview(data)
