@@ -182,7 +182,8 @@ class _Staged:
         try:
             if existing is not None:
                 os.fchmod(fd, stat.S_IMODE(existing.st_mode))
-                if os.geteuid() == 0 and existing.st_uid != 0:  # root must not take a user's file over
+                owner = (existing.st_uid, existing.st_gid)
+                if os.geteuid() == 0 and owner != (0, os.getegid()):  # keep a user's file theirs
                     with contextlib.suppress(PermissionError):  # no CAP_CHOWN in a sandbox
                         os.fchown(fd, existing.st_uid, existing.st_gid)
             view = memoryview(data)
