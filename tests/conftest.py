@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
 import psutil
+
+
+def scratch_root() -> Path:
+    """A writable directory OUTSIDE every temp dir: the read scope always allows temp dirs, so
+    tests of what asks must live elsewhere (the clone itself may sit under /tmp in CI)."""
+    temp_roots = {"/tmp", "/var/tmp", tempfile.gettempdir()}
+    for candidate in (Path("/var/lib/toolseam-tests"), Path.home() / ".cache" / "toolseam-tests"):
+        if any(str(candidate).startswith(t.rstrip("/") + "/") for t in temp_roots):
+            continue
+        try:
+            candidate.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(candidate, os.W_OK):
+            return candidate
+    raise RuntimeError("no writable directory outside the temp dirs for read-scope tests")
 
 
 def host_survivors(marker: str) -> list[str]:

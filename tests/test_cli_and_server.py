@@ -12,7 +12,7 @@ from typing import Any
 
 import psutil
 
-from .conftest import host_survivors
+from .conftest import host_survivors, scratch_root
 
 TOOLSEAM = [sys.executable, "-m", "toolseam.cli"]
 
@@ -74,6 +74,14 @@ class Server:
         assert line, "the server closed its output"
         return json.loads(line)  # type: ignore[no-any-return]
 
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *_: object) -> None:  # a failed assertion must not leak the server
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.finish()
+
     def finish(self) -> int:
         code = self.proc.wait(timeout=10)
         for pipe in (self.proc.stdin, self.proc.stdout):
@@ -91,81 +99,83 @@ class Server:
 
 
 def test_serve_overlapping_calls_malformed_lines_and_close(tmp_path: Path) -> None:
-    server = Server("--base-dir", str(tmp_path), "--stream")
-    server.send({"id": "slow", "tool": "bash", "args": {"command": "sleep 0.5; echo slow"}})
-    server.send({"id": 2, "tool": "write", "args": {"path": "a.txt", "content": "x"}})
-    server.send("this is not json")
-    server.send({"id": 3, "tool": "nope", "args": {}})
-    messages = server.read_until(lambda m: m.get("id") == "slow" and "result" in m)
-    by_id = {m.get("id"): m for m in messages if "result" in m or "error" in m}
-    assert by_id[2]["result"]["output"] == "Wrote 1 bytes to a.txt"
-    assert by_id[None]["error"]["code"] == "BAD_REQUEST"
-    assert by_id[3]["error"]["code"] == "UNKNOWN_TOOL"
-    assert by_id["slow"]["result"]["output"] == "slow\n"
-    order = [m.get("id") for m in messages]
-    assert order.index(2) < order.index("slow")  # the fast call did not wait for the slow one
-    assert {"op": "output", "id": "slow", "stream": "stdout", "data": "slow\n"} in messages
-    server.send({"op": "close"})
-    assert server.read() == {"op": "closed"}
-    assert server.finish() == 0
+    with Server("--base-dir", str(tmp_path), "--stream") as server:
+        server.send({"id": "slow", "tool": "bash", "args": {"command": "sleep 0.5; echo slow"}})
+        server.send({"id": 2, "tool": "write", "args": {"path": "a.txt", "content": "x"}})
+        server.send("this is not json")
+        server.send({"id": 3, "tool": "nope", "args": {}})
+        messages = server.read_until(lambda m: m.get("id") == "slow" and "result" in m)
+        by_id = {m.get("id"): m for m in messages if "result" in m or "error" in m}
+        assert by_id[2]["result"]["output"] == "Wrote 1 bytes to a.txt"
+        assert by_id[None]["error"]["code"] == "BAD_REQUEST"
+        assert by_id[3]["error"]["code"] == "UNKNOWN_TOOL"
+        assert by_id["slow"]["result"]["output"] == "slow\n"
+        order = [m.get("id") for m in messages]
+        assert order.index(2) < order.index("slow")  # the fast call did not wait for the slow one
+        assert {"op": "output", "id": "slow", "stream": "stdout", "data": "slow\n"} in messages
+        server.send({"op": "close"})
+        assert server.read() == {"op": "closed"}
+        assert server.finish() == 0
 
 
 def test_serve_eof_kills_running_jobs(tmp_path: Path) -> None:
     marker = f"{os.getpid() % 1000 + 5000}.25"
-    server = Server("--base-dir", str(tmp_path))
-    server.send({"id": 1, "tool": "bash", "args": {"command": f"sleep {marker}"}})
-    deadline = time.monotonic() + 5
-    while not host_survivors(f"sleep {marker}") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert host_survivors(f"sleep {marker}")
-    assert server.proc.stdin is not None
-    server.proc.stdin.close()
-    messages = server.read_until(lambda m: m.get("op") == "closed")
-    assert messages[0]["id"] == 1 and messages[0]["error"]["code"] == "CANCELLED"
-    assert server.finish() == 0
-    assert host_survivors(f"sleep {marker}") == []
-    assert all("toolseam" not in " ".join(p.cmdline()) for p in psutil.Process().children())
+    with Server("--base-dir", str(tmp_path)) as server:
+        server.send({"id": 1, "tool": "bash", "args": {"command": f"sleep {marker}"}})
+        deadline = time.monotonic() + 5
+        while not host_survivors(f"sleep {marker}") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host_survivors(f"sleep {marker}")
+        assert server.proc.stdin is not None
+        server.proc.stdin.close()
+        messages = server.read_until(lambda m: m.get("op") == "closed")
+        assert messages[0]["id"] == 1 and messages[0]["error"]["code"] == "CANCELLED"
+        assert server.finish() == 0
+        assert host_survivors(f"sleep {marker}") == []
+        assert all("toolseam" not in " ".join(p.cmdline()) for p in psutil.Process().children())
 
 
 def test_serve_end_turn_and_approvals(tmp_path: Path) -> None:
     config = tmp_path / "settings.json"
     config.write_text(json.dumps({"timeout_policy": "detach", "default_timeout_ms": 200,
                                   "read_scope": "working-dir"}))
-    work = Path.cwd() / ".test-scratch" / f"srv-{os.getpid()}"
+    work = scratch_root() / f"srv-{os.getpid()}"
     (work / "outside").mkdir(parents=True, exist_ok=True)
     (work / "outside" / "o.txt").write_text("outside\n")
     (work / "inside").mkdir(exist_ok=True)
-    server = Server("--base-dir", str(work / "inside"), "--config", str(config), "--approvals")
-    server.send({"id": 1, "tool": "bash", "args": {"command": "sleep 30"}})
-    assert server.read()["result"]["metadata"]["detached"] is True
-    server.send({"op": "end_turn"})
-    assert server.read() == {"op": "end_turn", "killed_jobs": [1]}
-    server.send({"id": 2, "tool": "read", "args": {"path": str(work / "outside" / "o.txt")}})
-    ask = server.read()
-    assert ask["op"] == "ask" and ask["path"] == str(work / "outside" / "o.txt")
-    assert ask["workdir"] == str(work / "inside") and "directory" in ask["choices"]
-    server.send({"op": "answer", "qid": ask["qid"], "answer": "once"})
-    assert server.read()["result"]["output"] == "outside\n"
-    server.send({"op": "answer", "qid": "99", "answer": "once"})
-    assert server.read()["error"]["code"] == "BAD_REQUEST"
-    server.send({"op": "close"})
-    assert server.read() == {"op": "closed"}
-    server.finish()
+    with Server("--base-dir", str(work / "inside"), "--config", str(config), "--approvals") as server:
+        server.send({"id": 1, "tool": "bash", "args": {"command": "sleep 30"}})
+        assert server.read()["result"]["metadata"]["detached"] is True
+        server.send({"op": "end_turn"})
+        assert server.read() == {"op": "end_turn", "killed_jobs": [1]}
+        server.send({"id": 2, "tool": "read", "args": {"path": str(work / "outside" / "o.txt")}})
+        ask = server.read()
+        assert ask["op"] == "ask" and ask["path"] == str(work / "outside" / "o.txt")
+        assert ask["workdir"] == str(work / "inside") and "directory" in ask["choices"]
+        server.send({"op": "answer", "qid": ask["qid"], "answer": "once"})
+        assert server.read()["result"]["output"] == "outside\n"
+        server.send({"op": "answer", "qid": "99", "answer": "once"})
+        assert server.read()["error"]["code"] == "BAD_REQUEST"
+        server.send({"op": "close"})
+        assert server.read() == {"op": "closed"}
+        server.finish()
 
 
 def test_serve_without_approvals_refuses(tmp_path: Path) -> None:
     config = tmp_path / "settings.json"
     config.write_text(json.dumps({"read_scope": "working-dir"}))
-    work = Path.cwd() / ".test-scratch" / f"noapp-{os.getpid()}"
-    work.mkdir(parents=True, exist_ok=True)
-    server = Server("--base-dir", str(work), "--config", str(config))
-    server.send({"op": "user_message", "text": f"read {Path.cwd() / 'README.md'} please"})
-    server.send({"id": 1, "tool": "read", "args": {"path": str(Path.cwd() / "pyproject.toml")}})
-    refused = server.read()["result"]
-    assert refused["is_error"] and refused["output"].startswith("read: ")
-    assert "was not approved" in refused["output"]
-    server.send({"id": 2, "tool": "read", "args": {"path": str(Path.cwd() / "README.md")}})
-    assert not server.read()["result"]["is_error"]
-    server.send({"op": "close"})
-    assert server.read() == {"op": "closed"}
-    server.finish()
+    work = scratch_root() / f"noapp-{os.getpid()}"
+    (work / "base").mkdir(parents=True, exist_ok=True)
+    (work / "named.txt").write_text("named\n")
+    (work / "other.txt").write_text("other\n")
+    with Server("--base-dir", str(work / "base"), "--config", str(config)) as server:
+        server.send({"op": "user_message", "text": f"read {work / 'named.txt'} please"})
+        server.send({"id": 1, "tool": "read", "args": {"path": str(work / "other.txt")}})
+        refused = server.read()["result"]
+        assert refused["is_error"] and refused["output"].startswith("read: ")
+        assert "was not approved" in refused["output"]
+        server.send({"id": 2, "tool": "read", "args": {"path": str(work / "named.txt")}})
+        assert not server.read()["result"]["is_error"]
+        server.send({"op": "close"})
+        assert server.read() == {"op": "closed"}
+        server.finish()

@@ -232,3 +232,17 @@ async def test_read_scope_works_on_sandbox_paths(engine: str, workspace: Path) -
         tk.user_message("the package list is in /var/lib/dpkg, have a look")
         assert not (await tk.call("read", {"path": "/var/lib/dpkg/status"})).is_error
     assert [(q.path, q.workdir) for q in asked] == [("/var/lib/dpkg/status", "/workspace")]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_cli_call_on_a_container_backend(engine: str, workspace: Path) -> None:
+    endpoint(engine)
+    (workspace / "hello.txt").write_text("from the host\n")
+    option = ["--backend", "docker"] if engine == "docker" else ["--backend", "podman"]
+    if engine == "podman-rootless":
+        option.append("--rootless")
+    done = subprocess.run([sys.executable, "-m", "toolseam.cli", "call", "bash",
+                           '{"command": "pwd; cat hello.txt"}', *option, "--workspace", str(workspace)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["output"] == "/workspace\nfrom the host\n"

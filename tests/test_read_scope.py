@@ -16,11 +16,13 @@ import pytest_asyncio
 from toolseam import ReadQuestion, Settings, Toolkit
 from toolseam.policy.readscope import user_named_paths
 
+from .conftest import scratch_root
+
 
 @pytest.fixture
 def root() -> Iterator[Path]:
     # Not under /tmp: the OS temp dirs are always in scope, which would hide every question.
-    base = Path.cwd() / ".test-scratch" / uuid.uuid4().hex[:8]
+    base = scratch_root() / uuid.uuid4().hex[:8]
     (base / "work").mkdir(parents=True)
     (base / "work" / "in.txt").write_text("inside\n")
     for name in ("a", "b"):

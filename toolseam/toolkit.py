@@ -7,11 +7,13 @@ it. Everything the host decides is checked here, at construction or at open, and
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import os
 import posixpath
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .backends import create_backend
@@ -251,6 +253,35 @@ class Toolkit:
                           call_id or f"call-{next(self._call_ids)}", self.services,
                           on_output or self.on_output)
         return await tool(args, ctx)
+
+    async def call_stream(self, name: str, args: Any, *, call_id: str | None = None
+                          ) -> AsyncIterator[OutputEvent | ToolResult]:
+        """The same call as an async iterator: live ``OutputEvent``s in arrival order, then the
+        final ``ToolResult`` as the last item. Closing the iterator early cancels the call
+        (and so kills its command inside the sandbox)."""
+        queue: asyncio.Queue[OutputEvent | ToolResult | BaseException] = asyncio.Queue()
+
+        async def run() -> None:
+            try:
+                await queue.put(await self.call(name, args, call_id=call_id,
+                                                on_output=queue.put_nowait))
+            except Exception as exc:  # noqa: BLE001 - handed to the consumer, raised there
+                await queue.put(exc)
+
+        task = asyncio.ensure_future(run())
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, ToolResult):
+                    return
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     def declarations(self, fmt: Format) -> list[dict[str, Any]]:
         """Tool declarations for a provider: ``openai``, ``anthropic`` or ``gemini``."""

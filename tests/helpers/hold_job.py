@@ -6,6 +6,7 @@ import asyncio
 import json
 import sys
 
+from toolseam.backends.host import HostBackend
 from toolseam.seam.models import SpawnRequest
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
@@ -14,12 +15,13 @@ from tests.engines import backend
 
 
 async def main(engine: str, workspace: str, marker: str) -> None:
-    sandbox = backend(engine, workspace)
+    sandbox = HostBackend(workspace) if engine == "host" else backend(engine, workspace)
     await sandbox.open()
-    await sandbox.start(SpawnRequest(job="held", argv=["/bin/sh", "-c", f"sleep {marker}"],
-                                     cwd="/workspace", env={"PATH": "/usr/bin:/bin"},
-                                     deadline_ms=5000, wait_ms=0))
-    print(json.dumps({"container": sandbox.sandbox.container}), flush=True)  # type: ignore[attr-defined]
+    cwd = workspace if engine == "host" else "/workspace"
+    await sandbox.start(SpawnRequest(job="held", argv=["/bin/sh", "-c", f"sleep {marker}"], cwd=cwd,
+                                     env={"PATH": "/usr/bin:/bin"}, deadline_ms=5000, wait_ms=0))
+    held = getattr(getattr(sandbox, "sandbox", None), "container", None)
+    print(json.dumps({"container": held}), flush=True)
     await asyncio.sleep(3600)
 
 

@@ -316,6 +316,22 @@ class ProcessTreeContract(_Bound):
         assert len(kept) <= 64 * 1024
         assert kept.startswith(b"y\ny\n") and set(kept) <= set(b"y\n")
 
+    @pytest.mark.parametrize("stream", ["stdout", "stderr"])
+    async def test_flood_counts_are_exact_on_either_stream(self, sandbox: Sandbox, stream: str
+                                                           ) -> None:
+        redirect = " >&2" if stream == "stderr" else ""
+        request = sandbox.spawn(f"head -c 3000000 /dev/zero | tr '\\0' a{redirect}",
+                                output_limit=65536)
+        status = await sandbox.backend.start(request)
+        await sandbox.backend.release(request.job)
+        other = "stdout" if stream == "stderr" else "stderr"
+        counts = {"stdout": status.stdout_bytes, "stderr": status.stderr_bytes}
+        flags = {"stdout": status.stdout_truncated, "stderr": status.stderr_truncated}
+        assert counts[stream] == 3_000_000 and flags[stream] is True
+        assert counts[other] == 0 and flags[other] is False
+        kept = "".join(c.text for c in status.chunks if c.stream == stream)
+        assert len(kept) == 65536 and set(kept) == {"a"}
+
     async def test_cancelled_call_kills_inside_the_sandbox(self, sandbox: Sandbox) -> None:
         marker = f"{uuid.uuid4().int % 1000 + 3000}"
         toolkit = Toolkit(sandbox.backend, base_dir=sandbox.base)
@@ -406,6 +422,20 @@ class JobContract(_Bound):
         assert again.output.startswith("still running after ") and "(job 1)" in again.output
         killed = await tk.call("bash", {"kill": 1})
         assert killed.output.startswith("killed job 1") and killed.metadata["killedTree"] is True
+
+    async def test_a_cancelled_wait_leaves_the_job_running(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox)
+        await tk.call("bash", {"command": "sleep 5"})
+        waiting = asyncio.ensure_future(tk.call("bash", {"wait": 1, "timeout": 30_000}))
+        await asyncio.sleep(0.2)
+        started = time.monotonic()
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert time.monotonic() - started < 0.5
+        listing = await tk.call("bash", {"jobs": True})
+        assert [(j["id"], j["state"]) for j in listing.metadata["jobs"]] == [(1, "running")]
+        await tk.call("bash", {"kill": 1})
 
     async def test_explicit_timeout_still_kills(self, sandbox: Sandbox) -> None:
         tk = await self._toolkit(sandbox)
