@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import psutil
+import requests
 
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
@@ -91,6 +92,24 @@ class Engine(Protocol):
     def remove(self, container: str) -> None: ...
     def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
     def close(self) -> None: ...
+
+
+def map_engine_error(engine: str, endpoint: str, exc: Exception,
+                     not_found: tuple[type[Exception], ...], api_error: type[Exception]
+                     ) -> CouldNotRunError:
+    """Every SDK / transport failure as the one could-not-run it means (mapped once, here)."""
+    transport = isinstance(exc, requests.exceptions.ConnectionError | FileNotFoundError |
+                           ConnectionError)
+    # docker's client constructor wraps a refused socket in a bare DockerException
+    if transport or (not isinstance(exc, api_error) and "connection" in str(exc).lower()):
+        return CouldNotRunError(f"{engine} engine unreachable at {endpoint}: {exc}", retryable=True)
+    if isinstance(exc, not_found):
+        return CouldNotRunError(f"{engine} at {endpoint}: not found: {exc}", retryable=False)
+    if isinstance(exc, api_error):
+        status = getattr(exc, "status_code", None) or 0
+        explanation = getattr(exc, "explanation", None) or exc
+        return CouldNotRunError(f"{engine} at {endpoint}: {explanation}", retryable=status >= 500)
+    return CouldNotRunError(f"{engine} at {endpoint}: {exc}", retryable=True)
 
 
 def owner_label() -> str:

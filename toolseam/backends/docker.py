@@ -11,24 +11,11 @@ from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import Mount, Ulimit
 
 from ..seam.errors import CouldNotRunError
-from ._container import ContainerSpec, ContainerState, Hardening
+from ._container import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
 from ._retry import transient_retry
 
-
-def _map(endpoint: str, exc: Exception) -> CouldNotRunError:
-    """Every docker SDK / transport failure as the one could-not-run it means."""
-    if isinstance(exc, requests.exceptions.ConnectionError | FileNotFoundError | ConnectionError):
-        return CouldNotRunError(f"docker engine unreachable at {endpoint}: {exc}", retryable=True)
-    if isinstance(exc, ImageNotFound | NotFound):
-        return CouldNotRunError(f"docker at {endpoint}: not found: {exc}", retryable=False)
-    if isinstance(exc, APIError):
-        status = exc.status_code or 0
-        return CouldNotRunError(f"docker at {endpoint}: {exc.explanation or exc}",
-                                retryable=status >= 500)
-    if isinstance(exc, DockerException) and "connection" in str(exc).lower():
-        return CouldNotRunError(f"docker engine unreachable at {endpoint}: {exc}", retryable=True)
-    return CouldNotRunError(f"docker at {endpoint}: {exc}", retryable=True)
+_NOT_FOUND = (ImageNotFound, NotFound)
 
 
 class DockerEngine:
@@ -42,7 +29,7 @@ class DockerEngine:
                 self._client = docker.DockerClient(base_url=self.endpoint, timeout=30)
             return transient_retry(call)
         except (DockerException, requests.exceptions.RequestException, OSError) as exc:
-            raise _map(self.endpoint, exc) from None
+            raise map_engine_error("docker", self.endpoint, exc, _NOT_FOUND, APIError) from None
 
     @property
     def client(self) -> docker.DockerClient:

@@ -15,7 +15,7 @@ from podman import PodmanClient
 from podman.errors import APIError, ImageNotFound, NotFound, PodmanError
 
 from ..seam.errors import CouldNotRunError
-from ._container import ContainerSpec, ContainerState, Hardening
+from ._container import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
 from ._retry import transient_retry
 
@@ -27,16 +27,7 @@ def default_endpoint(rootless: bool) -> str:
     return "unix:///run/podman/podman.sock"
 
 
-def _map(endpoint: str, exc: Exception) -> CouldNotRunError:
-    """Every podman-py / transport failure as the one could-not-run it means."""
-    if isinstance(exc, requests.exceptions.ConnectionError | FileNotFoundError | ConnectionError):
-        return CouldNotRunError(f"podman engine unreachable at {endpoint}: {exc}", retryable=True)
-    if isinstance(exc, ImageNotFound | NotFound):
-        return CouldNotRunError(f"podman at {endpoint}: not found: {exc}", retryable=False)
-    if isinstance(exc, APIError):
-        status = getattr(exc, "status_code", None) or 0
-        return CouldNotRunError(f"podman at {endpoint}: {exc}", retryable=status >= 500)
-    return CouldNotRunError(f"podman at {endpoint}: {exc}", retryable=True)
+_NOT_FOUND = (ImageNotFound, NotFound)
 
 
 class PodmanEngine:
@@ -48,7 +39,7 @@ class PodmanEngine:
         try:
             return transient_retry(call)
         except (PodmanError, requests.exceptions.RequestException, OSError) as exc:
-            raise _map(self.endpoint, exc) from None
+            raise map_engine_error("podman", self.endpoint, exc, _NOT_FOUND, APIError) from None
 
     def ping(self) -> None:
         if not self._do(self._client.ping):

@@ -97,12 +97,7 @@ def read_text(base: str, path: str, confine: bool, offset: int | None = None,
                 return {"text": _window(f, offset or 1, limit), "size": st.st_size}
             except UnicodeDecodeError:
                 raise FsError(NOT_UTF8, path) from None
-    try:
-        if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
-            raise FsError(TOO_LARGE, path, str(st.st_size))
-        data = _read_fd(fd)
-    finally:
-        os.close(fd)
+    data = _read_capped(fd, st, path, refuse_above_bytes)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -110,6 +105,16 @@ def read_text(base: str, path: str, confine: bool, offset: int | None = None,
     if "\r" in text:  # universal newlines, as a text-mode read would give
         text = text.replace("\r\n", "\n").replace("\r", "\n")
     return {"text": text, "size": len(data)}
+
+
+def _read_capped(fd: int, st: os.stat_result, path: str, refuse_above_bytes: int | None) -> bytes:
+    """The whole file, or TOO_LARGE without reading it; the fd is closed either way."""
+    try:
+        if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
+            raise FsError(TOO_LARGE, path, str(st.st_size))
+        return _read_fd(fd)
+    finally:
+        os.close(fd)
 
 
 def _read_fd(fd: int) -> bytes:
@@ -142,12 +147,7 @@ def read_bytes(base: str, path: str, confine: bool,
     """The raw bytes of a regular file (media reads, edits)."""
     r = resolve(base, path, confine, canonical_needed=False)
     fd, st = _open_regular(r)
-    try:
-        if refuse_above_bytes is not None and st.st_size > refuse_above_bytes:
-            raise FsError(TOO_LARGE, path, str(st.st_size))
-        data = _read_fd(fd)
-    finally:
-        os.close(fd)
+    data = _read_capped(fd, st, path, refuse_above_bytes)
     return {"data": data, "size": len(data), "mode": stat.S_IMODE(st.st_mode)}
 
 
