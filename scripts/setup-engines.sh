@@ -10,7 +10,7 @@ log=/var/log/toolseam
 mkdir -p "$log" /run/toolseam
 
 need=()
-for pkg in podman runc uidmap slirp4netns fuse-overlayfs docker.io debootstrap busybox-static catatonit util-linux; do
+for pkg in podman runc uidmap slirp4netns fuse-overlayfs docker.io debootstrap busybox-static catatonit util-linux curl; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -30,7 +30,6 @@ wait_for_socket() {  # path, seconds, what
   echo "$3 did not come up ($1)" >&2; return 1
 }
 ping_unix() { curl -fsS --max-time 2 --unix-socket "$1" "http://d/$2" >/dev/null 2>&1; }
-command -v curl >/dev/null || apt-get install -y -q curl >>"$log/apt.log" 2>&1
 
 # docker engine: no systemd here; no bridge (sandboxes run with --network=none)
 if ! ping_unix /var/run/docker.sock _ping; then
