@@ -267,3 +267,19 @@ async def test_fake_backend_runs_every_tool_without_the_host(monkeypatch: pytest
             ("grep", {"pattern": "bye"}), ("glob", {"pattern": "*"}), ("bash", {"command": "echo hi"})]]
     assert [r.is_error for r in results] == [False] * 7
     assert results[4].output == "a.txt:1:bye" and results[5].output == "a.txt\nb.txt\nc.txt"
+
+
+@pytest.mark.parametrize("path", ["CON", "nul.txt", "sub/Com1.log", "a/LPT9"])
+async def test_portable_names_refuse_windows_devices(tmp_path: Path, path: str) -> None:
+    from toolseam import Settings
+
+    async with Toolkit("host", base_dir=str(tmp_path), settings=Settings(portable_names=True)) as tk:
+        result = await tk.call("write", {"path": path, "content": "x"})
+        patch = f"*** Begin Patch\n*** Add File: {path}\n+x\n*** End Patch"
+        patched = await tk.call("apply_patch", {"patchText": patch})
+    stem = path.rsplit("/", 1)[-1].split(".")[0].upper()
+    assert result.output == f"write: invalid path {path!r}: {stem} is a reserved Windows device name"
+    assert patched.is_error and "reserved Windows device name" in patched.output
+    assert list(tmp_path.iterdir()) == []
+    async with Toolkit("host", base_dir=str(tmp_path)) as tk:  # off by default: plain names
+        assert not (await tk.call("write", {"path": "console.txt", "content": "x"})).is_error

@@ -73,12 +73,28 @@ class CallContext:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def ref(self, path: str | None) -> PathRef:
+        if path and self.services.settings.portable_names:
+            refuse_reserved_names(path)
         # Built from a validated input and the session's own base: nothing left to check.
         return PathRef.model_construct(base=self.base_dir, path=path or ".", confine=self.confine)
 
     def absolute(self, path: str) -> str:
         """The path as the sandbox sees it, relative ones against the base dir (lexical)."""
         return posixpath.normpath(posixpath.join(self.base_dir, path))
+
+
+WINDOWS_RESERVED = frozenset({"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(1, 10)),
+                              *(f"LPT{i}" for i in range(1, 10))})
+
+
+def refuse_reserved_names(path: str) -> None:
+    """Windows device names (CON, NUL, COM1 …, with or without an extension) are not files: a
+    path "inside" the base that names one writes nowhere. Refused when the host asks for
+    portable names (and always on Windows, where this library's host backend does not run)."""
+    for part in path.replace("\\", "/").split("/"):
+        stem = part.split(".")[0].strip().upper()
+        if stem in WINDOWS_RESERVED:
+            raise FileOpError("invalid", path, f"{stem} is a reserved Windows device name")
 
 
 class InputModel(BaseModel):
