@@ -101,3 +101,6 @@ class DockerBackend(ContainerBackend):
                  endpoint: str | None = None, hardening: Hardening | None = None) -> None:
         url = endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or "unix:///var/run/docker.sock"
         super().__init__(DockerEngine(url), "docker", image, os.path.abspath(workspace), hardening)
+
+
+__all__ = ["DockerBackend", "DockerEngine", "Hardening"]

@@ -115,3 +115,6 @@ class PodmanBackend(ContainerBackend):
         url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
         super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
                          os.path.abspath(workspace), hardening)
+
+
+__all__ = ["Hardening", "PodmanBackend", "PodmanEngine"]
