@@ -46,31 +46,35 @@ class SpawnError(Exception):
         self.strerror = exc.strerror or str(exc)
 
 
+_cwd: str | None = None  # where the agent's main thread is; file ops never use the cwd
+
+
 def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[int, int]]:
     """Start ``argv`` as a session leader with stdin /dev/null and stdout/stderr on new pipes.
 
     ``posix_spawn`` (a vfork-style clone) rather than ``subprocess.Popen``: it is measurably
     cheaper per command, and this is the hot path of every bash call. It has no chdir action in
-    Python, so the agent's main thread changes directory around the call — safe because every
-    file operation here uses absolute paths or dir fds, never the cwd.
+    Python, so the agent's main thread changes into the job's directory first — safe because
+    every file operation here uses absolute paths or dir fds, never the cwd.
     """
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH")) or argv[0]
+    global _cwd
     try:
-        previous = os.getcwd()
-        try:
-            os.chdir(cwd)
-        except OSError as exc:
-            raise SpawnError(exc, cwd) from None
+        if cwd != _cwd:  # the agent stays where the last job ran: most calls share one cwd
+            try:
+                os.chdir(cwd)
+            except OSError as exc:
+                _cwd = None
+                raise SpawnError(exc, cwd) from None
+            _cwd = cwd
         try:
             pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=True)
         except OSError as exc:
             raise SpawnError(exc, "") from None
-        finally:
-            os.chdir(previous)
     except BaseException:
         for fd in (out_r, err_r):
             os.close(fd)
@@ -290,21 +294,36 @@ _OOM_COUNTERS = (("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),  # cg
                  ("/sys/fs/cgroup/memory.events", "oom_kill"))  # cgroup v2
 
 
+_oom_fd: int | None = None
+_oom_key = b""
+
+
 def oom_kills() -> int | None:
     """How many processes the kernel's OOM killer has killed in this (container's) cgroup.
 
     The engines' OOMKilled flag speaks of the whole container (and podman 4.3 reports it false
-    even then); a command killed for memory inside a live sandbox shows only here.
+    even then); a command killed for memory inside a live sandbox shows only here. The counter
+    file stays open and is re-read from offset 0: twice per command, an open is worth saving.
     """
-    for path, key in _OOM_COUNTERS:
-        try:
-            with open(path) as f:
-                for line in f:
-                    name, _, value = line.partition(" ")
-                    if name == key:
-                        return int(value)
-        except (OSError, ValueError):
-            continue
+    global _oom_fd, _oom_key
+    if _oom_fd is None:
+        for path, key in _OOM_COUNTERS:
+            try:
+                _oom_fd, _oom_key = os.open(path, os.O_RDONLY | os.O_CLOEXEC), key.encode()
+                break
+            except OSError:
+                continue
+        else:
+            _oom_fd = -1
+    if _oom_fd < 0:
+        return None
+    try:
+        for line in os.pread(_oom_fd, 4096, 0).splitlines():
+            name, _, value = line.partition(b" ")
+            if name == _oom_key:
+                return int(value)
+    except (OSError, ValueError):
+        return None
     return None
 
 
