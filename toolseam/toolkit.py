@@ -77,6 +77,19 @@ class SessionServices:
             return f"timeout {timeout_ms}ms is outside the accepted range {bounds[0]}-{bounds[1]}ms"
         return None
 
+    async def start_shells(self, resolver: ShellResolver) -> None:
+        """Resolve the session's shell once, at open (ShellNotFound / UnknownShellError)."""
+        self._resolver = resolver
+        self._shell = await self.resolve_shell()
+
+    async def pin_shell(self) -> ShellChoice:
+        fresh = await self.resolve_shell()
+        self._shell = self._pinned = fresh
+        return fresh
+
+    def unpin_shell(self) -> None:
+        self._pinned = None
+
     async def resolve_shell(self) -> ShellChoice:
         assert self._resolver is not None
         s = self.settings
@@ -176,9 +189,8 @@ class Toolkit:
             scope.set_user_messages(self._user_messages)
             self.services.read_scope = scope
         if "bash" in self._builtins and "bash" not in self._host_tools:
-            self.services._resolver = ShellResolver(info.platform, self._executable_exists,
-                                                    self.services.command_env)
-            self.services._shell = await self.services.resolve_shell()
+            await self.services.start_shells(ShellResolver(
+                info.platform, self._executable_exists, self.services.command_env))
         self.info = info
         return info
 
@@ -209,13 +221,11 @@ class Toolkit:
         """Resolve the shell afresh (a persisted id may fall back now) and pin it for this turn:
         if the resolution changes before a spawn, that call fails with COMMAND_SHELL_CHANGED."""
         await self.open()
-        fresh = await self.services.resolve_shell()
-        self.services._shell = self.services._pinned = fresh
-        return fresh
+        return await self.services.pin_shell()
 
     async def end_turn(self) -> list[int]:
         """End the turn: un-kept jobs die, the shell pin is released. Returns killed job ids."""
-        self.services._pinned = None
+        self.services.unpin_shell()
         if self.info is None:
             return []
         return [job.id for job in await self.services.jobs.end_turn()]
