@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import NOT_REGULAR, FsError
+from .files import read_whole
 from .paths import open_path, resolve
 
 PRUNED_DIRS = frozenset({".git", "node_modules"})
@@ -49,7 +50,7 @@ def _walk(root_fd: int, unreadable: list[int]) -> Iterator[tuple[int, str, list[
     directory, the fd valid while the tuple is being used. Unreadable dirs are counted."""
     frames: list[tuple[int, str, list[str]]] = []
 
-    def scan(fd: int, prefix: str) -> tuple[list[str], list[os.DirEntry[str]]]:
+    def scan(fd: int) -> tuple[list[str], list[os.DirEntry[str]]]:
         subdirs: list[str] = []
         found: list[os.DirEntry[str]] = []
         with os.scandir(fd) as entries:
@@ -64,7 +65,7 @@ def _walk(root_fd: int, unreadable: list[int]) -> Iterator[tuple[int, str, list[
     fd, prefix = root_fd, ""
     while True:
         try:
-            subdirs, found = scan(fd, prefix)
+            subdirs, found = scan(fd)
         except OSError:
             os.close(fd)
             unreadable[0] += 1
@@ -167,7 +168,7 @@ def grep_files(base: str, path: str, confine: bool, pattern: str, include: str |
     fd, is_dir, leaf = _open_root(base, path, confine)
     unreadable = [0]
     if not is_dir:
-        data = _read_all(fd)
+        data = read_whole(fd)
         os.close(fd)
         binary += not search(data, escape_name(leaf), 0)
     else:
@@ -183,19 +184,10 @@ def grep_files(base: str, path: str, confine: bool, pattern: str, include: str |
                     unreadable_files += 1
                     continue
                 try:
-                    data = _read_all(file_fd)
+                    data = read_whole(file_fd)
                 finally:
                     os.close(file_fd)
                 binary += not search(data, rel, entry.inode())
     return {"hits": hits, "binary_files": binary, "unreadable_files": unreadable_files,
             "unreadable_dirs": unreadable[0]}
 
-
-def _read_all(fd: int) -> bytes:
-    """Whole file by plain reads: cheaper than a buffered file object for thousands of files."""
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 16)
-        chunks.append(chunk)
-        if len(chunk) < 1 << 16:  # a short read of a regular file is its end
-            return b"".join(chunks)
