@@ -1,4 +1,4 @@
-"""The host side of the agent protocol over any asyncio stream pair (pipes or a unix socket).
+"""The host side of the agent protocol over a unix socket (a socketpair or a listening agent).
 
 Also the one place where the agent's error answers become seam exceptions, so every backend
 that talks to an agent maps failures the same way.
@@ -8,35 +8,55 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import errno
 import itertools
 import json
+import socket
 from typing import Any
 
 from ..seam.errors import CouldNotRunError, FileOpError, HostError
 from ..seam.models import JobStatus, OutputChunk
 from ..seam.protocol import OutputCallback
 
-STREAM_LIMIT = 1 << 30  # one answer may carry 2 MiB of output or a 20 000-path listing
+_PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent to catch up
 
 
 class UnknownJobError(HostError):
     code = "UNKNOWN_JOB"
 
 
-class AgentChannel:
-    """Request/answer correlation by id, plus live output events routed to listeners."""
+class AgentChannel(asyncio.Protocol):
+    """Request/answer correlation by id, plus live output events routed to listeners.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 endpoint: str) -> None:
-        self._reader, self._writer = reader, writer
+    A protocol rather than a StreamReader with a reading task: an answer is parsed and handed
+    to its caller inside ``data_received``, one event-loop pass earlier. On a round trip that
+    is most of the host's share of a ``bash`` call, that pass is worth saving.
+    """
+
+    def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._listeners: dict[str, OutputCallback] = {}
+        self._partial: list[bytes] = []  # an answer's bytes before its newline arrives
+        self._transport: asyncio.Transport | None = None
+        self._can_write: asyncio.Future[None] | None = None
+        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.death: CouldNotRunError | None = None
-        self._task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def over_socket(cls, sock: socket.socket, endpoint: str) -> AgentChannel:
+        """A channel on a connected unix socket (the host agent's end of a socketpair)."""
+        channel = cls(endpoint)
+        await asyncio.get_running_loop().create_unix_connection(lambda: channel, sock=sock)
+        return channel
+
+    @classmethod
+    async def connect(cls, path: str, endpoint: str) -> AgentChannel:
+        """A channel to an agent listening on the unix socket at ``path``."""
+        channel = cls(endpoint)
+        await asyncio.get_running_loop().create_unix_connection(lambda: channel, path)
+        return channel
 
     @property
     def alive(self) -> bool:
@@ -52,43 +72,78 @@ class AgentChannel:
         """Send one request; the answer's ``result``, or the mapped exception."""
         if self.death is not None:
             raise self.death
+        assert self._transport is not None
         rid = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            self._writer.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
-            if self._writer.transport.get_write_buffer_size() > 1 << 20:
-                await self._writer.drain()
+            self._transport.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
+            if self._can_write is not None:
+                await asyncio.shield(self._can_write)
             answer = await future
-        except (ConnectionError, RuntimeError) as exc:
-            self._die(f"lost the channel to the sandbox agent at {self.endpoint}: {exc}")
-            assert self.death is not None
-            raise self.death from None
         finally:
             self._pending.pop(rid, None)
         if answer.get("ok"):
             return dict(answer["result"])
         raise map_agent_error(answer.get("error") or {})
 
-    async def _read_loop(self) -> None:
-        try:
-            while True:
-                line = await self._reader.readline()
-                if not line:
-                    break
-                message = json.loads(line)
-                if "ev" in message:
-                    listener = self._listeners.get(message.get("job"))
-                    if listener is not None:
-                        listener(OutputChunk(stream=message["stream"], text=message["data"]))
-                    continue
-                future = self._pending.get(message.get("id"))
-                if future is not None and not future.done():
-                    future.set_result(message)
-        except (ConnectionError, ValueError, asyncio.IncompleteReadError) as exc:
-            self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
-        self._die(f"the sandbox agent at {self.endpoint} exited")
+    # --- asyncio.Protocol -----------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        transport.set_write_buffer_limits(high=_PAUSE_AT)
 
+    def data_received(self, data: bytes) -> None:
+        if b"\n" not in data:  # a big answer arrives in many pieces: join them once
+            self._partial.append(data)
+            return
+        if self._partial:
+            self._partial.append(data)
+            data = b"".join(self._partial)
+            self._partial.clear()
+        *lines, rest = data.split(b"\n")
+        if rest:
+            self._partial.append(rest)
+        try:
+            for line in lines:
+                self._dispatch(json.loads(line))
+        except (ValueError, KeyError, TypeError) as exc:
+            self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
+            assert self._transport is not None
+            self._transport.abort()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        if "ev" in message:
+            listener = self._listeners.get(message.get("job"))  # type: ignore[arg-type]
+            if listener is not None:
+                listener(OutputChunk(stream=message["stream"], text=message["data"]))
+            return
+        future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport: the agent has nothing more to say
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None:
+            self._die(f"lost the channel to the sandbox agent at {self.endpoint}: {exc}")
+        self._die(f"the sandbox agent at {self.endpoint} exited")
+        self.resume_writing()
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._can_write is None:
+            self._can_write = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._can_write is not None:
+            if not self._can_write.done():
+                self._can_write.set_result(None)
+            self._can_write = None
+
+    # --- lifecycle ------------------------------------------------------------------------
     def _die(self, reason: str) -> None:
         if self.death is None:
             self.death = CouldNotRunError(reason, retryable=True)
@@ -97,15 +152,19 @@ class AgentChannel:
                 future.set_exception(self.death)
 
     async def close(self, drain_s: float = 10.0) -> None:
-        """Close our side, then read to the end (the agent finishes killing jobs first)."""
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            self._writer.close()
+        """Close our sending side, then read to the end (the agent finishes killing jobs first)."""
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            try:
+                transport.write_eof()
+            except (OSError, RuntimeError):
+                transport.close()
         try:
-            await asyncio.wait_for(asyncio.shield(self._task), drain_s)
+            await asyncio.wait_for(asyncio.shield(self._lost), drain_s)
         except TimeoutError:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            if transport is not None:
+                transport.abort()
+            await self._lost
 
 
 def map_agent_error(error: dict[str, Any]) -> Exception:

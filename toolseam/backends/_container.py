@@ -30,7 +30,7 @@ import requests
 
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
-from ._channel import STREAM_LIMIT, AgentChannel
+from ._channel import AgentChannel
 from .host import AGENT_PARENT, agent_boot
 
 OWNER_LABEL = "toolseam.owner"
@@ -229,7 +229,8 @@ class ContainerSandbox:
         while True:
             if os.path.exists(path):
                 try:
-                    reader, writer = await asyncio.open_unix_connection(path, limit=STREAM_LIMIT)
+                    self.channel = await AgentChannel.connect(
+                        path, f"{self.engine_name} container {self.container}")
                     break
                 except OSError:
                     pass
@@ -241,7 +242,6 @@ class ContainerSandbox:
                                        f"in {self.image!r}", retryable=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
-        self.channel = AgentChannel(reader, writer, f"{self.engine_name} container {self.container}")
         return await self.channel.call("hello")
 
     async def _state(self) -> ContainerState | None:
