@@ -3,14 +3,16 @@
     python benchmarks/bench.py                     # host backend vs bare Python vs toolnexus
     python benchmarks/bench.py --containers        # + podman, rootless podman, docker
 
-Every call is made inside one running event loop. Each figure is the median of many calls;
-ratios compare figures from the same run on the same machine, which is all that is claimed.
+Every call is made inside one running event loop. Each figure is the median of many calls,
+and the contenders of a row are measured in alternating blocks (see ``interleaved``); ratios
+compare figures from the same run on the same machine, which is all that is claimed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import inspect
 import os
 import re
 import shutil
@@ -52,6 +54,32 @@ async def time_async(call: Callable[[], Awaitable[Any]], n: int, warmup: int = 3
         await call()
         samples.append(time.perf_counter() - started)
     return p50(samples)
+
+
+async def interleaved(calls: dict[str, Callable[[], Any]], n: int, warmup: int = 3,
+                      block: int = 10) -> dict[str, float]:
+    """p50 of each call, measured in alternating blocks of ``block`` calls.
+
+    On a shared VM the same call drifts by 10-25 % within a minute; alternating the contenders
+    block by block exposes them all to the same drift, so their ratio is what it claims to be.
+    A call may be sync or async (its result is awaited when it is awaitable).
+    """
+    async def once(call: Callable[[], Any]) -> float:
+        started = time.perf_counter()
+        result = call()
+        if inspect.isawaitable(result):
+            await result
+        return time.perf_counter() - started
+
+    for call in calls.values():
+        for _ in range(warmup):
+            await once(call)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(max(1, n // block)):
+        for name, call in calls.items():
+            for _ in range(block):
+                samples[name].append(await once(call))
+    return {name: p50(values) for name, values in samples.items()}
 
 
 def time_sync(call: Callable[[], Any], n: int, warmup: int = 3) -> float:
@@ -118,47 +146,58 @@ async def host_table(tree: str, small: str) -> list[str]:
     out = [row("call (p50 ms)", "bare", "toolseam", "ratio", "toolnexus", "ts/tn"),
            "|" + "|".join(["-" * 28] + ["-" * 14] * 5) + "|"]
 
-    async def measure(label: str, bare: float, ours: float, theirs: float | None) -> None:
+    def add(label: str, f: dict[str, float]) -> None:
+        bare, ours, theirs = f["bare"], f["ours"], f.get("theirs")
         tn = f"{theirs:.3f}" if theirs is not None else "n/a"
         vs = f"{ours / theirs:.2f}x" if theirs else "n/a"
         out.append(row(label, f"{bare:.3f}", f"{ours:.3f}", f"{ours / bare:.2f}x", tn, vs))
 
+    def contenders(bare: Callable[[], Any], ours: Callable[[], Any],
+                   theirs: Callable[[], Any] | None) -> dict[str, Callable[[], Any]]:
+        calls = {"bare": bare, "ours": ours}
+        if nexus is not None and theirs is not None:
+            calls["theirs"] = theirs
+        return calls
+
     async with Toolkit("host", base_dir=small) as tk:
-        bare = time_sync(lambda: subprocess.run(["sh", "-c", "true"], check=True), 300)
-        ours = await time_async(lambda: tk.call("bash", {"command": "true"}), 300)
-        theirs = await time_async(lambda: nexus["bash"].execute({"command": "true"}), 300) if nexus else None
-        await measure("bash `true`", bare, ours, theirs)
+        add("bash `true`", await interleaved(contenders(
+            lambda: subprocess.run(["sh", "-c", "true"], check=True),
+            lambda: tk.call("bash", {"command": "true"}),
+            lambda: nexus["bash"].execute({"command": "true"}) if nexus else None), 600))
 
         target = os.path.join(small, "small.txt")
         Path(target).write_text("hello\n" * 20)
-        bare = time_sync(lambda: Path(target).read_text(), 3000)
-        ours = await time_async(lambda: tk.call("read", {"path": "small.txt"}), 3000)
-        theirs = await time_async(lambda: nexus["read"].execute({"path": target}), 3000) if nexus else None
-        await measure("read (120 B file)", bare, ours, theirs)
-        out.append(row("  read: added over bare", "", f"{(ours - bare) * 1000:.0f} us", "", "", ""))
+        f = await interleaved(contenders(
+            lambda: Path(target).read_text(),
+            lambda: tk.call("read", {"path": "small.txt"}),
+            lambda: nexus["read"].execute({"path": target}) if nexus else None), 6000, block=50)
+        add("read (120 B file)", f)
+        out.append(row("  read: added over bare", "", f"{(f['ours'] - f['bare']) * 1000:.1f} us", "", "", ""))
 
         content = "x" * 100
         wpath = os.path.join(small, "w.txt")
-        bare_plain = time_sync(lambda: Path(wpath).write_text(content), 500)
-        bare = time_sync(lambda: bare_atomic_write(wpath, content), 500)
-        ours = await time_async(lambda: tk.call("write", {"path": "w.txt", "content": content}), 500)
-        theirs = await time_async(
-            lambda: nexus["write"].execute({"path": wpath, "content": content}), 500) if nexus else None
-        await measure("write (atomic+fsync)", bare, ours, theirs)
-        out.append(row("  write: added over bare", "", f"{(ours - bare) * 1000:.0f} us", "", "", ""))
-        out.append(row("  (bare open+write, no fsync)", f"{bare_plain:.3f}", "", "", "", ""))
+        f = await interleaved({
+            **contenders(lambda: bare_atomic_write(wpath, content),
+                         lambda: tk.call("write", {"path": "w.txt", "content": content}),
+                         lambda: nexus["write"].execute({"path": wpath, "content": content})
+                         if nexus else None),
+            "plain": lambda: Path(wpath).write_text(content)}, 1000)
+        add("write (atomic+fsync)", f)
+        added = (f['ours'] - f['bare']) * 1000
+        out.append(row("  write: added over bare", "", f"{added:.0f} us", "", "", ""))
+        out.append(row("  (bare open+write, no fsync)", f"{f['plain']:.3f}", "", "", "", ""))
 
     async with Toolkit("host", base_dir=tree, tools={"bash": False}) as tk:
-        bare = time_sync(lambda: bare_walk(tree), 7, warmup=1)
-        ours = await time_async(lambda: tk.call("glob", {"pattern": "**/*.txt"}), 7, warmup=1)
-        theirs = await time_async(lambda: nexus["glob"].execute({"pattern": "**/*.txt", "path": tree}),
-                                  7, warmup=1) if nexus else None
-        await measure(f"glob ({TREE_FILES} files)", bare, ours, theirs)
-        bare = time_sync(lambda: bare_grep(tree, "needle"), 5, warmup=1)
-        ours = await time_async(lambda: tk.call("grep", {"pattern": "needle"}), 5, warmup=1)
-        theirs = await time_async(lambda: nexus["grep"].execute({"pattern": "needle", "path": tree}),
-                                  5, warmup=1) if nexus else None
-        await measure(f"grep ({TREE_FILES} files)", bare, ours, theirs)
+        add(f"glob ({TREE_FILES} files)", await interleaved(contenders(
+            lambda: bare_walk(tree),
+            lambda: tk.call("glob", {"pattern": "**/*.txt"}),
+            lambda: nexus["glob"].execute({"pattern": "**/*.txt", "path": tree}) if nexus else None),
+            9, warmup=1, block=1))
+        add(f"grep ({TREE_FILES} files)", await interleaved(contenders(
+            lambda: bare_grep(tree, "needle"),
+            lambda: tk.call("grep", {"pattern": "needle"}),
+            lambda: nexus["grep"].execute({"pattern": "needle", "path": tree}) if nexus else None),
+            7, warmup=1, block=1))
     return out
 
 

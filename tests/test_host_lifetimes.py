@@ -12,6 +12,7 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 
 from toolseam import OutputEvent, Settings, Toolkit, ToolResult
 
@@ -87,3 +88,22 @@ async def test_leaving_call_stream_early_kills_the_command(tmp_path: Path) -> No
         assert isinstance(first, OutputEvent) and first.text == "go\n"
         await stream.aclose()
         assert host_survivors(f"sleep {marker}") == []
+
+
+async def test_agent_refuses_an_environment_it_was_never_sent(tmp_path: Path) -> None:
+    """The env cache is by id: an id the agent does not know is a protocol fault, never a
+    command run with some other environment."""
+    from toolseam.backends.host import HostBackend
+    from toolseam.seam.errors import CouldNotRunError
+
+    backend = HostBackend(str(tmp_path))
+    await backend.open()
+    try:
+        spec = {"argv": ["/bin/sh", "-c", "env"], "cwd": str(tmp_path), "env_id": 99}
+        with pytest.raises(CouldNotRunError) as caught:
+            await backend._agent().call("start", job="stray", spec=spec, forget=True)
+        assert "unknown env_id 99" in caught.value.reason
+        result = await Toolkit(backend, base_dir=str(tmp_path)).call("bash", {"command": "echo ok"})
+        assert result.output == "ok\n"  # the agent lives on
+    finally:
+        await backend.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -45,13 +46,31 @@ class AgentExec:
 
     def __init__(self, channel: Callable[[], AgentChannel]) -> None:
         self._channel = channel
+        # The environment last sent on which channel, and its id there: the agent keeps it,
+        # so a session's (often 2 KiB) environment crosses the channel once, not per command.
+        self._env_sent: tuple[AgentChannel, dict[str, str], int] | None = None
+        self._env_ids = itertools.count(1)
+
+    def _spec(self, channel: AgentChannel, request: SpawnRequest) -> dict[str, Any]:
+        spec: dict[str, Any] = {
+            "argv": request.argv, "cwd": request.cwd, "deadline_ms": request.deadline_ms,
+            "grace_ms": request.grace_ms, "stream": request.stream,
+            "output_limit": request.output_limit}
+        sent = self._env_sent
+        if sent is not None and sent[0] is channel and sent[1] == request.env:
+            spec["env_id"] = sent[2]
+        else:
+            env_id = next(self._env_ids)
+            spec["env"], spec["env_id"] = request.env, env_id
+            self._env_sent = (channel, dict(request.env), env_id)
+        return spec
 
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:
         channel = self._channel()
         if on_output is not None:
             channel.listen(request.job, on_output)
-        spec = request.model_dump(exclude={"type", "job", "wait_ms", "forget_when_done"})
+        spec = self._spec(channel, request)
         try:
             status = job_status(await channel.call("start", job=request.job, spec=spec,
                                                    wait_ms=request.wait_ms,

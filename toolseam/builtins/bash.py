@@ -122,8 +122,8 @@ class Bash(Builtin[BashInput]):
         await services.check_command(args.command, cwd)
         detach = args.timeout is None and settings.timeout_policy == "detach"
         timeout_ms = args.timeout if args.timeout is not None else settings.effective_default_timeout_ms
-        request = SpawnRequest.model_construct(  # every field below is already validated
-            type="spawn", job=services.new_backend_job_id(), argv=[*shell.argv, args.command], cwd=cwd,
+        request = SpawnRequest(  # pydantic-core checks this faster than model_construct builds it
+            job=services.new_backend_job_id(), argv=[*shell.argv, args.command], cwd=cwd,
             env=services.command_env, deadline_ms=settings.job_max_ms if detach else timeout_ms,
             grace_ms=settings.kill_grace_ms,
             wait_ms=(timeout_ms or None) if detach else None,

@@ -62,8 +62,9 @@ class Sandbox:
 
     def spawn(self, command: str, **fields: object) -> SpawnRequest:
         job = fields.pop("job", None) or f"c-{uuid.uuid4().hex[:8]}"
+        env = fields.pop("env", None) or {"PATH": "/usr/local/bin:/usr/bin:/bin"}
         return SpawnRequest(job=str(job), argv=["/bin/sh", "-c", command], cwd=self.base,
-                            env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, **fields)
+                            env=env, **fields)
 
 
 class _Bound:
@@ -230,6 +231,17 @@ class ExecContract(_Bound):
             status = await self._run(sandbox, f"exit {code}")
             assert (status.outcome, status.state, status.exit_code) == ("ran", "exited", code)
 
+    async def test_each_command_gets_exactly_its_environment(self, sandbox: Sandbox) -> None:
+        """Also when it changes between calls (a backend may cache what it sent before)."""
+        path = "/usr/local/bin:/usr/bin:/bin"
+        first, second = {"PATH": path, "ONE": "1"}, {"PATH": path, "TWO": "2 two"}
+        seen = []
+        for env in (first, first, second, first, {**first, "ONE": "changed"}):
+            status = await self._run(sandbox, "env", env=env)
+            seen.append({k: v for k, v in (line.split("=", 1) for line in status.output.splitlines())
+                         if k not in ("PWD", "SHLVL", "_") and not k.startswith("TOOLSEAM_")})
+        assert seen == [first, first, second, first, {**first, "ONE": "changed"}]
+
     async def test_output_keeps_arrival_order_across_streams(self, sandbox: Sandbox) -> None:
         status = await self._run(sandbox, "printf a; sleep 0.05; printf b >&2; sleep 0.05; printf c")
         assert [(c.stream, c.text) for c in status.chunks] == [
@@ -387,6 +399,33 @@ class HostDirContract(_Bound):
         assert target.read_text() == "new"
         assert target.stat().st_mode & 0o777 == 0o751
         assert sorted(p.name for p in sandbox.host_dir.iterdir()) == ["run.sh"]
+
+
+    async def test_unconfined_write_resolves_like_the_kernel(self, sandbox: Sandbox) -> None:
+        """Unconfined, a write follows symlinks (leaf and parents) and ``..`` physically."""
+        host = sandbox.host_dir
+        await sandbox.put({"real/old.txt": b"old"})
+        (host / "link-dir").symlink_to("real")
+        (host / "link-file.txt").symlink_to("real/old.txt")
+
+        def free(path: str) -> PathRef:
+            return sandbox.ref(path, confine=False)
+
+        assert (await sandbox.backend.write(free("link-file.txt"), b"via leaf")).created is False
+        assert (host / "real/old.txt").read_bytes() == b"via leaf"
+        assert (host / "link-file.txt").is_symlink()
+        assert (await sandbox.backend.write(free("link-dir/new.txt"), b"via dir")).created is True
+        assert (host / "real/new.txt").read_bytes() == b"via dir"
+        await sandbox.backend.write(free("link-dir/../made/deep/n.txt"), b"up")  # .. of real/
+        assert (host / "made/deep/n.txt").read_bytes() == b"up"
+        for path, code in (("real", "is_directory"), ("real/old.txt/x", "not_directory"),
+                           ("link-dir/", "is_directory"), ("real/..", "is_directory")):
+            with pytest.raises(FileOpError) as caught:
+                await sandbox.backend.write(free(path), b"x")
+            assert caught.value.code == code, path
+        left = sorted(str(p.relative_to(host)) for p in host.rglob("*"))
+        assert left == ["link-dir", "link-file.txt", "made", "made/deep", "made/deep/n.txt",
+                        "real", "real/new.txt", "real/old.txt"]
 
 
 def _detach_settings(**overrides: object) -> Settings:

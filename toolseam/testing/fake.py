@@ -4,7 +4,7 @@ For tests of the layers ABOVE the seam (builtins, policies, the stdio server) â€
 processes, no disk. It honours the seam's contract for everything it models and is bound to
 the shared contract suite; it is never a stand-in for the real engines.
 
-The shell understands ``;``-separated ``echo``/``printf`` (with ``>&2``), ``sleep N``,
+The shell understands ``;``-separated ``echo``/``printf`` (with ``>&2``), ``env``, ``sleep N``,
 ``exit N``, ``true`` and ``false`` â€” enough for the contract's exec checks. It has no symlinks,
 FIFOs or permissions.
 """
@@ -258,7 +258,8 @@ class FakeBackend:
 
     async def _run(self, job: _Job, on_output: OutputCallback | None) -> None:
         try:
-            job.exit_code = await _interpret(job.request.argv[-1], job.chunks, on_output)
+            job.exit_code = await _interpret(job.request.argv[-1], job.request.env, job.chunks,
+                                             on_output)
         except asyncio.CancelledError:
             job.exit_code = -15
         finally:
@@ -313,7 +314,7 @@ def _status(job: _Job) -> JobStatus:
                      stderr_truncated=False)
 
 
-async def _interpret(script: str, chunks: list[tuple[str, str]],
+async def _interpret(script: str, env: dict[str, str], chunks: list[tuple[str, str]],
                      on_output: OutputCallback | None) -> int:
     status = 0
     for statement in filter(None, (s.strip() for s in script.split(";"))):
@@ -328,6 +329,8 @@ async def _interpret(script: str, chunks: list[tuple[str, str]],
         text = None
         if command == "echo":
             text = " ".join(args) + "\n"
+        elif command == "env":
+            text = "".join(f"{key}={value}\n" for key, value in env.items())
         elif command == "printf":
             text = args[0].encode().decode("unicode_escape") if args else ""
         elif command == "sleep":

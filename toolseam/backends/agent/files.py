@@ -158,9 +158,12 @@ def read_bytes(base: str, path: str, confine: bool,
 class _Staged:
     """One file written to a temp name beside its target, not yet renamed into place."""
 
-    def __init__(self, r: Resolved, data: bytes) -> None:
+    def __init__(self, r: Resolved, data: bytes, parent: tuple[int, str] | None = None) -> None:
         self.r = r
-        self.dir_fd, self.name, self.created = open_parent(r, create=True)
+        if parent is None:
+            self.dir_fd, self.name, self.created = open_parent(r, create=True)
+        else:  # opened by the caller (the unconfined fast path); no directory was created
+            (self.dir_fd, self.name), self.created = parent, []
         self.tmp: str | None = None
         self.backup: str | None = None
         self.existed = False
@@ -175,7 +178,10 @@ class _Staged:
         if existing is not None:
             if stat.S_ISDIR(existing.st_mode):
                 raise FsError(IS_DIRECTORY, self.r.given)
-            if stat.S_ISLNK(existing.st_mode):  # canonical paths hold no symlinks: a race
+            if stat.S_ISLNK(existing.st_mode):
+                if not self.r.parts:  # the fast path, which resolved nothing: go the long way
+                    raise _LeafIsSymlink
+                # canonical paths hold no symlinks: a race
                 raise FsError(OUTSIDE_BASE if self.r.confined else EXISTS, self.r.given)
             if not stat.S_ISREG(existing.st_mode):
                 raise FsError(NOT_REGULAR, self.r.given, _kind(existing.st_mode))
@@ -271,10 +277,46 @@ def _temp_name(name: str, kind: str) -> str:
     return f".{name[:100]}.toolseam-{secrets.token_hex(6)}.{kind}"
 
 
+class _LeafIsSymlink(Exception):
+    pass
+
+
 def write_file(base: str, path: str, confine: bool, data: bytes) -> dict[str, Any]:
     """Atomic write: temp file in the same dir, fsync, rename; an existing file keeps its mode."""
+    if not confine:
+        created = _write_unconfined(base, path, data)
+        if created is not None:
+            return {"bytes": len(data), "created": created}
     result = commit(base, confine, [{"op": "write", "path": path, "data": data}])
     return {"bytes": len(data), "created": result["created"] == 1}
+
+
+def _write_unconfined(base: str, path: str, data: bytes) -> bool | None:
+    """The common write in the fewest syscalls: unconfined, the kernel may resolve the parent
+    as given (symlinks followed, as ``canonicalize`` would) — one open instead of an ``lstat``
+    per component. None sends the caller the long way: a parent to create, a leaf that is a
+    symlink (the target is written) or ``.``/``..``, or any error (reported from there)."""
+    r = resolve(base, path, False, canonical_needed=False)
+    parent, _, leaf = r.canonical.rpartition("/")
+    if r.trailing_slash or leaf in ("", ".", ".."):
+        return None
+    try:
+        dir_fd = os.open(parent or "/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        staged = _Staged(r, data, (dir_fd, leaf))
+    except _LeafIsSymlink:
+        return None
+    except OSError as exc:
+        raise from_os_error(exc, path) from None
+    try:
+        staged.install(keep_backup=False)
+    except OSError as exc:
+        staged.discard()
+        raise from_os_error(exc, path) from None
+    staged.discard()  # closes the dir fd: the temp file was renamed into place
+    return not staged.existed
 
 
 def _current_digest(r: Resolved) -> str | None:

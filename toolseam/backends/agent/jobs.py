@@ -97,8 +97,7 @@ class Job:
         self.stream = bool(spec.get("stream", False))
         self.grace_s = float(spec.get("grace_ms", KILL_GRACE_S * 1000)) / 1000
         self.token = secrets.token_hex(8)
-        env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
-        env[TOKEN_VAR] = self.token
+        env = {**(spec.get("env") or {}), TOKEN_VAR: self.token}
         cwd = spec.get("cwd") or "/"
         self._oom_kills_before = oom_kills()
         self.pid, pipes = spawn(self.argv, cwd, env)

@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -38,6 +39,7 @@ _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 _INLINE_FS_OPS = frozenset({"stat", "write"})
+_ENVS_KEPT = 4
 
 
 def _decode_bytes(obj: Any) -> Any:
@@ -63,6 +65,9 @@ class Agent:
         self.jobs: dict[str, Job] = {}
         self.leaders: dict[int, Job] = {}
         self._next_job = 0
+        # Environments by the host's id: a session sends its (often 2 KiB) environment once,
+        # then names it. A few are kept, so a host alternating two environments stays cheap.
+        self._envs: OrderedDict[int, dict[str, str]] = OrderedDict()
         self._inbuf = b""
         self._closing = False
         self._write_lock = threading.Lock()
@@ -170,7 +175,12 @@ class Agent:
             self._fail(rid, "protocol", f"job id {job_id!r} is in use")
             return
         try:
-            job = Job(self.loop, job_id, request["spec"], self.send,
+            spec = self._with_env(request["spec"])
+        except (KeyError, TypeError) as exc:
+            self._fail(rid, "protocol", f"bad spec: {exc}")
+            return
+        try:
+            job = Job(self.loop, job_id, spec, self.send,
                       lambda: {j.pid for j in self.leaders.values() if j.id != job_id},
                       self._job_done)
         except SpawnError as exc:
@@ -186,6 +196,21 @@ class Agent:
                 self.jobs.pop(job_id, None)  # saves the host a release round trip
 
         job.add_waiter(answer, _seconds(request.get("wait_ms")))
+
+    def _with_env(self, spec: dict[str, Any]) -> dict[str, Any]:
+        """The spec with its environment: given inline, or named by an id sent before."""
+        env_id = spec.get("env_id")
+        if env_id is None:
+            return spec
+        if "env" in spec:
+            self._envs[env_id] = {str(k): str(v) for k, v in spec["env"].items()}
+            while len(self._envs) > _ENVS_KEPT:
+                self._envs.popitem(last=False)
+        else:
+            if env_id not in self._envs:
+                raise KeyError(f"unknown env_id {env_id}")
+            self._envs.move_to_end(env_id)
+        return {**spec, "env": self._envs[env_id]}
 
     def _wait(self, rid: Any, job: Job, wait_ms: float | None) -> None:
         job.add_waiter(lambda status: self._answer(rid, status), _seconds(wait_ms))
