@@ -14,7 +14,7 @@ import base64
 import functools
 import itertools
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from ..seam.errors import CouldNotRunError, FileOpError, SessionClosedError
 from ..seam.models import (
@@ -39,6 +39,7 @@ from .agent import walk as agent_walk
 from .agent.errors import FsError
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class AgentExec:
@@ -242,10 +243,10 @@ class ComposedBackend:
         """A container backend replaces "the channel closed" with what the engine says."""
         return failure
 
-    async def _run(self, call: Callable[[], Awaitable[T]]) -> T:
+    async def _run(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         self._check_open()
         try:
-            return await call()
+            return await call(*args, **kwargs)
         except CouldNotRunError as failure:
             raise await self._explain(failure) from None
 
@@ -253,38 +254,38 @@ class ComposedBackend:
                     ) -> JobStatus:
         self._check_open()
         await self.open()
-        return await self._run(lambda: self._exec.start(request, on_output))
+        return await self._run(self._exec.start, request, on_output)
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
-        return await self._run(lambda: self._exec.wait(job, wait_ms))
+        return await self._run(self._exec.wait, job, wait_ms)
 
     async def kill(self, job: str) -> JobStatus:
-        return await self._run(lambda: self._exec.kill(job))
+        return await self._run(self._exec.kill, job)
 
     async def release(self, job: str) -> None:
         if not self._closed:
-            await self._run(lambda: self._exec.release(job))
+            await self._run(self._exec.release, job)
 
     async def stat(self, ref: PathRef) -> FileStat:
-        return await self._run(lambda: self._files.stat(ref))
+        return await self._run(self._files.stat, ref)
 
     async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
                         refuse_above_bytes: int | None = None) -> TextContent:
-        return await self._run(lambda: self._files.read_text(ref, offset, limit, refuse_above_bytes))
+        return await self._run(self._files.read_text, ref, offset, limit, refuse_above_bytes)
 
     async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
                          ) -> ByteContent:
-        return await self._run(lambda: self._files.read_bytes(ref, refuse_above_bytes))
+        return await self._run(self._files.read_bytes, ref, refuse_above_bytes)
 
     async def write(self, ref: PathRef, data: bytes) -> WriteResult:
-        return await self._run(lambda: self._files.write(ref, data))
+        return await self._run(self._files.write, ref, data)
 
     async def commit(self, change: ChangeSet) -> CommitResult:
-        return await self._run(lambda: self._files.commit(change))
+        return await self._run(self._files.commit, change)
 
     async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
-        return await self._run(lambda: self._files.list_files(ref, match))
+        return await self._run(self._files.list_files, ref, match)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
                    ) -> GrepListing:
-        return await self._run(lambda: self._files.grep(ref, pattern, include))
+        return await self._run(self._files.grep, ref, pattern, include)

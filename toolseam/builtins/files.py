@@ -50,8 +50,8 @@ class Read(Builtin[ReadInput]):
     async def run(self, args: ReadInput, ctx: CallContext) -> ToolResult:
         await ctx.services.check_read(self.name, args.path)
         cap = ctx.services.settings.read_max_bytes
-        ext = posixpath.basename(args.path).rpartition(".")[2].lower()
-        media = MEDIA_TYPES.get(ext) if "." in posixpath.basename(args.path) else None
+        _, dot, ext = posixpath.basename(args.path).rpartition(".")
+        media = MEDIA_TYPES.get(ext.lower()) if dot else None
         if media is not None:
             return await self._media(args.path, media, cap, ctx)
         try:

@@ -55,6 +55,8 @@ class _Stream:
 
     def pieces(self) -> list[tuple[int, str]]:
         """Decoded (seq, text) pieces of what was kept."""
+        if not self.total:
+            return []
         out: list[tuple[int, str]] = []
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         for seq, data in self.head:
@@ -83,7 +85,7 @@ class OutputCapture:
 
     def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
         self._streams = {name: _Stream(limit) for name in STREAMS}
-        self._live = {name: codecs.getincrementaldecoder("utf-8")("replace") for name in STREAMS}
+        self._live: dict[str, codecs.IncrementalDecoder] = {}  # made when a stream is streamed
         self._seq = 0
 
     def add(self, stream: str, data: bytes) -> None:
@@ -92,7 +94,10 @@ class OutputCapture:
 
     def live_text(self, stream: str, data: bytes, final: bool = False) -> str:
         """The text of ``data`` for a streaming event, holding back a split character."""
-        return self._live[stream].decode(data, final=final)
+        decoder = self._live.get(stream)
+        if decoder is None:
+            decoder = self._live[stream] = codecs.getincrementaldecoder("utf-8")("replace")
+        return decoder.decode(data, final=final)
 
     def snapshot(self) -> dict[str, Any]:
         """Kept output as ``[[stream, text], ...]`` in arrival order, with counts and flags."""

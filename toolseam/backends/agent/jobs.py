@@ -173,7 +173,11 @@ class Job:
         self._check_finished()
 
     def _check_finished(self) -> None:
-        if self.state != "running" or self.exit_status is None:
+        if self.state != "running":
+            return
+        if self.exit_status is None and not self._pipes:
+            self._reap_leader()
+        if self.exit_status is None:
             return
         if self._pipes:
             if self._drain_timer is None:
@@ -185,6 +189,16 @@ class Job:
             self.kill("leftover")
         else:
             self._finish(True)
+
+    def _reap_leader(self) -> None:
+        """Both pipes closed: the leader has most likely exited. Reaping it here, not at the
+        SIGCHLD that follows, answers one loop pass sooner on every short command."""
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == self.pid:
+            self.exit_status = status
 
     def _on_deadline(self) -> None:
         self._deadline = None

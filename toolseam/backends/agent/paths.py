@@ -21,7 +21,7 @@ import errno
 import os
 import stat
 import threading
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from .errors import INVALID, NOT_DIRECTORY, NOT_FOUND, OUTSIDE_BASE, FsError, from_os_error
 
@@ -119,9 +119,9 @@ def _base_fd(base_canonical: str) -> int:
         return fd
 
 
-@dataclass(frozen=True)
-class Resolved:
-    """A tool path mapped onto the filesystem."""
+class Resolved(NamedTuple):
+    """A tool path mapped onto the filesystem (a NamedTuple: built on every file operation,
+    and a third the cost of a frozen dataclass)."""
 
     given: str  # as the model wrote it
     canonical: str  # absolute, symlinks resolved on the deepest existing ancestor
