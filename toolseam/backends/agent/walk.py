@@ -55,12 +55,11 @@ def _walk(root_fd: int, unreadable: list[int]) -> Iterator[tuple[int, str, list[
         subdirs: list[str] = []
         found: list[os.DirEntry[str]] = []
         with os.scandir(fd) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in PRUNED_DIRS:
-                        subdirs.append(entry.name)
-                elif entry.is_file(follow_symlinks=False):
+            for entry in entries:  # files first: they are most entries, one test each
+                if entry.is_file(follow_symlinks=False):
                     found.append(entry)
+                elif entry.is_dir(follow_symlinks=False) and entry.name not in PRUNED_DIRS:
+                    subdirs.append(entry.name)
         return subdirs, found
 
     fd, prefix = root_fd, ""
@@ -124,6 +123,7 @@ def list_files(base: str, path: str, confine: bool, match: str | None = None,
                 inodes.append(inode)
         return {"paths": paths, "inodes": inodes, "unreadable_dirs": 0}
     unreadable = [0]
+    add_path, add_inode = paths.append, inodes.append  # the loop runs once per file
     for _, prefix, found in _walk(fd, unreadable):
         for entry in found:
             name = entry.name
@@ -133,8 +133,8 @@ def list_files(base: str, path: str, confine: bool, match: str | None = None,
             elif matcher is not None and not matcher(
                     escape_name(name) if match_basename else prefix + escape_name(name)):
                 continue
-            paths.append(prefix + (name if name.isascii() else escape_name(name)))
-            inodes.append(entry.inode())
+            add_path(prefix + name if name.isascii() else prefix + escape_name(name))
+            add_inode(entry.inode())
     return {"paths": paths, "inodes": inodes, "unreadable_dirs": unreadable[0]}
 
 
