@@ -192,12 +192,12 @@ async def host_table(tree: str, small: str) -> list[str]:
             lambda: bare_walk(tree),
             lambda: tk.call("glob", {"pattern": "**/*.txt"}),
             lambda: nexus["glob"].execute({"pattern": "**/*.txt", "path": tree}) if nexus else None),
-            9, warmup=1, block=1))
+            31, warmup=1, block=1))
         add(f"grep ({TREE_FILES} files)", await interleaved(contenders(
             lambda: bare_grep(tree, "needle"),
             lambda: tk.call("grep", {"pattern": "needle"}),
             lambda: nexus["grep"].execute({"pattern": "needle", "path": tree}) if nexus else None),
-            7, warmup=1, block=1))
+            11, warmup=1, block=1))
         # A pattern with few hits: toolnexus stops reading at its limit (100 hits), so only
         # here do both read every file — the like-for-like comparison.
         rare = "needle 1999[0-9]"

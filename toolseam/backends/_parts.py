@@ -145,11 +145,13 @@ class LocalFiles:
         ops = [op.model_dump() for op in change.ops]
         return CommitResult.model_validate(_commit(change.base, change.confine, ops))
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
+                         with_inodes: bool = False) -> FileListing:
         # A walk of thousands of entries would stall the event loop: it runs in a thread.
         raw = await asyncio.to_thread(
             _list_files, ref.base, ref.path, ref.confine, match.regex if match else None,
-            match.basename if match else False, match.name_suffix if match else None)
+            match.basename if match else False, match.name_suffix if match else None,
+            with_inodes)
         return FileListing.model_construct(**raw)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
@@ -199,11 +201,13 @@ class AgentFiles:
         return CommitResult.model_validate(
             await self._call("commit", base=change.base, confine=change.confine, ops=ops))
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
+                         with_inodes: bool = False) -> FileListing:
         raw = await self._call("list_files", **ref.model_dump(),
                                match=match.regex if match else None,
                                match_basename=match.basename if match else False,
-                               name_suffix=match.name_suffix if match else None)
+                               name_suffix=match.name_suffix if match else None,
+                               with_inodes=with_inodes)
         return FileListing.model_validate(raw)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
@@ -283,8 +287,9 @@ class ComposedBackend:
     async def commit(self, change: ChangeSet) -> CommitResult:
         return await self._run(self._files.commit, change)
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
-        return await self._run(self._files.list_files, ref, match)
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
+                         with_inodes: bool = False) -> FileListing:
+        return await self._run(self._files.list_files, ref, match, with_inodes)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
                    ) -> GrepListing:

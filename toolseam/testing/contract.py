@@ -180,7 +180,10 @@ class ListingContract(_Bound):
                            "sub/.git/HEAD": b"", "sub/.gitignore": b"", "node_modules.txt": b""})
         listing = await sandbox.backend.list_files(sandbox.ref())
         assert sorted(listing.paths) == [".hidden", "a/b/c.txt", "node_modules.txt", "sub/.gitignore"]
-        assert len(listing.inodes) == len(listing.paths)
+        assert listing.inodes is None  # not asked for
+        numbered = await sandbox.backend.list_files(sandbox.ref(), with_inodes=True)
+        assert numbered.paths == listing.paths and numbered.inodes is not None
+        assert len(numbered.inodes) == len(numbered.paths) and all(i > 0 for i in numbered.inodes)
 
     async def test_grep_reports_every_hit_and_counts_binary(self, sandbox: Sandbox) -> None:
         await sandbox.put({"a.txt": b"one\ntwo\r\nthree two\n", "b.bin": b"two\xff\n",

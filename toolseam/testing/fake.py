@@ -199,7 +199,8 @@ class FakeBackend:
                     found.append(path)
         return root, found
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
+                         with_inodes: bool = False) -> FileListing:
         self._guard()
         root, found = self._walk(ref)
         paths = []
@@ -209,7 +210,8 @@ class FakeBackend:
             if match is None or (match.name_suffix is not None and subject.endswith(match.name_suffix)) \
                     or (match.name_suffix is None and re.fullmatch(match.regex, subject)):
                 paths.append(rel)
-        return FileListing(paths=paths, inodes=[_inode(p) for p in paths], unreadable_dirs=0)
+        return FileListing(paths=paths, inodes=[_inode(p) for p in paths] if with_inodes else None,
+                           unreadable_dirs=0)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
                    ) -> GrepListing:

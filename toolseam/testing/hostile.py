@@ -39,10 +39,13 @@ class HostileBackend:
             indexed = (indexed + indexed)[::-1]
         return [item for item, _ in indexed]
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
-        listing = await self._inner.list_files(ref, match)
-        pairs = self._reorder(list(zip(listing.paths, listing.inodes, strict=True)), listing.inodes)
-        return FileListing(paths=[p for p, _ in pairs], inodes=[i for _, i in pairs],
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
+                         with_inodes: bool = False) -> FileListing:
+        listing = await self._inner.list_files(ref, match, with_inodes=True)
+        inodes = listing.inodes or []
+        pairs = self._reorder(list(zip(listing.paths, inodes, strict=True)), inodes)
+        return FileListing(paths=[p for p, _ in pairs],
+                           inodes=[i for _, i in pairs] if with_inodes else None,
                            unreadable_dirs=listing.unreadable_dirs)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None

@@ -104,24 +104,25 @@ def _open_root(base: str, path: str, confine: bool) -> tuple[int, bool, str]:
 
 
 def list_files(base: str, path: str, confine: bool, match: str | None = None,
-               match_basename: bool = False, name_suffix: str | None = None) -> dict[str, Any]:
+               match_basename: bool = False, name_suffix: str | None = None,
+               with_inodes: bool = False) -> dict[str, Any]:
     """Every regular file under ``path`` whose rel path (or basename) fully matches ``match``.
 
     ``name_suffix``, when given, is an exact shortcut for ``match``: a file name matches iff it
-    ends with it (the library sends it for patterns like ``*.py`` / ``**/*.py``).
+    ends with it (the library sends it for patterns like ``*.py`` / ``**/*.py``). Inode
+    numbers are collected only ``with_inodes`` (a test wrapper orders by them).
     """
     matcher = re.compile(match).fullmatch if match is not None else None
     paths: list[str] = []
     inodes: list[int] = []
     fd, is_dir, leaf = _open_root(base, path, confine)
     if not is_dir:
-        entries = [(escape_name(leaf), os.fstat(fd).st_ino)]
+        rel, inode = escape_name(leaf), os.fstat(fd).st_ino
         os.close(fd)
-        for rel, inode in entries:
-            if matcher is None or matcher(rel):
-                paths.append(rel)
-                inodes.append(inode)
-        return {"paths": paths, "inodes": inodes, "unreadable_dirs": 0}
+        if matcher is None or matcher(rel):
+            paths.append(rel)
+            inodes.append(inode)
+        return {"paths": paths, "inodes": inodes if with_inodes else None, "unreadable_dirs": 0}
     unreadable = [0]
     add_path, add_inode = paths.append, inodes.append  # the loop runs once per file
     for _, prefix, found in _walk(fd, unreadable):
@@ -134,8 +135,10 @@ def list_files(base: str, path: str, confine: bool, match: str | None = None,
                     escape_name(name) if match_basename else prefix + escape_name(name)):
                 continue
             add_path(prefix + name if name.isascii() else prefix + escape_name(name))
-            add_inode(entry.inode())
-    return {"paths": paths, "inodes": inodes, "unreadable_dirs": unreadable[0]}
+            if with_inodes:
+                add_inode(entry.inode())
+    return {"paths": paths, "inodes": inodes if with_inodes else None,
+            "unreadable_dirs": unreadable[0]}
 
 
 def grep_files(base: str, path: str, confine: bool, pattern: str, include: str | None = None,
