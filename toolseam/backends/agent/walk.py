@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 from .errors import NOT_REGULAR, FsError
@@ -27,6 +27,7 @@ _DIR_OPEN = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
 # Patterns whose meaning differs between one line and a whole text; they skip the prefilter.
 _LINE_ONLY_SYNTAX = re.compile(r"\\[AZz]|\(\?")
+_GREP_STEP = 256  # files read between two points where a host event loop may step in
 _FIRST_READ = 1 << 14  # most source files fit; a bigger buffer costs its allocation per file
 
 
@@ -46,7 +47,8 @@ def escape_name(name: str) -> str:
                        for c in name)
 
 
-def _walk(root_fd: int, unreadable: list[int]) -> Iterator[tuple[int, str, list[os.DirEntry[str]]]]:
+def _walk(root_fd: int, unreadable: list[int]
+          ) -> Generator[tuple[int, str, list[os.DirEntry[str]]], None, None]:
     """Depth-first over an open directory fd: (dir fd, rel prefix, regular-file entries) per
     directory, the fd valid while the tuple is being used. Unreadable dirs are counted."""
     frames: list[tuple[int, str, list[str]]] = []
@@ -63,31 +65,36 @@ def _walk(root_fd: int, unreadable: list[int]) -> Iterator[tuple[int, str, list[
         return subdirs, found
 
     fd, prefix = root_fd, ""
-    while True:
-        try:
-            subdirs, found = scan(fd)
-        except OSError:
-            os.close(fd)
-            unreadable[0] += 1
-        else:
-            yield fd, prefix, found
-            frames.append((fd, prefix, subdirs))
-        fd = -1
-        while frames and fd < 0:
-            parent, parent_prefix, pending = frames[-1]
-            if not pending:
-                os.close(parent)
-                frames.pop()
-                continue
-            name = pending.pop()
+    try:
+        while True:
             try:
-                fd = os.open(name, _DIR_OPEN, dir_fd=parent)
+                subdirs, found = scan(fd)
             except OSError:
+                os.close(fd)
                 unreadable[0] += 1
-                continue
-            prefix = parent_prefix + escape_name(name) + "/"
-        if fd < 0:
-            return
+            else:
+                frames.append((fd, prefix, subdirs))
+                yield fd, prefix, found
+            fd = -1
+            while frames and fd < 0:
+                parent, parent_prefix, pending = frames[-1]
+                if not pending:
+                    os.close(parent)
+                    frames.pop()
+                    continue
+                name = pending.pop()
+                try:
+                    fd = os.open(name, _DIR_OPEN, dir_fd=parent)
+                except OSError:
+                    unreadable[0] += 1
+                    continue
+                prefix = parent_prefix + escape_name(name) + "/"
+            if fd < 0:
+                return
+    finally:  # stopped early (a cancelled call): every directory still held is closed
+        for held, _, _ in frames:
+            os.close(held)
+        frames.clear()
 
 
 def _open_root(base: str, path: str, confine: bool) -> tuple[int, bool, str]:
@@ -103,14 +110,42 @@ def _open_root(base: str, path: str, confine: bool) -> tuple[int, bool, str]:
     raise FsError(NOT_REGULAR, path)
 
 
+Steps = Generator[None, None, dict[str, Any]]
+
+
+def run_to_end(steps: Steps) -> dict[str, Any]:
+    """A stepwise walk's result in one go (the agent runs it on a worker thread)."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return dict(done.value)
+
+
 def list_files(base: str, path: str, confine: bool, match: str | None = None,
                match_basename: bool = False, name_suffix: str | None = None,
                with_inodes: bool = False) -> dict[str, Any]:
+    """``list_files_steps`` run to its end."""
+    return run_to_end(list_files_steps(base, path, confine, match, match_basename, name_suffix,
+                                       with_inodes))
+
+
+def grep_files(base: str, path: str, confine: bool, pattern: str, include: str | None = None,
+               include_basename: bool = True) -> dict[str, Any]:
+    """``grep_steps`` run to its end."""
+    return run_to_end(grep_steps(base, path, confine, pattern, include, include_basename))
+
+
+def list_files_steps(base: str, path: str, confine: bool, match: str | None = None,
+                     match_basename: bool = False, name_suffix: str | None = None,
+                     with_inodes: bool = False) -> Steps:
     """Every regular file under ``path`` whose rel path (or basename) fully matches ``match``.
 
     ``name_suffix``, when given, is an exact shortcut for ``match``: a file name matches iff it
     ends with it (the library sends it for patterns like ``*.py`` / ``**/*.py``). Inode
-    numbers are collected only ``with_inodes`` (a test wrapper orders by them).
+    numbers are collected only ``with_inodes`` (a test wrapper orders by them). A generator:
+    it yields after each directory, so a host event loop can interleave it with other work
+    (``toolseam.backends._parts``); closing it early closes every directory it holds.
     """
     matcher = re.compile(match).fullmatch if match is not None else None
     paths: list[str] = []
@@ -125,35 +160,41 @@ def list_files(base: str, path: str, confine: bool, match: str | None = None,
         return {"paths": paths, "inodes": inodes if with_inodes else None, "unreadable_dirs": 0}
     unreadable = [0]
     add_path, add_inode = paths.append, inodes.append  # the loop runs once per file
-    for _, prefix, found in _walk(fd, unreadable):
-        for entry in found:
-            name = entry.name
-            if name_suffix is not None:
-                if not name.endswith(name_suffix):
+    walker = _walk(fd, unreadable)
+    try:
+        for _, prefix, found in walker:
+            for entry in found:
+                name = entry.name
+                if name_suffix is not None:
+                    if not name.endswith(name_suffix):
+                        continue
+                elif matcher is not None and not matcher(
+                        escape_name(name) if match_basename else prefix + escape_name(name)):
                     continue
-            elif matcher is not None and not matcher(
-                    escape_name(name) if match_basename else prefix + escape_name(name)):
-                continue
-            add_path(prefix + name if name.isascii() else prefix + escape_name(name))
-            if with_inodes:
-                add_inode(entry.inode())
+                add_path(prefix + name if name.isascii() else prefix + escape_name(name))
+                if with_inodes:
+                    add_inode(entry.inode())
+            yield
+    finally:
+        walker.close()  # also when stopped early: every directory it holds is closed
     return {"paths": paths, "inodes": inodes if with_inodes else None,
             "unreadable_dirs": unreadable[0]}
 
 
-def grep_files(base: str, path: str, confine: bool, pattern: str, include: str | None = None,
-               include_basename: bool = True) -> dict[str, Any]:
+def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str | None = None,
+               include_basename: bool = True) -> Steps:
     """Every line matching ``pattern`` (Python ``re``) in every UTF-8 file under ``path``.
 
     Lines are those of the text after universal-newline decoding, numbered from 1. A file that
-    is not UTF-8 is skipped and counted. Each hit is ``[rel, line_number, text, inode]``.
+    is not UTF-8 is skipped and counted. Each hit is ``[rel, line_number, text, inode]``. A
+    generator like ``list_files_steps``: it yields after each directory and every
+    ``_GREP_STEP`` files.
     """
     regex = re.compile(pattern)
     # A whole-file search first: most files have no hit, and one search beats a split per line.
     prefilter = None if _LINE_ONLY_SYNTAX.search(pattern) else re.compile(pattern, re.MULTILINE)
     includer = re.compile(include).fullmatch if include is not None else None
     hits: list[tuple[str, int, str, int]] = []
-    binary = unreadable_files = 0
 
     def text_of(data: bytes) -> str | None:
         """The file's text with universal newlines, or None when it is not UTF-8."""
@@ -174,17 +215,18 @@ def grep_files(base: str, path: str, confine: bool, pattern: str, include: str |
     if not is_dir:
         text = text_of(read_whole(fd))
         os.close(fd)
-        if text is None:
-            binary += 1
-        elif prefilter is None or prefilter.search(text) is not None:
+        if text is not None and (prefilter is None or prefilter.search(text) is not None):
             add_hits(text, escape_name(leaf), 0)
-        return {"hits": hits, "binary_files": binary, "unreadable_files": 0, "unreadable_dirs": 0}
-    unreadable = [0]
-    # The hot loop of a search over thousands of files: a file without a hit costs an open, one
-    # read, a close, a decode and one C-level search — names are escaped only for hits.
-    open_, read, close = os.open, os.read, os.close
-    for dir_fd, prefix, found in _walk(fd, unreadable):
-        for entry in found:
+        return {"hits": hits, "binary_files": int(text is None), "unreadable_files": 0,
+                "unreadable_dirs": 0}
+    unreadable, skipped = [0], {"binary": 0, "unreadable": 0}
+
+    def search_files(dir_fd: int, prefix: str, entries: list[os.DirEntry[str]]) -> None:
+        # The hot loop of a search over thousands of files: a file without a hit costs an
+        # open, one read, a close, a decode and one C-level search — names are escaped only
+        # for hits.
+        open_, read, close = os.open, os.read, os.close
+        for entry in entries:
             name = entry.name
             if includer is not None and not includer(
                     escape_name(name) if include_basename else prefix + escape_name(name)):
@@ -192,7 +234,7 @@ def grep_files(base: str, path: str, confine: bool, pattern: str, include: str |
             try:
                 file_fd = open_(name, _FILE_OPEN, dir_fd=dir_fd)
             except OSError:
-                unreadable_files += 1
+                skipped["unreadable"] += 1
                 continue
             try:
                 data = read(file_fd, _FIRST_READ)
@@ -202,8 +244,17 @@ def grep_files(base: str, path: str, confine: bool, pattern: str, include: str |
                 close(file_fd)
             text = text_of(data)
             if text is None:
-                binary += 1
+                skipped["binary"] += 1
             elif prefilter is None or prefilter.search(text) is not None:
                 add_hits(text, prefix + escape_name(name), entry.inode())
-    return {"hits": hits, "binary_files": binary, "unreadable_files": unreadable_files,
-            "unreadable_dirs": unreadable[0]}
+
+    walker = _walk(fd, unreadable)
+    try:
+        for dir_fd, prefix, found in walker:
+            for first in range(0, len(found) or 1, _GREP_STEP):  # a yield per dir, even empty
+                search_files(dir_fd, prefix, found[first:first + _GREP_STEP])
+                yield
+    finally:
+        walker.close()  # also when stopped early: every directory it holds is closed
+    return {"hits": hits, "binary_files": skipped["binary"],
+            "unreadable_files": skipped["unreadable"], "unreadable_dirs": unreadable[0]}
