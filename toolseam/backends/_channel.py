@@ -41,7 +41,9 @@ class AgentChannel(asyncio.Protocol):
         self._partial: list[bytes] = []  # an answer's bytes before its newline arrives
         self._transport: asyncio.Transport | None = None
         self._can_write: asyncio.Future[None] | None = None
-        self._lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # The loop, kept: asking for the running loop costs a getpid syscall on every call.
+        self._loop = asyncio.get_running_loop()
+        self._lost: asyncio.Future[None] = self._loop.create_future()
         self.death: CouldNotRunError | None = None
 
     @classmethod
@@ -74,7 +76,7 @@ class AgentChannel(asyncio.Protocol):
             raise self.death
         assert self._transport is not None
         rid = next(self._ids)
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[rid] = future
         try:
             self._transport.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
@@ -135,7 +137,7 @@ class AgentChannel(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self._can_write is None:
-            self._can_write = asyncio.get_running_loop().create_future()
+            self._can_write = self._loop.create_future()
 
     def resume_writing(self) -> None:
         if self._can_write is not None:

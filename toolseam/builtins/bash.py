@@ -30,6 +30,8 @@ from ._base import (
 )
 
 _FORMS = ("command", "wait", "kill", "jobs")
+_FORM_OPTIONS = {"command": {"workdir", "timeout", "description", "keep"},
+                 "wait": {"timeout", "keep"}, "kill": set(), "jobs": set()}
 
 
 class BashInput(InputModel):
@@ -44,14 +46,15 @@ class BashInput(InputModel):
 
     @model_validator(mode="after")
     def _one_form(self) -> BashInput:
+        if self.command is not None and self.wait is None and self.kill is None and not self.jobs:
+            return self  # the command form, which takes every option: the common case, fast
         given = [f for f in _FORMS if getattr(self, f) not in (None, False)]
         if len(given) != 1:
             named = ", ".join(given) if given else "none"
             raise ValueError("use exactly one form: {command}, {wait: id}, {kill: id} or "
                              f"{{jobs: true}} (got: {named})")
         form = given[0]
-        allowed = {"command": {"workdir", "timeout", "description", "keep"},
-                   "wait": {"timeout", "keep"}, "kill": set(), "jobs": set()}[form]
+        allowed = _FORM_OPTIONS[form]
         extra = [f for f in ("workdir", "timeout", "description", "keep")
                  if getattr(self, f) is not None and f not in allowed]
         if extra:
