@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import secrets
 import select
@@ -47,6 +48,10 @@ class SpawnError(Exception):
 
 
 _cwd: str | None = None  # where the agent's main thread is; file ops never use the cwd
+# Job tokens: random per agent (unique among agents on one machine, which matters where orphans
+# go to init and every process is asked for its token), then a counter — no syscall per job.
+_TOKEN_PREFIX = secrets.token_hex(8)
+_job_numbers = itertools.count(1)
 
 
 def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[int, int]]:
@@ -96,7 +101,7 @@ class Job:
         self.argv = [str(a) for a in spec["argv"]]
         self.stream = bool(spec.get("stream", False))
         self.grace_s = float(spec.get("grace_ms", KILL_GRACE_S * 1000)) / 1000
-        self.token = secrets.token_hex(8)
+        self.token = f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
         env = {**(spec.get("env") or {}), TOKEN_VAR: self.token}
         cwd = spec.get("cwd") or "/"
         self._oom_kills_before = oom_kills()

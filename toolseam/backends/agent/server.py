@@ -102,7 +102,7 @@ class Agent:
     def _on_input(self) -> None:
         # 64 KiB reads: a 1 MiB buffer is mmap'ed, shrunk and unmapped on every request (three
         # syscalls and a page fault each time); a big request just takes several reads.
-        chunks = []
+        chunks: list[bytes] = []
         while True:
             try:
                 data = os.read(self.infd, _READ_SIZE)
@@ -266,8 +266,8 @@ class Agent:
             self.loop.running = False
 
     def _reap(self) -> None:
-        try:
-            while os.read(self._wake_r, 4096):
+        try:  # one byte per signal: a read of 4 KiB drains it unless thousands are pending
+            while len(os.read(self._wake_r, 4096)) == 4096:
                 pass
         except BlockingIOError:
             pass
