@@ -254,7 +254,8 @@ class Toolkit:
         if tool is None:
             raise UnknownToolError(f"unknown tool {name!r}; enabled: {', '.join(self.tool_names)}")
         try:
-            await self.open()
+            if self.info is None:
+                await self.open()
         except CouldNotRunError as exc:  # fail closed, but as a result the model can read
             if self.services.raise_could_not_run:
                 raise

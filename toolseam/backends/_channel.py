@@ -108,7 +108,7 @@ class AgentChannel(asyncio.Protocol):
             self._partial.append(rest)
         try:
             for line in lines:
-                self._dispatch(json.loads(line))
+                self._dispatch(json.loads(line.decode()))  # str: skips detect_encoding
         except (ValueError, KeyError, TypeError) as exc:
             self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
             assert self._transport is not None
