@@ -15,6 +15,7 @@ import asyncio
 import inspect
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -24,6 +25,8 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -209,6 +212,48 @@ async def host_table(tree: str, small: str) -> list[str]:
     return out
 
 
+async def bash_cpu_table(small: str, calls: int = 2000) -> list[str]:
+    """Where a host ``bash true`` spends CPU, per call, against bare ``subprocess.run``.
+
+    CPU time is steadier than latency on a shared VM, and it shows what the isolation costs:
+    the host process's share, the agent's, and the commands' own.
+    """
+    out = [row("per call (us)", "wall", "host process", "agent", "command", ""),
+           "|" + "|".join(["-" * 28] + ["-" * 14] * 5) + "|"]
+    async with Toolkit("host", base_dir=small) as tk:
+        for _ in range(100):
+            await tk.call("bash", {"command": "true"})
+        agent = _agent_process(tk)
+        agent_before, mine, wall = agent.cpu_times(), time.process_time(), time.perf_counter()
+        for _ in range(calls):
+            await tk.call("bash", {"command": "true"})
+        agent_after = agent.cpu_times()
+        wall, mine = time.perf_counter() - wall, time.process_time() - mine
+    own = (agent_after.user - agent_before.user) + (agent_after.system - agent_before.system)
+    kids = ((agent_after.children_user - agent_before.children_user)
+            + (agent_after.children_system - agent_before.children_system))
+    out.append(row("toolseam bash `true`", *(f"{v / calls * 1e6:.0f}" for v in (wall, mine, own, kids)), ""))
+    before, mine, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.process_time(), time.perf_counter()
+    for _ in range(calls):
+        subprocess.run(["sh", "-c", "true"], check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall, mine = time.perf_counter() - wall, time.process_time() - mine
+    kids = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out.append(row("bare subprocess.run", *(f"{v / calls * 1e6:.0f}" for v in (wall, mine)), "—",
+                   f"{kids / calls * 1e6:.0f}", ""))
+    return out
+
+
+def _agent_process(tk: Toolkit) -> psutil.Process:
+    """The host agent of a toolkit: the process whose pid the sandbox info names, found among
+    the host backend's children (in a pid namespace it knows itself as pid 1)."""
+    launcher = psutil.Process(tk.backend._process.pid)  # type: ignore[attr-defined]
+    for process in [launcher, *launcher.children(recursive=True)]:
+        if "agent.server" in " ".join(process.cmdline()):
+            found = process
+    return found
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--containers", action="store_true", help="also the container backends")
@@ -223,6 +268,8 @@ async def main() -> None:
               f"{os.cpu_count()} cpus\n")
         print("## host backend vs bare Python vs toolnexus 0.21.0\n")
         print("\n".join(await host_table(tree, small)))
+        print("\n## where a host bash call spends CPU\n")
+        print("\n".join(await bash_cpu_table(small)))
         if args.containers:
             from containers import container_table
 

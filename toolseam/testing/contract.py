@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -74,6 +75,14 @@ class _Bound:
     def host_root(self, tmp_path: Path) -> Path:
         """Where the workspace is made; a rootless engine needs a path its user can reach."""
         return tmp_path
+
+    async def _run(self, sandbox: Sandbox, command: str, **fields: object) -> JobStatus:
+        """One command to its end, then released."""
+        request = sandbox.spawn(command, **fields)
+        try:
+            return await sandbox.backend.start(request)
+        finally:
+            await sandbox.backend.release(request.job)
 
     @pytest_asyncio.fixture
     async def sandbox(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
@@ -222,12 +231,6 @@ class ListingContract(_Bound):
 
 
 class ExecContract(_Bound):
-    async def _run(self, sandbox: Sandbox, command: str, **fields: object) -> JobStatus:
-        request = sandbox.spawn(command, **fields)
-        try:
-            return await sandbox.backend.start(request)
-        finally:
-            await sandbox.backend.release(request.job)
 
     async def test_exit_codes_are_results(self, sandbox: Sandbox) -> None:
         for code in (0, 3, 125, 126, 127):
@@ -289,6 +292,16 @@ class ProcessTreeContract(_Bound):
 
     async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
         raise NotImplementedError
+
+    async def test_commands_start_with_default_signals(self, sandbox: Sandbox) -> None:
+        """Nothing of the sandbox's own signal setup leaks in: a Python supervisor ignores
+        SIGPIPE, and a command that inherited that would print "Broken pipe" in pipelines."""
+        status = await self._run(sandbox, "yes | head -n 1; grep -E '^Sig(Ign|Blk)' /proc/self/status")
+        lines = status.output.splitlines()
+        assert lines[0] == "y" and "Broken pipe" not in status.output, status.output
+        masks = dict(line.split(":\t") for line in lines[1:])
+        pipe_bit = 1 << (signal.SIGPIPE - 1)
+        assert int(masks["SigIgn"], 16) & pipe_bit == 0 and int(masks["SigBlk"], 16) == 0, masks
 
     async def test_timeout_kills_every_escapee(self, sandbox: Sandbox) -> None:
         marker = f"{uuid.uuid4().int % 1000 + 1000}"

@@ -54,6 +54,12 @@ _TOKEN_PREFIX = secrets.token_hex(8)
 _job_numbers = itertools.count(1)
 
 
+# Every signal back to its default in the command. Without this the agent's own dispositions
+# leak in: Python ignores SIGPIPE and SIGXFSZ, so `yes | head -1` printed "Broken pipe". Naming
+# them all is also cheaper: glibc then sets each once instead of querying and setting each.
+_DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+
+
 def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[int, int]]:
     """Start ``argv`` as a session leader with stdin /dev/null and stdout/stderr on new pipes.
 
@@ -77,7 +83,8 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[in
                 raise SpawnError(exc, cwd) from None
             _cwd = cwd
         try:
-            pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=True)
+            pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=True,
+                                 setsigdef=_DEFAULT_SIGNALS, setsigmask=())
         except OSError as exc:
             raise SpawnError(exc, "") from None
     except BaseException:
