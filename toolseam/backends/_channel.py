@@ -109,7 +109,7 @@ class AgentChannel(asyncio.Protocol):
         try:
             for line in lines:
                 self._dispatch(json.loads(line.decode()))  # str: skips detect_encoding
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not our JSON lines
             self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
             assert self._transport is not None
             self._transport.abort()
