@@ -233,7 +233,8 @@ async def bash_cpu_table(small: str, calls: int = 2000) -> list[str]:
     kids = ((agent_after.children_user - agent_before.children_user)
             + (agent_after.children_system - agent_before.children_system))
     out.append(row("toolseam bash `true`", *(f"{v / calls * 1e6:.0f}" for v in (wall, mine, own, kids)), ""))
-    before, mine, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.process_time(), time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    mine, wall = time.process_time(), time.perf_counter()
     for _ in range(calls):
         subprocess.run(["sh", "-c", "true"], check=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -245,13 +246,12 @@ async def bash_cpu_table(small: str, calls: int = 2000) -> list[str]:
 
 
 def _agent_process(tk: Toolkit) -> psutil.Process:
-    """The host agent of a toolkit: the process whose pid the sandbox info names, found among
-    the host backend's children (in a pid namespace it knows itself as pid 1)."""
+    """The host agent of a toolkit, found among the host backend's launched processes (in its
+    pid namespace the agent knows itself as pid 1, so its own answer cannot name it)."""
     launcher = psutil.Process(tk.backend._process.pid)  # type: ignore[attr-defined]
-    for process in [launcher, *launcher.children(recursive=True)]:
-        if "agent.server" in " ".join(process.cmdline()):
-            found = process
-    return found
+    agents = [process for process in [launcher, *launcher.children(recursive=True)]
+              if "agent.server" in " ".join(process.cmdline())]
+    return agents[-1]
 
 
 async def main() -> None:
