@@ -110,6 +110,16 @@ class FileContract(_Bound):
         assert (first.bytes, first.created, again.created) == (7, True, False)
         assert (await sandbox.backend.read_text(sandbox.ref("a/b/c.txt"))).text == "second\n"
 
+    async def test_big_content_round_trips(self, sandbox: Sandbox) -> None:
+        """Megabytes each way: a request and an answer span many socket reads, and the host
+        waits for a slow reader instead of buffering without bound."""
+        data = bytes(range(256)) * (12 << 10)  # 3 MiB, every byte value
+        text = "".join(f"line {i} ünïcode\n" for i in range(150_000))
+        await sandbox.backend.write(sandbox.ref("big.bin"), data)
+        await sandbox.backend.write(sandbox.ref("big.txt"), text.encode())
+        assert (await sandbox.backend.read_bytes(sandbox.ref("big.bin"))).data == data
+        assert (await sandbox.backend.read_text(sandbox.ref("big.txt"))).text == text
+
     @pytest.mark.parametrize("content", ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "x\ry\n\n"])
     @pytest.mark.parametrize("window", [(None, None), (1, 1), (2, 1), (2, 5), (3, 1), (5, 2),
                                         (None, 0), (1, None)])
