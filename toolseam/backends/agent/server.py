@@ -41,6 +41,8 @@ _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
 _INLINE_FS_OPS = frozenset({"stat", "write"})
 _ENVS_KEPT = 4
 _READ_SIZE = 1 << 16
+# One encoder for every message: json.dumps with non-default separators builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _decode_bytes(obj: Any) -> Any:
@@ -88,7 +90,7 @@ class Agent:
 
     # --- channel ------------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
-        data = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        data = (_encode(message) + "\n").encode()
         with self._write_lock:
             view = memoryview(data)
             while view:
@@ -127,7 +129,7 @@ class Agent:
 
     def _handle(self, line: bytes) -> None:
         try:
-            request = json.loads(line)
+            request = json.loads(line.decode())  # str: json skips guessing the encoding
             rid, op = request["id"], request["op"]
         except (ValueError, KeyError, TypeError) as exc:
             self.send({"id": None, "ok": False, "error": {"kind": "protocol", "message": str(exc)}})
