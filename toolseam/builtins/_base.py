@@ -97,6 +97,13 @@ def refuse_reserved_names(path: str) -> None:
             raise FileOpError("invalid", path, f"{stem} is a reserved Windows device name")
 
 
+def object_schema(props: dict[str, tuple[str, str]], required: list[str]) -> dict[str, Any]:
+    """A tool's JSON schema: named properties of one type each, nothing else allowed."""
+    return {"type": "object",
+            "properties": {k: {"type": t, "description": d} for k, (t, d) in props.items()},
+            "required": required, "additionalProperties": False}
+
+
 class InputModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 

@@ -9,7 +9,7 @@ from pydantic import StrictStr
 
 from ..seam.errors import FileOpError
 from ..seam.models import ChangeOp, ChangeSet, DeleteOp, WriteOp
-from ._base import Builtin, CallContext, InputModel, ToolResult, error, ok
+from ._base import Builtin, CallContext, InputModel, ToolResult, error, object_schema, ok
 from .patch import PatchError, apply_hunks, parse_patch
 
 
@@ -31,10 +31,8 @@ class ApplyPatch(Builtin[ApplyPatchInput]):
     description = ("Apply a patch in the '*** Begin Patch' format (Add File, Update File with "
                    "optional Move to, Delete File). Either every file operation applies, or none.")
     Input = ApplyPatchInput
-    schema = {"type": "object",
-              "properties": {"patchText": {"type": "string",
-                                           "description": "The whole patch, Begin to End Patch."}},
-              "required": ["patchText"], "additionalProperties": False}
+    schema = object_schema({"patchText": ("string", "The whole patch, Begin to End Patch.")},
+                           ["patchText"])
 
     async def run(self, args: ApplyPatchInput, ctx: CallContext) -> ToolResult:
         try:

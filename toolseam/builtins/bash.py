@@ -26,6 +26,7 @@ from ._base import (
     ToolResult,
     WholeFrom1,
     error,
+    object_schema,
     ok,
 )
 
@@ -62,18 +63,12 @@ class BashInput(InputModel):
         return self
 
 
-_COMMAND_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "command": {"type": "string", "description": "The command line to run."},
-        "workdir": {"type": "string",
-                    "description": "Directory to run in; relative paths are against the base dir."},
-        "timeout": {"type": "number", "description": "Kill the command after this many milliseconds."},
-        "description": {"type": "string", "description": "A few words on what the command does."},
-    },
-    "required": ["command"],
-    "additionalProperties": False,
-}
+_COMMAND_SCHEMA = object_schema({
+    "command": ("string", "The command line to run."),
+    "workdir": ("string", "Directory to run in; relative paths are against the base dir."),
+    "timeout": ("number", "Kill the command after this many milliseconds."),
+    "description": ("string", "A few words on what the command does."),
+}, ["command"])
 
 
 class Bash(Builtin[BashInput]):

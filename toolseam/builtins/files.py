@@ -5,13 +5,22 @@ from __future__ import annotations
 import base64
 import hashlib
 import posixpath
-from typing import Any
 
 from pydantic import StrictBool, StrictStr
 
 from ..seam.errors import FileOpError
 from ..seam.models import ChangeSet, WriteOp
-from ._base import Builtin, CallContext, InputModel, ToolResult, WholeFrom0, WholeFrom1, error, ok
+from ._base import (
+    Builtin,
+    CallContext,
+    InputModel,
+    ToolResult,
+    WholeFrom0,
+    WholeFrom1,
+    error,
+    object_schema,
+    ok,
+)
 
 # extension -> (mime type, content part type)
 MEDIA_TYPES = {
@@ -26,12 +35,6 @@ MEDIA_TYPES = {
 }
 
 
-def _schema(props: dict[str, tuple[str, str]], required: list[str]) -> dict[str, Any]:
-    return {"type": "object",
-            "properties": {k: {"type": t, "description": d} for k, (t, d) in props.items()},
-            "required": required, "additionalProperties": False}
-
-
 class ReadInput(InputModel):
     path: StrictStr
     offset: WholeFrom1 | None = None
@@ -43,7 +46,7 @@ class Read(Builtin[ReadInput]):
     description = ("Read a file. Text comes back whole, or as the line window offset/limit "
                    "(1-based); images, PDFs and audio come back as a content part.")
     Input = ReadInput
-    schema = _schema({"path": ("string", "File to read; relative paths are against the base dir."),
+    schema = object_schema({"path": ("string", "File to read; relative paths are against the base dir."),
                       "offset": ("number", "First line to return, counting from 1."),
                       "limit": ("number", "How many lines to return.")}, ["path"])
 
@@ -90,7 +93,7 @@ class Write(Builtin[WriteInput]):
     description = ("Create or replace a file with the given content, creating missing parent "
                    "directories. The file is replaced atomically.")
     Input = WriteInput
-    schema = _schema({"path": ("string", "File to write; relative paths are against the base dir."),
+    schema = object_schema({"path": ("string", "File to write; relative paths are against the base dir."),
                       "content": ("string", "The complete new content.")}, ["path", "content"])
 
     async def run(self, args: WriteInput, ctx: CallContext) -> ToolResult:
@@ -114,7 +117,7 @@ class Edit(Builtin[EditInput]):
     description = ("Replace exact text in a file. oldString must occur exactly once unless "
                    "replaceAll is true. Everything outside the replaced text stays byte-for-byte.")
     Input = EditInput
-    schema = _schema({"path": ("string", "File to edit; relative paths are against the base dir."),
+    schema = object_schema({"path": ("string", "File to edit; relative paths are against the base dir."),
                       "oldString": ("string", "The exact text to replace."),
                       "newString": ("string", "The text to put in its place."),
                       "replaceAll": ("boolean", "Replace every occurrence.")},

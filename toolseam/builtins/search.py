@@ -8,7 +8,7 @@ from pydantic import StrictStr
 
 from ..listing import GlobSyntaxError, compile_glob, sort_and_cap
 from ..seam.models import GlobMatch
-from ._base import Builtin, CallContext, InputModel, ToolResult, WholeFrom1, error, ok
+from ._base import Builtin, CallContext, InputModel, ToolResult, WholeFrom1, error, object_schema, ok
 
 DEFAULT_LIMIT = 100
 
@@ -32,12 +32,12 @@ class Grep(Builtin[GrepInput]):
                    "'path:line:text' for each matching line, paths relative to the search root, "
                    "sorted by path then line.")
     Input = GrepInput
-    schema = {"type": "object", "properties": {
-        "pattern": {"type": "string", "description": "Python regular expression, matched per line."},
-        "path": {"type": "string", "description": "Directory (or file) to search; default: the base dir."},
-        "include": {"type": "string", "description": "Only files matching this glob, e.g. '*.py'."},
-        "limit": {"type": "number", "description": "Most matches to return (default 100)."},
-    }, "required": ["pattern"], "additionalProperties": False}
+    schema = object_schema({
+        "pattern": ("string", "Python regular expression, matched per line."),
+        "path": ("string", "Directory (or file) to search; default: the base dir."),
+        "include": ("string", "Only files matching this glob, e.g. '*.py'."),
+        "limit": ("number", "Most matches to return (default 100)."),
+    }, ["pattern"])
 
     async def run(self, args: GrepInput, ctx: CallContext) -> ToolResult:
         try:
@@ -70,11 +70,11 @@ class Glob(Builtin[GlobInput]):
                    "without '/' matches file names at any depth. Paths are relative to the "
                    "search root, sorted.")
     Input = GlobInput
-    schema = {"type": "object", "properties": {
-        "pattern": {"type": "string", "description": "Glob pattern, e.g. '**/*.py'."},
-        "path": {"type": "string", "description": "Directory to search; default: the base dir."},
-        "limit": {"type": "number", "description": "Most paths to return (default 100)."},
-    }, "required": ["pattern"], "additionalProperties": False}
+    schema = object_schema({
+        "pattern": ("string", "Glob pattern, e.g. '**/*.py'."),
+        "path": ("string", "Directory to search; default: the base dir."),
+        "limit": ("number", "Most paths to return (default 100)."),
+    }, ["pattern"])
 
     async def run(self, args: GlobInput, ctx: CallContext) -> ToolResult:
         try:
