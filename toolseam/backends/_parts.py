@@ -95,15 +95,20 @@ class AgentExec:
         await channel.call("release", job=job)
 
 
+def _seam_error(exc: FsError) -> FileOpError:
+    """The agent's file error as the seam's: the one mapping for in-process file code."""
+    return FileOpError(exc.code, exc.path, exc.detail)
+
+
 def _local(func: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    """Run agent file code in-process, mapping its FsError once, here, to the seam's."""
+    """Run agent file code in-process, its FsError raised as the seam's."""
 
     @functools.wraps(func)
     def call(*args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
             return func(*args, **kwargs)
         except FsError as exc:
-            raise FileOpError(exc.code, exc.path, exc.detail) from None
+            raise _seam_error(exc) from None
 
     return call
 
@@ -135,7 +140,7 @@ async def _walk_on_loop(steps: agent_walk.Steps) -> dict[str, Any]:
                 await asyncio.sleep(0)
                 deadline = time.monotonic() + WALK_SLICE_S
     except FsError as exc:
-        raise FileOpError(exc.code, exc.path, exc.detail) from None
+        raise _seam_error(exc) from None
     finally:
         steps.close()
 
