@@ -123,9 +123,72 @@ async def test_malformed_patches_are_named(tk: Toolkit, text: str, message: str)
     assert result.is_error and result.output.startswith(message)
 
 
-async def test_add_existing_and_update_missing_are_refused(tk: Toolkit, tmp_path: Path) -> None:
+async def test_add_over_existing_replaces_and_update_missing_is_refused(tk: Toolkit, tmp_path: Path) -> None:
     (tmp_path / "here.txt").write_text("x\n")
     exists = await tk.call("apply_patch", patch("*** Add File: here.txt", "+y"))
-    assert exists.output == "apply_patch: Add File: here.txt already exists"
+    assert not exists.is_error and (tmp_path / "here.txt").read_text() == "y\n"
     missing = await tk.call("apply_patch", patch("*** Update File: nope.txt", "-a", "+b"))
     assert missing.output == "apply_patch: Update File: nope.txt does not exist"
+
+
+BODY = "*** Begin Patch\n*** Update File: f.txt\n@@\n-a\n+b\n*** End Patch"
+
+
+@pytest.mark.parametrize("wrapped", [
+    f"apply_patch <<'EOF'\n{BODY}\nEOF\n",
+    f'apply_patch <<"EOF"\n{BODY}\nEOF',
+    f"cat <<EOF\n{BODY}\nEOF\n",
+    f"<<PATCH\n{BODY}\nPATCH\n\n",
+    "\n  *** Begin Patch  \n *** Update File: f.txt\n@@\n-a\n+b\n\n*** End Patch \n",
+])
+async def test_heredoc_wrappers_and_padded_markers(tk: Toolkit, tmp_path: Path, wrapped: str) -> None:
+    (tmp_path / "f.txt").write_text("a\n")
+    result = await tk.call("apply_patch", {"patchText": wrapped})
+    assert not result.is_error, result.output
+    assert (tmp_path / "f.txt").read_text() == "b\n"
+
+
+async def test_unmatched_heredoc_delimiter_is_not_unwrapped(tk: Toolkit) -> None:
+    result = await tk.call("apply_patch", {"patchText": f"cat <<EOF\n{BODY}\nEND\n"})
+    assert result.output == "apply_patch: the patch must start with '*** Begin Patch'"
+
+
+async def test_fuzzy_matching_ladder(tk: Toolkit, tmp_path: Path) -> None:
+    (tmp_path / "f.py").write_text("x = 1   \n    y = \u201cq\u201d \u2014 \u2018a\u2019\u00a0z\nend\n")
+    result = await tk.call("apply_patch", patch(
+        "*** Update File: f.py", "@@", "-x = 1", "+x = 2", "-y = \"q\" - 'a' z", "+y = 3", " end"))
+    assert not result.is_error, result.output
+    assert (tmp_path / "f.py").read_text() == "x = 2\ny = 3\nend\n"
+
+
+async def test_first_last_line_and_bare_addition(tk: Toolkit, tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("first\nmiddle\nlast")  # no final newline
+    result = await tk.call("apply_patch", patch(
+        "*** Update File: f.txt", "@@", "-first", "+FIRST", "@@", "-last", "+LAST",
+        "*** End of File", "", "@@", "+appended"))
+    assert not result.is_error, result.output
+    assert (tmp_path / "f.txt").read_text() == "FIRST\nmiddle\nLAST\nappended\n"
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (("*** Update File: f.txt", "@@"), "apply_patch: Update File: f.txt: hunk 1 ('@@') has no lines"),
+    (("*** Update File: f.txt", "@@ a"), "apply_patch: Update File: f.txt: hunk 1 ('@@') has no lines"),
+    (("*** Update File: f.txt", "@@", "*** End of File"),
+     "apply_patch: Update File: f.txt: line 4: '*** End of File' ends a hunk that has no lines"),
+    (("*** Update File: f.txt",), "apply_patch: Update File: f.txt has no hunks"),
+])
+async def test_empty_hunks_stay_errors(tk: Toolkit, tmp_path: Path, body: tuple[str, ...],
+                                       message: str) -> None:
+    (tmp_path / "f.txt").write_text("a\n")
+    result = await tk.call("apply_patch", patch(*body))
+    assert result.output == message
+    assert (tmp_path / "f.txt").read_text() == "a\n"
+
+
+async def test_move_over_existing_replaces_it(tk: Toolkit, tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a\n")
+    (tmp_path / "b.txt").write_text("old b\n")
+    result = await tk.call("apply_patch", patch("*** Update File: a.txt", "*** Move to: b.txt",
+                                                "@@", "-a", "+A"))
+    assert not result.is_error, result.output
+    assert tree(tmp_path) == {"b.txt": b"A\n"}

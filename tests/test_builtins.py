@@ -69,9 +69,27 @@ async def test_bash_default_workdir_is_base(tk: Toolkit, tmp_path: Path) -> None
 
 async def test_read_whole_and_window(tk: Toolkit, tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_bytes(b"one\r\ntwo\nthree\n")
-    assert (await call(tk, "read", path="f.txt")).output == "one\ntwo\nthree\n"
-    assert (await call(tk, "read", path="f.txt", offset=2, limit=2)).output == "two\nthree"
-    assert (await call(tk, "read", path="f.txt", offset=4)).output == ""
+    assert (await call(tk, "read", path="f.txt")).output == (
+        "00001| one\n00002| two\n00003| three\n\n(end of file, 3 lines)")
+    window = await call(tk, "read", path="f.txt", offset=2, limit=1)
+    assert window.output == "00002| two\n\n(showing lines 2-2; the file has more: read on with offset=3)"
+    assert window.metadata == {"bytes": 15, "offset": 2, "lines": 1, "next": 3, "total": None,
+                               "truncated": True, "cutLines": []}
+    past = await call(tk, "read", path="f.txt", offset=4)
+    assert past.is_error and past.output == "read: offset 4 is past the end of f.txt (3 lines)"
+
+
+async def test_read_toolnexus_style_keeps_raw_text(tmp_path: Path) -> None:
+    from toolseam import Settings
+
+    (tmp_path / "f.txt").write_bytes(b"one\r\ntwo\nthree\n")
+    async with Toolkit("host", base_dir=str(tmp_path),
+                       settings=Settings(output_style="toolnexus")) as tk:
+        assert (await call(tk, "read", path="f.txt")).output == "one\ntwo\nthree\n"
+        assert (await call(tk, "read", path="f.txt", offset=2, limit=2)).output == "two\nthree"
+        assert (await call(tk, "read", path="f.txt", offset=4)).output == ""
+        assert (await call(tk, "glob", pattern="*.none")).output == ""
+        assert (await call(tk, "grep", pattern="nothing here")).output == ""
 
 
 async def test_read_media_returns_a_content_part(tk: Toolkit, tmp_path: Path) -> None:
@@ -84,9 +102,8 @@ async def test_read_media_returns_a_content_part(tk: Toolkit, tmp_path: Path) ->
 
 
 @pytest.mark.parametrize(("setup", "args", "expected"), [
-    ({"b.bin": b"\xff\xfe"}, {"path": "b.bin"}, "read: b.bin is not valid UTF-8 text"),
+    ({"b.txt": b"\xff\xfe"}, {"path": "b.txt"}, "read: b.txt is not valid UTF-8 text"),
     ({}, {"path": "nope.txt"}, "read: nope.txt does not exist"),
-    ({"d/x": b""}, {"path": "d"}, "read: d is a directory"),
     ({}, {"path": "f.txt", "offset": 0}, "read: invalid input: offset: Value error, must be >= 1, got 0"),
     ({}, {"path": "f.txt", "offset": 1.5},
      "read: invalid input: offset: Value error, must be a whole number, got 1.5"),
@@ -108,7 +125,8 @@ async def test_read_above_the_cap_asks_for_a_window(tmp_path: Path) -> None:
     from toolseam import Settings
 
     (tmp_path / "big.txt").write_text("x\n" * 100)
-    async with Toolkit("host", base_dir=str(tmp_path), settings=Settings(read_max_bytes=50)) as tk:
+    async with Toolkit("host", base_dir=str(tmp_path),
+                       settings=Settings(read_max_bytes=50, output_style="toolnexus")) as tk:
         whole = await call(tk, "read", path="big.txt")
         window = await call(tk, "read", path="big.txt", offset=1, limit=2)
     assert whole.output == ("read: big.txt is 200 bytes, over the 50-byte limit for a whole-file "
@@ -215,16 +233,16 @@ def test_declarations_follow_the_toolnexus_names_and_types() -> None:
     tk = Toolkit(FakeBackend())
     openai = {d["function"]["name"]: d["function"]["parameters"] for d in tk.declarations("openai")}
     expected = {
-        "bash": ({"command": "string", "workdir": "string", "timeout": "number",
+        "bash": ({"command": "string", "workdir": "string", "timeout": "integer",
                   "description": "string"}, ["command"]),
-        "read": ({"path": "string", "offset": "number", "limit": "number"}, ["path"]),
+        "read": ({"path": "string", "offset": "integer", "limit": "integer"}, ["path"]),
         "write": ({"path": "string", "content": "string"}, ["path", "content"]),
         "edit": ({"path": "string", "oldString": "string", "newString": "string",
                   "replaceAll": "boolean"}, ["path", "oldString", "newString"]),
         "apply_patch": ({"patchText": "string"}, ["patchText"]),
-        "grep": ({"pattern": "string", "path": "string", "include": "string", "limit": "number"},
+        "grep": ({"pattern": "string", "path": "string", "include": "string", "limit": "integer"},
                  ["pattern"]),
-        "glob": ({"pattern": "string", "path": "string", "limit": "number"}, ["pattern"]),
+        "glob": ({"pattern": "string", "path": "string", "limit": "integer"}, ["pattern"]),
     }
     assert list(openai) == list(expected)
     for name, (props, required) in expected.items():

@@ -25,8 +25,9 @@ def test_call_prints_one_json_result(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("hello\n")
     done = run("call", "read", '{"path": "f.txt"}', "--base-dir", str(tmp_path), "--confine")
     assert done.returncode == 0
-    assert json.loads(done.stdout) == {"output": "hello\n", "is_error": False,
-                                       "metadata": {"bytes": 6}}
+    answer = json.loads(done.stdout)
+    assert answer["output"] == "00001| hello\n\n(end of file, 1 line)"
+    assert answer["is_error"] is False and answer["metadata"]["bytes"] == 6
     refused = run("call", "read", '{"path": "../x"}', "--base-dir", str(tmp_path), "--confine")
     assert refused.returncode == 0 and json.loads(refused.stdout)["is_error"] is True
 
@@ -153,7 +154,7 @@ def test_serve_end_turn_and_approvals(tmp_path: Path) -> None:
         assert ask["op"] == "ask" and ask["path"] == str(work / "outside" / "o.txt")
         assert ask["workdir"] == str(work / "inside") and "directory" in ask["choices"]
         server.send({"op": "answer", "qid": ask["qid"], "answer": "once"})
-        assert server.read()["result"]["output"] == "outside\n"
+        assert server.read()["result"]["output"].startswith("00001| outside\n")
         server.send({"op": "answer", "qid": "99", "answer": "once"})
         assert server.read()["error"]["code"] == "BAD_REQUEST"
         server.send({"op": "close"})

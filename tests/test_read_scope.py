@@ -59,7 +59,7 @@ async def never_asked(root: Path) -> AsyncIterator[Toolkit]:
 
 
 async def test_inside_temp_and_system_reads_never_ask(never_asked: Toolkit, root: Path) -> None:
-    assert (await never_asked.call("read", {"path": "in.txt"})).output == "inside\n"
+    assert (await never_asked.call("read", {"path": "in.txt"})).output.startswith("00001| inside\n")
     assert not (await never_asked.call("read", {"path": "/etc/hostname"})).is_error
     assert not (await never_asked.call("glob", {"pattern": "*", "path": "/tmp"})).is_error
     assert not (await never_asked.call("bash", {"command": "/usr/bin/env true"})).is_error
@@ -80,7 +80,7 @@ async def test_user_named_file_widens_to_that_file_only(root: Path) -> None:
     async with toolkit(root, approver) as tk:
         named = root / "home" / "other" / "a" / "f.txt"
         tk.user_message(f"Please look at {named}.")
-        assert (await tk.call("read", {"path": str(named)})).output == "a\n"
+        assert (await tk.call("read", {"path": str(named)})).output.startswith("00001| a\n")
         assert approver.asked == []
         sibling = await tk.call("read", {"path": str(named.with_name("g.txt"))})
         assert sibling.is_error and len(approver.asked) == 1
@@ -97,7 +97,7 @@ async def test_a_path_the_model_reads_is_no_grant(root: Path) -> None:
     approver = Approver(["once", "deny"])
     async with toolkit(root, approver) as tk:
         target = str(root / "home" / "other" / "a" / "f.txt")
-        assert (await tk.call("read", {"path": target})).output == "a\n"  # once
+        assert (await tk.call("read", {"path": target})).output.startswith("00001| a\n")  # once
         assert (await tk.call("read", {"path": target})).is_error  # asked again: denied
         assert [q.path for q in approver.asked] == [target, target]
         assert approver.asked[0].workdir == str(root / "work")
@@ -122,7 +122,7 @@ async def test_parallel_reads_under_one_new_directory_ask_once(root: Path) -> No
         b = root / "home" / "other" / "b"
         results = await asyncio.gather(*(tk.call("read", {"path": str(b / n)})
                                          for n in ("f.txt", "g.txt", "f.txt")))
-    assert [r.output for r in results] == ["b\n", "bg\n", "b\n"]
+    assert [r.output.split("\n")[0] for r in results] == ["00001| b", "00001| bg", "00001| b"]
     assert len(approver.asked) == 1
 
 
@@ -141,7 +141,8 @@ async def test_bash_token_check(root: Path) -> None:
 
 async def test_unrestricted_never_asks(root: Path) -> None:
     async with toolkit(root, Approver([]), scope="unrestricted") as tk:
-        assert (await tk.call("read", {"path": str(root / "home/other/a/f.txt")})).output == "a\n"
+        read = await tk.call("read", {"path": str(root / "home/other/a/f.txt")})
+        assert read.output.startswith("00001| a\n")
         assert not (await tk.call("bash", {"command": f"cat {root}/home/other/b/f.txt"})).is_error
 
 

@@ -61,6 +61,15 @@ class SessionServices:
         self._pinned: ShellChoice | None = None
         self._resolver: ShellResolver | None = None
         self._job_ids = itertools.count(1)
+        self._files_read: set[str] = set()
+
+    def note_read(self, absolute_path: str) -> None:
+        """The model has seen this file's content (read, edit, write): a guarded write may
+        replace it."""
+        self._files_read.add(absolute_path)
+
+    def has_read(self, absolute_path: str) -> bool:
+        return absolute_path in self._files_read
 
     @property
     def shell(self) -> ShellChoice:

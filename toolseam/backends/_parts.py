@@ -22,15 +22,18 @@ from ..seam.models import (
     ByteContent,
     ChangeSet,
     CommitResult,
+    DirListing,
     FileListing,
     FileStat,
     GlobMatch,
     GrepListing,
     JobStatus,
+    PageRequest,
     PathRef,
     SandboxInfo,
     SpawnRequest,
     TextContent,
+    TextPage,
     WriteResult,
 )
 from ..seam.protocol import OutputCallback
@@ -116,6 +119,8 @@ def _local(func: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]
 _stat = _local(agent_files.stat_path)
 _read_text = _local(agent_files.read_text)
 _read_bytes = _local(agent_files.read_bytes)
+_read_page = _local(agent_files.read_page)
+_list_dir = _local(agent_files.list_dir)
 _write = _local(agent_files.write_file)
 _commit = _local(agent_files.commit)
 
@@ -167,8 +172,14 @@ class LocalFiles:
         return ByteContent.model_validate(
             _read_bytes(ref.base, ref.path, ref.confine, refuse_above_bytes))
 
-    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
-        return WriteResult.model_validate(_write(ref.base, ref.path, ref.confine, data))
+    async def read_page(self, ref: PathRef, page: PageRequest) -> TextPage:
+        return TextPage.model_validate(_read_page(ref.base, ref.path, ref.confine, **page.model_dump()))
+
+    async def list_dir(self, ref: PathRef, cap: int) -> DirListing:
+        return DirListing.model_validate(_list_dir(ref.base, ref.path, ref.confine, cap))
+
+    async def write(self, ref: PathRef, data: bytes, keep_bom: bool = False) -> WriteResult:
+        return WriteResult.model_validate(_write(ref.base, ref.path, ref.confine, data, keep_bom))
 
     async def commit(self, change: ChangeSet) -> CommitResult:
         ops = [op.model_dump() for op in change.ops]
@@ -215,9 +226,16 @@ class AgentFiles:
         raw["data"] = base64.b64decode(raw.pop("data_b64"))
         return ByteContent.model_validate(raw)
 
-    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
+    async def read_page(self, ref: PathRef, page: PageRequest) -> TextPage:
+        return TextPage.model_validate(
+            await self._call("read_page", **ref.model_dump(), **page.model_dump()))
+
+    async def list_dir(self, ref: PathRef, cap: int) -> DirListing:
+        return DirListing.model_validate(await self._call("list_dir", **ref.model_dump(), cap=cap))
+
+    async def write(self, ref: PathRef, data: bytes, keep_bom: bool = False) -> WriteResult:
         return WriteResult.model_validate(
-            await self._call("write", **ref.model_dump(), data_b64=b64(data)))
+            await self._call("write", **ref.model_dump(), data_b64=b64(data), keep_bom=keep_bom))
 
     async def commit(self, change: ChangeSet) -> CommitResult:
         ops = []
@@ -309,8 +327,14 @@ class ComposedBackend:
                          ) -> ByteContent:
         return await self._run(self._files.read_bytes, ref, refuse_above_bytes)
 
-    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
-        return await self._run(self._files.write, ref, data)
+    async def read_page(self, ref: PathRef, page: PageRequest) -> TextPage:
+        return await self._run(self._files.read_page, ref, page)
+
+    async def list_dir(self, ref: PathRef, cap: int) -> DirListing:
+        return await self._run(self._files.list_dir, ref, cap)
+
+    async def write(self, ref: PathRef, data: bytes, keep_bom: bool = False) -> WriteResult:
+        return await self._run(self._files.write, ref, data, keep_bom)
 
     async def commit(self, change: ChangeSet) -> CommitResult:
         return await self._run(self._files.commit, change)

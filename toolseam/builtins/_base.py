@@ -97,15 +97,44 @@ def refuse_reserved_names(path: str) -> None:
             raise FileOpError("invalid", path, f"{stem} is a reserved Windows device name")
 
 
-def object_schema(props: dict[str, tuple[str, str]], required: list[str]) -> dict[str, Any]:
-    """A tool's JSON schema: named properties of one type each, nothing else allowed."""
-    return {"type": "object",
-            "properties": {k: {"type": t, "description": d} for k, (t, d) in props.items()},
-            "required": required, "additionalProperties": False}
+Bounds = dict[str, tuple[int | None, int | None]]
+
+
+def object_schema(props: dict[str, tuple[str, str]], required: list[str],
+                  bounds: Bounds | None = None) -> dict[str, Any]:
+    """A tool's JSON schema: named properties of one type each (integers with their accepted
+    range), nothing else allowed."""
+    properties: dict[str, Any] = {}
+    for key, (kind, description) in props.items():
+        prop: dict[str, Any] = {"type": kind, "description": description}
+        low, high = (bounds or {}).get(key, (None, None))
+        if low is not None:
+            prop["minimum"] = low
+        if high is not None:
+            prop["maximum"] = high
+        properties[key] = prop
+    return {"type": "object", "properties": properties, "required": required,
+            "additionalProperties": False}
 
 
 class InputModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
+    # Argument names models trained on other tools send (file_path, old_string …), mapped to the
+    # canonical ones. The declared schema names only the canonical ones.
+    ALIASES: ClassVar[dict[str, str]] = {}
+
+    @classmethod
+    def canonical(cls, args: dict[str, Any]) -> dict[str, Any] | str:
+        """``args`` with aliases renamed, or the problem when an alias and its name both came."""
+        if not cls.ALIASES or not any(k in cls.ALIASES for k in args):
+            return args
+        renamed: dict[str, Any] = {}
+        for key, value in args.items():
+            name = cls.ALIASES.get(key, key)
+            if name in renamed:
+                return f"{key} and {name} name the same field; send one of them"
+            renamed[name] = value
+        return renamed
 
 
 InputT = TypeVar("InputT", bound=InputModel)
@@ -123,6 +152,9 @@ class Builtin(ABC, Generic[InputT]):
     async def __call__(self, args: Any, ctx: CallContext) -> ToolResult:
         if not isinstance(args, dict):
             return error(f"{self.name}: arguments must be a JSON object")
+        args = self.Input.canonical(args)
+        if isinstance(args, str):
+            return error(f"{self.name}: invalid input: {args}")
         try:
             parsed = self.Input.model_validate(args)
         except ValidationError as exc:
@@ -184,8 +216,8 @@ def file_error_message(tool: str, exc: FileOpError, base: str) -> str:
     return template.format(tool=tool, p=exc.path, base=base, detail=exc.detail or exc.code)
 
 
-def _whole_number(minimum: int) -> BeforeValidator:
-    """JSON numbers arrive as int or float; a count must be a whole number >= minimum."""
+def _whole_number(minimum: int, maximum: int | None = None) -> BeforeValidator:
+    """JSON numbers arrive as int or float; a count must be a whole number in range."""
 
     def check(value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -194,6 +226,8 @@ def _whole_number(minimum: int) -> BeforeValidator:
             raise ValueError(f"must be a whole number, got {value}")
         if value < minimum:
             raise ValueError(f"must be >= {minimum}, got {value:g}")
+        if maximum is not None and value > maximum:
+            raise ValueError(f"must be <= {maximum}, got {value:g}")
         return int(value)
 
     return BeforeValidator(check)
@@ -201,3 +235,7 @@ def _whole_number(minimum: int) -> BeforeValidator:
 
 WholeFrom0 = Annotated[int, _whole_number(0)]
 WholeFrom1 = Annotated[int, _whole_number(1)]
+# Milliseconds the agents' timers take (a signed 32-bit count, about 24.8 days).
+MAX_TIMEOUT_MS = 2**31 - 1
+Milliseconds = Annotated[int, _whole_number(1, MAX_TIMEOUT_MS)]
+JobId = Annotated[int, _whole_number(1, 2**31 - 1)]

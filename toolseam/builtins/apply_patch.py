@@ -29,7 +29,8 @@ class _File:
 class ApplyPatch(Builtin[ApplyPatchInput]):
     name = "apply_patch"
     description = ("Apply a patch in the '*** Begin Patch' format (Add File, Update File with "
-                   "optional Move to, Delete File). Either every file operation applies, or none.")
+                   "optional Move to, Delete File), as codex's apply_patch takes it (a heredoc "
+                   "wrapper is accepted). Either every file operation applies, or none.")
     Input = ApplyPatchInput
     schema = object_schema({"patchText": ("string", "The whole patch, Begin to End Patch.")},
                            ["patchText"])
@@ -51,9 +52,7 @@ class ApplyPatch(Builtin[ApplyPatchInput]):
         try:
             for op in ops:
                 target = await load(op.path)
-                if op.kind == "add":
-                    if target.current is not None:
-                        raise PatchError(f"Add File: {op.path} already exists")
+                if op.kind == "add":  # over an existing file: replaced, as codex and opencode do
                     target.current = op.content
                     counts["added"] += 1
                 elif op.kind == "delete":
@@ -70,9 +69,7 @@ class ApplyPatch(Builtin[ApplyPatchInput]):
                         target.current = updated
                         continue
                     destination = await load(op.move_to)
-                    if destination is not target:
-                        if destination.current is not None:
-                            raise PatchError(f"Move to: {op.move_to} already exists")
+                    if destination is not target:  # an existing destination is replaced
                         target.current = None
                     destination.current = updated
                     counts["moved"] += 1

@@ -19,12 +19,14 @@ from ..policy.jobs import TrackedJob, format_duration
 from ..seam.errors import CouldNotRunError, FileOpError
 from ..seam.models import JobStatus, OutputChunk, SpawnRequest
 from ._base import (
+    MAX_TIMEOUT_MS,
     Builtin,
     CallContext,
     InputModel,
+    JobId,
+    Milliseconds,
     OutputEvent,
     ToolResult,
-    WholeFrom1,
     error,
     object_schema,
     ok,
@@ -38,10 +40,10 @@ _FORM_OPTIONS = {"command": {"workdir", "timeout", "description", "keep"},
 class BashInput(InputModel):
     command: StrictStr | None = None
     workdir: StrictStr | None = None
-    timeout: WholeFrom1 | None = None
+    timeout: Milliseconds | None = None
     description: StrictStr | None = None
-    wait: WholeFrom1 | None = None
-    kill: WholeFrom1 | None = None
+    wait: JobId | None = None
+    kill: JobId | None = None
     jobs: StrictBool | None = None
     keep: StrictBool | None = None
 
@@ -66,9 +68,9 @@ class BashInput(InputModel):
 _COMMAND_SCHEMA = object_schema({
     "command": ("string", "The command line to run."),
     "workdir": ("string", "Directory to run in; relative paths are against the base dir."),
-    "timeout": ("number", "Kill the command after this many milliseconds."),
+    "timeout": ("integer", "Kill the command after this many milliseconds."),
     "description": ("string", "A few words on what the command does."),
-}, ["command"])
+}, ["command"], bounds={"timeout": (1, MAX_TIMEOUT_MS)})
 
 
 class Bash(Builtin[BashInput]):
@@ -83,8 +85,9 @@ class Bash(Builtin[BashInput]):
             return self.schema
         props = dict(self.schema["properties"])
         props.update({
-            "wait": {"type": "number", "description": "Keep waiting for a running job by id."},
-            "kill": {"type": "number", "description": "Stop a running job (and all it started) by id."},
+            "wait": {"type": "integer", "minimum": 1, "description": "Keep waiting for a running job by id."},
+            "kill": {"type": "integer", "minimum": 1,
+                     "description": "Stop a running job (and all it started) by id."},
             "jobs": {"type": "boolean", "description": "List this session's jobs."},
             "keep": {"type": "boolean", "description": "Keep the job alive past the end of the turn."},
         })

@@ -5,11 +5,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import posixpath
+import re
 
 from pydantic import StrictBool, StrictStr
 
+from ..listing import sort_and_cap
 from ..seam.errors import FileOpError
-from ..seam.models import ChangeSet, WriteOp
+from ..seam.models import ChangeSet, PageRequest, TextPage, WriteOp
 from ._base import (
     Builtin,
     CallContext,
@@ -35,7 +37,18 @@ MEDIA_TYPES = {
 }
 
 
+# Read as binary without looking: archives, objects, executables, office documents.
+_BINARY_EXTENSION_LIST = (
+    "zip tar gz tgz bz2 xz zst 7z rar jar war class exe dll so dylib o a lib obj bin dat pyc "
+    "pyo wasm iso dmg img doc docx xls xlsx ppt pptx odt ods odp sqlite db mp4 mov avi mkv ttf "
+    "otf woff woff2 ico bmp tiff psd"
+)
+BINARY_EXTENSIONS = frozenset(_BINARY_EXTENSION_LIST.split(" "))
+DIR_CAP = 1000  # entries a directory read shows
+
+
 class ReadInput(InputModel):
+    ALIASES = {"file_path": "path", "filePath": "path"}
     path: StrictStr
     offset: WholeFrom1 | None = None
     limit: WholeFrom0 | None = None
@@ -43,20 +56,52 @@ class ReadInput(InputModel):
 
 class Read(Builtin[ReadInput]):
     name = "read"
-    description = ("Read a file. Text comes back whole, or as the line window offset/limit "
-                   "(1-based); images, PDFs and audio come back as a content part.")
+    description = ("Read a file as numbered lines (up to 2000 lines or 50 KiB per call; offset "
+                   "and limit page through longer files; longer lines are cut). Images, PDFs "
+                   "and audio come back as an attachment; a directory as its sorted entries.")
     Input = ReadInput
     schema = object_schema({"path": ("string", "File to read; relative paths are against the base dir."),
-                      "offset": ("number", "First line to return, counting from 1."),
-                      "limit": ("number", "How many lines to return.")}, ["path"])
+                      "offset": ("integer", "First line to return, counting from 1."),
+                      "limit": ("integer", "How many lines to return (default 2000).")}, ["path"],
+                           bounds={"offset": (1, None), "limit": (0, None)})
 
     async def run(self, args: ReadInput, ctx: CallContext) -> ToolResult:
-        await ctx.services.check_read(self.name, args.path)
-        cap = ctx.services.settings.read_max_bytes
+        services = ctx.services
+        await services.check_read(self.name, args.path)
+        settings = services.settings
         _, dot, ext = posixpath.basename(args.path).rpartition(".")
-        media = MEDIA_TYPES.get(ext.lower()) if dot else None
+        ext = ext.lower() if dot else ""
+        media = MEDIA_TYPES.get(ext)
         if media is not None:
-            return await self._media(args.path, media, cap, ctx)
+            return await self._media(args.path, media, settings.media_max_bytes, ctx)
+        if settings.output_style == "toolnexus":
+            return await self._raw(args, ctx)
+        if ext in BINARY_EXTENSIONS:
+            return error(f"read: {args.path} is a binary file (.{ext}); it cannot be read as text")
+        request = PageRequest(offset=args.offset or 1,
+                              limit=settings.read_default_lines if args.limit is None else args.limit,
+                              max_bytes=settings.read_page_bytes,
+                              max_line_chars=settings.line_max_chars)
+        try:
+            page = await ctx.backend.read_page(ctx.ref(args.path), request)
+        except FileOpError as exc:
+            if exc.code == "is_directory":
+                return await self._directory(args.path, ctx)
+            if exc.code == "binary":
+                return error(f"read: {args.path} is a binary file (it holds NUL bytes); "
+                             "it cannot be read as text")
+            if exc.code == "past_end":
+                return error(f"read: offset {request.offset} is past the end of {args.path} "
+                             f"({exc.detail} lines)")
+            raise
+        services.note_read(ctx.absolute(args.path))
+        return ok(render_page(page, request.offset, settings.line_max_chars), bytes=page.size,
+                  offset=request.offset, lines=len(page.lines), next=page.next, total=page.total,
+                  truncated=page.next is not None, cutLines=page.cut)
+
+    async def _raw(self, args: ReadInput, ctx: CallContext) -> ToolResult:
+        """toolnexus's read: raw text, whole or as the line window."""
+        cap = ctx.services.settings.read_max_bytes
         try:
             content = await ctx.backend.read_text(ctx.ref(args.path), args.offset, args.limit,
                                                   refuse_above_bytes=cap)
@@ -65,7 +110,18 @@ class Read(Builtin[ReadInput]):
                 raise
             return error(f"read: {args.path} is {exc.detail} bytes, over the {cap}-byte limit for "
                          "a whole-file read; pass offset and limit to read a window of lines")
+        ctx.services.note_read(ctx.absolute(args.path))
         return ok(content.text, bytes=content.size)
+
+    async def _directory(self, path: str, ctx: CallContext) -> ToolResult:
+        listing = await ctx.backend.list_dir(ctx.ref(path), DIR_CAP)
+        page = sort_and_cap(listing.entries, DIR_CAP)
+        lines = "\n".join(page.items)
+        more = listing.total - len(page.items)
+        note = f"\n\n({more} more entries not shown)" if more > 0 else ""
+        body = lines + note if page.items else "(empty directory)"
+        return ok(f"{path} is a directory:\n{body}", directory=True, entries=listing.total,
+                  truncated=more > 0)
 
     async def _media(self, path: str, media: tuple[str, str], cap: int, ctx: CallContext
                      ) -> ToolResult:
@@ -83,7 +139,31 @@ class Read(Builtin[ReadInput]):
         return result
 
 
+def render_page(page: TextPage, offset: int, max_line_chars: int) -> str:
+    """Numbered lines (``00042| text``, as opencode numbers them) and a footer that says what
+    is left: the offset to read on from, or where the file ends."""
+    lines = page.lines
+    if lines and offset == 1:
+        lines = [lines[0].removeprefix("\ufeff"), *lines[1:]]  # the BOM is not text
+    body = "\n".join(f"{n:05d}| {text}" for n, text in enumerate(lines, offset))
+    if page.total == 0:
+        return "(empty file)"
+    notes = []
+    if page.cut:
+        shown = ", ".join(map(str, page.cut[:10])) + (" …" if len(page.cut) > 10 else "")
+        notes.append(f"(line {shown} cut at {max_line_chars} characters)" if len(page.cut) == 1
+                     else f"(lines {shown} cut at {max_line_chars} characters each)")
+    if page.next is not None:
+        last = offset + len(lines) - 1
+        notes.append(f"(showing lines {offset}-{last}; the file has more: read on with "
+                     f"offset={page.next})")
+    else:
+        notes.append(f"(end of file, {page.total} line{'' if page.total == 1 else 's'})")
+    return body + ("\n\n" if body else "") + "\n".join(notes)
+
+
 class WriteInput(InputModel):
+    ALIASES = {"file_path": "path", "filePath": "path"}
     path: StrictStr
     content: StrictStr
 
@@ -101,21 +181,36 @@ class Write(Builtin[WriteInput]):
             data = args.content.encode("utf-8")
         except UnicodeEncodeError:
             return error("write: content is not valid Unicode (it holds a lone surrogate)")
-        result = await ctx.backend.write(ctx.ref(args.path), data)
+        ref = ctx.ref(args.path)
+        services = ctx.services
+        if services.settings.write_requires_read and not services.has_read(ctx.absolute(args.path)):
+            existing = await ctx.backend.stat(ref)
+            if existing.kind != "missing":
+                return error(f"write: {args.path} already exists and was not read in this "
+                             "session; read it first, then write")
+        result = await ctx.backend.write(ref, data, keep_bom=True)
+        services.note_read(ctx.absolute(args.path))  # the model knows what it wrote
         return ok(f"Wrote {len(data)} bytes to {args.path}", bytes=len(data), created=result.created)
 
 
 class EditInput(InputModel):
+    ALIASES = {"file_path": "path", "filePath": "path", "old_string": "oldString",
+               "new_string": "newString", "replace_all": "replaceAll"}
     path: StrictStr
     oldString: StrictStr
     newString: StrictStr
     replaceAll: StrictBool | None = None
 
 
+BOM = "\ufeff"
+
+
 class Edit(Builtin[EditInput]):
     name = "edit"
     description = ("Replace exact text in a file. oldString must occur exactly once unless "
-                   "replaceAll is true. Everything outside the replaced text stays byte-for-byte.")
+                   "replaceAll is true; it matches whatever the file's line endings, and the "
+                   "new text is written in the file's own. An empty oldString creates a new "
+                   "file. Everything outside the replaced text stays byte-for-byte.")
     Input = EditInput
     schema = object_schema({"path": ("string", "File to edit; relative paths are against the base dir."),
                       "oldString": ("string", "The exact text to replace."),
@@ -125,34 +220,80 @@ class Edit(Builtin[EditInput]):
 
     async def run(self, args: EditInput, ctx: CallContext) -> ToolResult:
         p = args.path
-        if args.oldString == "":
-            return error("edit: oldString must not be empty")
         if args.oldString == args.newString:
             return error("edit: oldString and newString are the same; nothing would change")
         await ctx.services.check_read(self.name, p)
         ref = ctx.ref(p)
+        if args.oldString == "":
+            return await self._create(args, ctx)
         raw = await ctx.backend.read_bytes(ref, refuse_above_bytes=ctx.services.settings.read_max_bytes)
         try:
             text = raw.data.decode("utf-8")  # no newline translation: CRLF stays CRLF
         except UnicodeDecodeError:
             return error(f"edit: {p} is not valid UTF-8 text")
-        old, new = args.oldString, args.newString
-        count = text.count(old)
-        if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
-            # The model writes "\n"; a CRLF file holds "\r\n". Match and replace in its own style.
-            old, new = old.replace("\n", "\r\n"), new.replace("\r\n", "\n").replace("\n", "\r\n")
-            count = text.count(old)
-        if count == 0:
+        bom = BOM if text.startswith(BOM) else ""
+        text = text.removeprefix(bom)
+        matches = list(_pattern(args.oldString).finditer(text))
+        if not matches:
             return error(f"edit: oldString not found in {p}")
-        if count > 1 and not args.replaceAll:
-            return error(f"edit: oldString is not unique in {p} ({count} occurrences); use replaceAll")
+        if len(matches) > 1 and not args.replaceAll:
+            return error(f"edit: oldString is not unique in {p} ({len(matches)} occurrences); "
+                         "use replaceAll")
+        chosen = matches if args.replaceAll else matches[:1]
+        pieces: list[str] = []
+        last = 0
+        for match in chosen:
+            pieces += [text[last:match.start()], _in_style(args.newString, match.group(), text)]
+            last = match.end()
         try:
-            updated = text.replace(old, new) if args.replaceAll else text.replace(old, new, 1)
-            data = updated.encode("utf-8")
+            data = (bom + "".join(pieces) + text[last:]).encode("utf-8")
         except UnicodeEncodeError:
             return error("edit: newString is not valid Unicode (it holds a lone surrogate)")
         expect = hashlib.sha256(raw.data).hexdigest()
         await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine,
                                            ops=[WriteOp(path=p, data=data, expect=expect)]))
-        n = count if args.replaceAll else 1
+        ctx.services.note_read(ctx.absolute(p))
+        n = len(chosen)
         return ok(f"Edited {p} ({n} replacement{'' if n == 1 else 's'})", replacements=n)
+
+    async def _create(self, args: EditInput, ctx: CallContext) -> ToolResult:
+        """An empty oldString creates the file (parents too); an empty existing file is filled;
+        a file with content is refused, as opencode refuses it."""
+        try:
+            data = args.newString.encode("utf-8")
+        except UnicodeEncodeError:
+            return error("edit: newString is not valid Unicode (it holds a lone surrogate)")
+        existing = await ctx.backend.stat(ctx.ref(args.path))
+        if existing.kind == "file" and existing.size > 0:
+            return error(f"edit: {args.path} already has content; an empty oldString only "
+                         "creates a file (use write to replace a whole file)")
+        if existing.kind not in ("missing", "file"):
+            return error(f"edit: {args.path} is not a regular file ({existing.kind})")
+        expect = "absent" if existing.kind == "missing" else hashlib.sha256(b"").hexdigest()
+        await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine,
+                                           ops=[WriteOp(path=args.path, data=data, expect=expect)]))
+        ctx.services.note_read(ctx.absolute(args.path))
+        return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0,
+                  created=existing.kind == "missing")
+
+
+def _pattern(old: str) -> re.Pattern[str]:
+    """``old`` with every line break matching LF or CRLF, so one oldString fits LF, CRLF and
+    mixed files alike."""
+    lines = old.replace("\r\n", "\n").split("\n")
+    return re.compile("\r?\n".join(re.escape(line) for line in lines))
+
+
+def _in_style(new: str, matched: str, text: str) -> str:
+    """``new`` with the line endings of the text it replaces: its k-th line break takes the
+    style of the k-th break replaced (the last one's past them, the file's when none)."""
+    lines = new.replace("\r\n", "\n").split("\n")
+    if len(lines) == 1:
+        return new
+    styles = re.findall(r"\r?\n", matched)
+    if not styles:
+        styles = ["\r\n" if text.count("\r\n") * 2 > text.count("\n") else "\n"]
+    out = [lines[0]]
+    for k, line in enumerate(lines[1:]):
+        out += [styles[min(k, len(styles) - 1)], line]
+    return "".join(out)

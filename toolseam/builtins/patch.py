@@ -5,19 +5,26 @@
     *** Begin Patch
     *** Add File: path          then lines starting with "+"
     *** Update File: path       then optionally "*** Move to: new-path", then hunks:
-    @@ optional context line    a hunk header; " " context, "-" removed, "+" added lines
+    @@ optional context line    a hunk header (several in a row narrow the place step by
+                                step); " " context, "-" removed, "+" added lines
     *** End of File             the hunk must end at the end of the file
     *** Delete File: path
     *** End Patch
 
-A hunk is found by its old lines (context + removed) at or after the previous hunk, exactly
-first, then ignoring trailing whitespace, then ignoring surrounding whitespace. Lines keep
-their file's line ending; a file without a final newline keeps lacking one.
+As lenient as codex's apply_patch where codex is lenient: a heredoc wrapper
+(``apply_patch <<'EOF' … EOF``, ``cat <<EOF``) is taken off, markers may be padded with
+whitespace, blank lines before ``*** End Patch`` are ignored, and a hunk is found by its old
+lines (context + removed) at or after the previous hunk with the strictest comparison that
+matches: exactly, then ignoring trailing whitespace, then surrounding whitespace, then with
+Unicode dashes, quotes and spaces read as their ASCII forms. A hunk with no old lines and no
+header is appended at the end of the file. Updated files end with a newline, as codex writes
+them; each line keeps its file's line ending (CRLF stays CRLF).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -27,7 +34,7 @@ class PatchError(ValueError):
 
 @dataclass
 class Hunk:
-    header: str
+    contexts: list[str] = field(default_factory=list)  # "@@ text" headers, narrowing in order
     old: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
     at_eof: bool = False
@@ -43,73 +50,108 @@ class FileOp:
 
 
 _MARKER = re.compile(r"^\*\*\* (Add|Update|Delete) File: (.*)$")
+# The opening line of a shell heredoc: `apply_patch <<'EOF'`, `cat <<"PATCH"`, `<<EOF`.
+_HEREDOC = re.compile(r"^(?:.*\s)?<<-?\s*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\1\s*$")
+
+
+@dataclass(frozen=True)
+class _Line:
+    number: int  # 1-based, in the text as given
+    text: str  # without its line ending
+    crlf: bool
+
+
+def _marker(line: _Line) -> re.Match[str] | None:
+    return _MARKER.match(line.text.strip())
+
+
+def _unwrap(lines: list[_Line]) -> list[_Line]:
+    """Blank lines off both ends, then a heredoc wrapper whose closing word ends the text."""
+    while lines and not lines[-1].text.strip():
+        lines.pop()
+    while lines and not lines[0].text.strip():
+        lines.pop(0)
+    if len(lines) >= 2:
+        opening = _HEREDOC.match(lines[0].text.strip())
+        if opening and lines[-1].text.strip() == opening.group(2):
+            return _unwrap(lines[1:-1])
+    return lines
 
 
 def parse_patch(text: str) -> list[FileOp]:
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    while lines and not lines[-1].strip():
-        lines.pop()
-    start = 0
-    while start < len(lines) and not lines[start].strip():
-        start += 1
-    if start >= len(lines) or lines[start].strip() != "*** Begin Patch":
+    raw = text.split("\n")
+    lines = _unwrap([_Line(n, s.removesuffix("\r"), s.endswith("\r")) for n, s in enumerate(raw, 1)])
+    if not lines or lines[0].text.strip() != "*** Begin Patch":
         raise PatchError("the patch must start with '*** Begin Patch'")
-    if lines[-1].strip() != "*** End Patch":
+    if len(lines) < 2 or lines[-1].text.strip() != "*** End Patch":
         raise PatchError("the patch must end with '*** End Patch'")
-    body = lines[start + 1 : -1]
+    body = lines[1:-1]
     ops: list[FileOp] = []
     i = 0
     while i < len(body):
-        match = _MARKER.match(body[i])
+        match = _marker(body[i])
         if not match:
-            if not body[i].strip():
+            if not body[i].text.strip():
                 i += 1
                 continue
-            raise PatchError(f"line {start + i + 2}: expected '*** Add/Update/Delete File:', got {body[i]!r}")
+            raise PatchError(f"line {body[i].number}: expected '*** Add/Update/Delete File:', "
+                             f"got {body[i].text!r}")
         kind, path = match.group(1).lower(), match.group(2).strip()
         if not path:
-            raise PatchError(f"line {start + i + 2}: a file operation needs a path")
+            raise PatchError(f"line {body[i].number}: a file operation needs a path")
         i += 1
-        section: list[str] = []
-        while i < len(body) and not _MARKER.match(body[i]):
+        section: list[_Line] = []
+        while i < len(body) and not _marker(body[i]):
             section.append(body[i])
             i += 1
+        while section and not section[-1].text.strip():
+            section.pop()  # a blank line before the next marker or *** End Patch
         ops.append(_section(kind, path, section))
     if not ops:
         raise PatchError("the patch has no file operations")
     return ops
 
 
-def _section(kind: str, path: str, lines: list[str]) -> FileOp:
+def _section(kind: str, path: str, lines: list[_Line]) -> FileOp:
     if kind == "delete":
-        if any(line.strip() for line in lines):
+        if lines:
             raise PatchError(f"Delete File: {path} takes no lines")
         return FileOp("delete", path)
     if kind == "add":
-        bad = [line for line in lines if not line.startswith("+")]
+        bad = [line.text for line in lines if not line.text.startswith("+")]
         if bad:
             raise PatchError(f"Add File: {path}: every line must start with '+', got {bad[0]!r}")
-        return FileOp("add", path, content="".join(line[1:] + "\n" for line in lines))
+        # Each "+" line is a line of the file, ended as the patch ended it.
+        return FileOp("add", path, content="".join(
+            line.text[1:] + ("\r\n" if line.crlf else "\n") for line in lines))
     op = FileOp("update", path)
-    if lines and lines[0].startswith("*** Move to:"):
-        op.move_to = lines.pop(0).removeprefix("*** Move to:").strip()
+    if lines and lines[0].text.strip().startswith("*** Move to:"):
+        op.move_to = lines.pop(0).text.strip().removeprefix("*** Move to:").strip()
         if not op.move_to:
             raise PatchError(f"Update File: {path}: '*** Move to:' needs a path")
     hunk: Hunk | None = None
     for line in lines:
-        if line.startswith("@@"):
-            hunk = Hunk(line[2:].strip())
-            op.hunks.append(hunk)
+        stripped = line.text.strip()
+        if stripped == "@@" or line.text.lstrip().startswith("@@ "):
+            if hunk is None or hunk.old or hunk.new or hunk.at_eof:
+                hunk = Hunk()
+                op.hunks.append(hunk)
+            if stripped != "@@":
+                hunk.contexts.append(line.text.lstrip()[3:])
             continue
-        if line == "*** End of File":
-            if hunk is None:
-                raise PatchError(f"Update File: {path}: '*** End of File' outside a hunk")
+        if stripped == "*** End of File":
+            if hunk is None or not (hunk.old or hunk.new):
+                raise PatchError(f"Update File: {path}: line {line.number}: '*** End of File' "
+                                 "ends a hunk that has no lines")
             hunk.at_eof = True
             continue
-        if hunk is None:
-            hunk = Hunk("")
+        if hunk is not None and hunk.at_eof and not stripped:
+            continue  # a blank line after *** End of File
+        if hunk is None or hunk.at_eof:
+            hunk = Hunk()
             op.hunks.append(hunk)
-        tag, rest = (line[:1], line[1:]) if line else (" ", "")
+        text = line.text
+        tag, rest = (text[:1], text[1:]) if text else (" ", "")
         if tag == " ":
             hunk.old.append(rest)
             hunk.new.append(rest)
@@ -118,8 +160,11 @@ def _section(kind: str, path: str, lines: list[str]) -> FileOp:
         elif tag == "+":
             hunk.new.append(rest)
         else:
-            raise PatchError(
-                f"Update File: {path}: a hunk line must start with ' ', '-' or '+', got {line!r}")
+            raise PatchError(f"Update File: {path}: line {line.number}: a hunk line must start "
+                             f"with ' ', '-' or '+', got {text!r}")
+    for number, h in enumerate(op.hunks, 1):
+        if not (h.old or h.new):
+            raise PatchError(f"Update File: {path}: hunk {number} ('@@') has no lines")
     if not op.hunks and op.move_to is None:
         raise PatchError(f"Update File: {path} has no hunks")
     return op
@@ -131,29 +176,30 @@ _EOL = re.compile(r"\r\n|\n")
 def apply_hunks(content: str, hunks: list[Hunk], path: str) -> str:
     texts, endings = _split_lines(content)
     eol = "\r\n" if endings.count("\r\n") > endings.count("\n") else "\n"
-    lacks_final_eol = bool(endings) and endings[-1] == ""
     cursor = 0
     for number, hunk in enumerate(hunks, 1):
-        if hunk.header:
-            found = _seek(texts, [hunk.header], cursor, False)
+        for context in hunk.contexts:
+            found = _seek(texts, [context], cursor, False)
             if found < 0:
-                raise PatchError(f"{path}: hunk {number}: context {hunk.header!r} not found")
+                raise PatchError(f"{path}: hunk {number}: context {context!r} not found")
             cursor = found + 1
-        if not hunk.old:
-            at = cursor if hunk.header else len(texts)
+        old, new = hunk.old, hunk.new
+        if not old:
+            at = cursor if hunk.contexts else len(texts)  # codex: a bare addition goes at the end
         else:
-            at = _seek(texts, hunk.old, cursor, hunk.at_eof)
+            at = _seek(texts, old, cursor, hunk.at_eof)
+            if at < 0 and old[-1] == "":
+                # The patch's last context line stood for the file's final newline (as codex).
+                old, new = old[:-1], new[:-1] if new and new[-1] == "" else new
+                at = _seek(texts, old, cursor, hunk.at_eof) if old else -1
             if at < 0:
                 shown = "\n".join(hunk.old)
                 raise PatchError(f"{path}: hunk {number} does not match the file; expected:\n{shown}")
-        texts[at : at + len(hunk.old)] = hunk.new
-        endings[at : at + len(hunk.old)] = [eol] * len(hunk.new)
-        cursor = at + len(hunk.new)
-    # Only the last line may lack an ending, and only if it lacked one before.
-    endings = [e or eol for e in endings]
-    if endings and lacks_final_eol:
-        endings[-1] = ""
-    return "".join(t + e for t, e in zip(texts, endings, strict=True))
+        texts[at : at + len(old)] = new
+        endings[at : at + len(old)] = [eol] * len(new)
+        cursor = at + len(new)
+    # Every line ends with a line ending, the last included (as codex writes files).
+    return "".join(t + (e or eol) for t, e in zip(texts, endings, strict=True))
 
 
 def _split_lines(content: str) -> tuple[list[str], list[str]]:
@@ -169,10 +215,27 @@ def _split_lines(content: str) -> tuple[list[str], list[str]]:
     return texts, endings
 
 
+# Typographic characters models type for their ASCII forms (codex normalises the same set).
+_PUNCTUATION = str.maketrans({
+    **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
+    **dict.fromkeys("\u2018\u2019\u201a\u201b", "'"),
+    **dict.fromkeys("\u201c\u201d\u201e\u201f", '"'),
+    **dict.fromkeys("\u00a0\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000",
+                    " "),
+})
+
+
+def _ascii_punctuation(s: str) -> str:
+    return s.strip().translate(_PUNCTUATION)
+
+
+_LADDER: tuple[Callable[[str], str], ...] = (str, str.rstrip, str.strip, _ascii_punctuation)
+
+
 def _seek(texts: list[str], wanted: list[str], start: int, at_eof: bool) -> int:
     """First index >= start where ``wanted`` matches, strictest comparison first."""
     n = len(wanted)
-    for normalise in (lambda s: s, str.rstrip, str.strip):
+    for normalise in _LADDER:
         target = [normalise(w) for w in wanted]
         if at_eof:
             at = len(texts) - n

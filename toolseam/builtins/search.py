@@ -11,6 +11,7 @@ from ..seam.models import GlobMatch
 from ._base import Builtin, CallContext, InputModel, ToolResult, WholeFrom1, error, object_schema, ok
 
 DEFAULT_LIMIT = 100
+NOTHING_FOUND = "No files found"  # an empty result in words: an empty string reads as a failure
 
 
 def _glob_match(pattern: str) -> GlobMatch:
@@ -36,8 +37,8 @@ class Grep(Builtin[GrepInput]):
         "pattern": ("string", "Python regular expression, matched per line."),
         "path": ("string", "Directory (or file) to search; default: the base dir."),
         "include": ("string", "Only files matching this glob, e.g. '*.py'."),
-        "limit": ("number", "Most matches to return (default 100)."),
-    }, ["pattern"])
+        "limit": ("integer", "Most matches to return (default 100)."),
+    }, ["pattern"], bounds={"limit": (1, None)})
 
     async def run(self, args: GrepInput, ctx: CallContext) -> ToolResult:
         try:
@@ -53,6 +54,8 @@ class Grep(Builtin[GrepInput]):
         page = sort_and_cap(((rel, line, text) for rel, line, text, _ in listing.hits),
                             args.limit or DEFAULT_LIMIT)
         output = "\n".join(f"{rel}:{line}:{text}" for rel, line, text in page.items)
+        if not page.items and ctx.services.settings.output_style == "toolseam":
+            output = NOTHING_FOUND
         return ok(output, count=len(page.items), total=page.total, truncated=page.truncated,
                   skippedBinary=listing.binary_files,
                   skippedUnreadable=listing.unreadable_files + listing.unreadable_dirs)
@@ -73,8 +76,8 @@ class Glob(Builtin[GlobInput]):
     schema = object_schema({
         "pattern": ("string", "Glob pattern, e.g. '**/*.py'."),
         "path": ("string", "Directory to search; default: the base dir."),
-        "limit": ("number", "Most paths to return (default 100)."),
-    }, ["pattern"])
+        "limit": ("integer", "Most paths to return (default 100)."),
+    }, ["pattern"], bounds={"limit": (1, None)})
 
     async def run(self, args: GlobInput, ctx: CallContext) -> ToolResult:
         try:
@@ -84,5 +87,8 @@ class Glob(Builtin[GlobInput]):
         await ctx.services.check_read(self.name, args.path or ".")
         listing = await ctx.backend.list_files(ctx.ref(args.path), match)
         page = sort_and_cap(listing.paths, args.limit or DEFAULT_LIMIT)
-        return ok("\n".join(page.items), count=len(page.items), total=page.total,
+        output = "\n".join(page.items)
+        if not page.items and ctx.services.settings.output_style == "toolseam":
+            output = NOTHING_FOUND
+        return ok(output, count=len(page.items), total=page.total,
                   truncated=page.truncated, skippedUnreadable=listing.unreadable_dirs)

@@ -50,6 +50,15 @@ class Settings(BaseModel):
     env_allow: list[str] = Field(
         default_factory=list, description="Host variables passed to commands despite the secret filter.")
     portable_names: bool = Field(False, description="Refuse Windows reserved names everywhere.")
+    output_style: Literal["toolseam", "toolnexus"] = Field(
+        "toolseam", description="'toolnexus' keeps the bytes toolnexus 0.21 transcripts saw: "
+        "read returns raw text, an empty grep/glob result is an empty string.")
+    read_default_lines: int = Field(2000, gt=0, description="Lines a read returns without a limit.")
+    read_page_bytes: int = Field(50 * 1024, gt=0, description="Text a read page holds at most.")
+    line_max_chars: int = Field(2000, gt=0, description="Longer lines are cut in read and grep.")
+    media_max_bytes: int = Field(5 << 20, gt=0, description="Largest image/PDF/audio attachment.")
+    write_requires_read: bool = Field(
+        False, description="Refuse write over an existing file not read in this session.")
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

@@ -104,6 +104,28 @@ class TextContent(_Wire):
     size: int = Field(description="Size of the whole file in bytes.")
 
 
+class PageRequest(_Wire):
+    """Which lines to read and the bounds on what comes back."""
+
+    offset: int = Field(1, ge=1, description="First line, counting from 1.")
+    limit: int = Field(2000, ge=0, description="Most lines.")
+    max_bytes: int = Field(50 * 1024, gt=0, description="About this many bytes of text at most.")
+    max_line_chars: int = Field(2000, gt=0, description="Longer lines are cut to this.")
+
+
+class TextPage(_Wire):
+    lines: list[str]
+    cut: list[int] = Field(description="Numbers of the lines that were cut.")
+    next: int | None = Field(description="Offset of the first line not returned; None at the end.")
+    total: int | None = Field(description="Number of lines in the file, once the end was read.")
+    size: int = Field(description="Size of the whole file in bytes.")
+
+
+class DirListing(_Wire):
+    entries: list[str] = Field(description="Names, '/' after directories; unsorted, capped.")
+    total: int
+
+
 class ByteContent(_Wire):
     data: bytes
     size: int
@@ -121,6 +143,7 @@ class WriteOp(_Wire):
     data: bytes
     expect: str | None = Field(
         None, description='"absent", or the sha256 the caller based the change on.')
+    keep_bom: bool = Field(False, description="Keep an existing file's UTF-8 byte-order mark.")
 
 
 class DeleteOp(_Wire):

@@ -20,16 +20,19 @@ from .models import (
     ByteContent,
     ChangeSet,
     CommitResult,
+    DirListing,
     FileListing,
     FileStat,
     GlobMatch,
     GrepListing,
     JobStatus,
     OutputChunk,
+    PageRequest,
     PathRef,
     SandboxInfo,
     SpawnRequest,
     TextContent,
+    TextPage,
     WriteResult,
 )
 
@@ -93,12 +96,28 @@ class FilePart(Protocol):
             FileOpError: not_found, is_directory, not_regular, not_utf8, too_large, outside_base.
         """
 
+    async def read_page(self, ref: PathRef, page: PageRequest) -> TextPage:
+        """A bounded page of lines: memory is bounded by the page, whatever the file's shape.
+
+        Raises:
+            FileOpError: as read_text, plus binary (NUL bytes early in the file) and past_end
+                (an offset after the last line; detail: the line count).
+        """
+
+    async def list_dir(self, ref: PathRef, cap: int) -> DirListing:
+        """A directory's entries, unsorted, at most ``cap`` (``total`` counts all).
+
+        Raises: FileOpError (not_found, not_directory, outside_base).
+        """
+
     async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
                          ) -> ByteContent:
         """The raw bytes of a regular file. Raises: FileOpError."""
 
-    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
-        """Atomic write (temp file beside it, fsync, rename); parents created; mode kept.
+    async def write(self, ref: PathRef, data: bytes, keep_bom: bool = False) -> WriteResult:
+        """Atomic write (temp file beside it, fsync, rename); parents created; mode kept; a
+        file whose mode is read-only refused (``permission``). With ``keep_bom``, an existing
+        file's UTF-8 byte-order mark stays when ``data`` has none.
 
         Raises: FileOpError.
         """

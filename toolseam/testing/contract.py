@@ -39,6 +39,7 @@ from ..seam.models import (
     DeleteOp,
     JobStatus,
     OutputChunk,
+    PageRequest,
     PathRef,
     SpawnRequest,
     WriteOp,
@@ -144,6 +145,63 @@ class FileContract(_Bound):
         with pytest.raises(FileOpError) as caught:
             await sandbox.backend.read_text(sandbox.ref(path), refuse_above_bytes=50)
         assert caught.value.code == code
+
+    @pytest.mark.parametrize("content", ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "x\n\n\ny"])
+    @pytest.mark.parametrize(("offset", "limit"), [(1, 2000), (1, 1), (2, 1), (2, 5), (3, 2),
+                                                   (1, 0)])
+    async def test_read_page_is_a_slice_of_lines(self, sandbox: Sandbox, content: str,
+                                                 offset: int, limit: int) -> None:
+        await sandbox.put({"f.txt": content.encode()})
+        lines = content.replace("\r\n", "\n").split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        request = PageRequest(offset=offset, limit=limit)
+        if offset > len(lines) and not (offset == 1 and not lines):
+            with pytest.raises(FileOpError) as caught:
+                await sandbox.backend.read_page(sandbox.ref("f.txt"), request)
+            assert (caught.value.code, caught.value.detail) == ("past_end", str(len(lines)))
+            return
+        page = await sandbox.backend.read_page(sandbox.ref("f.txt"), request)
+        assert page.lines == lines[offset - 1 : offset - 1 + limit]
+        more = offset - 1 + limit < len(lines)
+        assert page.next == (offset + limit if more else None)
+        assert page.total == (None if more else len(lines))
+        assert page.size == len(content.encode())
+
+    async def test_read_page_bounds_lines_and_bytes(self, sandbox: Sandbox) -> None:
+        """A long line is cut and the rest skipped; a page stops at its byte budget."""
+        await sandbox.put({"long.txt": b"a\n" + "é".encode() * 600_000 + b"\nz\n",
+                           "wide.txt": b"0123456789\n" * 100})
+        page = await sandbox.backend.read_page(sandbox.ref("long.txt"),
+                                               PageRequest(max_line_chars=5))
+        assert (page.lines, page.cut, page.total) == (["a", "ééééé", "z"], [2], 3)
+        narrow = await sandbox.backend.read_page(sandbox.ref("wide.txt"),
+                                                 PageRequest(max_bytes=50))
+        assert (len(narrow.lines), narrow.next) == (4, 5)
+
+    async def test_read_page_refuses_binary(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"nul.txt": b"abc\x00def\n"})
+        with pytest.raises(FileOpError) as caught:
+            await sandbox.backend.read_page(sandbox.ref("nul.txt"), PageRequest())
+        assert caught.value.code == "binary"
+
+    async def test_list_dir_names_entries(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"d/b.txt": b"", "d/a/x.txt": b"", "d/c.txt": b""})
+        listing = await sandbox.backend.list_dir(sandbox.ref("d"), 2)
+        assert listing.total == 3 and len(listing.entries) == 2
+        assert set(listing.entries) <= {"a/", "b.txt", "c.txt"}
+        full = await sandbox.backend.list_dir(sandbox.ref("d"), 10)
+        assert sorted(full.entries) == ["a/", "b.txt", "c.txt"]
+        with pytest.raises(FileOpError) as caught:
+            await sandbox.backend.list_dir(sandbox.ref("d/b.txt"), 10)
+        assert caught.value.code == "not_directory"
+
+    async def test_write_keeps_a_bom_when_asked(self, sandbox: Sandbox) -> None:
+        await sandbox.put({"bom.txt": b"\xef\xbb\xbfold"})
+        await sandbox.backend.write(sandbox.ref("bom.txt"), b"new", keep_bom=True)
+        assert (await sandbox.backend.read_bytes(sandbox.ref("bom.txt"))).data == b"\xef\xbb\xbfnew"
+        await sandbox.backend.write(sandbox.ref("bom.txt"), b"plain")
+        assert (await sandbox.backend.read_bytes(sandbox.ref("bom.txt"))).data == b"plain"
 
     @pytest.mark.parametrize("path", ["../outside.txt", "a/../../outside.txt", "/etc/passwd",
                                       "/outside.txt"])

@@ -25,19 +25,24 @@ from ..seam.models import (
     ByteContent,
     ChangeSet,
     CommitResult,
+    DirListing,
     FileListing,
     FileStat,
     GlobMatch,
     GrepListing,
     JobStatus,
     OutputChunk,
+    PageRequest,
     PathRef,
     SandboxInfo,
     SpawnRequest,
     TextContent,
+    TextPage,
     WriteResult,
 )
 from ..seam.protocol import OutputCallback
+
+BOM = b"\xef\xbb\xbf"
 
 PRUNED = {".git", "node_modules"}
 
@@ -143,6 +148,50 @@ class FakeBackend:
             text = "\n".join(lines[start : None if limit is None else start + limit])
         return TextContent(text=text, size=len(data))
 
+    async def read_page(self, ref: PathRef, page: PageRequest) -> TextPage:
+        self._guard()
+        _, data = self._file(ref)
+        if b"\0" in data[:8192]:
+            raise FileOpError("binary", ref.path)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FileOpError("not_utf8", ref.path) from None
+        lines = [line.removesuffix("\r") for line in text.split("\n")]
+        if lines[-1] == "":
+            lines.pop()
+        if page.offset > len(lines) and not (page.offset == 1 and not lines):
+            raise FileOpError("past_end", ref.path, str(len(lines)))
+        shown: list[str] = []
+        cut: list[int] = []
+        used = 0
+        for number in range(page.offset, len(lines) + 1):
+            line = lines[number - 1]
+            was_cut = len(line) > page.max_line_chars
+            line = line[: page.max_line_chars]
+            size = len(line.encode()) + 1
+            if len(shown) >= page.limit or (shown and used + size > page.max_bytes):
+                return TextPage(lines=shown, cut=cut, next=number, total=None, size=len(data))
+            if was_cut:
+                cut.append(number)
+            shown.append(line)
+            used += size
+        return TextPage(lines=shown, cut=cut, next=None, total=len(lines), size=len(data))
+
+    async def list_dir(self, ref: PathRef, cap: int) -> DirListing:
+        self._guard()
+        path = self._resolve(ref)
+        if path in self.files:
+            raise FileOpError("not_directory", ref.path)
+        if path not in self.dirs:
+            raise FileOpError("not_found", ref.path)
+        prefix = path.rstrip("/") + "/"
+        names = {p[len(prefix):].split("/")[0] + ("/" if p in self.dirs or "/" in p[len(prefix):]
+                                                  else "")
+                 for p in [*self.files, *self.dirs] if p.startswith(prefix) and p != prefix}
+        entries = sorted(names)
+        return DirListing(entries=entries[:cap], total=len(entries))
+
     async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
                          ) -> ByteContent:
         self._guard()
@@ -151,12 +200,14 @@ class FakeBackend:
             raise FileOpError("too_large", ref.path, str(len(data)))
         return ByteContent(data=data, size=len(data), mode=self.modes.get(path, 0o644))
 
-    async def write(self, ref: PathRef, data: bytes) -> WriteResult:
+    async def write(self, ref: PathRef, data: bytes, keep_bom: bool = False) -> WriteResult:
         self._guard()
         path = self._resolve(ref)
         if path in self.dirs:
             raise FileOpError("is_directory", ref.path)
         created = path not in self.files
+        if keep_bom and not created and self.files[path].startswith(BOM) and not data.startswith(BOM):
+            data = BOM + data
         self._put(path, data)
         return WriteResult(bytes=len(data), created=created)
 

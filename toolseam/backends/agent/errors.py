@@ -20,6 +20,8 @@ EXISTS = "exists"
 TOO_LARGE = "too_large"
 STALE = "stale"
 INVALID = "invalid"
+BINARY = "binary"
+PAST_END = "past_end"
 OS_ERROR = "os_error"
 
 

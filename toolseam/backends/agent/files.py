@@ -16,6 +16,7 @@ import stat
 from typing import Any
 
 from .errors import (
+    BINARY,
     EXISTS,
     INVALID,
     IS_DIRECTORY,
@@ -24,6 +25,8 @@ from .errors import (
     NOT_REGULAR,
     NOT_UTF8,
     OUTSIDE_BASE,
+    PAST_END,
+    PERMISSION,
     STALE,
     TOO_LARGE,
     FsError,
@@ -146,6 +149,96 @@ def _window(f: io.TextIOWrapper, offset: int, limit: int | None) -> str:
     return "\n".join(out)
 
 
+BINARY_PROBE_BYTES = 8192
+
+
+def read_page(base: str, path: str, confine: bool, offset: int, limit: int, max_bytes: int,
+              max_line_chars: int) -> dict[str, Any]:
+    """A page of numbered lines, bounded whatever the file's shape.
+
+    At most ``limit`` lines from line ``offset`` (1-based) and about ``max_bytes`` of text; a
+    line longer than ``max_line_chars`` is cut (its number listed in ``cut``) and the rest of it
+    skipped without being held. Memory stays O(max_bytes + max_line_chars) for any file: a
+    1 GiB line costs one bounded buffer. NUL bytes in the first 8 KiB mean binary (refused).
+    ``next`` is the offset of the first line not shown, ``total`` the line count once the
+    end was reached.
+    """
+    r = resolve(base, path, confine, canonical_needed=False)
+    fd, st = _open_regular(r)
+    with io.BufferedReader(io.FileIO(fd, "r"), buffer_size=1 << 16) as f:
+        if b"\0" in f.peek(BINARY_PROBE_BYTES)[:BINARY_PROBE_BYTES]:
+            raise FsError(BINARY, path)
+        lines: list[str] = []
+        cut: list[int] = []
+        used = 0
+        number = 0
+        for raw, was_cut in _bounded_lines(f, max_line_chars * 4):
+            number += 1
+            if number < offset:
+                continue
+            if len(lines) >= limit or (lines and used + len(raw) + 1 > max_bytes):
+                return {"lines": lines, "cut": cut, "next": number, "total": None,
+                        "size": st.st_size}
+            text = _decode_line(raw, was_cut, path)
+            if len(text) > max_line_chars:
+                text, was_cut = text[:max_line_chars], True
+            if was_cut:
+                cut.append(number)
+            lines.append(text)
+            used += len(raw) + 1
+    if number < offset and not (number == 0 and offset == 1):
+        raise FsError(PAST_END, path, str(number))
+    return {"lines": lines, "cut": cut, "next": None, "total": number, "size": st.st_size}
+
+
+def _bounded_lines(f: io.BufferedReader[io.FileIO], cap: int) -> Any:
+    """(first ``cap`` bytes of each line without its ending, whether more was dropped)."""
+    while True:
+        chunk = f.readline(cap)
+        if not chunk:
+            return
+        if chunk.endswith(b"\n"):
+            yield chunk[:-1].removesuffix(b"\r"), False
+            continue
+        dropped = False
+        while True:  # the rest of a long line, read and forgotten in bounded pieces
+            rest = f.readline(1 << 16)
+            dropped = dropped or bool(rest.rstrip(b"\r\n"))
+            if not rest or rest.endswith(b"\n"):
+                break
+        yield chunk.removesuffix(b"\r"), dropped
+
+
+def _decode_line(raw: bytes, was_cut: bool, path: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if was_cut and exc.start >= len(raw) - 3:  # a character split by the cut
+            return raw[: exc.start].decode("utf-8")
+        raise FsError(NOT_UTF8, path) from None
+
+
+def list_dir(base: str, path: str, confine: bool, cap: int) -> dict[str, Any]:
+    """The directory's entries (a ``/`` after directories), at most ``cap`` of them, unsorted:
+    the listing rule above the seam sorts and caps what the model sees."""
+    from .walk import escape_name  # walk imports this module
+
+    r = resolve(base, path, confine, canonical_needed=False)
+    fd = open_path(r, os.O_RDONLY | os.O_DIRECTORY)
+    entries: list[str] = []
+    total = 0
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                total += 1
+                if len(entries) < cap:
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    entries.append(escape_name(entry.name) + ("/" if is_dir else ""))
+    finally:
+        os.close(fd)
+    return {"entries": entries, "total": total}
+
+
 def read_bytes(base: str, path: str, confine: bool,
                refuse_above_bytes: int | None = None) -> dict[str, Any]:
     """The raw bytes of a regular file (media reads, edits)."""
@@ -158,7 +251,8 @@ def read_bytes(base: str, path: str, confine: bool,
 class _Staged:
     """One file written to a temp name beside its target, not yet renamed into place."""
 
-    def __init__(self, r: Resolved, data: bytes, parent: tuple[int, str] | None = None) -> None:
+    def __init__(self, r: Resolved, data: bytes, parent: tuple[int, str] | None = None,
+                 keep_bom: bool = False) -> None:
         self.r = r
         if parent is None:
             self.dir_fd, self.name, self.created = open_parent(r, create=True)
@@ -167,6 +261,7 @@ class _Staged:
         self.tmp: str | None = None
         self.backup: str | None = None
         self.existed = False
+        self.keep_bom = keep_bom
         try:
             self._write(data)
         except BaseException:
@@ -185,7 +280,11 @@ class _Staged:
                 raise FsError(OUTSIDE_BASE if self.r.confined else EXISTS, self.r.given)
             if not stat.S_ISREG(existing.st_mode):
                 raise FsError(NOT_REGULAR, self.r.given, _kind(existing.st_mode))
+            if not _writable(existing):
+                raise FsError(PERMISSION, self.r.given, "the file is read-only")
             self.existed = True
+            if self.keep_bom and not data.startswith(BOM) and self._starts_with_bom():
+                data = BOM + data
         self.tmp = _temp_name(self.name, "tmp")
         fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o666, dir_fd=self.dir_fd)
@@ -200,6 +299,16 @@ class _Staged:
             while view:
                 view = view[os.write(fd, view):]
             os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _starts_with_bom(self) -> bool:
+        try:
+            fd = os.open(self.name, _READ_FLAGS | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self.dir_fd)
+        except OSError:
+            return False
+        try:
+            return os.pread(fd, len(BOM), 0) == BOM
         finally:
             os.close(fd)
 
@@ -281,17 +390,36 @@ class _LeafIsSymlink(Exception):
     pass
 
 
-def write_file(base: str, path: str, confine: bool, data: bytes) -> dict[str, Any]:
-    """Atomic write: temp file in the same dir, fsync, rename; an existing file keeps its mode."""
+def write_file(base: str, path: str, confine: bool, data: bytes, keep_bom: bool = False
+               ) -> dict[str, Any]:
+    """Atomic write: temp file in the same dir, fsync, rename; an existing file keeps its mode
+    (a read-only one is refused); with ``keep_bom``, its UTF-8 byte-order mark too."""
     if not confine:
-        created = _write_unconfined(base, path, data)
+        created = _write_unconfined(base, path, data, keep_bom)
         if created is not None:
             return {"bytes": len(data), "created": created}
-    result = commit(base, confine, [{"op": "write", "path": path, "data": data}])
+    result = commit(base, confine, [{"op": "write", "path": path, "data": data,
+                                     "keep_bom": keep_bom}])
     return {"bytes": len(data), "created": result["created"] == 1}
 
 
-def _write_unconfined(base: str, path: str, data: bytes) -> bool | None:
+BOM = b"\xef\xbb\xbf"
+
+
+def _writable(st: os.stat_result) -> bool:
+    """Whether the file's mode lets us write it in place. Root is held to the mode too: a
+    0444 file says "do not change me", and an atomic rename would otherwise ignore it."""
+    uid = os.geteuid()
+    if uid == 0:
+        return bool(st.st_mode & 0o222)
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IWUSR)
+    if st.st_gid in (os.getegid(), *os.getgroups()):
+        return bool(st.st_mode & stat.S_IWGRP)
+    return bool(st.st_mode & stat.S_IWOTH)
+
+
+def _write_unconfined(base: str, path: str, data: bytes, keep_bom: bool) -> bool | None:
     """The common write in the fewest syscalls: unconfined, the kernel may resolve the parent
     as given (symlinks followed, as ``canonicalize`` would) — one open instead of an ``lstat``
     per component. None sends the caller the long way: a parent to create, a leaf that is a
@@ -305,7 +433,7 @@ def _write_unconfined(base: str, path: str, data: bytes) -> bool | None:
     except OSError:
         return None
     try:
-        staged = _Staged(r, data, (dir_fd, leaf))
+        staged = _Staged(r, data, (dir_fd, leaf), keep_bom)
     except _LeafIsSymlink:
         return None
     except OSError as exc:
@@ -355,7 +483,8 @@ def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int
     try:
         for op, r in zip(ops, resolved, strict=True):
             current = r.given
-            staged.append(_Staged(r, op["data"]) if op["op"] == "write" else _Deleted(r))
+            staged.append(_Staged(r, op["data"], keep_bom=op.get("keep_bom", False))
+                          if op["op"] == "write" else _Deleted(r))
         for item in staged:
             current = item.r.given
             installed.append(item)

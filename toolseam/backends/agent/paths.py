@@ -63,7 +63,8 @@ def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
     global _openat2_usable
     if _openat2_usable is False:
         raise _Openat2Refused
-    if not flags & (os.O_CREAT | os.O_TMPFILE):
+    # O_TMPFILE holds O_DIRECTORY's bit: test it whole, or every directory open keeps a mode
+    if not (flags & os.O_CREAT or flags & os.O_TMPFILE == os.O_TMPFILE):
         mode = 0  # openat2 refuses a mode it would not use (EINVAL)
     how = _OpenHow(flags, mode, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
     fd = _libc.syscall(_SYS_OPENAT2, dir_fd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how))

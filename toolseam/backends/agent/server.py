@@ -31,6 +31,8 @@ _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "stat": files.stat_path,
     "read_text": files.read_text,
     "read_bytes": files.read_bytes,
+    "read_page": files.read_page,
+    "list_dir": files.list_dir,
     "write": files.write_file,
     "commit": files.commit,
     "list_files": walk.list_files,
@@ -38,7 +40,7 @@ _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-_INLINE_FS_OPS = frozenset({"stat", "write"})
+_INLINE_FS_OPS = frozenset({"stat", "write", "read_page"})  # bounded by their caps
 _ENVS_KEPT = 4
 _READ_SIZE = 1 << 16
 # One encoder for every message: json.dumps with non-default separators builds a new one per call.
