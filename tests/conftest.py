@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
+import pytest
 
 
 def scratch_root() -> Path:
@@ -23,6 +27,15 @@ def scratch_root() -> Path:
         if os.access(candidate, os.W_OK):
             return candidate
     raise RuntimeError("no writable directory outside the temp dirs for read-scope tests")
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A fresh directory under ``scratch_root()``, removed afterwards (never in the checkout)."""
+    path = scratch_root() / uuid.uuid4().hex[:10]
+    path.mkdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def host_survivors(marker: str) -> list[str]:

@@ -20,7 +20,7 @@ from toolseam import CouldNotRunError, Toolkit
 from toolseam.backends._container import Hardening
 
 from .conftest import host_survivors
-from .engines import ENGINES, backend, endpoint, remove_shared, shared_dir
+from .engines import ENGINES, IMAGE, backend, endpoint, remove_shared, shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -246,3 +246,56 @@ def test_cli_call_on_a_container_backend(engine: str, workspace: Path) -> None:
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["output"] == "/workspace\nfrom the host\n"
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_limits_from_settings_reach_the_engine(engine: str, workspace: Path) -> None:
+    """Settings.limits → the engine's own record of the container (inspect)."""
+    from toolseam import SandboxLimits, Settings
+
+    options: dict[str, object] = {"workspace": str(workspace), "endpoint": endpoint(engine),
+                                  "image": IMAGE}
+    if engine == "podman-rootless":
+        options["rootless"] = True
+    limits = SandboxLimits(memory="256m", cpus=0.5, pids=64, tmpfs_size="64m")
+    if engine == "podman-rootless":  # cgroups v1 here: the engine accepts limits, then drops them
+        tk = Toolkit("podman", settings=Settings(limits=limits), backend_options=options)
+        try:
+            refused = await tk.call("bash", {"command": "true"})
+        finally:
+            await tk.close()
+        assert refused.metadata["failure"] == "could_not_run" and not refused.metadata["retryable"]
+        assert "did not apply the limits memory=256m, pids=64, cpus=0.5" in refused.output
+        assert not _containers_of(engine, tk.backend.sandbox.session_id)  # type: ignore[attr-defined]
+        return
+    async with Toolkit("docker" if engine == "docker" else "podman",
+                       settings=Settings(limits=limits), backend_options=options) as tk:
+        container = tk.backend.sandbox.container  # type: ignore[attr-defined]
+        engine_cli = ["/usr/bin/docker"] if engine == "docker" else ["podman"]
+        env = dict(os.environ)
+        if engine == "podman-rootless":
+            env["CONTAINER_HOST"] = endpoint(engine)
+            engine_cli = ["podman", "--remote"]
+        done = subprocess.run([*engine_cli, "inspect", container], check=True, capture_output=True,
+                              env=env, text=True)
+        host = json.loads(done.stdout)[0]["HostConfig"]
+        tmp = await tk.call("bash", {"command": "df -k /tmp | tail -1"})
+    assert host["Memory"] == 256 << 20
+    assert host["PidsLimit"] == 64
+    assert host["NetworkMode"] == "none"
+    if engine == "docker":
+        assert host["NanoCpus"] == 500_000_000
+    else:
+        assert (host["CpuQuota"], host["CpuPeriod"]) == (50_000, 100_000)
+    assert tmp.output.split()[1] == str(64 * 1024)  # the tmpfs's size in KiB, seen inside
+
+
+def _containers_of(engine: str, session: str) -> list[str]:
+    engine_cli = ["/usr/bin/docker"] if engine == "docker" else ["podman"]
+    env = dict(os.environ)
+    if engine == "podman-rootless":
+        env["CONTAINER_HOST"] = endpoint(engine)
+        engine_cli = ["podman", "--remote"]
+    done = subprocess.run([*engine_cli, "ps", "-aq", "--filter", f"label=toolseam.session={session}"],
+                          check=True, capture_output=True, env=env, text=True)
+    return done.stdout.split()

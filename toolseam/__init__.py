@@ -1,8 +1,11 @@
 """toolseam: an agent's builtin tools through one seam, on the host or in a container."""
 
+from importlib import metadata as _metadata
+
 from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
+from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
 from .seam.errors import (
@@ -19,14 +22,19 @@ from .seam.errors import (
     UnknownToolError,
 )
 from .seam.protocol import BuiltinExec
+from .sync import SyncToolkit
 from .toolkit import HostTool, Toolkit
 
-__version__ = "0.1.0"
+try:
+    __version__ = _metadata.version("toolseam")
+except _metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0+unknown"
 
 __all__ = [
     "BACKENDS", "BUILTIN_NAMES", "BackendUnavailable", "BuiltinExec", "ConfigurationError",
     "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool", "OutputEvent",
-    "ReadQuestion", "SessionClosedError", "Settings", "ShellChangedError", "ShellNotFound",
+    "ReadQuestion", "SandboxLimits", "SessionClosedError", "Settings", "ShellChangedError",
+    "ShellNotFound", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownShellError", "UnknownToolError",
     "__version__", "create_backend", "load_settings", "parse_settings",
 ]

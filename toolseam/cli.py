@@ -1,7 +1,8 @@
-"""``toolseam`` command line: call, tools, demo, serve.
+"""``toolseam`` command line: call, tools, demo, serve, mcp.
 
-Exit codes: 0 whenever a tool result was produced (error results included); 2 for a host
-error (bad arguments, invalid configuration, unknown tool), with the message on stderr.
+Exit codes: 0 the tool succeeded; 1 the result is a tool failure; 3 the sandbox could not run
+the call (``call`` prints the JSON result in each of those cases); 2 a usage or configuration
+error, one line on stderr; 130 interrupted (Ctrl-C). No expected failure prints a traceback.
 """
 
 from __future__ import annotations
@@ -10,12 +11,27 @@ import argparse
 import asyncio
 import json
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
+from . import __version__
 from .declarations import FORMATS
+from .policy.limits import SandboxLimits
 from .policy.settings import Settings, load_settings
-from .seam.errors import HostError
+from .seam.errors import ConfigurationError, CouldNotRunError, HostError
 from .toolkit import Toolkit
+
+EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is ONE line on stderr (exit 2), not the usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"toolseam: {message} (see 'toolseam {self._sub()}--help')\n")
+
+    def _sub(self) -> str:
+        name = self.prog.removeprefix("toolseam").strip()
+        return f"{name} " if name else ""
 
 
 def _session_options(parser: argparse.ArgumentParser) -> None:
@@ -26,10 +42,36 @@ def _session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="sandbox image (container backends)")
     parser.add_argument("--rootless", action="store_true", help="rootless podman")
     parser.add_argument("--workspace", help="host dir mounted at /workspace (container backends)")
+    limits = parser.add_argument_group("sandbox limits (container backends)")
+    limits.add_argument("--memory", help="memory limit, e.g. 256m (default 2g)")
+    limits.add_argument("--cpus", type=float, help="CPUs, e.g. 0.5 (default: no limit)")
+    limits.add_argument("--pids", type=int, help="most processes at once (default 1024)")
+    limits.add_argument("--network", choices=("none", "bridge"), help="default none")
+    limits.add_argument("--tmpfs-size", help="size of /tmp (default 512m)")
 
 
-def _toolkit(args: argparse.Namespace, settings: Settings | None = None) -> Toolkit:
-    settings = settings or (load_settings(args.config) if args.config else Settings())
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = load_settings(args.config) if getattr(args, "config", None) else Settings()
+    given = {key: value for key, value in (
+        ("memory", getattr(args, "memory", None)), ("cpus", getattr(args, "cpus", None)),
+        ("pids", getattr(args, "pids", None)), ("network", getattr(args, "network", None)),
+        ("tmpfs_size", getattr(args, "tmpfs_size", None))) if value is not None}
+    if not given:
+        return settings
+    from pydantic import ValidationError
+
+    from .policy.settings import describe_validation_error
+
+    try:
+        limits = SandboxLimits.model_validate({**settings.limits.model_dump(), **given})
+    except ValidationError as exc:
+        flags = describe_validation_error(exc).replace("tmpfs_size", "--tmpfs-size")
+        raise ConfigurationError(f"invalid limit: {flags}") from None
+    return settings.model_copy(update={"limits": limits})
+
+
+def _toolkit(args: argparse.Namespace) -> Toolkit:
+    settings = _settings(args)
     options: dict[str, Any] = {}
     if args.backend != "host":
         if args.image:
@@ -41,42 +83,73 @@ def _toolkit(args: argparse.Namespace, settings: Settings | None = None) -> Tool
         if args.confine and base_dir is None:
             base_dir = "/workspace"
     else:
+        if args.confine and not args.base_dir:
+            raise ConfigurationError("--confine needs --base-dir (the directory to confine to)")
+        if args.rootless or args.image or args.workspace:
+            raise ConfigurationError("--image, --rootless and --workspace need --backend "
+                                     "podman or docker")
         base_dir = args.base_dir
     return Toolkit(args.backend, base_dir=base_dir, confine_to_base_dir=args.confine,
                    settings=settings, backend_options=options)
+
+
+def result_exit_code(result: Any) -> int:
+    if not result.is_error:
+        return EXIT_OK
+    if result.metadata.get("failure") == "could_not_run":
+        return EXIT_COULD_NOT_RUN
+    return EXIT_TOOL_FAILED
 
 
 async def _call(args: argparse.Namespace) -> int:
     try:
         tool_args = json.loads(args.json_args)
     except ValueError as exc:
-        raise HostError(f"JSON-ARGS is not valid JSON: {exc}") from None
+        raise ConfigurationError(f"JSON-ARGS is not valid JSON: {exc}") from None
     toolkit = _toolkit(args)
     try:
         result = await toolkit.call(args.tool, tool_args)
     finally:
         await toolkit.close()
     print(json.dumps(result.to_json(), ensure_ascii=False))
-    return 0
+    return result_exit_code(result)
 
 
 def _tools(args: argparse.Namespace) -> int:
-    settings = load_settings(args.config) if args.config else Settings()
-    toolkit = Toolkit("host", settings=settings)
+    toolkit = Toolkit("host", settings=_settings(args))
     print(json.dumps(toolkit.declarations(args.format), indent=2, ensure_ascii=False))
-    return 0
+    return EXIT_OK
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from .server import StdioServer
+    from .stdio import StdioServer
 
     await StdioServer(_toolkit(args), stream=args.stream, approvals=args.approvals).run()
-    return 0
+    return EXIT_OK
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="toolseam", description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
+def _mcp(args: argparse.Namespace) -> int:
+    from .mcp_server import serve_http, serve_stdio
+
+    _toolkit(args)  # check the options once, before any client connects
+
+    def factory() -> Toolkit:
+        return _toolkit(args)
+
+    if args.http:
+        host, _, port = args.http.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(f"--http takes HOST:PORT, got {args.http!r}")
+        serve_http(factory, host, int(port), approvals=args.approvals)
+    else:
+        asyncio.run(serve_stdio(factory, approvals=args.approvals))
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="toolseam", description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"toolseam {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     call = commands.add_parser("call", help="run one tool call and print its result as JSON")
     call.add_argument("tool")
     call.add_argument("json_args", metavar="JSON-ARGS")
@@ -90,7 +163,16 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--stream", action="store_true", help="send live output lines")
     serve.add_argument("--approvals", action="store_true", help="ask before reads outside scope")
     _session_options(serve)
-    args = parser.parse_args(argv)
+    mcp = commands.add_parser("mcp", help="serve the seven tools over MCP (stdio, or --http)")
+    mcp.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")
+    mcp.add_argument("--approvals", action="store_true",
+                     help="ask the client (MCP elicitation) before reads outside scope")
+    _session_options(mcp)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "call":
             return asyncio.run(_call(args))
@@ -100,10 +182,18 @@ def main(argv: list[str] | None = None) -> int:
             from .demo import run_demo
 
             return asyncio.run(run_demo())
+        if args.command == "mcp":
+            return _mcp(args)
         return asyncio.run(_serve(args))
     except HostError as exc:
         print(f"toolseam: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
+    except CouldNotRunError as exc:
+        print(f"toolseam: could not run: {exc.reason}", file=sys.stderr)
+        return EXIT_COULD_NOT_RUN
+    except KeyboardInterrupt:
+        print("toolseam: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -150,10 +150,16 @@ class Toolkit:
         self.session_id = session_id or uuid.uuid4().hex[:8]
         self.confine = confine_to_base_dir
         self.shell_id_persisted = shell_id_persisted
+        limits = self.settings.limits
         if isinstance(backend, str):
             options = dict(backend_options or {})
             if backend == "host" and base_dir:
                 options.setdefault("workspace", base_dir)
+            if backend != "host":
+                options.setdefault("limits", limits)
+            elif not limits.is_default:
+                raise ConfigurationError("limits (memory, cpus, pids, network, tmpfs_size) are "
+                                         "enforced by a container engine; the host backend has none")
             backend = create_backend(backend, **options)
         self.backend: BuiltinExec = backend
         self._base_dir_option = base_dir
@@ -304,7 +310,8 @@ class Toolkit:
                     await task
 
     def declarations(self, fmt: Format) -> list[dict[str, Any]]:
-        """Tool declarations for a provider: ``openai``, ``anthropic`` or ``gemini``."""
+        """Tool declarations for a provider: ``openai``, ``openai-strict``, ``responses``,
+        ``anthropic`` or ``gemini``."""
         out = []
         for name in self.tool_names:
             host_tool = self._host_tools.get(name)

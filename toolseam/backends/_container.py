@@ -28,6 +28,7 @@ from typing import Any, Protocol, TypeVar
 import psutil
 import requests
 
+from ..policy.limits import size_bytes
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
 from ._channel import AgentChannel
@@ -54,6 +55,7 @@ class Hardening:
     no_new_privileges: bool = True
     pids_limit: int = 1024
     memory: str = "2g"
+    cpus: float | None = None
     nofile: int = 1024  # below the hard limit: the engine cannot raise rlimits here
     nproc: int = 4096
     init: bool = True
@@ -88,6 +90,7 @@ class Engine(Protocol):
     def image_exists(self, image: str) -> bool: ...
     def run(self, spec: ContainerSpec) -> str: ...
     def state(self, container: str) -> ContainerState: ...
+    def host_config(self, container: str) -> dict[str, Any]: ...
     def logs(self, container: str) -> str: ...
     def remove(self, container: str) -> None: ...
     def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
@@ -187,6 +190,7 @@ class ContainerSandbox:
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     container: str | None = None
     channel: AgentChannel | None = None
+    enforce_limits: bool = False  # the host set limits: refuse a sandbox the engine left unlimited
     _socket_dir: str | None = None
 
     async def _call(self, func: Callable[[], T]) -> T:
@@ -216,10 +220,33 @@ class ContainerSandbox:
                    (self._socket_dir, SOCKET_MOUNT, False)],
             hardening=self.hardening)
         self.container = await self._call(lambda: self.engine.run(spec))
+        if self.enforce_limits:
+            await self._check_limits(self.container)
         hello = await self._connect()
         return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,
                            pid_namespace=True, agent_pid=int(hello["pid"]),
                            cold_start_ms=int((time.monotonic() - started) * 1000))
+
+    async def _check_limits(self, container: str) -> None:
+        """The engine's own record must show the limits: rootless podman on cgroups v1, for
+        one, accepts them and then ignores them ("Resource limits are not supported")."""
+        host = await self._call(lambda: self.engine.host_config(container))
+        h = self.hardening
+        missing = []
+        if host.get("Memory") != size_bytes(h.memory):
+            missing.append(f"memory={h.memory}")
+        if host.get("PidsLimit") != h.pids_limit:
+            missing.append(f"pids={h.pids_limit}")
+        if h.cpus is not None:
+            quota, period = host.get("CpuQuota") or 0, host.get("CpuPeriod") or 0
+            applied = (host.get("NanoCpus") or 0) / 1e9 or (quota / period if period else 0)
+            if abs(applied - h.cpus) > 1e-6:
+                missing.append(f"cpus={h.cpus:g}")
+        if missing:
+            raise CouldNotRunError(
+                f"the {self.engine_name} engine at {self.engine.endpoint} did not apply the "
+                f"limits {', '.join(missing)} (rootless podman ignores resource limits on "
+                "cgroups v1); refusing an unlimited sandbox", retryable=False)
 
     async def _connect(self) -> dict[str, Any]:
         assert self._socket_dir is not None

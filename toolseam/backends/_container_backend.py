@@ -4,8 +4,10 @@ agent's exec and file parts. Podman and docker differ only in the ``Engine`` the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from ..policy.environment import CONTAINER_BASE_ENV
+from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
 from ._channel import AgentChannel
@@ -20,11 +22,17 @@ class ContainerBackend(ComposedBackend):
     the session (``CouldNotRunError``); it never falls back to the host."""
 
     def __init__(self, engine: Engine, engine_name: str, image: str, workspace: str,
-                 hardening: Hardening | None) -> None:
+                 hardening: Hardening | None, limits: SandboxLimits | None = None) -> None:
         super().__init__(AgentFiles(self._agent), AgentExec(self._agent))
         self.name = engine_name
-        self.sandbox = ContainerSandbox(engine, engine_name, image, workspace,
-                                        hardening or Hardening(), dict(CONTAINER_BASE_ENV))
+        hardening = hardening or Hardening()
+        if limits is not None:
+            hardening = dataclasses.replace(
+                hardening, memory=limits.memory, cpus=limits.cpus, pids_limit=limits.pids,
+                network=limits.network, tmpfs_size=limits.tmpfs_size)
+        self.sandbox = ContainerSandbox(engine, engine_name, image, workspace, hardening,
+                                        dict(CONTAINER_BASE_ENV),
+                                        enforce_limits=limits is not None and not limits.is_default)
         self._opening = asyncio.Lock()
 
     def _agent(self) -> AgentChannel:

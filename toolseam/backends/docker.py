@@ -10,6 +10,7 @@ import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
 from docker.types import Mount, Ulimit
 
+from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ._container import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
@@ -60,6 +61,8 @@ class DockerEngine:
             "ulimits": [Ulimit(name="nofile", soft=h.nofile, hard=h.nofile),
                         Ulimit(name="nproc", soft=h.nproc, hard=h.nproc)],
         }
+        if h.cpus is not None:
+            options["nano_cpus"] = int(h.cpus * 1e9)
         if h.drop_all_capabilities:
             options["cap_drop"] = ["ALL"]
         if h.no_new_privileges:
@@ -73,6 +76,9 @@ class DockerEngine:
         return ContainerState(running=bool(state.get("Running")), exit_code=state.get("ExitCode"),
                               oom_killed=bool(state.get("OOMKilled")),
                               status=str(state.get("Status", "")), error=str(state.get("Error", "")))
+
+    def host_config(self, container: str) -> dict[str, Any]:
+        return dict(self._do(lambda: self.client.api.inspect_container(container))["HostConfig"])
 
     def logs(self, container: str) -> str:
         data = self._do(lambda: self.client.api.logs(container, tail=20))
@@ -98,9 +104,11 @@ class DockerBackend(ContainerBackend):
     """``DockerBackend(workspace, image=..., endpoint=...)``."""
 
     def __init__(self, workspace: str = ".", *, image: str = DEFAULT_IMAGE,
-                 endpoint: str | None = None, hardening: Hardening | None = None) -> None:
+                 endpoint: str | None = None, hardening: Hardening | None = None,
+                 limits: SandboxLimits | None = None) -> None:
         url = endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or "unix:///var/run/docker.sock"
-        super().__init__(DockerEngine(url), "docker", image, os.path.abspath(workspace), hardening)
+        super().__init__(DockerEngine(url), "docker", image, os.path.abspath(workspace), hardening,
+                         limits)
 
 
 __all__ = ["DockerBackend", "DockerEngine", "Hardening"]

@@ -14,6 +14,7 @@ import requests
 from podman import PodmanClient
 from podman.errors import APIError, ImageNotFound, NotFound, PodmanError
 
+from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ._container import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
@@ -62,6 +63,9 @@ class PodmanEngine:
             "ulimits": [{"Name": "nofile", "Soft": h.nofile, "Hard": h.nofile},
                         {"Name": "nproc", "Soft": h.nproc, "Hard": h.nproc}],
         }
+        if h.cpus is not None:  # podman-py refuses nano_cpus: the same as a quota per period
+            options["cpu_period"] = 100_000
+            options["cpu_quota"] = int(h.cpus * 100_000)
         if h.drop_all_capabilities:
             options["cap_drop"] = ["all"]
         if h.no_new_privileges:
@@ -84,6 +88,9 @@ class PodmanEngine:
         return ContainerState(running=bool(state.get("Running")), exit_code=state.get("ExitCode"),
                               oom_killed=bool(state.get("OOMKilled")),
                               status=str(state.get("Status", "")), error=str(state.get("Error", "")))
+
+    def host_config(self, container: str) -> dict[str, Any]:
+        return dict(self._do(lambda: self._client.containers.get(container).attrs)["HostConfig"])
 
     def logs(self, container: str) -> str:
         chunks = self._do(lambda: list(self._client.containers.get(container).logs(tail=20)))
@@ -110,11 +117,11 @@ class PodmanBackend(ContainerBackend):
 
     def __init__(self, workspace: str = ".", *, image: str = DEFAULT_IMAGE,
                  endpoint: str | None = None, rootless: bool = False,
-                 hardening: Hardening | None = None) -> None:
+                 hardening: Hardening | None = None, limits: SandboxLimits | None = None) -> None:
         variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
         url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
         super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
-                         os.path.abspath(workspace), hardening)
+                         os.path.abspath(workspace), hardening, limits)
 
 
 __all__ = ["Hardening", "PodmanBackend", "PodmanEngine"]

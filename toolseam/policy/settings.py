@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..seam.errors import ConfigurationError
+from .limits import SandboxLimits
 
 SCHEMA_VERSION = 2
 SUPPORTED_VERSIONS = (1, 2)  # 1: before timeouts, jobs and read scope were settings
@@ -57,6 +58,8 @@ class Settings(BaseModel):
     read_page_bytes: int = Field(50 * 1024, gt=0, description="Text a read page holds at most.")
     line_max_chars: int = Field(2000, gt=0, description="Longer lines are cut in read and grep.")
     media_max_bytes: int = Field(5 << 20, gt=0, description="Largest image/PDF/audio attachment.")
+    limits: SandboxLimits = Field(default_factory=SandboxLimits,
+                                  description="Container sandbox limits (memory, cpus, pids, …).")
     write_requires_read: bool = Field(
         False, description="Refuse write over an existing file not read in this session.")
 

@@ -6,7 +6,8 @@ In (one JSON object per line):
   {"op": "pin_shell"}                             pin the shell for this turn
   {"op": "user_message", "text": "..."}           a USER message (widens the read scope)
   {"op": "answer", "qid": Q, "answer": A}         answer to an "ask" (once|directory|session|deny)
-  {"op": "close"}                                 close the session and exit (so does EOF)
+  {"op": "close"}                                 cancel running calls, close, exit
+  EOF                                             finish the calls already read, close, exit
 Out:
   {"id": ID, "result": {"output", "is_error", "metadata"[, "parts"]}}
   {"id": ID, "error": {"code", "message"}}        a host error (bad request, unknown tool …)
@@ -36,7 +37,7 @@ class StdioServer:
         self.stream = stream
         self._questions: dict[str, asyncio.Future[Answer]] = {}
         self._qids = itertools.count(1)
-        self._calls: set[asyncio.Task[None]] = set()
+        self._calls: dict[asyncio.Task[None], Any] = {}  # running call -> its request id
         if approvals:
             toolkit.approver = self._ask
         self._out = sys.stdout.buffer
@@ -68,9 +69,6 @@ class StdioServer:
         except HostError as exc:
             self.send({"id": request_id, "error": {"code": exc.code, "message": str(exc)}})
             return
-        except asyncio.CancelledError:
-            self.send({"id": request_id, "error": {"code": "CANCELLED", "message": "session closed"}})
-            raise
         self.send({"id": request_id, "result": result.to_json()})
 
     def _bad(self, message: str, request_id: Any = None) -> None:
@@ -115,23 +113,32 @@ class StdioServer:
             self._bad("a call needs \"id\" and \"tool\"", message.get("id"))
             return True
         task = asyncio.ensure_future(self._call(message["id"], message["tool"], message.get("args", {})))
-        self._calls.add(task)
-        task.add_done_callback(self._calls.discard)
+        self._calls[task] = message["id"]
+        task.add_done_callback(lambda done: self._calls.pop(done, None))
         return True
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=1 << 30)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        closed_by_request = False
         try:
             await self.toolkit.open()
             while line := await reader.readline():
                 if line.strip() and not await self._handle(line):
+                    closed_by_request = True
                     break
+            if not closed_by_request:  # EOF: every call already read still gets its answer
+                await asyncio.gather(*self._calls, return_exceptions=True)
         finally:
-            for task in list(self._calls):
+            pending = dict(self._calls)
+            for task in pending:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.gather(*self._calls, return_exceptions=True)
+                await asyncio.gather(*pending, return_exceptions=True)
+            for task, request_id in pending.items():
+                if task.cancelled():  # whether it had started or not, it answered nothing
+                    self.send({"id": request_id,
+                               "error": {"code": "CANCELLED", "message": "session closed"}})
             await self.toolkit.close()
             self.send({"op": "closed"})
