@@ -9,6 +9,7 @@ from toolseam.testing.contract import (
     ExecContract,
     FileContract,
     HostDirContract,
+    HostileContract,
     JobContract,
     ListingContract,
     ProcessTreeContract,
@@ -20,7 +21,7 @@ from .engines import backend, shared_dir
 
 
 class _ContainerBinding(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                        HostDirContract, JobContract):
+                        HostDirContract, JobContract, HostileContract):
     engine = ""
 
     def host_root(self, tmp_path: Path) -> Path:

@@ -10,6 +10,7 @@ from toolseam.testing.contract import (
     ExecContract,
     FileContract,
     HostDirContract,
+    HostileContract,
     JobContract,
     ListingContract,
     ProcessTreeContract,
@@ -20,7 +21,7 @@ from .conftest import host_survivors
 
 
 class TestHostBackend(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                      HostDirContract, JobContract):
+                      HostDirContract, JobContract, HostileContract):
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
         return HostBackend(str(host_dir)), str(host_dir)
 

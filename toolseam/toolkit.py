@@ -28,7 +28,9 @@ from .policy.shells import ShellChoice, ShellResolver, check_pin
 from .seam.errors import (
     ConfigurationError,
     CouldNotRunError,
+    HostError,
     SessionClosedError,
+    ShellChangedError,
     UnknownToolError,
 )
 from .seam.models import PathRef, SandboxInfo
@@ -108,7 +110,11 @@ class SessionServices:
         """The shell for this spawn; with a pin, re-resolved and compared (COMMAND_SHELL_CHANGED)."""
         if self._pinned is None:
             return self.shell
-        fresh = await self.resolve_shell()
+        try:
+            fresh = await self.resolve_shell()
+        except HostError as exc:  # the pinned shell stopped resolving: it changed, nothing runs
+            raise ShellChangedError(f"the shell pinned for this turn ({self._pinned.label!r}) "
+                                    f"no longer resolves: {exc}") from None
         check_pin(self._pinned, fresh)
         return fresh
 

@@ -1,9 +1,10 @@
 """What the podman and docker backends share, by composition: one warm container per session.
 
 The container runs the sandbox agent (mounted read-only from a staged copy of
-``backends/agent``) as its main process under the engine's init. The agent listens on a unix
-socket in a bind-mounted private directory; the host connects once and every call is a line
-on that socket — about a millisecond, never an engine ``exec`` per call.
+``backends/agent``) as its main process: pid 1 of the container, which no command can kill.
+The agent listens on a unix socket in a bind-mounted private directory; the host connects
+once and every call is a line on that socket — about a millisecond, never an engine ``exec``
+per call.
 
 Engines differ only in how a container is created, inspected and removed: that is the
 ``Engine`` protocol each backend implements with its own SDK.
@@ -58,7 +59,10 @@ class Hardening:
     cpus: float | None = None
     nofile: int = 1024  # below the hard limit: the engine cannot raise rlimits here
     nproc: int = 4096
-    init: bool = True
+    # No engine init: the agent itself is pid 1 (it reaps every orphan), because the kernel
+    # spares a namespace's pid 1 from signals sent inside it — `kill -9 -1` from a command
+    # would otherwise kill the agent with everything else and end the session.
+    init: bool = False
 
 
 @dataclass(frozen=True)

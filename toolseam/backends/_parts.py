@@ -156,8 +156,11 @@ class LocalFiles:
     Small results are validated (pydantic-core builds a three-field model faster than
     ``model_construct``'s Python loop). Listings are built with ``model_construct``: our own
     code made them in this process, and re-validating 20 000 paths would cost more than the
-    walk's bookkeeping.
+    walk's bookkeeping. Searches are the exception: they go to the session's agent.
     """
+
+    def __init__(self, agent: Callable[[], Awaitable[AgentChannel]]) -> None:
+        self._agent = agent
 
     async def stat(self, ref: PathRef) -> FileStat:
         return FileStat.model_validate(_stat(ref.base, ref.path, ref.confine))
@@ -193,12 +196,12 @@ class LocalFiles:
             with_inodes))
         return FileListing.model_construct(**raw)
 
-    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
-                   ) -> GrepListing:
-        raw = await _walk_on_loop(agent_walk.grep_steps(
-            ref.base, ref.path, ref.confine, pattern, include.regex if include else None,
-            include.basename if include else True))
-        return GrepListing.model_construct(**raw)
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
+                   deadline_ms: int | None = None) -> GrepListing:
+        """Not in this process: a regex can backtrack for hours holding the interpreter lock,
+        which would freeze the event loop — the agent searches in a process it can kill."""
+        channel = await self._agent()
+        return await AgentFiles(lambda: channel).grep(ref, pattern, include, deadline_ms)
 
 
 class AgentFiles:
@@ -256,11 +259,12 @@ class AgentFiles:
                                with_inodes=with_inodes)
         return FileListing.model_validate(raw)
 
-    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
-                   ) -> GrepListing:
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
+                   deadline_ms: int | None = None) -> GrepListing:
         raw = await self._call("grep", **ref.model_dump(), pattern=pattern,
                                include=include.regex if include else None,
-                               include_basename=include.basename if include else True)
+                               include_basename=include.basename if include else True,
+                               deadline_ms=deadline_ms)
         return GrepListing.model_validate(raw)
 
 
@@ -343,6 +347,6 @@ class ComposedBackend:
                          with_inodes: bool = False) -> FileListing:
         return await self._run(self._files.list_files, ref, match, with_inodes)
 
-    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
-                   ) -> GrepListing:
-        return await self._run(self._files.grep, ref, pattern, include)
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
+                   deadline_ms: int | None = None) -> GrepListing:
+        return await self._run(self._files.grep, ref, pattern, include, deadline_ms)

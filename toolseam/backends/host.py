@@ -51,7 +51,7 @@ class HostBackend(ComposedBackend):
 
     def __init__(self, workspace: str | None = None, *, pid_namespace: bool | None = None,
                  python: str | None = None) -> None:
-        super().__init__(LocalFiles(), AgentExec(self._agent))
+        super().__init__(LocalFiles(self._opened_agent), AgentExec(self._agent))
         self.workspace = os.path.abspath(workspace or os.getcwd())
         self._want_namespace = pid_namespace
         self._python = python or sys.executable
@@ -60,6 +60,10 @@ class HostBackend(ComposedBackend):
         self._stderr_tail: deque[str] = deque(maxlen=20)
         self._opening: asyncio.Lock | None = None
         self._stderr_task: asyncio.Task[None] | None = None
+
+    async def _opened_agent(self) -> AgentChannel:
+        await self.open()
+        return self._agent()
 
     def _agent(self) -> AgentChannel:
         if self._channel is None:

@@ -49,6 +49,9 @@ class BashInput(InputModel):
 
     @model_validator(mode="after")
     def _one_form(self) -> BashInput:
+        for name in ("command", "workdir"):
+            if "\0" in (getattr(self, name) or ""):
+                raise ValueError(f"{name} must not contain a NUL byte")
         if self.command is not None and self.wait is None and self.kill is None and not self.jobs:
             return self  # the command form, which takes every option: the common case, fast
         given = [f for f in _FORMS if getattr(self, f) not in (None, False)]

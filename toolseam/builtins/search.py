@@ -7,6 +7,7 @@ import re
 from pydantic import StrictStr
 
 from ..listing import GlobSyntaxError, compile_glob, sort_and_cap
+from ..seam.errors import FileOpError
 from ..seam.models import GlobMatch
 from ._base import Builtin, CallContext, InputModel, ToolResult, WholeFrom1, error, object_schema, ok
 
@@ -50,10 +51,28 @@ class Grep(Builtin[GrepInput]):
         except GlobSyntaxError as exc:
             return error(f"grep: invalid include glob {args.include!r}: {exc}")
         await ctx.services.check_read(self.name, args.path or ".")
-        listing = await ctx.backend.grep(ctx.ref(args.path), args.pattern, include)
+        settings = ctx.services.settings
+        try:
+            listing = await ctx.backend.grep(ctx.ref(args.path), args.pattern, include,
+                                             deadline_ms=settings.search_timeout_ms)
+        except FileOpError as exc:
+            if exc.code != "timeout":
+                raise
+            return error(f"grep: the search took longer than {exc.detail} ms and was stopped; "
+                         "a pattern that backtracks (like (a+)+$) or a very large tree can do "
+                         "that: narrow the pattern, the path or include")
         page = sort_and_cap(((rel, line, text) for rel, line, text, _ in listing.hits),
                             args.limit or DEFAULT_LIMIT)
-        output = "\n".join(f"{rel}:{line}:{text}" for rel, line, text in page.items)
+        cap = settings.line_max_chars
+        cut = 0
+        lines = []
+        for rel, line, text in page.items:
+            if len(text) > cap:
+                text, cut = text[:cap], cut + 1
+            lines.append(f"{rel}:{line}:{text}")
+        output = "\n".join(lines)
+        if cut:
+            output += f"\n\n({cut} matching line{'s' if cut > 1 else ''} cut at {cap} characters)"
         if not page.items and ctx.services.settings.output_style == "toolseam":
             output = NOTHING_FOUND
         return ok(output, count=len(page.items), total=page.total, truncated=page.truncated,

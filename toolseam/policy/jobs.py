@@ -47,6 +47,7 @@ class JobRegistry:
         self._next += 1
         job = TrackedJob(self._next, status.job, command, status.pid, status.started, keep)
         evicted = None
+        await self.refresh()  # a job that ended on its own no longer counts against max_jobs
         running = [j for j in self._jobs.values() if j.state == "running"]
         if len(running) >= self.max_jobs:
             unkept = [j for j in running if not j.keep]

@@ -12,9 +12,10 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..seam.errors import ConfigurationError
+from ..seam.models import MAX_MS
 from .limits import SandboxLimits
 
 SCHEMA_VERSION = 2
@@ -27,19 +28,21 @@ DETACH_DEFAULT_TIMEOUT_MS = 600_000
 class Settings(BaseModel):
     """What a host decides; the model decides nothing here."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # strict: "3600000" is not a number and true is not a count — a file says what it means
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     schema_version: int = Field(SCHEMA_VERSION, description="Version of the file's shape.")
     timeout_policy: Literal["kill", "detach"] = Field(
         "kill", description="What the DEFAULT timeout does: kill the job, or detach it as a job.")
     default_timeout_ms: int | None = Field(
-        None, ge=0, description="Default timeout; None: 60 000 (kill) or 600 000 (detach). "
+        None, ge=0, le=MAX_MS, description="Default timeout; None: 60 000 (kill) or 600 000 (detach). "
         "0 means unbounded and is only accepted with the detach policy.")
     timeout_range_ms: tuple[int, int] | None = Field(
         None, description="Accepted [min, max] for per-call and default timeouts (e.g. 1000, 300000).")
-    job_max_ms: int = Field(3_600_000, gt=0, description="Ceiling of a detached job, from its start.")
+    job_max_ms: int = Field(3_600_000, gt=0, le=MAX_MS,
+                            description="Ceiling of a detached job, from its start.")
     max_jobs: int = Field(3, gt=0, description="Detached jobs running at once per session.")
-    kill_grace_ms: int = Field(2000, ge=0, description="Between SIGTERM and SIGKILL.")
+    kill_grace_ms: int = Field(2000, ge=0, le=MAX_MS, description="Between SIGTERM and SIGKILL.")
     output_limit_bytes: int = Field(1 << 20, ge=2, description="Kept per stream, head + tail.")
     read_max_bytes: int = Field(
         10 << 20, gt=0, description="Largest whole-file read; above it, read asks for a window.")
@@ -57,11 +60,18 @@ class Settings(BaseModel):
     read_default_lines: int = Field(2000, gt=0, description="Lines a read returns without a limit.")
     read_page_bytes: int = Field(50 * 1024, gt=0, description="Text a read page holds at most.")
     line_max_chars: int = Field(2000, gt=0, description="Longer lines are cut in read and grep.")
+    search_timeout_ms: int = Field(60_000, gt=0, le=MAX_MS,
+                                   description="A grep still searching after this is stopped.")
     media_max_bytes: int = Field(5 << 20, gt=0, description="Largest image/PDF/audio attachment.")
     limits: SandboxLimits = Field(default_factory=SandboxLimits,
                                   description="Container sandbox limits (memory, cpus, pids, …).")
     write_requires_read: bool = Field(
         False, description="Refuse write over an existing file not read in this session.")
+
+    @field_validator("timeout_range_ms", mode="before")
+    @classmethod
+    def _pair(cls, value: Any) -> Any:
+        return tuple(value) if isinstance(value, list) else value  # JSON and TOML have no tuple
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:
@@ -72,7 +82,7 @@ class Settings(BaseModel):
             raise ValueError("default_timeout_ms 0 (unbounded) needs timeout_policy 'detach'")
         if self.timeout_range_ms is not None:
             low, high = self.timeout_range_ms
-            if not 0 < low <= high:
+            if not 0 < low <= high <= MAX_MS:
                 raise ValueError("timeout_range_ms must be [min, max] with 0 < min <= max")
             default = self.effective_default_timeout_ms
             if default and not low <= default <= high:

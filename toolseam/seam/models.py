@@ -26,6 +26,7 @@ class CouldNotRun(_Wire):
 
 
 # --- exec part ------------------------------------------------------------------------------
+MAX_MS = 2**31 - 1  # about 24.8 days
 class SpawnRequest(_Wire):
     """Start one command as a job."""
 
@@ -34,11 +35,13 @@ class SpawnRequest(_Wire):
     argv: list[str] = Field(min_length=1, description="Program and arguments; never parsed.")
     cwd: str = Field(description="Working directory, as the sandbox sees it.")
     env: dict[str, str] = Field(description="The complete environment of the command.")
+    # Milliseconds are bounded by what the agents' timers take (a signed 32-bit count).
     deadline_ms: int | None = Field(
-        None, ge=1, description="The sandbox itself kills the job this long after start.")
-    grace_ms: int = Field(2000, ge=0, description="Between SIGTERM and SIGKILL when killing.")
+        None, ge=1, le=MAX_MS, description="The sandbox itself kills the job this long after start.")
+    grace_ms: int = Field(2000, ge=0, le=MAX_MS, description="Between SIGTERM and SIGKILL when killing.")
     wait_ms: int | None = Field(
-        None, ge=0, description="Answer after this long even if the job still runs; None: when done.")
+        None, ge=0, le=MAX_MS,
+        description="Answer after this long even if the job still runs; None: when done.")
     stream: bool = Field(False, description="Send live output events while the job runs.")
     output_limit: int = Field(1 << 20, ge=2, description="Bytes kept per stream (head + tail).")
     forget_when_done: bool = Field(

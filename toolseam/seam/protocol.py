@@ -136,11 +136,15 @@ class FilePart(Protocol):
         Raises: FileOpError (root missing, outside the base, not a dir or file).
         """
 
-    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
-                   ) -> GrepListing:
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
+                   deadline_ms: int | None = None) -> GrepListing:
         """Every line matching the Python regex ``pattern`` in UTF-8 files under the root.
 
-        Raises: FileOpError.
+        Bounded: a hit's text is at most 4096 characters; a file with a NUL byte in its first
+        16 KiB is binary; a long line is searched in its first MiB. The search never blocks the
+        backend's other work, and stops at ``deadline_ms``.
+
+        Raises: FileOpError (``timeout`` past the deadline; detail: the deadline in ms).
         """
 
 

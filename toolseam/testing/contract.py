@@ -15,6 +15,10 @@ sandbox sees it (the same dir for the host backend, ``/workspace`` for a bind mo
   (needs ``survivors(marker)``: command lines of live processes containing ``marker``).
 * ``HostDirContract`` — symlinks, FIFOs and modes made on the host dir (bind-mounted or local).
 * ``JobContract`` — the detach timeout policy and the bash job forms, through a Toolkit.
+* ``HostileContract`` — what a hostile model or command does (``kill -9 -1``, processes that
+  shed their job's marks, catastrophic regexes, 1 GiB lines, out-of-range input, read-only
+  files): the session lives on, memory and time stay bounded (needs ``survivors`` and the
+  host dir).
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ class Sandbox:
 
 
 class _Bound:
+    async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
+        """Command lines of live processes containing ``marker`` (process-tree parts)."""
+        raise NotImplementedError
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
         raise NotImplementedError
 
@@ -358,9 +365,6 @@ class ExecContract(_Bound):
 class ProcessTreeContract(_Bound):
     """Needs real processes; ``survivors`` looks for them after the call returned."""
 
-    async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
-        raise NotImplementedError
-
     async def test_commands_start_with_default_signals(self, sandbox: Sandbox) -> None:
         """Nothing of the sandbox's own signal setup leaks in: a Python supervisor ignores
         SIGPIPE, and a command that inherited that would print "Broken pipe" in pipelines."""
@@ -437,6 +441,108 @@ class ProcessTreeContract(_Bound):
         with pytest.raises(asyncio.CancelledError):
             await task
         assert await self.survivors(sandbox, f"sleep {marker}.") == []
+
+
+class HostileContract(_Bound):
+    """What a hostile (or merely unlucky) model or command does; the session lives on and
+    nothing outlives its call. Needs real processes and the host dir (``HostDirContract``)."""
+
+    async def _toolkit(self, sandbox: Sandbox, **settings: object) -> Toolkit:
+        toolkit = Toolkit(sandbox.backend, base_dir=sandbox.base,
+                          settings=Settings.model_validate(settings))
+        await toolkit.open()
+        return toolkit
+
+    async def test_kill_minus_one_spares_the_session(self, sandbox: Sandbox) -> None:
+        tk = await self._toolkit(sandbox)
+        killed = await tk.call("bash", {"command": "sleep 30 & kill -9 -1; wait; echo after"})
+        assert killed.output == "after\n", killed
+        alive = await tk.call("bash", {"command": "echo alive"})
+        assert (alive.output, alive.is_error) == ("alive\n", False)
+
+    @pytest.mark.parametrize("escape", ["env -i setsid sleep {m} &",
+                                        "unset TOOLSEAM_JOB_TOKEN; (setsid sleep {m} &)",
+                                        "(TOOLSEAM_JOB_TOKEN=forged setsid sleep {m} &)"])
+    async def test_a_process_that_sheds_its_marks_dies_with_its_call(
+            self, sandbox: Sandbox, escape: str) -> None:
+        """Job tracking rests on what the kernel keeps (start times, parentage), not on an
+        environment variable a command can drop — also while another job runs."""
+        tk = await self._toolkit(sandbox, timeout_policy="detach", default_timeout_ms=200)
+        other = await tk.call("bash", {"command": "sleep 30"})
+        assert other.metadata["detached"] is True
+        marker = f"{uuid.uuid4().int % 900 + 100}.125"
+        done = await tk.call("bash", {"command": escape.format(m=marker), "timeout": 10_000})
+        assert not done.is_error, done.output
+        deadline = time.monotonic() + 5
+        while await self.survivors(sandbox, f"sleep {marker}") and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert await self.survivors(sandbox, f"sleep {marker}") == []
+        still = await tk.call("bash", {"wait": 1, "timeout": 1})
+        assert still.metadata.get("detached") or "still running" in still.output  # untouched
+        await tk.close()
+
+    @pytest.mark.parametrize(("args", "message"), [
+        ({"command": "true", "timeout": 2**31},
+         "bash: invalid input: timeout: must be <= 2147483647, got 2.14748e+09"),
+        ({"command": "echo a\0b"}, "bash: invalid input: command must not contain a NUL byte"),
+        ({"command": "true", "workdir": "a\0"},
+         "bash: invalid input: workdir must not contain a NUL byte"),
+    ])
+    async def test_invalid_input_is_a_tool_error_and_the_session_lives(
+            self, sandbox: Sandbox, args: dict[str, object], message: str) -> None:
+        tk = await self._toolkit(sandbox)
+        result = await tk.call("bash", args)
+        assert (result.is_error, result.output) == (True, message)
+        assert "failure" not in result.metadata
+        assert (await tk.call("bash", {"command": "echo ok"})).output == "ok\n"
+
+    async def test_catastrophic_regex_is_stopped_and_deadlines_keep_firing(
+            self, sandbox: Sandbox) -> None:
+        await sandbox.put({"a.txt": b"a" * 40 + b"!\n"})
+        tk = await self._toolkit(sandbox, search_timeout_ms=1500)
+        started = time.monotonic()
+        grep, bash = await asyncio.gather(
+            tk.call("grep", {"pattern": "(a+)+$"}),
+            tk.call("bash", {"command": "sleep 30", "timeout": 300}))
+        assert bash.metadata["timedOut"] is True and bash.metadata["durationMs"] < 1500
+        assert grep.is_error and grep.output.startswith(
+            "grep: the search took longer than 1500 ms and was stopped")
+        assert time.monotonic() - started < 5
+        assert (await tk.call("grep", {"pattern": "a!"})).output == "a.txt:1:" + "a" * 40 + "!"
+
+    async def test_huge_lines_and_sparse_files_are_bounded(self, sandbox: Sandbox) -> None:
+        host = sandbox.host_dir
+        with open(host / "sparse.bin", "wb") as f:
+            f.truncate(1 << 30)  # 1 GiB of NUL bytes that take no disk
+        with open(host / "line.txt", "wb") as f:
+            f.write(b"z" * (48 << 20) + b"\nend\n")  # a 48 MiB line
+        for path in (host / "sparse.bin", host / "line.txt"):
+            path.chmod(0o666)
+        tk = await self._toolkit(sandbox)
+        grep = await tk.call("grep", {"pattern": "^z+$|end"})
+        assert grep.output == ("line.txt:1:" + "z" * 2000 + "\nline.txt:2:end\n\n"
+                               "(1 matching line cut at 2000 characters)")
+        assert grep.metadata["skippedBinary"] == 1
+        read = await tk.call("read", {"path": "line.txt", "offset": 1, "limit": 1})
+        assert read.output.startswith("00001| " + "z" * 2000 + "\n\n(line 1 cut at")
+        binary = await tk.call("read", {"path": "sparse.bin"})
+        assert binary.is_error and "binary" in binary.output
+        assert (await tk.call("bash", {"command": "echo alive"})).output == "alive\n"
+
+    @pytest.mark.parametrize("tool", ["write", "edit", "apply_patch"])
+    async def test_read_only_files_are_refused(self, sandbox: Sandbox, tool: str) -> None:
+        target = sandbox.host_dir / "ro.txt"
+        target.write_text("keep\n")
+        target.chmod(0o444)
+        tk = await self._toolkit(sandbox)
+        args: dict[str, str] = {
+            "write": {"path": "ro.txt", "content": "x"},
+            "edit": {"path": "ro.txt", "oldString": "keep", "newString": "x"},
+            "apply_patch": {"patchText": "*** Begin Patch\n*** Update File: ro.txt\n@@\n-keep\n+x\n"
+                                         "*** End Patch"}}[tool]
+        result = await tk.call(tool, args)
+        assert (result.is_error, result.output) == (True, f"{tool}: permission denied: ro.txt")
+        assert target.read_text() == "keep\n" and target.stat().st_mode & 0o777 == 0o444
 
 
 class HostDirContract(_Bound):
@@ -586,6 +692,18 @@ class JobContract(_Bound):
         assert fourth.metadata["evictedJobId"] == 3
         fifth = await tk.call("bash", {"command": "sleep 5"})  # all running ones are kept now
         assert fifth.metadata["evictedJobId"] == 1
+
+    async def test_max_jobs_counts_only_running_jobs(self, sandbox: Sandbox) -> None:
+        """A job that ended on its own costs no running job its life."""
+        tk = await self._toolkit(sandbox)
+        await tk.call("bash", {"command": "sleep 0.5"})  # detaches at 300 ms, ends by itself
+        await tk.call("bash", {"command": "sleep 5"})
+        await asyncio.sleep(0.6)
+        third = await tk.call("bash", {"command": "sleep 5"})
+        assert "evictedJobId" not in third.metadata, third.output
+        listed = await tk.call("bash", {"jobs": True})
+        states = {job["id"]: job["state"] for job in listed.metadata["jobs"]}
+        assert states == {1: "exited", 2: "running", 3: "running"}
 
     async def test_ceiling_kills_a_detached_job(self, sandbox: Sandbox) -> None:
         tk = await self._toolkit(sandbox, job_max_ms=700)

@@ -264,8 +264,8 @@ class FakeBackend:
         return FileListing(paths=paths, inodes=[_inode(p) for p in paths] if with_inodes else None,
                            unreadable_dirs=0)
 
-    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
-                   ) -> GrepListing:
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
+                   deadline_ms: int | None = None) -> GrepListing:
         self._guard()
         root, found = self._walk(ref)
         regex = re.compile(pattern)

@@ -48,8 +48,8 @@ class HostileBackend:
                            inodes=[i for _, i in pairs] if with_inodes else None,
                            unreadable_dirs=listing.unreadable_dirs)
 
-    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None
-                   ) -> GrepListing:
-        listing = await self._inner.grep(ref, pattern, include)
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
+                   deadline_ms: int | None = None) -> GrepListing:
+        listing = await self._inner.grep(ref, pattern, include, deadline_ms)
         hits = self._reorder(listing.hits, [h[3] for h in listing.hits])
         return listing.model_copy(update={"hits": hits})

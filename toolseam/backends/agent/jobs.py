@@ -27,7 +27,7 @@ from typing import Any
 
 from .capture import OutputCapture
 from .loop import Loop, Timer
-from .procscan import TOKEN_VAR, is_alive, job_members
+from .procscan import TOKEN_VAR, JobMark, is_alive, job_members, now_ticks
 from .procscan import orphans_come_here as _orphans_come_here
 
 KILL_GRACE_S = 2.0
@@ -99,11 +99,13 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[in
 
 class Job:
     def __init__(self, loop: Loop, job_id: str, spec: dict[str, Any], emit: Emit,
-                 others: Callable[[], set[int]], on_done: Callable[[Job], None]) -> None:
+                 others: Callable[[], list[JobMark]], helpers: Callable[[], set[int]],
+                 on_done: Callable[[Job], None]) -> None:
         self.loop = loop
         self.id = job_id
         self.emit = emit
         self._others = others
+        self._helpers = helpers
         self._on_done = on_done
         self.argv = [str(a) for a in spec["argv"]]
         self.stream = bool(spec.get("stream", False))
@@ -112,7 +114,9 @@ class Job:
         env = {**(spec.get("env") or {}), TOKEN_VAR: self.token}
         cwd = spec.get("cwd") or "/"
         self._oom_kills_before = oom_kills()
+        started = now_ticks()  # before the fork: every process of the job starts at or after it
         self.pid, pipes = spawn(self.argv, cwd, env)
+        self.mark = JobMark(self.pid, started, f"{TOKEN_VAR}={self.token}".encode())
         self.started = time.time()
         self._t0 = time.monotonic()
         self.capture = OutputCapture(int(spec.get("output_limit") or 1 << 20))
@@ -195,7 +199,8 @@ class Job:
             if self._drain_timer is None:
                 self._drain_timer = self.loop.call_later(DRAIN_S, lambda: self.kill("leftover"))
             return
-        if _orphans_come_here() and not self._others() and not _has_children():
+        if _orphans_come_here() and not self._others() and not self._helpers() \
+                and not _has_children():
             self._finish(True)  # no child at all: nothing can be left over (the cheap common case)
         elif self._members():
             self.kill("leftover")
@@ -220,9 +225,7 @@ class Job:
 
     def _members(self) -> set[int]:
         leader = self.pid if self.exit_status is None else None
-        others = self._others()
-        return job_members(leader, f"{TOKEN_VAR}={self.token}".encode(), others,
-                           claim_anonymous=not others)
+        return job_members(self.mark, leader is not None, self._others(), self._helpers())
 
     def kill(self, reason: str) -> None:
         """Start the whole-job kill; waiters are answered when nothing of the job is left."""

@@ -26,6 +26,7 @@ from . import PROTOCOL_VERSION, files, paths, procscan, walk
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
+from .searcher import Search
 
 _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "stat": files.stat_path,
@@ -36,7 +37,6 @@ _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "write": files.write_file,
     "commit": files.commit,
     "list_files": walk.list_files,
-    "grep": walk.grep_files,
 }
 
 
@@ -69,6 +69,7 @@ class Agent:
         self.infd, self.outfd = infd, outfd
         self.jobs: dict[str, Job] = {}
         self.leaders: dict[int, Job] = {}
+        self.searchers: set[int] = set()  # search processes: the agent's, never a job's
         self._next_job = 0
         # Environments by the host's id: a session sends its (often 2 KiB) environment once,
         # then names it. A few are kept, so a host alternating two environments stays cheap.
@@ -195,8 +196,8 @@ class Agent:
             return
         try:
             job = Job(self.loop, job_id, spec, self.send,
-                      lambda: {j.pid for j in self.leaders.values() if j.id != job_id},
-                      self._job_done)
+                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id],
+                      lambda: self.searchers, self._job_done)
         except SpawnError as exc:
             self._fail(rid, "spawn", exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
             return
@@ -257,7 +258,24 @@ class Agent:
         table = procscan.process_table()
         self._answer(rid, {"agent": os.getpid(), "processes": [
             {"pid": pid, "ppid": ppid, "state": state, "cmdline": _cmdline(pid)}
-            for pid, (ppid, state) in sorted(table.items())]})
+            for pid, (ppid, state, _) in sorted(table.items())]})
+
+    def _op_grep(self, rid: Any, request: dict[str, Any]) -> None:
+        """In a child process under the search's deadline (``searcher.py`` says why)."""
+        args = dict(request.get("args") or {})
+        deadline_ms = args.pop("deadline_ms", None)
+
+        def done(result: dict[str, Any] | None, error: dict[str, Any] | None) -> None:
+            self.searchers.discard(search.pid)
+            if error is None:
+                self._answer(rid, result or {})
+            else:
+                self.send({"id": rid, "ok": False, "error": error})
+
+        search = Search(self.loop, lambda: walk.grep_files(**args),
+                        None if deadline_ms is None else float(deadline_ms) / 1000, done,
+                        str(args.get("path", "")))
+        self.searchers.add(search.pid)
 
     def _op_shutdown(self, rid: Any, _request: dict[str, Any]) -> None:
         self._answer(rid, {})

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 from .errors import NOT_REGULAR, FsError
@@ -29,6 +29,44 @@ _FILE_OPEN = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_N
 _LINE_ONLY_SYNTAX = re.compile(r"\\[AZz]|\(\?")
 _GREP_STEP = 256  # files read between two points where a host event loop may step in
 _FIRST_READ = 1 << 14  # most source files fit; a bigger buffer costs its allocation per file
+
+
+# Memory bounds of a search, whatever the files' shapes: files above WHOLE_READ_MAX are read
+# in chunks, a line is searched in at most its first LINE_BYTES_CAP bytes, and a hit keeps
+# at most HIT_TEXT_CAP characters of its line.
+WHOLE_READ_MAX = 8 << 20
+LINE_BYTES_CAP = 1 << 20
+HIT_TEXT_CAP = 4096
+_CHUNK = 1 << 20
+
+
+def _lines_of(fd: int, first: bytes) -> Iterator[bytes]:
+    """The lines of a file read in chunks (``\r\n`` or ``\n`` ended), each at most
+    ``LINE_BYTES_CAP`` bytes; the rest of a longer line is read and dropped."""
+    pending = first
+    dropping = False
+    while True:
+        start = 0
+        while True:
+            end = pending.find(b"\n", start)
+            if end < 0:
+                break
+            if not dropping:
+                yield pending[start:end].removesuffix(b"\r")[:LINE_BYTES_CAP]
+            dropping = False
+            start = end + 1
+        pending = pending[start:]
+        if len(pending) > LINE_BYTES_CAP and not dropping:
+            yield pending[:LINE_BYTES_CAP]
+            dropping, pending = True, b""
+        elif dropping:
+            pending = b""
+        chunk = os.read(fd, _CHUNK)
+        if not chunk:
+            if pending and not dropping:
+                yield pending.removesuffix(b"\r")
+            return
+        pending += chunk
 
 
 def escape_name(name: str) -> str:
@@ -209,12 +247,38 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
     def add_hits(text: str, rel: str, inode: int) -> None:
         for number, line in enumerate(text.split("\n"), 1):
             if regex.search(line):
-                hits.append((rel, number, line, inode))
+                hits.append((rel, number, line[:HIT_TEXT_CAP], inode))
+
+    def stream_hits(file_fd: int, first: bytes, rel: str, inode: int) -> bool:
+        """A big file line by line: memory stays one chunk plus one line (a longer line is
+        searched in its first ``LINE_BYTES_CAP`` bytes). False when it is not UTF-8."""
+        found: list[tuple[str, int, str, int]] = []
+        for number, raw in enumerate(_lines_of(file_fd, first), 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                if len(raw) < LINE_BYTES_CAP or exc.start < len(raw) - 3:
+                    return False
+                line = raw[: exc.start].decode("utf-8")  # a character split by the cut
+            if regex.search(line):
+                found.append((rel, number, line[:HIT_TEXT_CAP], inode))
+        hits.extend(found)
+        return True
 
     fd, is_dir, leaf = _open_root(base, path, confine)
     if not is_dir:
-        text = text_of(read_whole(fd))
-        os.close(fd)
+        try:
+            head = os.read(fd, _FIRST_READ)
+            if b"\0" in head:
+                text = None
+            elif os.fstat(fd).st_size > WHOLE_READ_MAX:
+                streamed = stream_hits(fd, head, escape_name(leaf), 0)
+                return {"hits": hits, "binary_files": int(not streamed), "unreadable_files": 0,
+                        "unreadable_dirs": 0}
+            else:
+                text = text_of(head + read_whole(fd) if len(head) == _FIRST_READ else head)
+        finally:
+            os.close(fd)
         if text is not None and (prefilter is None or prefilter.search(text) is not None):
             add_hits(text, escape_name(leaf), 0)
         return {"hits": hits, "binary_files": int(text is None), "unreadable_files": 0,
@@ -239,6 +303,13 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
             try:
                 data = read(file_fd, _FIRST_READ)
                 if len(data) == _FIRST_READ:
+                    if b"\0" in data:  # binary, known without reading the rest
+                        skipped["binary"] += 1
+                        continue
+                    if os.fstat(file_fd).st_size > WHOLE_READ_MAX:
+                        if not stream_hits(file_fd, data, prefix + escape_name(name), entry.inode()):
+                            skipped["binary"] += 1
+                        continue
                     data += read_whole(file_fd)
             finally:
                 close(file_fd)
