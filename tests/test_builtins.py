@@ -134,6 +134,22 @@ async def test_read_above_the_cap_asks_for_a_window(tmp_path: Path) -> None:
     assert window.output == "x\nx"
 
 
+async def test_toolnexus_window_is_bounded_too(tmp_path: Path) -> None:
+    """A window never holds more than the cap, however long the file's lines."""
+    from toolseam import Settings
+
+    (tmp_path / "long.txt").write_text("a\n" + "y" * 300_000 + "\nz\n")
+    async with Toolkit("host", base_dir=str(tmp_path),
+                       settings=Settings(read_max_bytes=1000, output_style="toolnexus")) as tk:
+        first = await call(tk, "read", path="long.txt", offset=1, limit=1)
+        past = await call(tk, "read", path="long.txt", offset=3, limit=1)  # skips the long line
+        huge = await call(tk, "read", path="long.txt", offset=2, limit=1)
+    assert first.output == "a"
+    assert past.output == "read: that window of long.txt holds more than the 1000-character limit; " \
+        "ask for fewer lines"
+    assert huge.output == past.output
+
+
 async def test_write_counts_utf8_bytes_and_keeps_mode(tk: Toolkit, tmp_path: Path) -> None:
     result = await call(tk, "write", path="deep/er/f.txt", content="héllo")
     assert result.output == "Wrote 6 bytes to deep/er/f.txt" and result.metadata["bytes"] == 6

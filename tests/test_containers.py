@@ -129,8 +129,18 @@ async def test_container_dying_is_could_not_run(engine: str, workspace: Path) ->
             engine_cli = ["podman", "--remote"]
         subprocess.run([*engine_cli, "kill", container], check=True, capture_output=True, env=env)
         result = await tk.call("bash", {"command": "true"})
+        later = [await tk.call(tool, args) for tool, args in (
+            ("bash", {"command": "true"}), ("read", {"path": "x"}), ("grep", {"pattern": "x"}))]
     assert result.is_error and result.metadata["failure"] == "could_not_run"
     assert "killed" in result.metadata["reason"] or "exited" in result.metadata["reason"]
+    # retrying cannot succeed in this session: it says so, once and then on every call
+    assert result.metadata["retryable"] is False
+    assert result.metadata["reason"].endswith("this session is over (its sandbox is gone): "
+                                              "start a new one")
+    for again in later:
+        assert again.metadata["failure"] == "could_not_run"
+        assert (again.metadata["reason"], again.metadata["retryable"]) == (
+            result.metadata["reason"], False)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -299,3 +309,18 @@ def _containers_of(engine: str, session: str) -> list[str]:
     done = subprocess.run([*engine_cli, "ps", "-aq", "--filter", f"label=toolseam.session={session}"],
                           check=True, capture_output=True, env=env, text=True)
     return done.stdout.split()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_missing_workspace_is_one_verdict_on_every_engine(engine: str, workspace: Path) -> None:
+    """The same failure, the same kind and retryability on podman, rootless podman and docker."""
+    gone = workspace / "does-not-exist"
+    tk = Toolkit(backend(engine, str(gone)))
+    try:
+        result = await tk.call("bash", {"command": "true"})
+    finally:
+        await tk.close()
+    assert result.metadata["failure"] == "could_not_run"
+    assert result.metadata["retryable"] is False, result.metadata["reason"]
+    assert str(gone) in result.metadata["reason"] or "bind source" in result.metadata["reason"]
+    assert _containers_of(engine, tk.backend.sandbox.session_id) == []  # type: ignore[attr-defined]

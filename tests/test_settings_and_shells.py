@@ -44,11 +44,40 @@ def test_version_one_upgrades_additively() -> None:
     ({"timeout_range_ms": [1000, 30_000]}, "default timeout 60000 ms is outside timeout_range_ms"),
     ({"schema_version": 9}, "schema_version 9 is not one of 1, 2"),
     ({"shell": ["bash", "-c"], "shell_id": "bash"}, "set shell (an argv prefix) or shell_id, not both"),
+    # no coercion: a string is not a number, a boolean is not a count
+    ({"job_max_ms": "3600000"}, "job_max_ms: Input should be a valid integer"),
+    ({"max_jobs": True}, "max_jobs: Input should be a valid integer"),
+    ({"default_timeout_ms": "1000"}, "default_timeout_ms: Input should be a valid integer"),
+    ({"portable_names": "yes"}, "portable_names: Input should be a valid boolean"),
+    ({"job_max_ms": 2**31}, "job_max_ms: Input should be less than or equal to 2147483647"),
 ])
 def test_invalid_values_name_the_field(data: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
         parse_settings(data)
     assert message in str(caught.value)
+
+
+def test_toml_strings_are_not_coerced(tmp_path: Path) -> None:
+    file = tmp_path / "s.toml"
+    file.write_text('default_timeout_ms = "1000"\ntimeout_range_ms = [1000, 300000]\n')
+    with pytest.raises(ConfigurationError, match="default_timeout_ms: Input should be a valid integer"):
+        load_settings(file)
+    file.write_text('timeout_range_ms = [1000, 300000]\n')
+    assert load_settings(file).timeout_range_ms == (1000, 300_000)
+
+
+async def test_pinned_shell_that_stops_resolving_is_a_shell_change() -> None:
+    """A pin whose shell vanished mid-turn (no fallback left): COMMAND_SHELL_CHANGED, nothing runs."""
+    backend = FakeBackend()
+    backend.files["/bin/bash"] = b"#!fake"
+    backend.modes["/bin/bash"] = 0o755
+    async with Toolkit(backend, settings=Settings(shell_id="bash")) as tk:
+        await tk.pin_shell()
+        del backend.files["/bin/bash"]  # not persisted: an unavailable id does not fall back
+        with pytest.raises(ShellChangedError) as caught:
+            await tk.call("bash", {"command": "echo ran"})
+    assert caught.value.code == "COMMAND_SHELL_CHANGED"
+    assert "no longer resolves" in str(caught.value)
 
 
 def test_unreadable_or_malformed_files(tmp_path: Path) -> None:

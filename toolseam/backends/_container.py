@@ -101,6 +101,20 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+# Engine answers that say the request itself is wrong, whatever HTTP status the engine chose:
+# asking again cannot help. One failure, one verdict on every engine (podman answers a missing
+# bind source with 500 "statfs …: no such file or directory", docker with 400 "bind source
+# path does not exist").
+PERMANENT_ENGINE_ERRORS = (
+    "no such file or directory",  # a bind source (workspace) that does not exist
+    "bind source path does not exist",
+    "not a directory",
+    "invalid mount config",
+    "invalid reference format",
+    "invalid argument",
+)
+
+
 def map_engine_error(engine: str, endpoint: str, exc: Exception,
                      not_found: tuple[type[Exception], ...], api_error: type[Exception]
                      ) -> CouldNotRunError:
@@ -115,7 +129,9 @@ def map_engine_error(engine: str, endpoint: str, exc: Exception,
     if isinstance(exc, api_error):
         status = getattr(exc, "status_code", None) or 0
         explanation = getattr(exc, "explanation", None) or exc
-        return CouldNotRunError(f"{engine} at {endpoint}: {explanation}", retryable=status >= 500)
+        permanent = any(words in str(explanation).lower() for words in PERMANENT_ENGINE_ERRORS)
+        return CouldNotRunError(f"{engine} at {endpoint}: {explanation}",
+                                retryable=status >= 500 and not permanent)
     return CouldNotRunError(f"{engine} at {endpoint}: {exc}", retryable=True)
 
 

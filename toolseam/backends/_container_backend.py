@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 
 from ..policy.environment import CONTAINER_BASE_ENV
 from ..policy.limits import SandboxLimits
@@ -34,12 +35,32 @@ class ContainerBackend(ComposedBackend):
                                         dict(CONTAINER_BASE_ENV),
                                         enforce_limits=limits is not None and not limits.is_default)
         self._opening = asyncio.Lock()
+        self._workspace_id: tuple[int, int] | None = None
 
     def _agent(self) -> AgentChannel:
         channel = self.sandbox.channel
         if channel is None:
             raise CouldNotRunError(f"the {self.name} sandbox is not running", retryable=True)
         return channel
+
+    def _check_sandbox(self) -> None:
+        """The workspace is a bind mount: it pins the directory the sandbox started with. If the
+        host's workspace path now names another directory (renamed away, recreated), the
+        sandbox would go on writing into the old one — fail closed instead."""
+        if self._workspace_id is None:
+            return
+        try:
+            st = os.stat(self.sandbox.workspace)
+            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            now = None
+        if now != self._workspace_id:
+            raise CouldNotRunError(f"the workspace {self.sandbox.workspace} was renamed, removed or "
+                                   "replaced since the sandbox started", retryable=False)
+
+    def _sandbox_gone(self) -> bool:
+        channel = self.sandbox.channel
+        return self._info is not None and (channel is None or not channel.alive)
 
     async def _explain(self, failure: CouldNotRunError) -> CouldNotRunError:
         channel = self.sandbox.channel
@@ -51,6 +72,11 @@ class ContainerBackend(ComposedBackend):
         self._check_open()
         async with self._opening:
             if self._info is None:
+                try:
+                    st = os.stat(self.sandbox.workspace)
+                    self._workspace_id = (st.st_dev, st.st_ino)
+                except OSError:
+                    self._workspace_id = None  # the engine will say what is wrong with it
                 try:
                     self._info = await self.sandbox.start()
                 except BaseException:

@@ -278,6 +278,7 @@ class ComposedBackend:
         self._exec = exec_part
         self._info: SandboxInfo | None = None
         self._closed = False
+        self._over: CouldNotRunError | None = None  # the sandbox died: every call says so
 
     def _check_open(self) -> None:
         if self._closed:
@@ -297,12 +298,38 @@ class ComposedBackend:
         """A container backend replaces "the channel closed" with what the engine says."""
         return failure
 
+    def _session_over(self, why: CouldNotRunError) -> CouldNotRunError:
+        """The sandbox is gone for good (killed, OOM, its agent crashed): no call of this
+        session can succeed again, so every one says so, not retryable — a host starts a new
+        session (on the same workspace) rather than retrying into a dead one."""
+        if self._over is None:
+            self._over = CouldNotRunError(
+                f"{why.reason}; this session is over (its sandbox is gone): start a new one",
+                retryable=False)
+        return self._over
+
+    def _sandbox_gone(self) -> bool:
+        """Whether the sandbox's agent is gone (its channel closed)."""
+        return False
+
+    def _check_sandbox(self) -> None:
+        """A backend's cheap check before each call (raises CouldNotRunError)."""
+
     async def _run(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         self._check_open()
+        if self._over is not None:
+            raise self._over
+        try:
+            self._check_sandbox()
+        except CouldNotRunError as why:
+            raise self._session_over(why) from None
         try:
             return await call(*args, **kwargs)
         except CouldNotRunError as failure:
-            raise await self._explain(failure) from None
+            explained = await self._explain(failure)
+            if self._sandbox_gone():
+                raise self._session_over(explained) from None
+            raise explained from None
 
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:

@@ -61,6 +61,9 @@ class HostBackend(ComposedBackend):
         self._opening: asyncio.Lock | None = None
         self._stderr_task: asyncio.Task[None] | None = None
 
+    def _sandbox_gone(self) -> bool:
+        return self._info is not None and (self._channel is None or not self._channel.alive)
+
     async def _opened_agent(self) -> AgentChannel:
         await self.open()
         return self._agent()

@@ -108,6 +108,9 @@ class Read(Builtin[ReadInput]):
         except FileOpError as exc:
             if exc.code != "too_large":
                 raise
+            if args.offset is not None or args.limit is not None:
+                return error(f"read: that window of {args.path} holds more than the {cap}-character "
+                             "limit; ask for fewer lines")
             return error(f"read: {args.path} is {exc.detail} bytes, over the {cap}-byte limit for "
                          "a whole-file read; pass offset and limit to read a window of lines")
         ctx.services.note_read(ctx.absolute(args.path))

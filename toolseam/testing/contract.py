@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -528,6 +529,50 @@ class HostileContract(_Bound):
         binary = await tk.call("read", {"path": "sparse.bin"})
         assert binary.is_error and "binary" in binary.output
         assert (await tk.call("bash", {"command": "echo alive"})).output == "alive\n"
+
+    async def test_a_base_dir_renamed_and_recreated_is_never_written_through(
+            self, sandbox: Sandbox) -> None:
+        """Operations follow the name, or fail closed — never into the old directory."""
+        tk = await self._toolkit(sandbox)
+        assert not (await tk.call("write", {"path": "before.txt", "content": "1"})).is_error
+        host = sandbox.host_dir
+        moved = host.with_name(host.name + "-moved")
+        host.rename(moved)
+        host.mkdir()
+        host.chmod(0o777)
+        try:
+            result = await tk.call("write", {"path": "after.txt", "content": "2"})
+            assert not (moved / "after.txt").exists()
+            if result.is_error:  # failed closed (a bind mount pins the old directory)
+                assert result.metadata["failure"] == "could_not_run"
+                assert result.metadata["retryable"] is False
+                assert "renamed, removed or replaced" in result.metadata["reason"]
+            else:  # followed the name
+                assert (host / "after.txt").read_text() == "2"
+        finally:
+            await tk.close()
+            shutil.rmtree(moved, ignore_errors=True)
+
+    async def test_a_name_a_listing_shows_is_a_usable_path(self, sandbox: Sandbox) -> None:
+        r"""Undecodable bytes in names are shown as ``\xNN``; that text names the file."""
+        host = os.fsencode(sandbox.host_dir)
+        os.mkdir(host + b"/d\xff")
+        with open(host + b"/d\xff/caf\xe9.txt", "wb") as f:
+            f.write(b"one\n")
+        os.chmod(host + b"/d\xff", 0o777)
+        os.chmod(host + b"/d\xff/caf\xe9.txt", 0o666)
+        tk = await self._toolkit(sandbox)
+        listed = (await tk.call("glob", {"pattern": "**/*.txt"})).output
+        assert listed == "d\\xff/caf\\xe9.txt"
+        assert (await tk.call("grep", {"pattern": "one"})).output == "d\\xff/caf\\xe9.txt:1:one"
+        read = await tk.call("read", {"path": listed})
+        assert read.output.startswith("00001| one\n"), read.output
+        edit = await tk.call("edit", {"path": listed, "oldString": "one", "newString": "two"})
+        assert not edit.is_error, edit.output
+        with open(host + b"/d\xff/caf\xe9.txt", "rb") as f:
+            assert f.read() == b"two\n"
+        new = await tk.call("write", {"path": "d\\xff/new.txt", "content": "x"})
+        assert not new.is_error and os.path.exists(host + b"/d\xff/new.txt")
 
     @pytest.mark.parametrize("tool", ["write", "edit", "apply_patch"])
     async def test_read_only_files_are_refused(self, sandbox: Sandbox, tool: str) -> None:

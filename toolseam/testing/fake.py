@@ -146,6 +146,9 @@ class FakeBackend:
             start = (offset or 1) - 1
             lines = text.split("\n")
             text = "\n".join(lines[start : None if limit is None else start + limit])
+            longest = max(map(len, lines[: None if limit is None else start + limit]), default=0)
+            if refuse_above_bytes is not None and max(len(text), longest) > refuse_above_bytes:
+                raise FileOpError("too_large", ref.path, f"a window of more than {refuse_above_bytes}")
         return TextContent(text=text, size=len(data))
 
     async def read_page(self, ref: PathRef, page: PageRequest) -> TextPage:

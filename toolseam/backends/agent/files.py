@@ -97,9 +97,12 @@ def read_text(base: str, path: str, confine: bool, offset: int | None = None,
     if offset is not None or limit is not None:
         with open(fd, encoding="utf-8", errors="strict", newline=None) as f:
             try:
-                return {"text": _window(f, offset or 1, limit), "size": st.st_size}
+                text = _window(f, offset or 1, limit, refuse_above_bytes)
+            except _WindowTooLarge:
+                raise FsError(TOO_LARGE, path, f"a window of more than {refuse_above_bytes}") from None
             except UnicodeDecodeError:
                 raise FsError(NOT_UTF8, path) from None
+            return {"text": text, "size": st.st_size}
     data = _read_capped(fd, st, path, refuse_above_bytes)
     try:
         text = data.decode("utf-8")
@@ -131,17 +134,39 @@ def read_whole(fd: int) -> bytes:
             return b"".join(chunks)
 
 
-def _window(f: io.TextIOWrapper, offset: int, limit: int | None) -> str:
+class _WindowTooLarge(Exception):
+    pass
+
+
+def _bounded(f: io.TextIOWrapper, cap: int | None) -> Any:
+    """The file's lines, each read with at most ``cap`` characters held (then: too large)."""
+    while True:
+        line = f.readline() if cap is None else f.readline(cap + 1)
+        if not line:
+            return
+        if cap is not None and len(line) > cap:
+            raise _WindowTooLarge
+        yield line
+
+
+def _window(f: io.TextIOWrapper, offset: int, limit: int | None, cap: int | None = None) -> str:
+    """Memory stays within ``cap`` characters: the window, and any line skipped before it."""
     start = offset - 1
     out: list[str] = []
     index = 0
+    used = 0
     ended_with_newline = True  # an empty file splits to [""], like text ending in "\n"
-    for line in f:
-        if limit is not None and len(out) >= limit:
-            return "\n".join(out)
+    if limit == 0:
+        return ""
+    for line in _bounded(f, cap):
         ended_with_newline = line.endswith("\n")
         if index >= start:
             out.append(line[:-1] if ended_with_newline else line)
+            used += len(line)
+            if cap is not None and used > cap:
+                raise _WindowTooLarge
+            if limit is not None and len(out) >= limit:
+                return "\n".join(out)  # stop before reading a line past the window
         index += 1
     # split("\n") yields one element more than iteration when the text ends with a newline
     if ended_with_newline and index >= start and (limit is None or len(out) < limit):

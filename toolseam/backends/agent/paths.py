@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import re
 import stat
 import threading
 from typing import NamedTuple
@@ -106,17 +107,29 @@ def _open_dir_component(dir_fd: int, comp: str) -> int:
         raise
 
 
-_base_fds: dict[str, int] = {}
+_base_fds: dict[str, tuple[int, int, int]] = {}  # canonical base -> (fd, st_dev, st_ino)
 _base_lock = threading.Lock()
 
 
 def _base_fd(base_canonical: str) -> int:
-    """A held O_PATH fd on the base dir: every confined open starts from it."""
+    """A held O_PATH fd on the base dir: every confined open starts from it.
+
+    Operations follow the NAME: a base dir renamed away and recreated mid-session is the new
+    directory (one stat per operation checks it), never the old one through a stale fd.
+    """
+    try:
+        now = os.stat(base_canonical)
+    except OSError as exc:
+        raise FsError(NOT_FOUND, base_canonical, f"base dir does not exist ({exc.strerror})") from None
     with _base_lock:
-        fd = _base_fds.get(base_canonical)
-        if fd is None:
-            fd = os.open(base_canonical, _DIR_FLAGS)
-            _base_fds[base_canonical] = fd
+        held = _base_fds.get(base_canonical)
+        if held is not None and (held[1], held[2]) == (now.st_dev, now.st_ino):
+            return held[0]
+        fd = os.open(base_canonical, _DIR_FLAGS)
+        st = os.fstat(fd)
+        if held is not None:
+            os.close(held[0])
+        _base_fds[base_canonical] = (fd, st.st_dev, st.st_ino)
         return fd
 
 
@@ -194,6 +207,8 @@ def resolve(base: str, given: str, confine: bool, canonical_needed: bool = True)
     if "\x00" in given:
         raise FsError(INVALID, given, "path contains a NUL byte")
     full = given if given.startswith("/") else f"{base.rstrip('/')}/{given}"
+    if "\\x" in full:
+        full = _unescaped_if_named(full)
     trailing = given.endswith("/") and given.strip("/") != ""
     if not confine and not canonical_needed:
         return Resolved(given, full, False, "/", (), trailing)
@@ -207,6 +222,22 @@ def resolve(base: str, given: str, confine: bool, canonical_needed: bool = True)
     if parts[: len(base_parts)] != base_parts:
         raise FsError(OUTSIDE_BASE, given)
     return Resolved(given, canonical, True, base_canonical, parts[len(base_parts) :], trailing)
+
+
+_ESCAPED_BYTE = re.compile(r"\\x([89a-fA-F][0-9a-fA-F])")
+
+
+def _unescaped_if_named(full: str) -> str:
+    r"""A listing shows a name's undecodable bytes as ``\xNN`` (``walk.escape_name``); the same
+    text, given back as a path, names that file. A name that literally holds ``\xNN`` and
+    exists wins over the escaped reading; otherwise the escaped reading is taken when it exists.
+    """
+    raw = _ESCAPED_BYTE.sub(lambda m: chr(0xDC00 + int(m.group(1), 16)), full)
+    if raw == full or os.path.lexists(full):
+        return full
+    parent = os.path.dirname(raw)
+    escaped_parent = parent != os.path.dirname(full) and os.path.lexists(parent)
+    return raw if os.path.lexists(raw) or escaped_parent else full
 
 
 def _split(path: str) -> tuple[str, ...]:
