@@ -101,6 +101,8 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+_EXEC_MISSING = ("not found", "no such file", "executable file")
+
 # Engine answers that say the request itself is wrong, whatever HTTP status the engine chose:
 # asking again cannot help. One failure, one verdict on every engine (podman answers a missing
 # bind source with 500 "statfs …: no such file or directory", docker with 400 "bind source
@@ -239,7 +241,15 @@ class ContainerSandbox:
             binds=[(self.workspace, WORKSPACE, False), (stage_agent(), AGENT_MOUNT, True),
                    (self._socket_dir, SOCKET_MOUNT, False)],
             hardening=self.hardening)
-        self.container = await self._call(lambda: self.engine.run(spec))
+        try:
+            self.container = await self._call(lambda: self.engine.run(spec))
+        except CouldNotRunError as failure:
+            # The agent is the container's first program: an image without python3 fails at
+            # create/start, in the engine's words ("exec: \"python3\": executable file not found")
+            text = failure.reason.lower()
+            if "python3" in text and any(m in text for m in _EXEC_MISSING):
+                raise self._no_python() from None
+            raise
         if self.enforce_limits:
             await self._check_limits(self.container)
         hello = await self._connect()
@@ -299,6 +309,10 @@ class ContainerSandbox:
         except CouldNotRunError:
             return None
 
+    def _no_python(self) -> CouldNotRunError:
+        return CouldNotRunError(f"image {self.image!r} has no python3, which the sandbox agent "
+                                "needs (standard library only)", retryable=False)
+
     async def explain(self, failure: CouldNotRunError | None, starting: bool = False
                       ) -> CouldNotRunError:
         """Turn "the channel closed" into what happened to the container, from the engine's API."""
@@ -313,14 +327,13 @@ class ContainerSandbox:
             return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
                                     retryable=True)
         text = f"{state.error} {logs}".lower()
-        missing = ("not found", "no such file", "executable file")
+        missing = _EXEC_MISSING
         # The container's first program is python3: an init that cannot exec it says so in its
         # own words ("tini: exec python3 failed", "catatonit: failed to exec pid1").
         exec_failed = "exec" in text and any(m in text for m in missing)
         if state.exit_code == 127 or (starting and exec_failed) or (
                 "python3" in text and any(m in text for m in missing)):
-            return CouldNotRunError(f"image {self.image!r} has no python3, which the sandbox agent "
-                                    "needs (standard library only)", retryable=False)
+            return self._no_python()
         if state.oom_killed or state.exit_code == 137:
             # podman 4.3 reports OOMKilled=false for a real OOM kill: exit 137 says SIGKILL.
             return CouldNotRunError("the sandbox container was killed (out of memory or SIGKILL, "
