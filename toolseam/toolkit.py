@@ -16,21 +16,19 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from .backends import create_backend
+from .backends import backend_for
 from .builtins import BUILTIN_NAMES, CallContext, OutputEvent, ToolResult, all_builtins
 from .builtins._base import could_not_run_result
 from .declarations import Format, declare
-from .policy.environment import CONTAINER_BASE_ENV, command_environment
-from .policy.jobs import JobRegistry
+from .policy.environment import command_environment
 from .policy.readscope import Approver, ReadScope
+from .policy.session import Session
 from .policy.settings import Settings
-from .policy.shells import ShellChoice, ShellResolver, check_pin
+from .policy.shells import ShellChoice, ShellResolver
 from .seam.errors import (
     ConfigurationError,
     CouldNotRunError,
-    HostError,
     SessionClosedError,
-    ShellChangedError,
     UnknownToolError,
 )
 from .seam.models import PathRef, SandboxInfo
@@ -46,85 +44,6 @@ class HostTool(Protocol):
     input_schema: dict[str, Any]
 
     async def execute(self, args: dict[str, Any]) -> ToolResult: ...
-
-
-class SessionServices:
-    """What the builtins ask of the session: shell, environment, settings, jobs, read scope."""
-
-    def __init__(self, toolkit: Toolkit, backend: BuiltinExec, settings: Settings,
-                 raise_could_not_run: bool) -> None:
-        self._toolkit = toolkit
-        self.settings = settings
-        self.raise_could_not_run = raise_could_not_run
-        self.jobs = JobRegistry(backend, settings.max_jobs)
-        self.command_env: dict[str, str] = {}
-        self.read_scope: ReadScope | None = None
-        self._shell: ShellChoice | None = None
-        self._pinned: ShellChoice | None = None
-        self._resolver: ShellResolver | None = None
-        self._job_ids = itertools.count(1)
-        self._files_read: set[str] = set()
-
-    def note_read(self, absolute_path: str) -> None:
-        """The model has seen this file's content (read, edit, write): a guarded write may
-        replace it."""
-        self._files_read.add(absolute_path)
-
-    def has_read(self, absolute_path: str) -> bool:
-        return absolute_path in self._files_read
-
-    @property
-    def shell(self) -> ShellChoice:
-        if self._shell is None:
-            raise ConfigurationError("bash is disabled or the session is not open")
-        return self._shell
-
-    def new_backend_job_id(self) -> str:
-        return f"{self._toolkit.session_id}-{next(self._job_ids)}"
-
-    def timeout_problem(self, timeout_ms: int) -> str | None:
-        bounds = self.settings.timeout_range_ms
-        if bounds is not None and not bounds[0] <= timeout_ms <= bounds[1]:
-            return f"timeout {timeout_ms}ms is outside the accepted range {bounds[0]}-{bounds[1]}ms"
-        return None
-
-    async def start_shells(self, resolver: ShellResolver) -> None:
-        """Resolve the session's shell once, at open (ShellNotFound / UnknownShellError)."""
-        self._resolver = resolver
-        self._shell = await self.resolve_shell()
-
-    async def pin_shell(self) -> ShellChoice:
-        fresh = await self.resolve_shell()
-        self._shell = self._pinned = fresh
-        return fresh
-
-    def unpin_shell(self) -> None:
-        self._pinned = None
-
-    async def resolve_shell(self) -> ShellChoice:
-        assert self._resolver is not None
-        s = self.settings
-        return await self._resolver.resolve(s.shell, s.shell_id, self._toolkit.shell_id_persisted)
-
-    async def shell_for_spawn(self) -> ShellChoice:
-        """The shell for this spawn; with a pin, re-resolved and compared (COMMAND_SHELL_CHANGED)."""
-        if self._pinned is None:
-            return self.shell
-        try:
-            fresh = await self.resolve_shell()
-        except HostError as exc:  # the pinned shell stopped resolving: it changed, nothing runs
-            raise ShellChangedError(f"the shell pinned for this turn ({self._pinned.label!r}) "
-                                    f"no longer resolves: {exc}") from None
-        check_pin(self._pinned, fresh)
-        return fresh
-
-    async def check_read(self, tool: str, path: str) -> None:
-        if self.read_scope is not None:
-            await self.read_scope.check(tool, path)
-
-    async def check_command(self, command: str, cwd: str) -> None:
-        if self.read_scope is not None:
-            await self.read_scope.check_command(command, cwd)
 
 
 class Toolkit:
@@ -156,17 +75,8 @@ class Toolkit:
         self.session_id = session_id or uuid.uuid4().hex[:8]
         self.confine = confine_to_base_dir
         self.shell_id_persisted = shell_id_persisted
-        limits = self.settings.limits
         if isinstance(backend, str):
-            options = dict(backend_options or {})
-            if backend == "host" and base_dir:
-                options.setdefault("workspace", base_dir)
-            if backend != "host":
-                options.setdefault("limits", limits)
-            elif not limits.is_default:
-                raise ConfigurationError("limits (memory, cpus, pids, network, tmpfs_size) are "
-                                         "enforced by a container engine; the host backend has none")
-            backend = create_backend(backend, **options)
+            backend = backend_for(backend, base_dir, self.settings.limits, backend_options or {})
         self.backend: BuiltinExec = backend
         self._base_dir_option = base_dir
         self._env_source = env
@@ -177,7 +87,8 @@ class Toolkit:
         enabled = {name: tool for name, tool in builtins.items() if (tools or {}).get(name, True)}
         self._builtins = enabled
         self._host_tools = {tool.name: tool for tool in host_tools}
-        self.services = SessionServices(self, backend, self.settings, raise_could_not_run)
+        self.services = Session(self.session_id, backend, self.settings, raise_could_not_run,
+                                shell_id_persisted)
         self.base_dir = ""
         self.info: SandboxInfo | None = None
         self._call_ids = itertools.count(1)
@@ -193,20 +104,20 @@ class Toolkit:
             return self.info
         info = await self.backend.open()
         base = self._base_dir_option or info.workspace
-        if info.backend == "host":
+        if info.local:
             base = os.path.abspath(base)
         elif not base.startswith("/"):
             base = posixpath.join(info.workspace, base)
         self.base_dir = base
         source = self._env_source
         if source is None:
-            source = os.environ if info.backend == "host" else CONTAINER_BASE_ENV
+            source = os.environ if info.base_env is None else info.base_env
         self.services.command_env = command_environment(source, self.settings.env_allow,
                                                         self._env_extra)
         if self.settings.read_scope is not None:
             scope = ReadScope(self.settings.read_scope, base, self.approver, self.backend,
                               home=self.services.command_env.get("HOME"),
-                              local=info.backend == "host")
+                              local=info.local)
             scope.set_user_messages(self._user_messages)
             self.services.read_scope = scope
         if "bash" in self._builtins and "bash" not in self._host_tools:

@@ -5,9 +5,11 @@ backend works with none installed; a missing extra is a clear host error naming 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
-from ..seam.errors import BackendUnavailable
+from ..policy.limits import SandboxLimits
+from ..seam.errors import BackendUnavailable, ConfigurationError
 from ..seam.protocol import BuiltinExec
 
 BACKENDS = ("host", "podman", "docker")
@@ -35,4 +37,20 @@ def create_backend(name: str, **options: Any) -> BuiltinExec:
     return backend
 
 
-__all__ = ["BACKENDS", "create_backend"]
+def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
+                options: Mapping[str, Any]) -> BuiltinExec:
+    """The backend a ``Toolkit`` builds from a name: the host works in the base dir; container
+    engines get the session's limits (the host backend has no engine to enforce them)."""
+    chosen = dict(options)
+    if name == "host":
+        if base_dir:
+            chosen.setdefault("workspace", base_dir)
+        if not limits.is_default:
+            raise ConfigurationError("limits (memory, cpus, pids, network, tmpfs_size) are "
+                                     "enforced by a container engine; the host backend has none")
+    else:
+        chosen.setdefault("limits", limits)
+    return create_backend(name, **chosen)
+
+
+__all__ = ["BACKENDS", "backend_for", "create_backend"]

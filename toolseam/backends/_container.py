@@ -254,6 +254,7 @@ class ContainerSandbox:
             await self._check_limits(self.container)
         hello = await self._connect()
         return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,
+                           base_env=dict(self.environment),
                            pid_namespace=True, agent_pid=int(hello["pid"]),
                            cold_start_ms=int((time.monotonic() - started) * 1000))
 

@@ -96,7 +96,7 @@ class HostBackend(ComposedBackend):
                 failure = exc.reason
                 await self._stop_agent()
                 continue
-            return SandboxInfo(backend=self.name, workspace=self.workspace,
+            return SandboxInfo(backend=self.name, workspace=self.workspace, local=True,
                                pid_namespace=bool(hello.get("pid_namespace")),
                                agent_pid=int(hello["pid"]))
         raise CouldNotRunError(f"cannot start the host agent: {failure}", retryable=False)

@@ -1,6 +1,6 @@
 """The seven builtins, above the seam: they import only ``seam``, ``listing`` and ``policy``."""
 
-from ._base import Builtin, CallContext, OutputEvent, ToolResult
+from ._base import Builtin, CallContext, OutputEvent, SessionView, ToolResult
 from .apply_patch import ApplyPatch
 from .bash import Bash
 from .files import Edit, Read, Write
@@ -14,4 +14,5 @@ def all_builtins() -> dict[str, Builtin]:  # type: ignore[type-arg]
     return {tool.name: tool for tool in tools}
 
 
-__all__ = ["BUILTIN_NAMES", "Builtin", "CallContext", "OutputEvent", "ToolResult", "all_builtins"]
+__all__ = ["BUILTIN_NAMES", "Builtin", "CallContext", "OutputEvent", "SessionView", "ToolResult",
+           "all_builtins"]

@@ -7,11 +7,14 @@ import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any, ClassVar, Generic, TypeVar
+from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
+from ..policy.jobs import JobRegistry
 from ..policy.refusal import Refusal
+from ..policy.settings import Settings
+from ..policy.shells import ShellChoice
 from ..seam.errors import CouldNotRunError, FileOpError
 from ..seam.models import PathRef
 from ..seam.protocol import BuiltinExec
@@ -59,6 +62,25 @@ class OutputEvent:
     text: str
 
 
+class SessionView(Protocol):
+    """What a builtin may ask of its session (``toolseam.policy.session.Session``)."""
+
+    settings: Settings
+    raise_could_not_run: bool
+    jobs: JobRegistry
+    command_env: dict[str, str]
+
+    @property
+    def shell(self) -> ShellChoice: ...
+    def new_backend_job_id(self) -> str: ...
+    def timeout_problem(self, timeout_ms: int) -> str | None: ...
+    async def shell_for_spawn(self) -> ShellChoice: ...
+    async def check_read(self, tool: str, path: str) -> None: ...
+    async def check_command(self, command: str, cwd: str) -> None: ...
+    def note_read(self, absolute_path: str) -> None: ...
+    def has_read(self, absolute_path: str) -> bool: ...
+
+
 @dataclass
 class CallContext:
     """Everything a builtin may know about the session, handed over per call."""
@@ -68,7 +90,7 @@ class CallContext:
     confine: bool
     session_id: str
     call_id: str
-    services: Any  # toolseam.toolkit.SessionServices: shell, env, settings, jobs, read scope
+    services: SessionView
     on_output: Callable[[OutputEvent], None] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -146,7 +168,7 @@ class Builtin(ABC, Generic[InputT]):
     Input: ClassVar[type[InputModel]]
     schema: ClassVar[dict[str, Any]]
 
-    def input_schema(self, services: Any = None) -> dict[str, Any]:
+    def input_schema(self, services: SessionView | None = None) -> dict[str, Any]:
         return self.schema
 
     async def __call__(self, args: Any, ctx: CallContext) -> ToolResult:

@@ -26,6 +26,7 @@ from ._base import (
     JobId,
     Milliseconds,
     OutputEvent,
+    SessionView,
     ToolResult,
     error,
     object_schema,
@@ -83,7 +84,7 @@ class Bash(Builtin[BashInput]):
     Input = BashInput
     schema = _COMMAND_SCHEMA
 
-    def input_schema(self, services: Any = None) -> dict[str, Any]:
+    def input_schema(self, services: SessionView | None = None) -> dict[str, Any]:
         if services is None or services.settings.timeout_policy != "detach":
             return self.schema
         props = dict(self.schema["properties"])

@@ -209,3 +209,7 @@ class SandboxInfo(_Wire):
     pid_namespace: bool = Field(description="Commands cannot see processes outside the sandbox.")
     agent_pid: int | None = None
     cold_start_ms: int | None = Field(None, description="Container created to agent answering.")
+    local: bool = Field(False, description="Paths and processes are this machine's own (host).")
+    base_env: dict[str, str] | None = Field(
+        None, description="The environment commands start from (before the host's policy); "
+        "None: this process's own environment (a local sandbox).")

@@ -20,6 +20,7 @@ import shlex
 import time
 from dataclasses import dataclass, field
 
+from ..policy.environment import CONTAINER_BASE_ENV
 from ..seam.errors import CouldNotRunError, FileOpError, HostError, SessionClosedError
 from ..seam.models import (
     ByteContent,
@@ -111,7 +112,8 @@ class FakeBackend:
     # --- lifecycle ----------------------------------------------------------------------
     async def open(self) -> SandboxInfo:
         self._guard()
-        return SandboxInfo(backend=self.name, workspace=self.workspace, pid_namespace=True)
+        return SandboxInfo(backend=self.name, workspace=self.workspace, pid_namespace=True,
+                           base_env=dict(CONTAINER_BASE_ENV))
 
     async def close(self) -> None:
         for job in self._jobs.values():
