@@ -209,6 +209,14 @@ async def host_table(tree: str, small: str) -> list[str]:
             lambda: tk.call("grep", {"pattern": rare}),
             lambda: nexus["grep"].execute({"pattern": rare, "path": tree}) if nexus else None),
             7, warmup=1, block=1))
+        rg = shutil.which("rg")
+        if rg is not None:  # ripgrep, as a process per search, as an agent would run it
+            f = await interleaved({
+                "bare": lambda: subprocess.run([rg, "-n", "--no-heading", "--sort", "path",
+                                                "needle", tree], capture_output=True),
+                "ours": lambda: tk.call("grep", {"pattern": "needle"})}, 11, warmup=1, block=1)
+            out.append(row(f"grep vs rg process ({TREE_FILES})", f"{f['bare']:.3f}",
+                           f"{f['ours']:.3f}", f"{f['ours'] / f['bare']:.2f}x", "", ""))
     return out
 
 

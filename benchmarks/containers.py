@@ -48,6 +48,9 @@ async def _measure(name: str, tree: str, small: str) -> dict[str, float]:
         figures["read small"] = await time_async(lambda: tk.call("read", {"path": "small.txt"}), 500)
     async with _toolkit(name, tree, tools={"bash": False}) as tk:
         figures["glob 20k"] = await time_async(lambda: tk.call("glob", {"pattern": "**/*.txt"}), 5, warmup=1)
+        figures["grep 20k"] = await time_async(lambda: tk.call("grep", {"pattern": "needle"}), 5, warmup=1)
+        figures["grep small"] = await time_async(  # one directory, 100 files
+            lambda: tk.call("grep", {"pattern": "needle", "path": "d00/e0"}), 50)
     return figures
 
 
@@ -77,7 +80,7 @@ async def container_table(tree: str, small: str) -> list[str]:
     execs = {name: await asyncio.to_thread(_exec_per_call, name, small) for name in names}
     out = [row("p50 ms", *names), "|" + "|".join(["-" * 28] + ["-" * 14] * len(names)) + "|"]
     host = results["host"]
-    for metric in ("bash true", "read small", "glob 20k", "cold start"):
+    for metric in ("bash true", "read small", "glob 20k", "grep 20k", "grep small", "cold start"):
         out.append(row(metric, *(f"{results[n][metric]:.3f}" for n in names)))
         if metric != "cold start":
             ratios = (f"{results[n][metric] / host[metric]:.2f}x" for n in names)

@@ -188,12 +188,10 @@ class LocalFiles:
         ops = [op.model_dump() for op in change.ops]
         return CommitResult.model_validate(_commit(change.base, change.confine, ops))
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
-                         with_inodes: bool = False) -> FileListing:
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
         raw = await _walk_on_loop(agent_walk.list_files_steps(
             ref.base, ref.path, ref.confine, match.regex if match else None,
-            match.basename if match else False, match.name_suffix if match else None,
-            with_inodes))
+            match.basename if match else False, match.name_suffix if match else None))
         return FileListing.model_construct(**raw)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
@@ -250,13 +248,11 @@ class AgentFiles:
         return CommitResult.model_validate(
             await self._call("commit", base=change.base, confine=change.confine, ops=ops))
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
-                         with_inodes: bool = False) -> FileListing:
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
         raw = await self._call("list_files", **ref.model_dump(),
                                match=match.regex if match else None,
                                match_basename=match.basename if match else False,
-                               name_suffix=match.name_suffix if match else None,
-                               with_inodes=with_inodes)
+                               name_suffix=match.name_suffix if match else None)
         return FileListing.model_validate(raw)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
@@ -370,9 +366,8 @@ class ComposedBackend:
     async def commit(self, change: ChangeSet) -> CommitResult:
         return await self._run(self._files.commit, change)
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
-                         with_inodes: bool = False) -> FileListing:
-        return await self._run(self._files.list_files, ref, match, with_inodes)
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+        return await self._run(self._files.list_files, ref, match)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
                    deadline_ms: int | None = None) -> GrepListing:

@@ -61,8 +61,7 @@ class Grep(Builtin[GrepInput]):
             return error(f"grep: the search took longer than {exc.detail} ms and was stopped; "
                          "a pattern that backtracks (like (a+)+$) or a very large tree can do "
                          "that: narrow the pattern, the path or include")
-        page = sort_and_cap(((rel, line, text) for rel, line, text, _ in listing.hits),
-                            args.limit or DEFAULT_LIMIT)
+        page = sort_and_cap(listing.hits, args.limit or DEFAULT_LIMIT)
         cap = settings.line_max_chars
         cut = 0
         lines = []

@@ -185,16 +185,13 @@ class FileListing(_Wire):
     """Every matching regular file, relative to the walk root, in no particular order."""
 
     paths: list[str]
-    inodes: list[int] | None = Field(
-        None, description="Parallel to paths, only when asked for (with_inodes): the hostile "
-        "test wrapper orders by them; collecting 20 000 of them is not free.")
     unreadable_dirs: int
 
 
 class GrepListing(_Wire):
-    """Every matching line: ``(rel, line_number, text, inode)``, in no particular order."""
+    """Every matching line: ``(rel, line_number, text)``, in no particular order."""
 
-    hits: list[tuple[str, int, str, int]]
+    hits: list[tuple[str, int, str]]
     binary_files: int
     unreadable_files: int
     unreadable_dirs: int

@@ -128,10 +128,8 @@ class FilePart(Protocol):
         Raises: FileOpError (``stale`` when an ``expect`` no longer holds).
         """
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
-                         with_inodes: bool = False) -> FileListing:
-        """Every regular file under the root (a file root: that file) that ``match`` accepts;
-        with ``with_inodes``, each file's inode number too (``FileListing.inodes``).
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+        """Every regular file under the root (a file root: that file) that ``match`` accepts.
 
         Raises: FileOpError (root missing, outside the base, not a dir or file).
         """

@@ -255,8 +255,7 @@ class FakeBackend:
                     found.append(path)
         return root, found
 
-    async def list_files(self, ref: PathRef, match: GlobMatch | None = None,
-                         with_inodes: bool = False) -> FileListing:
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
         self._guard()
         root, found = self._walk(ref)
         paths = []
@@ -266,15 +265,14 @@ class FakeBackend:
             if match is None or (match.name_suffix is not None and subject.endswith(match.name_suffix)) \
                     or (match.name_suffix is None and re.fullmatch(match.regex, subject)):
                 paths.append(rel)
-        return FileListing(paths=paths, inodes=[_inode(p) for p in paths] if with_inodes else None,
-                           unreadable_dirs=0)
+        return FileListing(paths=paths, unreadable_dirs=0)
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
                    deadline_ms: int | None = None) -> GrepListing:
         self._guard()
         root, found = self._walk(ref)
         regex = re.compile(pattern)
-        hits: list[tuple[str, int, str, int]] = []
+        hits: list[tuple[str, int, str]] = []
         binary = 0
         for path in found:
             rel = posixpath.relpath(path, root)
@@ -287,7 +285,7 @@ class FakeBackend:
             except UnicodeDecodeError:
                 binary += 1
                 continue
-            hits += [(rel, n, line, _inode(rel)) for n, line in enumerate(text.split("\n"), 1)
+            hits += [(rel, n, line) for n, line in enumerate(text.split("\n"), 1)
                      if regex.search(line)]
         return GrepListing(hits=hits, binary_files=binary, unreadable_files=0, unreadable_dirs=0)
 
@@ -351,10 +349,6 @@ class FakeBackend:
         tracked = self._jobs.pop(job, None)
         if tracked is not None and tracked.task is not None:
             tracked.task.cancel()
-
-
-def _inode(path: str) -> int:
-    return int.from_bytes(hashlib.sha256(path.encode("utf-8", "surrogatepass")).digest()[:6], "big")
 
 
 def _status(job: _Job) -> JobStatus:

@@ -253,13 +253,6 @@ class Agent:
             job.kill("kill")
         self._answer(rid, {})
 
-    def _op_ps(self, rid: Any, _request: dict[str, Any]) -> None:
-        """Every process this agent can see (tests use it to look for survivors)."""
-        table = procscan.process_table()
-        self._answer(rid, {"agent": os.getpid(), "processes": [
-            {"pid": pid, "ppid": ppid, "state": state, "cmdline": _cmdline(pid)}
-            for pid, (ppid, state, _) in sorted(table.items())]})
-
     def _op_grep(self, rid: Any, request: dict[str, Any]) -> None:
         """In a child process under the search's deadline (``searcher.py`` says why)."""
         args = dict(request.get("args") or {})
@@ -320,14 +313,6 @@ class Agent:
 
 def _seconds(wait_ms: float | None) -> float | None:
     return None if wait_ms is None else max(0.0, float(wait_ms)) / 1000
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except OSError:
-        return ""
 
 
 def _daemonize() -> None:

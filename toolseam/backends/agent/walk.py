@@ -161,11 +161,9 @@ def run_to_end(steps: Steps) -> dict[str, Any]:
 
 
 def list_files(base: str, path: str, confine: bool, match: str | None = None,
-               match_basename: bool = False, name_suffix: str | None = None,
-               with_inodes: bool = False) -> dict[str, Any]:
+               match_basename: bool = False, name_suffix: str | None = None) -> dict[str, Any]:
     """``list_files_steps`` run to its end."""
-    return run_to_end(list_files_steps(base, path, confine, match, match_basename, name_suffix,
-                                       with_inodes))
+    return run_to_end(list_files_steps(base, path, confine, match, match_basename, name_suffix))
 
 
 def grep_files(base: str, path: str, confine: bool, pattern: str, include: str | None = None,
@@ -175,29 +173,25 @@ def grep_files(base: str, path: str, confine: bool, pattern: str, include: str |
 
 
 def list_files_steps(base: str, path: str, confine: bool, match: str | None = None,
-                     match_basename: bool = False, name_suffix: str | None = None,
-                     with_inodes: bool = False) -> Steps:
+                     match_basename: bool = False, name_suffix: str | None = None) -> Steps:
     """Every regular file under ``path`` whose rel path (or basename) fully matches ``match``.
 
     ``name_suffix``, when given, is an exact shortcut for ``match``: a file name matches iff it
-    ends with it (the library sends it for patterns like ``*.py`` / ``**/*.py``). Inode
-    numbers are collected only ``with_inodes`` (a test wrapper orders by them). A generator:
+    ends with it (the library sends it for patterns like ``*.py`` / ``**/*.py``). A generator:
     it yields after each directory, so a host event loop can interleave it with other work
     (``toolseam.backends._parts``); closing it early closes every directory it holds.
     """
     matcher = re.compile(match).fullmatch if match is not None else None
     paths: list[str] = []
-    inodes: list[int] = []
     fd, is_dir, leaf = _open_root(base, path, confine)
     if not is_dir:
-        rel, inode = escape_name(leaf), os.fstat(fd).st_ino
+        rel = escape_name(leaf)
         os.close(fd)
         if matcher is None or matcher(rel):
             paths.append(rel)
-            inodes.append(inode)
-        return {"paths": paths, "inodes": inodes if with_inodes else None, "unreadable_dirs": 0}
+        return {"paths": paths, "unreadable_dirs": 0}
     unreadable = [0]
-    add_path, add_inode = paths.append, inodes.append  # the loop runs once per file
+    add_path = paths.append  # the loop runs once per file
     walker = _walk(fd, unreadable)
     try:
         for _, prefix, found in walker:
@@ -210,13 +204,10 @@ def list_files_steps(base: str, path: str, confine: bool, match: str | None = No
                         escape_name(name) if match_basename else prefix + escape_name(name)):
                     continue
                 add_path(prefix + name if name.isascii() else prefix + escape_name(name))
-                if with_inodes:
-                    add_inode(entry.inode())
             yield
     finally:
         walker.close()  # also when stopped early: every directory it holds is closed
-    return {"paths": paths, "inodes": inodes if with_inodes else None,
-            "unreadable_dirs": unreadable[0]}
+    return {"paths": paths, "unreadable_dirs": unreadable[0]}
 
 
 def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str | None = None,
@@ -224,7 +215,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
     """Every line matching ``pattern`` (Python ``re``) in every UTF-8 file under ``path``.
 
     Lines are those of the text after universal-newline decoding, numbered from 1. A file that
-    is not UTF-8 is skipped and counted. Each hit is ``[rel, line_number, text, inode]``. A
+    is not UTF-8 is skipped and counted. Each hit is ``[rel, line_number, text]``. A
     generator like ``list_files_steps``: it yields after each directory and every
     ``_GREP_STEP`` files.
     """
@@ -232,7 +223,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
     # A whole-file search first: most files have no hit, and one search beats a split per line.
     prefilter = None if _LINE_ONLY_SYNTAX.search(pattern) else re.compile(pattern, re.MULTILINE)
     includer = re.compile(include).fullmatch if include is not None else None
-    hits: list[tuple[str, int, str, int]] = []
+    hits: list[tuple[str, int, str]] = []
 
     def text_of(data: bytes) -> str | None:
         """The file's text with universal newlines, or None when it is not UTF-8."""
@@ -244,15 +235,15 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         return text
 
-    def add_hits(text: str, rel: str, inode: int) -> None:
+    def add_hits(text: str, rel: str) -> None:
         for number, line in enumerate(text.split("\n"), 1):
             if regex.search(line):
-                hits.append((rel, number, line[:HIT_TEXT_CAP], inode))
+                hits.append((rel, number, line[:HIT_TEXT_CAP]))
 
-    def stream_hits(file_fd: int, first: bytes, rel: str, inode: int) -> bool:
+    def stream_hits(file_fd: int, first: bytes, rel: str) -> bool:
         """A big file line by line: memory stays one chunk plus one line (a longer line is
         searched in its first ``LINE_BYTES_CAP`` bytes). False when it is not UTF-8."""
-        found: list[tuple[str, int, str, int]] = []
+        found: list[tuple[str, int, str]] = []
         for number, raw in enumerate(_lines_of(file_fd, first), 1):
             try:
                 line = raw.decode("utf-8")
@@ -261,7 +252,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
                     return False
                 line = raw[: exc.start].decode("utf-8")  # a character split by the cut
             if regex.search(line):
-                found.append((rel, number, line[:HIT_TEXT_CAP], inode))
+                found.append((rel, number, line[:HIT_TEXT_CAP]))
         hits.extend(found)
         return True
 
@@ -272,7 +263,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
             if b"\0" in head:
                 text = None
             elif os.fstat(fd).st_size > WHOLE_READ_MAX:
-                streamed = stream_hits(fd, head, escape_name(leaf), 0)
+                streamed = stream_hits(fd, head, escape_name(leaf))
                 return {"hits": hits, "binary_files": int(not streamed), "unreadable_files": 0,
                         "unreadable_dirs": 0}
             else:
@@ -280,7 +271,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
         finally:
             os.close(fd)
         if text is not None and (prefilter is None or prefilter.search(text) is not None):
-            add_hits(text, escape_name(leaf), 0)
+            add_hits(text, escape_name(leaf))
         return {"hits": hits, "binary_files": int(text is None), "unreadable_files": 0,
                 "unreadable_dirs": 0}
     unreadable, skipped = [0], {"binary": 0, "unreadable": 0}
@@ -307,7 +298,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
                         skipped["binary"] += 1
                         continue
                     if os.fstat(file_fd).st_size > WHOLE_READ_MAX:
-                        if not stream_hits(file_fd, data, prefix + escape_name(name), entry.inode()):
+                        if not stream_hits(file_fd, data, prefix + escape_name(name)):
                             skipped["binary"] += 1
                         continue
                     data += read_whole(file_fd)
@@ -317,7 +308,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
             if text is None:
                 skipped["binary"] += 1
             elif prefilter is None or prefilter.search(text) is not None:
-                add_hits(text, prefix + escape_name(name), entry.inode())
+                add_hits(text, prefix + escape_name(name))
 
     walker = _walk(fd, unreadable)
     try:
