@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 
 from toolseam import CouldNotRunError, Toolkit
-from toolseam.backends._container import Hardening
+from toolseam.backends._container_sandbox import Hardening
 
 from .conftest import host_survivors
 from .engines import ENGINES, IMAGE, backend, endpoint, remove_shared, shared_dir

@@ -18,7 +18,7 @@ import requests
 from toolseam import CouldNotRunError
 from toolseam.backends import docker as docker_backend
 from toolseam.backends import podman as podman_backend
-from toolseam.backends._container import map_engine_error
+from toolseam.backends._container_sandbox import map_engine_error
 from toolseam.backends._retry import is_transient
 
 

@@ -112,8 +112,8 @@ async def test_agent_refuses_an_environment_it_was_never_sent(tmp_path: Path) ->
 async def test_agent_killed_from_outside_ends_the_session_plainly(tmp_path: Path) -> None:
     """Every later call says the session is over, not retryable — not "retry" forever."""
     async with Toolkit("host", base_dir=str(tmp_path)) as tk:
-        launcher = tk.backend._process  # type: ignore[attr-defined]  # unshare, the agent's parent
-        agents = psutil.Process(launcher.pid).children()
+        launcher = tk.backend.agent.launcher_pid  # type: ignore[attr-defined]  # unshare
+        agents = psutil.Process(launcher).children()
         assert len(agents) == 1 and "agent.server" in " ".join(agents[0].cmdline())
         agents[0].kill()  # NOT tk.info.agent_pid: that is the pid inside the namespace (1)
         await asyncio.sleep(0.2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import errno
 import itertools
 import json
@@ -17,6 +18,7 @@ from typing import Any
 from ..seam.errors import CouldNotRunError, FileOpError, HostError
 from ..seam.models import JobStatus, OutputChunk
 from ..seam.protocol import OutputCallback
+from .agent.wire import OUTPUT_EVENT, SHUTDOWN, ErrorKind
 
 _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent to catch up
 
@@ -115,7 +117,7 @@ class AgentChannel(asyncio.Protocol):
             self._transport.abort()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        if "ev" in message:
+        if message.get("ev") == OUTPUT_EVENT:
             listener = self._listeners.get(message.get("job"))  # type: ignore[arg-type]
             if listener is not None:
                 listener(OutputChunk(stream=message["stream"], text=message["data"]))
@@ -153,6 +155,13 @@ class AgentChannel(asyncio.Protocol):
             if not future.done():
                 future.set_exception(self.death)
 
+    async def shutdown(self, answer_s: float = 5.0, drain_s: float = 10.0) -> None:
+        """End the session's agent: it kills every job and exits; then the channel closes."""
+        if self.alive:
+            with contextlib.suppress(CouldNotRunError, TimeoutError):
+                await asyncio.wait_for(self.call(SHUTDOWN), answer_s)
+        await self.close(drain_s)
+
     async def close(self, drain_s: float = 10.0) -> None:
         """Close our sending side, then read to the end (the agent finishes killing jobs first)."""
         transport = self._transport
@@ -173,15 +182,15 @@ def map_agent_error(error: dict[str, Any]) -> Exception:
     """The agent's error answer as the seam exception it stands for."""
     kind = error.get("kind")
     message = str(error.get("message", ""))
-    if kind == "fs":
+    if kind == ErrorKind.FS:
         return FileOpError(str(error.get("code")), str(error.get("path", "")),
                            str(error.get("detail", "")))
-    if kind == "spawn":
+    if kind == ErrorKind.SPAWN:
         if error.get("in_cwd"):
             return FileOpError("not_found", "", "working directory does not exist")
         transient = error.get("errno") in (errno.EAGAIN, errno.ENOMEM)
         return CouldNotRunError(f"could not start the command: {message}", retryable=transient)
-    if kind == "unknown_job":
+    if kind == ErrorKind.UNKNOWN_JOB:
         return UnknownJobError(message)
     return CouldNotRunError(f"sandbox agent fault: {message}", retryable=True)
 

@@ -12,7 +12,7 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
 from ._channel import AgentChannel
-from ._container import ContainerSandbox, Engine, Hardening
+from ._container_sandbox import ContainerSandbox, Engine, Hardening
 from ._parts import AgentExec, AgentFiles, ComposedBackend
 
 DEFAULT_IMAGE = "localhost/toolseam-sandbox:latest"

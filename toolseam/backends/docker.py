@@ -12,8 +12,8 @@ from docker.types import Mount, Ulimit
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
-from ._container import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
+from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._retry import transient_retry
 
 _NOT_FOUND = (ImageNotFound, NotFound)

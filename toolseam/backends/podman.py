@@ -16,8 +16,8 @@ from podman.errors import APIError, ImageNotFound, NotFound, PodmanError
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
-from ._container import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
+from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
 from ._retry import transient_retry
 
 

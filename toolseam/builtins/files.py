@@ -94,7 +94,7 @@ class Read(Builtin[ReadInput]):
                 return error(f"read: offset {request.offset} is past the end of {args.path} "
                              f"({exc.detail} lines)")
             raise
-        services.note_read(ctx.absolute(args.path))
+        _seen(ctx, args.path)
         return ok(render_page(page, request.offset, settings.line_max_chars), bytes=page.size,
                   offset=request.offset, lines=len(page.lines), next=page.next, total=page.total,
                   truncated=page.next is not None, cutLines=page.cut)
@@ -113,7 +113,7 @@ class Read(Builtin[ReadInput]):
                              "limit; ask for fewer lines")
             return error(f"read: {args.path} is {exc.detail} bytes, over the {cap}-byte limit for "
                          "a whole-file read; pass offset and limit to read a window of lines")
-        ctx.services.note_read(ctx.absolute(args.path))
+        _seen(ctx, args.path)
         return ok(content.text, bytes=content.size)
 
     async def _directory(self, path: str, ctx: CallContext) -> ToolResult:
@@ -140,6 +140,13 @@ class Read(Builtin[ReadInput]):
         result = ok(f"{path} ({mime}, {content.size} bytes)", bytes=content.size, mimeType=mime)
         result.parts = [part]
         return result
+
+
+def _seen(ctx: CallContext, path: str) -> None:
+    """The model has seen this file's content: a guarded write may replace it (tracked only
+    when the guard is on — it costs a path join per call)."""
+    if ctx.services.settings.write_requires_read:
+        ctx.services.note_read(ctx.absolute(path))
 
 
 def render_page(page: TextPage, offset: int, max_line_chars: int) -> str:
@@ -186,13 +193,14 @@ class Write(Builtin[WriteInput]):
             return error("write: content is not valid Unicode (it holds a lone surrogate)")
         ref = ctx.ref(args.path)
         services = ctx.services
-        if services.settings.write_requires_read and not services.has_read(ctx.absolute(args.path)):
+        guarded = services.settings.write_requires_read
+        if guarded and not services.has_read(ctx.absolute(args.path)):
             existing = await ctx.backend.stat(ref)
             if existing.kind != "missing":
                 return error(f"write: {args.path} already exists and was not read in this "
                              "session; read it first, then write")
         result = await ctx.backend.write(ref, data, keep_bom=True)
-        services.note_read(ctx.absolute(args.path))  # the model knows what it wrote
+        _seen(ctx, args.path)  # the model knows what it wrote
         return ok(f"Wrote {len(data)} bytes to {args.path}", bytes=len(data), created=result.created)
 
 
@@ -255,7 +263,7 @@ class Edit(Builtin[EditInput]):
         expect = hashlib.sha256(raw.data).hexdigest()
         await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine,
                                            ops=[WriteOp(path=p, data=data, expect=expect)]))
-        ctx.services.note_read(ctx.absolute(p))
+        _seen(ctx, p)
         n = len(chosen)
         return ok(f"Edited {p} ({n} replacement{'' if n == 1 else 's'})", replacements=n)
 
@@ -275,7 +283,7 @@ class Edit(Builtin[EditInput]):
         expect = "absent" if existing.kind == "missing" else hashlib.sha256(b"").hexdigest()
         await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine,
                                            ops=[WriteOp(path=args.path, data=data, expect=expect)]))
-        ctx.services.note_read(ctx.absolute(args.path))
+        _seen(ctx, args.path)
         return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0,
                   created=existing.kind == "missing")
 

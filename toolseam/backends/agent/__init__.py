@@ -9,4 +9,6 @@ imports only, so the directory works both as ``toolseam.backends.agent`` and as 
 ``agent`` package inside a container.
 """
 
-PROTOCOL_VERSION = 1
+from .wire import PROTOCOL_VERSION
+
+__all__ = ["PROTOCOL_VERSION"]

@@ -429,12 +429,13 @@ def write_file(base: str, path: str, confine: bool, data: bytes, keep_bom: bool 
 
 
 BOM = b"\xef\xbb\xbf"
+_EUID = os.geteuid()  # fixed for the process's life: one syscall fewer per write
 
 
 def _writable(st: os.stat_result) -> bool:
     """Whether the file's mode lets us write it in place. Root is held to the mode too: a
     0444 file says "do not change me", and an atomic rename would otherwise ignore it."""
-    uid = os.geteuid()
+    uid = _EUID
     if uid == 0:
         return bool(st.st_mode & 0o222)
     if st.st_uid == uid:

@@ -29,6 +29,7 @@ from .capture import OutputCapture
 from .loop import Loop, Timer
 from .procscan import TOKEN_VAR, JobMark, is_alive, job_members, now_ticks
 from .procscan import orphans_come_here as _orphans_come_here
+from .wire import output_event
 
 KILL_GRACE_S = 2.0
 KILL_POLL_S = 0.01
@@ -160,7 +161,7 @@ class Job:
             if self.stream:
                 text = self.capture.live_text(name, data)
                 if text:
-                    self.emit({"ev": "output", "job": self.id, "stream": name, "data": text})
+                    self.emit(output_event(self.id, name, text))
             return
         self._close_pipe(fd)
         self._check_finished()
@@ -172,7 +173,7 @@ class Job:
         if self.stream:
             rest = self.capture.live_text(name, b"", final=True)
             if rest:
-                self.emit({"ev": "output", "job": self.id, "stream": name, "data": rest})
+                self.emit(output_event(self.id, name, rest))
 
     def _drain_pipes(self) -> None:
         """Read what is buffered in the pipes without waiting for writers that are gone."""

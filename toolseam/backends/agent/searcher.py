@@ -16,8 +16,10 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from . import wire
 from .errors import FsError
 from .loop import Loop, Timer
+from .wire import ErrorKind
 
 TIMEOUT = "timeout"
 
@@ -57,7 +59,7 @@ class Search:
         try:
             answer = json.loads(b"".join(self._chunks))
         except ValueError:
-            self._done(None, {"kind": "agent", "message": "the search process died"})
+            self._done(None, wire.error(ErrorKind.AGENT, "the search process died"))
             return
         if "error" in answer:
             self._done(None, answer["error"])
@@ -69,7 +71,7 @@ class Search:
         self.kill()
         self._finish()
         error = FsError(TIMEOUT, self._path, str(self._deadline_ms))
-        self._done(None, {"kind": "fs", "message": str(error), **error.to_wire()})
+        self._done(None, wire.error(ErrorKind.FS, str(error), **error.to_wire()))
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -93,9 +95,9 @@ def _child(read_fd: int, write_fd: int, run: Callable[[], dict[str, Any]]) -> No
         try:
             answer: dict[str, Any] = {"result": run()}
         except FsError as exc:
-            answer = {"error": {"kind": "fs", "message": str(exc), **exc.to_wire()}}
+            answer = {"error": wire.error(ErrorKind.FS, str(exc), **exc.to_wire())}
         except Exception as exc:  # noqa: BLE001 - reported to the host as an agent fault
-            answer = {"error": {"kind": "agent", "message": f"{type(exc).__name__}: {exc}"}}
+            answer = {"error": wire.error(ErrorKind.AGENT, f"{type(exc).__name__}: {exc}")}
         view = memoryview(json.dumps(answer, separators=(",", ":")).encode())
         while view:
             view = view[os.write(write_fd, view):]

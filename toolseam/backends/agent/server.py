@@ -1,8 +1,7 @@
-"""The agent process: one channel of JSON lines, jobs on the main loop, file ops in threads.
+"""The agent process: one channel of JSON lines, jobs on the main loop, file ops in threads,
+searches in killable children.
 
-Requests are ``{"id", "op", ...}``; answers ``{"id", "ok": true, "result"}`` or ``{"id", "ok":
-false, "error": {"kind", ...}}``; events (live output) are ``{"ev": "output", "job", "stream",
-"data"}``. Bytes travel as base64 under keys ending in ``_b64``. When the channel closes — the
+The messages are ``wire.py``'s (one module for both ends). When the channel closes — the
 host exited, crashed or was killed — every job is killed and the agent exits, so nothing it
 started outlives its host; each job's own deadline is enforced here too, not by the host.
 """
@@ -22,11 +21,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import PROTOCOL_VERSION, files, paths, procscan, walk
+from . import files, paths, procscan, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
 from .searcher import Search
+from .wire import ErrorKind
 
 _FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
     "stat": files.stat_path,
@@ -135,7 +135,7 @@ class Agent:
             request = json.loads(line.decode())  # str: json skips guessing the encoding
             rid, op = request["id"], request["op"]
         except (ValueError, KeyError, TypeError) as exc:
-            self.send({"id": None, "ok": False, "error": {"kind": "protocol", "message": str(exc)}})
+            self.send(wire.failure(None, ErrorKind.PROTOCOL, str(exc)))
             return
         args = request.get("args") or {}
         if op in _INLINE_FS_OPS or (op == "read_text" and args.get("offset") is None
@@ -148,58 +148,58 @@ class Agent:
             return
         handler: Callable[[Any, dict[str, Any]], None] | None = getattr(self, f"_op_{op}", None)
         if handler is None:
-            self._fail(rid, "protocol", f"unknown op {op!r}")
+            self._fail(rid, ErrorKind.PROTOCOL, f"unknown op {op!r}")
             return
         try:
             handler(rid, request)
         except Exception as exc:  # noqa: BLE001 - the agent answers, never dies on one request
-            self._fail(rid, "agent", f"{type(exc).__name__}: {exc}")
+            self._fail(rid, ErrorKind.AGENT, f"{type(exc).__name__}: {exc}")
 
     def _answer(self, rid: Any, result: dict[str, Any]) -> None:
-        self.send({"id": rid, "ok": True, "result": result})
+        self.send(wire.answer(rid, result))
 
     def _fail(self, rid: Any, kind: str, message: str, **extra: Any) -> None:
-        self.send({"id": rid, "ok": False, "error": {"kind": kind, "message": message, **extra}})
+        self.send(wire.failure(rid, kind, message, **extra))
 
     def _file_op(self, rid: Any, op: str, args: dict[str, Any]) -> None:
         try:
             result = _FS_OPS[op](**_decode_bytes(args))
         except FsError as exc:
-            self._fail(rid, "fs", str(exc), **exc.to_wire())
+            self._fail(rid, ErrorKind.FS, str(exc), **exc.to_wire())
             return
         except Exception as exc:  # noqa: BLE001 - reported to the host as an agent fault
-            self._fail(rid, "agent", f"{type(exc).__name__}: {exc}")
+            self._fail(rid, ErrorKind.AGENT, f"{type(exc).__name__}: {exc}")
             return
         self._answer(rid, _encode_bytes(result))
 
     # --- exec ops -----------------------------------------------------------------------
     def _op_hello(self, rid: Any, _request: dict[str, Any]) -> None:
         self._answer(rid, {
-            "protocol": PROTOCOL_VERSION, "pid": os.getpid(), "uid": os.geteuid(),
+            "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "uid": os.geteuid(),
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
         })
 
     def _op_start(self, rid: Any, request: dict[str, Any]) -> None:
         if self._closing:
-            self._fail(rid, "closing", "the agent is shutting down")
+            self._fail(rid, ErrorKind.CLOSING, "the agent is shutting down")
             return
         self._next_job += 1
         job_id = str(request.get("job") or f"a{self._next_job}")  # hosts name jobs: events precede the answer
         if job_id in self.jobs:
-            self._fail(rid, "protocol", f"job id {job_id!r} is in use")
+            self._fail(rid, ErrorKind.PROTOCOL, f"job id {job_id!r} is in use")
             return
         try:
             spec = self._with_env(request["spec"])
         except (KeyError, TypeError) as exc:
-            self._fail(rid, "protocol", f"bad spec: {exc}")
+            self._fail(rid, ErrorKind.PROTOCOL, f"bad spec: {exc}")
             return
         try:
             job = Job(self.loop, job_id, spec, self.send,
                       lambda: [j.mark for j in self.leaders.values() if j.id != job_id],
                       lambda: self.searchers, self._job_done)
         except SpawnError as exc:
-            self._fail(rid, "spawn", exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
+            self._fail(rid, ErrorKind.SPAWN, exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
             return
         self.jobs[job_id] = job
         self.leaders[job.pid] = job
@@ -233,7 +233,7 @@ class Agent:
     def _job(self, rid: Any, request: dict[str, Any]) -> Job | None:
         job = self.jobs.get(str(request.get("job")))
         if job is None:
-            self._fail(rid, "unknown_job", f"no job {request.get('job')!r}")
+            self._fail(rid, ErrorKind.UNKNOWN_JOB, f"no job {request.get('job')!r}")
         return job
 
     def _op_wait(self, rid: Any, request: dict[str, Any]) -> None:
@@ -263,7 +263,7 @@ class Agent:
             if error is None:
                 self._answer(rid, result or {})
             else:
-                self.send({"id": rid, "ok": False, "error": error})
+                self.send({"id": rid, "ok": False, "error": error})  # already wire.error()
 
         search = Search(self.loop, lambda: walk.grep_files(**args),
                         None if deadline_ms is None else float(deadline_ms) / 1000, done,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import shutil
 import socket
@@ -23,7 +22,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import psutil
@@ -33,7 +31,7 @@ from ..policy.limits import size_bytes
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
 from ._channel import AgentChannel
-from .host import AGENT_PARENT, agent_boot
+from .boot import agent_command, stage_agent
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
@@ -154,27 +152,6 @@ def owner_is_gone(label: str) -> bool:
         return True
 
 
-def stage_agent() -> str:
-    """A world-readable copy of the agent package (a rootless engine cannot read a 0700 home)."""
-    sources = sorted(Path(AGENT_PARENT, "agent").glob("*.py"))
-    digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
-    staged = Path(tempfile.gettempdir()) / f"toolseam-agent-{digest}"
-    if not (staged / "agent" / "server.py").exists():
-        work = Path(tempfile.mkdtemp(prefix="toolseam-agent-stage-"))
-        (work / "agent").mkdir()
-        for source in sources:
-            shutil.copyfile(source, work / "agent" / source.name)
-        for path in (work, work / "agent"):
-            path.chmod(0o755)
-        for path in (work / "agent").iterdir():
-            path.chmod(0o644)
-        try:
-            work.rename(staged)
-        except OSError:  # another session staged it first
-            shutil.rmtree(work, ignore_errors=True)
-    return str(staged)
-
-
 def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
     """Fail fast, naming the endpoint, when a local engine socket is missing or refuses."""
     if not endpoint.startswith("unix://"):
@@ -233,7 +210,7 @@ class ContainerSandbox:
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
-        command = ["python3", *agent_boot(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
+        command = ["python3", *agent_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
         spec = ContainerSpec(
             image=self.image, name=f"toolseam-{self.session_id}", command=command,
             labels={OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id},
@@ -355,10 +332,7 @@ class ContainerSandbox:
     async def stop(self) -> None:
         channel, self.channel = self.channel, None
         if channel is not None:
-            if channel.alive:
-                with contextlib.suppress(CouldNotRunError, TimeoutError):
-                    await asyncio.wait_for(channel.call("shutdown"), 5)
-            await channel.close(drain_s=5)
+            await channel.shutdown(drain_s=5)
         if self.container is not None:
             with contextlib.suppress(CouldNotRunError):
                 await self._call(lambda: self.engine.remove(self.container or ""))

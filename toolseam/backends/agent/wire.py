@@ -1,0 +1,57 @@
+"""The agent's wire, in one module both ends import: the agent inside the sandbox (as
+``agent.wire``) and the host (as ``toolseam.backends.agent.wire``). Standard library only.
+
+One JSON object per line, UTF-8, over one socket:
+
+* request (host → agent):  ``{"id": ID, "op": OP, ...fields}`` — file operations carry their
+  arguments under ``"args"``; ``start`` carries ``"spec"`` (a ``SpawnRequest``'s fields).
+* answer (agent → host):   ``{"id": ID, "ok": true, "result": {...}}`` or
+  ``{"id": ID, "ok": false, "error": {"kind": KIND, "message": TEXT, ...}}``
+* event (agent → host):    ``{"ev": "output", "job": JOB, "stream": "stdout"|"stderr",
+  "data": TEXT}`` — live output, before the job's answer.
+
+Bytes travel as base64 under keys ending in ``_b64``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+# --- operations -----------------------------------------------------------------------------
+HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", "release", "shutdown"
+GREP = "grep"  # a file operation, searched in a killable child process
+FILE_OPS = ("stat", "read_text", "read_bytes", "read_page", "list_dir", "write", "commit",
+            "list_files")
+OUTPUT_EVENT = "output"
+
+
+# --- error kinds: the one table (the host maps each to a seam exception in _channel.py) -------
+class ErrorKind:
+    FS = "fs"  # a file operation failed for a reason the model can act on: code, path, detail
+    SPAWN = "spawn"  # the command could not be started: errno, in_cwd
+    UNKNOWN_JOB = "unknown_job"  # no such job id
+    CLOSING = "closing"  # the agent is shutting down
+    PROTOCOL = "protocol"  # a malformed request: the host's bug
+    AGENT = "agent"  # the agent's own fault (an exception it did not expect)
+
+
+ERROR_KINDS = (ErrorKind.FS, ErrorKind.SPAWN, ErrorKind.UNKNOWN_JOB, ErrorKind.CLOSING,
+               ErrorKind.PROTOCOL, ErrorKind.AGENT)
+
+
+def answer(rid: Any, result: dict[str, Any]) -> dict[str, Any]:
+    return {"id": rid, "ok": True, "result": result}
+
+
+def failure(rid: Any, kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"id": rid, "ok": False, "error": error(kind, message, **extra)}
+
+
+def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
+    return {"kind": kind, "message": message, **extra}
+
+
+def output_event(job: str, stream: str, data: str) -> dict[str, Any]:
+    return {"ev": OUTPUT_EVENT, "job": job, "stream": stream, "data": data}
