@@ -256,7 +256,7 @@ async def bash_cpu_table(small: str, calls: int = 2000) -> list[str]:
 def _agent_process(tk: Toolkit) -> psutil.Process:
     """The host agent of a toolkit, found among the host backend's launched processes (in its
     pid namespace the agent knows itself as pid 1, so its own answer cannot name it)."""
-    launcher = psutil.Process(tk.backend._process.pid)  # type: ignore[attr-defined]
+    launcher = psutil.Process(tk.backend.agent.launcher_pid)  # type: ignore[attr-defined]
     agents = [process for process in [launcher, *launcher.children(recursive=True)]
               if "agent.server" in " ".join(process.cmdline())]
     return agents[-1]

@@ -40,6 +40,7 @@ from ..seam.protocol import OutputCallback
 from ._channel import AgentChannel, b64, job_status
 from .agent import files as agent_files
 from .agent import walk as agent_walk
+from .agent import wire
 from .agent.errors import FsError
 
 T = TypeVar("T")
@@ -77,7 +78,7 @@ class AgentExec:
             channel.listen(request.job, on_output)
         spec = self._spec(channel, request)
         try:
-            status = job_status(await channel.call("start", job=request.job, spec=spec,
+            status = job_status(await channel.call(wire.START, job=request.job, spec=spec,
                                                    wait_ms=request.wait_ms,
                                                    forget=request.forget_when_done))
         except FileOpError as exc:
@@ -87,15 +88,15 @@ class AgentExec:
         return status
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
-        return job_status(await self._channel().call("wait", job=job, wait_ms=wait_ms))
+        return job_status(await self._channel().call(wire.WAIT, job=job, wait_ms=wait_ms))
 
     async def kill(self, job: str) -> JobStatus:
-        return job_status(await self._channel().call("kill", job=job))
+        return job_status(await self._channel().call(wire.KILL, job=job))
 
     async def release(self, job: str) -> None:
         channel = self._channel()
         channel.unlisten(job)
-        await channel.call("release", job=job)
+        await channel.call(wire.RELEASE, job=job)
 
 
 def _seam_error(exc: FsError) -> FileOpError:
@@ -257,7 +258,7 @@ class AgentFiles:
 
     async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
                    deadline_ms: int | None = None) -> GrepListing:
-        raw = await self._call("grep", **ref.model_dump(), pattern=pattern,
+        raw = await self._call(wire.GREP, **ref.model_dump(), pattern=pattern,
                                include=include.regex if include else None,
                                include_basename=include.basename if include else True,
                                deadline_ms=deadline_ms)
