@@ -22,7 +22,7 @@ import select
 import shutil
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .capture import OutputCapture
@@ -37,7 +37,7 @@ DRAIN_S = 0.2  # how long output pipes may stay open after the leader exited
 KILL_GIVE_UP_S = 2.0  # after SIGKILL: a process still there is unkillable (D state)
 
 # emit(event) sends an event line to the host; owner tracks leaders for orphan attribution
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[Mapping[str, Any]], None]
 
 
 class SpawnError(Exception):

@@ -28,7 +28,7 @@ class Search:
     """One running search; ``done`` gets ``(result, None)`` or ``(None, error dict)``."""
 
     def __init__(self, loop: Loop, run: Callable[[], dict[str, Any]], deadline_s: float | None,
-                 done: Callable[[dict[str, Any] | None, dict[str, Any] | None], None],
+                 done: Callable[[dict[str, Any] | None, wire.ErrorBody | None], None],
                  path: str) -> None:
         self._loop = loop
         self._done = done

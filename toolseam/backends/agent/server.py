@@ -17,7 +17,7 @@ import socket
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -92,7 +92,7 @@ class Agent:
         self.loop.add_reader(infd, self._on_input)
 
     # --- channel ------------------------------------------------------------------------
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: Mapping[str, Any]) -> None:
         data = (_encode(message) + "\n").encode()
         with self._write_lock:
             view = memoryview(data)
@@ -258,7 +258,7 @@ class Agent:
         args = dict(request.get("args") or {})
         deadline_ms = args.pop("deadline_ms", None)
 
-        def done(result: dict[str, Any] | None, error: dict[str, Any] | None) -> None:
+        def done(result: dict[str, Any] | None, error: wire.ErrorBody | None) -> None:
             self.searchers.discard(search.pid)
             if error is None:
                 self._answer(rid, result or {})

@@ -15,7 +15,7 @@ Bytes travel as base64 under keys ending in ``_b64``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 PROTOCOL_VERSION = 1
 
@@ -41,17 +41,54 @@ ERROR_KINDS = (ErrorKind.FS, ErrorKind.SPAWN, ErrorKind.UNKNOWN_JOB, ErrorKind.C
                ErrorKind.PROTOCOL, ErrorKind.AGENT)
 
 
-def answer(rid: Any, result: dict[str, Any]) -> dict[str, Any]:
+# --- the messages ----------------------------------------------------------------------------
+class Request(TypedDict, total=False):
+    id: int
+    op: str
+    args: dict[str, Any]  # a file operation's arguments
+    job: str  # start, wait, kill, release
+    spec: dict[str, Any]  # start: argv, cwd, env | env_id, deadline_ms, grace_ms, stream, output_limit
+    wait_ms: int | None  # start, wait
+    forget: bool  # start
+
+
+class ErrorBody(TypedDict, total=False):
+    kind: str  # one of ERROR_KINDS
+    message: str
+    code: str  # fs: the FsError code (errors.py)
+    path: str  # fs
+    detail: str  # fs
+    errno: int  # spawn
+    in_cwd: bool  # spawn: the working directory is what failed
+
+
+class Answer(TypedDict, total=False):
+    id: Any
+    ok: bool
+    result: dict[str, Any]  # when ok
+    error: ErrorBody  # when not ok
+
+
+class OutputEvent(TypedDict):
+    ev: Literal["output"]
+    job: str
+    stream: str  # "stdout" | "stderr"
+    data: str
+
+
+def answer(rid: Any, result: dict[str, Any]) -> Answer:
     return {"id": rid, "ok": True, "result": result}
 
 
-def failure(rid: Any, kind: str, message: str, **extra: Any) -> dict[str, Any]:
+def failure(rid: Any, kind: str, message: str, **extra: Any) -> Answer:
     return {"id": rid, "ok": False, "error": error(kind, message, **extra)}
 
 
-def error(kind: str, message: str, **extra: Any) -> dict[str, Any]:
-    return {"kind": kind, "message": message, **extra}
+def error(kind: str, message: str, **extra: Any) -> ErrorBody:
+    body: ErrorBody = {"kind": kind, "message": message}
+    body.update(extra)  # type: ignore[typeddict-item]
+    return body
 
 
-def output_event(job: str, stream: str, data: str) -> dict[str, Any]:
-    return {"ev": OUTPUT_EVENT, "job": job, "stream": stream, "data": data}
+def output_event(job: str, stream: str, data: str) -> OutputEvent:
+    return {"ev": "output", "job": job, "stream": stream, "data": data}
