@@ -111,6 +111,11 @@ _base_fds: dict[str, tuple[int, int, int]] = {}  # canonical base -> (fd, st_dev
 _base_lock = threading.Lock()
 
 
+def reset_locks_after_fork() -> None:
+    global _base_lock
+    _base_lock = threading.Lock()
+
+
 def _base_fd(base_canonical: str) -> int:
     """A held O_PATH fd on the base dir: every confined open starts from it.
 

@@ -16,7 +16,7 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
-from . import wire
+from . import paths, wire
 from .errors import FsError
 from .loop import Loop, Timer
 from .wire import ErrorKind
@@ -92,6 +92,9 @@ def _child(read_fd: int, write_fd: int, run: Callable[[], dict[str, Any]]) -> No
     try:
         os.close(read_fd)
         signal.set_wakeup_fd(-1)  # the agent's wakeup pipe is not ours to write
+        # A lock another agent thread held at the fork stays held forever in this copy: the
+        # ones a walk takes are made anew.
+        paths.reset_locks_after_fork()
         try:
             answer: dict[str, Any] = {"result": run()}
         except FsError as exc:
