@@ -57,8 +57,8 @@ class AgentExec:
         self._env_sent: tuple[AgentChannel, dict[str, str], int] | None = None
         self._env_ids = itertools.count(1)
 
-    def _spec(self, channel: AgentChannel, request: SpawnRequest) -> dict[str, Any]:
-        spec: dict[str, Any] = {
+    def _spec(self, channel: AgentChannel, request: SpawnRequest) -> wire.Spec:
+        spec: wire.Spec = {
             "argv": request.argv, "cwd": request.cwd, "deadline_ms": request.deadline_ms,
             "grace_ms": request.grace_ms, "stream": request.stream,
             "output_limit": request.output_limit}

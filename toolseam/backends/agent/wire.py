@@ -42,12 +42,25 @@ ERROR_KINDS = (ErrorKind.FS, ErrorKind.SPAWN, ErrorKind.UNKNOWN_JOB, ErrorKind.C
 
 
 # --- the messages ----------------------------------------------------------------------------
+class Spec(TypedDict, total=False):
+    """What ``start`` runs: a ``SpawnRequest`` less the job id, its environment sent once."""
+
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]  # sent with a new env_id; later specs name the id alone
+    env_id: int
+    deadline_ms: int | None
+    grace_ms: int
+    stream: bool
+    output_limit: int
+
+
 class Request(TypedDict, total=False):
     id: int
     op: str
     args: dict[str, Any]  # a file operation's arguments
     job: str  # start, wait, kill, release
-    spec: dict[str, Any]  # start: argv, cwd, env | env_id, deadline_ms, grace_ms, stream, output_limit
+    spec: Spec  # start
     wait_ms: int | None  # start, wait
     forget: bool  # start
 
