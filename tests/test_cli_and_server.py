@@ -45,7 +45,8 @@ def test_host_errors_exit_non_zero_with_a_message(tmp_path: Path) -> None:
 
 
 def test_tools_prints_declarations() -> None:
-    for fmt, key in (("openai", "function"), ("anthropic", "input_schema"), ("gemini", "parameters")):
+    for fmt, key in (("openai", "function"), ("anthropic", "input_schema"), ("gemini", "parameters"),
+                     ("openai-strict", "function"), ("responses", "parameters")):
         done = run("tools", "--format", fmt)
         assert done.returncode == 0
         assert all(key in d for d in json.loads(done.stdout))
