@@ -89,4 +89,7 @@ export TOOLSEAM_DOCKER_URL=unix:///var/run/docker.sock
 export TOOLSEAM_IMAGE=localhost/toolseam-sandbox:latest
 export TOOLSEAM_REQUIRE_ENGINES=1
 ENV
+# local registries (TLS, one behind htpasswd) with the reference image, for the pull tests
+scripts/setup-registry.sh
+cat .registry.env >> .engines.env
 echo "engines ready: podman (rootful, rootless as $ROOTLESS_USER), docker"

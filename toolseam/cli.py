@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from typing import Any, NoReturn
 
@@ -42,6 +43,10 @@ def _session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="sandbox image (container backends)")
     parser.add_argument("--rootless", action="store_true", help="rootless podman")
     parser.add_argument("--workspace", help="host dir mounted at /workspace (container backends)")
+    parser.add_argument("--pull", choices=("never", "missing", "always"),
+                        help="pull the image: never, when missing (default), always")
+    parser.add_argument("--registry-user", help="registry user for the pull; the password comes "
+                        "from TOOLSEAM_REGISTRY_PASSWORD (default: the engine's own credentials)")
     limits = parser.add_argument_group("sandbox limits (container backends)")
     limits.add_argument("--memory", help="memory limit, e.g. 256m (default 2g)")
     limits.add_argument("--cpus", type=float, help="CPUs, e.g. 0.5 (default: no limit)")
@@ -78,6 +83,13 @@ def _toolkit(args: argparse.Namespace) -> Toolkit:
             options["image"] = args.image
         if args.rootless:
             options["rootless"] = True
+        if args.pull:
+            options["pull"] = args.pull
+        if args.registry_user:
+            options["auth"] = {"username": args.registry_user,
+                               "password": os.environ.get("TOOLSEAM_REGISTRY_PASSWORD", "")}
+        if sys.stderr.isatty():
+            options["on_pull_progress"] = _progress_bar()
         options["workspace"] = args.workspace or args.base_dir or "."
         base_dir = args.base_dir if args.base_dir and args.base_dir.startswith("/workspace") else None
         if args.confine and base_dir is None:
@@ -85,12 +97,28 @@ def _toolkit(args: argparse.Namespace) -> Toolkit:
     else:
         if args.confine and not args.base_dir:
             raise ConfigurationError("--confine needs --base-dir (the directory to confine to)")
-        if args.rootless or args.image or args.workspace:
-            raise ConfigurationError("--image, --rootless and --workspace need --backend "
-                                     "podman or docker")
+        if args.rootless or args.image or args.workspace or args.pull or args.registry_user:
+            raise ConfigurationError("--image, --rootless, --workspace, --pull and "
+                                     "--registry-user need --backend podman or docker")
         base_dir = args.base_dir
     return Toolkit(args.backend, base_dir=base_dir, confine_to_base_dir=args.confine,
                    settings=settings, backend_options=options)
+
+
+def _progress_bar() -> Any:
+    """A one-line pull progress on a terminal: layers done, bytes of the layer moving now."""
+    done: set[str] = set()
+
+    def show(event: Any) -> None:
+        if event.status.lower().startswith(("pull complete", "already exists")) and event.layer:
+            done.add(event.layer)
+        moving = (f" {event.current >> 20}/{event.total >> 20} MiB"
+                  if event.current is not None and event.total else "")
+        line = f"pulling {event.image}: {len(done)} layers done, {event.status}{moving}"
+        sys.stderr.write("\r" + line[:100].ljust(100))
+        sys.stderr.flush()
+
+    return show
 
 
 def result_exit_code(result: Any) -> int:

@@ -76,7 +76,8 @@ class Toolkit:
         self.confine = confine_to_base_dir
         self.shell_id_persisted = shell_id_persisted
         if isinstance(backend, str):
-            backend = backend_for(backend, base_dir, self.settings.limits, backend_options or {})
+            backend = backend_for(backend, base_dir, self.settings.limits, backend_options or {},
+                                  self.settings.pull)
         self.backend: BuiltinExec = backend
         self._base_dir_option = base_dir
         self._env_source = env

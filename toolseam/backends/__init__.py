@@ -38,7 +38,7 @@ def create_backend(name: str, **options: Any) -> BuiltinExec:
 
 
 def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
-                options: Mapping[str, Any]) -> BuiltinExec:
+                options: Mapping[str, Any], pull: str = "missing") -> BuiltinExec:
     """The backend a ``Toolkit`` builds from a name: the host works in the base dir; container
     engines get the session's limits (the host backend has no engine to enforce them)."""
     chosen = dict(options)
@@ -50,6 +50,7 @@ def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
                                      "enforced by a container engine; the host backend has none")
     else:
         chosen.setdefault("limits", limits)
+        chosen.setdefault("pull", pull)
     return create_backend(name, **chosen)
 
 

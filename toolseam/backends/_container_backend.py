@@ -9,11 +9,12 @@ import os
 
 from ..policy.environment import CONTAINER_BASE_ENV
 from ..policy.limits import SandboxLimits
-from ..seam.errors import CouldNotRunError
+from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.models import SandboxInfo
 from ._channel import AgentChannel
 from ._container_sandbox import ContainerSandbox, Engine, Hardening
 from ._parts import AgentExec, AgentFiles, ComposedBackend
+from ._pull import PULL_POLICIES, PullCallback, PullPolicy
 
 DEFAULT_IMAGE = "localhost/toolseam-sandbox:latest"
 
@@ -23,7 +24,12 @@ class ContainerBackend(ComposedBackend):
     the session (``CouldNotRunError``); it never falls back to the host."""
 
     def __init__(self, engine: Engine, engine_name: str, image: str, workspace: str,
-                 hardening: Hardening | None, limits: SandboxLimits | None = None) -> None:
+                 hardening: Hardening | None, limits: SandboxLimits | None = None,
+                 pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
+                 on_pull_progress: PullCallback | None = None) -> None:
+        if pull not in PULL_POLICIES:
+            raise ConfigurationError(f"pull policy must be one of {', '.join(PULL_POLICIES)}, "
+                                     f"got {pull!r}")
         super().__init__(AgentFiles(self._agent), AgentExec(self._agent))
         self.name = engine_name
         hardening = hardening or Hardening()
@@ -33,7 +39,9 @@ class ContainerBackend(ComposedBackend):
                 network=limits.network, tmpfs_size=limits.tmpfs_size)
         self.sandbox = ContainerSandbox(engine, engine_name, image, workspace, hardening,
                                         dict(CONTAINER_BASE_ENV),
-                                        enforce_limits=limits is not None and not limits.is_default)
+                                        enforce_limits=limits is not None and not limits.is_default,
+                                        pull_policy=pull, registry_auth=auth,
+                                        on_pull_progress=on_pull_progress)
         self._opening = asyncio.Lock()
         self._workspace_id: tuple[int, int] | None = None
 

@@ -31,6 +31,7 @@ from ..policy.limits import size_bytes
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
 from ._channel import AgentChannel
+from ._pull import PullCallback, PullPolicy
 from .boot import agent_command, stage_agent
 
 OWNER_LABEL = "toolseam.owner"
@@ -90,6 +91,8 @@ class Engine(Protocol):
 
     def ping(self) -> None: ...
     def image_exists(self, image: str) -> bool: ...
+    def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
+             ) -> None: ...
     def run(self, spec: ContainerSpec) -> str: ...
     def state(self, container: str) -> ContainerState: ...
     def host_config(self, container: str) -> dict[str, Any]: ...
@@ -190,6 +193,9 @@ class ContainerSandbox:
     container: str | None = None
     channel: AgentChannel | None = None
     enforce_limits: bool = False  # the host set limits: refuse a sandbox the engine left unlimited
+    pull_policy: PullPolicy = "missing"
+    registry_auth: dict[str, str] | None = None  # None: the engine's own credentials
+    on_pull_progress: PullCallback | None = None
     _socket_dir: str | None = None
 
     async def _call(self, func: Callable[[], T]) -> T:
@@ -200,11 +206,7 @@ class ContainerSandbox:
         await self._call(lambda: check_unix_endpoint(self.engine_name, self.engine.endpoint))
         await self._call(self.engine.ping)
         await self.remove_orphans()
-        if not await self._call(lambda: self.engine.image_exists(self.image)):
-            raise CouldNotRunError(
-                f"image {self.image!r} is not present on the {self.engine_name} engine at "
-                f"{self.engine.endpoint} (pull policy: never); build it with images/build.sh",
-                retryable=False)
+        await self._ensure_image()
         self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
         owner = _socket_owner(self.engine.endpoint)
         if os.geteuid() == 0 and owner not in (None, 0):
@@ -234,6 +236,18 @@ class ContainerSandbox:
                            base_env=dict(self.environment),
                            pid_namespace=True, agent_pid=int(hello["pid"]),
                            cold_start_ms=int((time.monotonic() - started) * 1000))
+
+    async def _ensure_image(self) -> None:
+        """The image, by the pull policy: never pulled, pulled when missing, or always."""
+        if self.pull_policy != "always" and await self._call(
+                lambda: self.engine.image_exists(self.image)):
+            return
+        if self.pull_policy == "never":
+            raise CouldNotRunError(
+                f"image {self.image!r} is not present on the {self.engine_name} engine at "
+                f"{self.engine.endpoint} (pull policy: never)", retryable=False)
+        await self._call(lambda: self.engine.pull(self.image, self.registry_auth,
+                                                  self.on_pull_progress))
 
     async def _check_limits(self, container: str) -> None:
         """The engine's own record must show the limits: rootless podman on cgroups v1, for

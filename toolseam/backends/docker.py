@@ -14,6 +14,7 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
 from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
+from ._pull import PullCallback, PullPolicy, progress_of, pull_failure, split_reference
 from ._retry import transient_retry
 
 _NOT_FOUND = (ImageNotFound, NotFound)
@@ -39,6 +40,24 @@ class DockerEngine:
 
     def ping(self) -> None:
         self._do(lambda: self.client.ping())
+
+    def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
+             ) -> None:
+        """Pull through the engine API, reporting progress; a failure names image and registry."""
+        repository, tag = split_reference(image)
+        try:
+            # not through _do: a pull is not retried here, and its failures have their own kinds
+            for event in self.client.api.pull(repository, tag, stream=True, decode=True,
+                                              auth_config=auth):
+                if "error" in event:
+                    raise pull_failure("docker", image, str(event["error"]))
+                if on_progress is not None:
+                    on_progress(progress_of(image, event))
+        except (DockerException, requests.exceptions.RequestException) as exc:
+            message = str(getattr(exc, "explanation", None) or exc)
+            if isinstance(exc, requests.exceptions.ConnectionError):
+                message = f"{self.endpoint} unreachable: {exc}"
+            raise pull_failure("docker", image, message) from None
 
     def image_exists(self, image: str) -> bool:
         try:
@@ -105,10 +124,12 @@ class DockerBackend(ContainerBackend):
 
     def __init__(self, workspace: str = ".", *, image: str = DEFAULT_IMAGE,
                  endpoint: str | None = None, hardening: Hardening | None = None,
-                 limits: SandboxLimits | None = None) -> None:
+                 limits: SandboxLimits | None = None, pull: PullPolicy = "missing",
+                 auth: dict[str, str] | None = None,
+                 on_pull_progress: PullCallback | None = None) -> None:
         url = endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or "unix:///var/run/docker.sock"
         super().__init__(DockerEngine(url), "docker", image, os.path.abspath(workspace), hardening,
-                         limits)
+                         limits, pull, auth, on_pull_progress)
 
 
 __all__ = ["DockerBackend", "DockerEngine", "Hardening"]

@@ -18,6 +18,7 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
 from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
+from ._pull import PullCallback, PullPolicy, progress_of, pull_failure, split_reference
 from ._retry import transient_retry
 
 
@@ -45,6 +46,24 @@ class PodmanEngine:
     def ping(self) -> None:
         if not self._do(self._client.ping):
             raise CouldNotRunError(f"podman engine unreachable at {self.endpoint}", retryable=True)
+
+    def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
+             ) -> None:
+        """Pull through the engine API, reporting progress; a failure names image and registry."""
+        repository, tag = split_reference(image)
+        try:
+            events: Any = self._client.images.pull(repository, tag, stream=True, decode=True,
+                                                   auth_config=auth)
+            for event in events:
+                if "error" in event:
+                    raise pull_failure("podman", image, str(event["error"]))
+                if on_progress is not None:
+                    on_progress(progress_of(image, event))
+        except (PodmanError, requests.exceptions.RequestException) as exc:
+            message = str(getattr(exc, "explanation", None) or exc)
+            if isinstance(exc, requests.exceptions.ConnectionError):
+                message = f"{self.endpoint} unreachable: {exc}"
+            raise pull_failure("podman", image, message) from None
 
     def image_exists(self, image: str) -> bool:
         return bool(self._do(lambda: self._client.images.exists(image)))
@@ -117,11 +136,14 @@ class PodmanBackend(ContainerBackend):
 
     def __init__(self, workspace: str = ".", *, image: str = DEFAULT_IMAGE,
                  endpoint: str | None = None, rootless: bool = False,
-                 hardening: Hardening | None = None, limits: SandboxLimits | None = None) -> None:
+                 hardening: Hardening | None = None, limits: SandboxLimits | None = None,
+                 pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
+                 on_pull_progress: PullCallback | None = None) -> None:
         variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
         url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
         super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
-                         os.path.abspath(workspace), hardening, limits)
+                         os.path.abspath(workspace), hardening, limits, pull, auth,
+                         on_pull_progress)
 
 
 __all__ = ["Hardening", "PodmanBackend", "PodmanEngine"]

@@ -63,6 +63,8 @@ class Settings(BaseModel):
     search_timeout_ms: int = Field(60_000, gt=0, le=MAX_MS,
                                    description="A grep still searching after this is stopped.")
     media_max_bytes: int = Field(5 << 20, gt=0, description="Largest image/PDF/audio attachment.")
+    pull: Literal["never", "missing", "always"] = Field(
+        "missing", description="Container images: never pull, pull when missing, or always.")
     limits: SandboxLimits = Field(default_factory=SandboxLimits,
                                   description="Container sandbox limits (memory, cpus, pids, …).")
     write_requires_read: bool = Field(
