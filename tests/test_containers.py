@@ -72,14 +72,20 @@ async def test_exit_126_from_the_user_is_a_result(toolkit: Toolkit) -> None:
 
 @pytest.mark.parametrize("engine", ENGINES)
 async def test_missing_image_is_could_not_run_fast(engine: str, workspace: Path) -> None:
-    started = time.monotonic()
-    sandbox = backend(engine, str(workspace), image="localhost/toolseam-no-such-image:9")
-    with pytest.raises(CouldNotRunError) as caught:
-        await sandbox.open()
-    await sandbox.close()
-    assert time.monotonic() - started < 5
-    assert "localhost/toolseam-no-such-image:9" in caught.value.reason
-    assert caught.value.retryable is False
+    """pull never: a missing image is final at once. missing (the default): the pull is tried,
+    and a registry that is not there is reported as such, retryable."""
+    for pull, retryable, words in (("never", False, "pull policy: never"),
+                                   ("missing", True, "could not pull")):
+        started = time.monotonic()
+        sandbox = backend(engine, str(workspace), image="localhost/toolseam-no-such-image:9",
+                          pull=pull)
+        with pytest.raises(CouldNotRunError) as caught:
+            await sandbox.open()
+        await sandbox.close()
+        assert time.monotonic() - started < 5
+        assert "localhost/toolseam-no-such-image:9" in caught.value.reason
+        assert words in caught.value.reason
+        assert caught.value.retryable is retryable
 
 
 @pytest.mark.parametrize("engine", ENGINES)

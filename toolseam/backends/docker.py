@@ -45,10 +45,12 @@ class DockerEngine:
              ) -> None:
         """Pull through the engine API, reporting progress; a failure names image and registry."""
         repository, tag = split_reference(image)
+        events: Any = None
         try:
             # not through _do: a pull is not retried here, and its failures have their own kinds
-            for event in self.client.api.pull(repository, tag, stream=True, decode=True,
-                                              auth_config=auth):
+            events = self.client.api.pull(repository, tag, stream=True, decode=True,
+                                          auth_config=auth)
+            for event in events:
                 if "error" in event:
                     raise pull_failure("docker", image, str(event["error"]))
                 if on_progress is not None:
@@ -58,6 +60,10 @@ class DockerEngine:
             if isinstance(exc, requests.exceptions.ConnectionError):
                 message = f"{self.endpoint} unreachable: {exc}"
             raise pull_failure("docker", image, message) from None
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # a stream left half read keeps its connection open
 
     def image_exists(self, image: str) -> bool:
         try:

@@ -7,11 +7,13 @@ sandbox creates in the workspace belong to the user and stay editable and remova
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 import requests
 from podman import PodmanClient
+from podman.api import encode_auth_header
 from podman.errors import APIError, ImageNotFound, NotFound, PodmanError
 
 from ..policy.limits import SandboxLimits
@@ -51,9 +53,9 @@ class PodmanEngine:
              ) -> None:
         """Pull through the engine API, reporting progress; a failure names image and registry."""
         repository, tag = split_reference(image)
+        events: Any = None
         try:
-            events: Any = self._client.images.pull(repository, tag, stream=True, decode=True,
-                                                   auth_config=auth)
+            events = self._pull_events(repository, tag, auth)
             for event in events:
                 if "error" in event:
                     raise pull_failure("podman", image, str(event["error"]))
@@ -64,6 +66,27 @@ class PodmanEngine:
             if isinstance(exc, requests.exceptions.ConnectionError):
                 message = f"{self.endpoint} unreachable: {exc}"
             raise pull_failure("podman", image, message) from None
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()  # a stream left half read keeps its connection open
+
+    def _pull_events(self, repository: str, tag: str, auth: dict[str, str] | None) -> Any:
+        """The libpod pull stream, read line by line and closed after (podman-py's own
+        streaming pull leaves its response open when the caller stops early)."""
+        token = encode_auth_header(auth) if auth else ""
+        headers = {"X-Registry-Auth": token.decode() if isinstance(token, bytes) else token}
+        params = {"reference": f"{repository}:{tag}" if not tag.startswith("sha256:")
+                  else f"{repository}@{tag}", "policy": "always", "compatMode": True}
+        response = self._client.api.post("/images/pull", params=params, stream=True,
+                                         headers=headers)
+        try:
+            response.raise_for_status(not_found=ImageNotFound)
+            for line in response.iter_lines():
+                if line:
+                    yield json.loads(line)
+        finally:
+            response.close()
 
     def image_exists(self, image: str) -> bool:
         return bool(self._do(lambda: self._client.images.exists(image)))
