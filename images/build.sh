@@ -55,7 +55,7 @@ case "$engine" in
             -t localhost/toolseam-sandbox:latest -f "$here/Containerfile" "$here" >/dev/null ;;
   *) echo "engine must be podman or docker" >&2; exit 2 ;;
 esac
-# A 2 MB image without python3, for the "image lacks python3" test.
+# A 2 MB busybox-only image (no python3, no libc), for the foreign-image tests.
 nopy="$cache/nopython.tar"
 if [ ! -s "$nopy" ]; then
   rm -rf "$cache/nopython"; mkdir -p "$cache/nopython/bin"
@@ -67,4 +67,18 @@ case "$engine" in
   podman) run "podman import --quiet $nopy localhost/toolseam-nopython:latest" >/dev/null ;;
   docker) "$docker" import "$nopy" localhost/toolseam-nopython:latest >/dev/null ;;
 esac
+# Debian without python: the reference rootfs with every python binary and library taken out.
+debnopy="$cache/debian-nopython.tar"
+if [ ! -s "$debnopy" ] && [ -s "$tarball" ]; then
+  cp "$tarball" "$debnopy.tmp"
+  tar --delete --wildcards -f "$debnopy.tmp" './usr/bin/python3*' './usr/lib/python3*' \
+    './usr/lib/python3.11*' './usr/lib/x86_64-linux-gnu/libpython3*' 2>/dev/null || true
+  mv "$debnopy.tmp" "$debnopy" && chmod 0644 "$debnopy"
+fi
+if [ -s "$debnopy" ]; then
+  case "$engine" in
+    podman) run "podman import --quiet $debnopy localhost/toolseam-debian-nopython:latest" >/dev/null ;;
+    docker) "$docker" import "$debnopy" localhost/toolseam-debian-nopython:latest >/dev/null ;;
+  esac
+fi
 echo "built localhost/toolseam-sandbox:latest for $engine${user:+ (rootless, $user)}"

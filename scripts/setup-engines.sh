@@ -77,9 +77,9 @@ fi
 
 # images, for each engine (skipped when present)
 have() { "$@" >/dev/null 2>&1; }
-have podman image exists localhost/toolseam-sandbox:latest || images/build.sh podman
-have as_user podman image exists localhost/toolseam-sandbox:latest || images/build.sh podman --user "$ROOTLESS_USER"
-have /usr/bin/docker image inspect localhost/toolseam-sandbox:latest || images/build.sh docker
+have podman image exists localhost/toolseam-debian-nopython:latest || images/build.sh podman
+have as_user podman image exists localhost/toolseam-debian-nopython:latest || images/build.sh podman --user "$ROOTLESS_USER"
+have /usr/bin/docker image inspect localhost/toolseam-debian-nopython:latest || images/build.sh docker
 
 cat > .engines.env <<ENV
 export TOOLSEAM_PODMAN_URL=unix:///run/toolseam/podman.sock

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -102,13 +103,54 @@ async def test_wrong_engine_socket_names_the_endpoint(engine: str, workspace: Pa
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-async def test_image_without_python_is_named(engine: str, workspace: Path) -> None:
-    sandbox = backend(engine, str(workspace), image="localhost/toolseam-nopython:latest")
-    with pytest.raises(CouldNotRunError) as caught:
-        await sandbox.open()
-    await sandbox.close()
-    assert "localhost/toolseam-nopython:latest" in caught.value.reason
-    assert "python3" in caught.value.reason and caught.value.retryable is False
+async def test_foreign_images_serve_every_builtin(engine: str, workspace: Path) -> None:
+    """The agent brings its own runtime: an image with no python3, no bash — busybox alone, or
+    Debian without python — serves every builtin as the reference image does."""
+    for image in FOREIGN_IMAGES:
+        async with Toolkit(backend(engine, str(workspace), image=image, pull="never"),
+                           base_dir="/workspace", confine_to_base_dir=True) as tk:
+            has_python = await tk.call("bash", {"command": "command -v python3 || echo none"})
+            assert has_python.output == "none\n", (image, has_python.output)
+            results = {name: await tk.call(name, args) for name, args in (
+                ("write", {"path": "d/f.txt", "content": "one\ntwo\n"}),
+                ("read", {"path": "d/f.txt"}),
+                ("edit", {"path": "d/f.txt", "oldString": "two", "newString": "TWO"}),
+                ("apply_patch", {"patchText": "*** Begin Patch\n*** Add File: p.txt\n+patched\n"
+                                              "*** End Patch"}),
+                ("grep", {"pattern": "TWO"}),
+                ("glob", {"pattern": "**/*.txt"}),
+                ("bash", {"command": "cat d/f.txt p.txt"}))}
+            for name, result in results.items():
+                assert not result.is_error, (image, name, result.output)
+            assert results["read"].output.startswith("00001| one\n")
+            assert results["grep"].output == "d/f.txt:2:TWO"
+            assert results["glob"].output == "d/f.txt\np.txt"
+            assert results["bash"].output == "one\nTWO\npatched\n"
+            # no bash in the image: the catalog resolved sh, and the result says which ran
+            assert results["bash"].metadata["shell"] == "/bin/sh -c"
+        for path in workspace.iterdir():
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_shell_the_image_lacks_is_refused_and_nothing_runs(engine: str,
+                                                                   workspace: Path) -> None:
+    from toolseam import HostError, Settings
+
+    tk = Toolkit(backend(engine, str(workspace), image=FOREIGN_IMAGES[0], pull="never"),
+                 settings=Settings(shell_id="bash"))
+    try:
+        with pytest.raises(HostError) as caught:
+            await tk.open()
+    finally:
+        await tk.close()
+    assert "bash" in str(caught.value)
+
+
+FOREIGN_IMAGES = ("localhost/toolseam-nopython:latest", "localhost/toolseam-debian-nopython:latest")
 
 
 @pytest.mark.parametrize("engine", ["podman", "docker"])  # rootless on cgroups v1 has no limits

@@ -32,7 +32,7 @@ from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo
 from ._channel import AgentChannel
 from ._pull import PullCallback, PullPolicy
-from .boot import agent_command, stage_agent
+from .boot import bundle_command, stage_bundle
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
@@ -101,8 +101,6 @@ class Engine(Protocol):
     def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
     def close(self) -> None: ...
 
-
-_EXEC_MISSING = ("not found", "no such file", "executable file")
 
 # Engine answers that say the request itself is wrong, whatever HTTP status the engine chose:
 # asking again cannot help. One failure, one verdict on every engine (podman answers a missing
@@ -212,23 +210,16 @@ class ContainerSandbox:
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
-        command = ["python3", *agent_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
+        command = [*bundle_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
+        bundle = await self._call(stage_bundle)
         spec = ContainerSpec(
             image=self.image, name=f"toolseam-{self.session_id}", command=command,
             labels={OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id},
             environment=self.environment,
-            binds=[(self.workspace, WORKSPACE, False), (stage_agent(), AGENT_MOUNT, True),
+            binds=[(self.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
                    (self._socket_dir, SOCKET_MOUNT, False)],
             hardening=self.hardening)
-        try:
-            self.container = await self._call(lambda: self.engine.run(spec))
-        except CouldNotRunError as failure:
-            # The agent is the container's first program: an image without python3 fails at
-            # create/start, in the engine's words ("exec: \"python3\": executable file not found")
-            text = failure.reason.lower()
-            if "python3" in text and any(m in text for m in _EXEC_MISSING):
-                raise self._no_python() from None
-            raise
+        self.container = await self._call(lambda: self.engine.run(spec))
         if self.enforce_limits:
             await self._check_limits(self.container)
         hello = await self._connect()
@@ -301,10 +292,6 @@ class ContainerSandbox:
         except CouldNotRunError:
             return None
 
-    def _no_python(self) -> CouldNotRunError:
-        return CouldNotRunError(f"image {self.image!r} has no python3, which the sandbox agent "
-                                "needs (standard library only)", retryable=False)
-
     async def explain(self, failure: CouldNotRunError | None, starting: bool = False
                       ) -> CouldNotRunError:
         """Turn "the channel closed" into what happened to the container, from the engine's API."""
@@ -318,14 +305,12 @@ class ContainerSandbox:
             detail = f": {logs.splitlines()[-1]}" if logs else ""
             return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
                                     retryable=True)
-        text = f"{state.error} {logs}".lower()
-        missing = _EXEC_MISSING
-        # The container's first program is python3: an init that cannot exec it says so in its
-        # own words ("tini: exec python3 failed", "catatonit: failed to exec pid1").
-        exec_failed = "exec" in text and any(m in text for m in missing)
-        if state.exit_code == 127 or (starting and exec_failed) or (
-                "python3" in text and any(m in text for m in missing)):
-            return self._no_python()
+        if starting and state.exit_code not in (137, None):
+            # The agent brings its own runtime: an exit at start is the agent's own failure
+            # (an image for another CPU architecture, a kernel without what it needs).
+            detail = logs.splitlines()[-1] if logs else f"exit code {state.exit_code}"
+            return CouldNotRunError(f"the sandbox agent could not start in image {self.image!r}: "
+                                    f"{detail}", retryable=False)
         if state.oom_killed or state.exit_code == 137:
             # podman 4.3 reports OOMKilled=false for a real OOM kill: exit 137 says SIGKILL.
             return CouldNotRunError("the sandbox container was killed (out of memory or SIGKILL, "

@@ -19,6 +19,9 @@ import hashlib
 import os
 import shutil
 import socket
+import subprocess
+import sys
+import sysconfig
 import tempfile
 from collections import deque
 from pathlib import Path
@@ -58,6 +61,98 @@ def stage_agent() -> str:
         except OSError:  # another session staged it first
             shutil.rmtree(work, ignore_errors=True)
     return str(staged)
+
+
+# --- the agent for any image: this interpreter, with everything it loads, run by its own loader
+RUNTIME_DIR = "rt"  # inside the staged bundle, beside agent/
+_STDLIB_LEFT_OUT = ("__pycache__", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3",
+                    "ensurepip", "pydoc_data", "site-packages", "lib-dynload", "config-*",
+                    "distutils", "venv", "*.exe", "turtle.py")
+
+
+def stage_bundle() -> str:
+    """A world-readable directory holding ``agent/`` and ``rt/``: this interpreter, the part of
+    its standard library the agent can import, every shared library they load and the dynamic
+    loader itself. Run through that loader, the agent needs nothing from the image — no
+    python3, no libc of the right kind (busybox, musl and distroless images alike).
+
+    Built once per interpreter and agent version from what is running here, so a plain
+    ``pip install`` gets it; it needs ``ldd`` (glibc's libc-bin), and says so if missing.
+    """
+    agent_dir = Path(stage_agent())
+    python = Path(os.path.realpath(sys.executable))
+    digest = hashlib.sha256(f"{python}:{sys.version}:{agent_dir.name}".encode()).hexdigest()[:16]
+    bundle = Path(tempfile.gettempdir()) / f"toolseam-bundle-{digest}"
+    if (bundle / RUNTIME_DIR / "ready").exists():
+        return str(bundle)
+    work = Path(tempfile.mkdtemp(prefix="toolseam-bundle-stage-"))
+    try:
+        shutil.copytree(agent_dir / "agent", work / "agent")
+        _build_runtime(python, work / RUNTIME_DIR)
+        (work / RUNTIME_DIR / "ready").write_text(sys.version)
+        for path in [work, *work.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+        try:
+            work.rename(bundle)
+        except OSError:  # another session staged it first
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return str(bundle)
+
+
+def _build_runtime(python: Path, rt: Path) -> None:
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    # the base installation's extension modules (a venv's platstdlib has none)
+    dynload = Path(sysconfig.get_config_var("DESTSHARED") or stdlib / "lib-dynload")
+    libdir = rt / "lib"
+    target_stdlib = libdir / stdlib.name
+    (rt / "bin").mkdir(parents=True)
+    shutil.copy2(python, rt / "bin" / "python3")
+    # The standard library but what an agent never imports (tests, GUIs, installers, docs).
+    shutil.copytree(stdlib, target_stdlib, ignore=shutil.ignore_patterns(*_STDLIB_LEFT_OUT))
+    (target_stdlib / "lib-dynload").mkdir(exist_ok=True)
+    extensions = sorted(dynload.glob("*.so"))
+    for extension in extensions:
+        shutil.copy2(extension, target_stdlib / "lib-dynload" / extension.name)
+    libraries, loader = _shared_closure([python, *extensions])
+    for library in libraries:
+        shutil.copy2(library, libdir / Path(library).name)
+    shutil.copy2(loader, libdir / LOADER_NAME)
+
+
+LOADER_NAME = "ld.so"  # the dynamic loader, under one name whatever its real one
+
+
+def _shared_closure(binaries: list[Path]) -> tuple[set[str], str]:
+    """Every shared library the binaries load (``ldd``), and the dynamic loader."""
+    if shutil.which("ldd") is None:
+        raise CouldNotRunError("cannot stage the sandbox agent's runtime: `ldd` is missing "
+                               "(install glibc's libc-bin)", retryable=False)
+    libraries: set[str] = set()
+    loader = ""
+    for binary in binaries:
+        listing = subprocess.run(["ldd", str(binary)], capture_output=True, text=True,
+                                 check=False).stdout
+        for line in listing.splitlines():
+            parts = line.split()
+            if "=>" in parts and len(parts) >= 3 and parts[2].startswith("/"):
+                libraries.add(parts[2])
+            elif parts and parts[0].startswith("/"):
+                loader = parts[0]
+    if not loader:
+        raise CouldNotRunError(f"cannot stage the sandbox agent's runtime: {binaries[0]} names "
+                               "no dynamic loader (a static interpreter is not supported)",
+                               retryable=False)
+    return libraries, os.path.realpath(loader)
+
+
+def bundle_command(mount: str) -> list[str]:
+    """The container's first program: the bundled interpreter through the bundled loader."""
+    rt = f"{mount}/{RUNTIME_DIR}"
+    return [f"{rt}/lib/{LOADER_NAME}", "--library-path", f"{rt}/lib", f"{rt}/bin/python3",
+            *agent_command(mount)]
 
 
 class LocalAgent:
