@@ -14,6 +14,7 @@ bind-mounted directory. Either way the session ends with ``AgentChannel.shutdown
 from __future__ import annotations
 
 import asyncio
+import compileall
 import contextlib
 import hashlib
 import os
@@ -65,9 +66,10 @@ def stage_agent() -> str:
 
 # --- the agent for any image: this interpreter, with everything it loads, run by its own loader
 RUNTIME_DIR = "rt"  # inside the staged bundle, beside agent/
-_STDLIB_LEFT_OUT = ("__pycache__", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3",
-                    "ensurepip", "pydoc_data", "site-packages", "lib-dynload", "config-*",
-                    "distutils", "venv", "*.exe", "turtle.py")
+_STDLIB_LEFT_OUT = ("*.opt-1.pyc", "*.opt-2.pyc", "test", "tests", "idlelib", "tkinter",
+                    "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "site-packages",
+                    "lib-dynload", "config-*", "distutils", "venv", "*.exe", "turtle.py")
+_BUNDLE_FORMAT = 2  # part of the staged directory's name: a new layout is staged anew
 
 
 def stage_bundle() -> str:
@@ -81,13 +83,17 @@ def stage_bundle() -> str:
     """
     agent_dir = Path(stage_agent())
     python = Path(os.path.realpath(sys.executable))
-    digest = hashlib.sha256(f"{python}:{sys.version}:{agent_dir.name}".encode()).hexdigest()[:16]
+    key = f"{_BUNDLE_FORMAT}:{python}:{sys.version}:{agent_dir.name}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     bundle = Path(tempfile.gettempdir()) / f"toolseam-bundle-{digest}"
     if (bundle / RUNTIME_DIR / "ready").exists():
         return str(bundle)
     work = Path(tempfile.mkdtemp(prefix="toolseam-bundle-stage-"))
     try:
         shutil.copytree(agent_dir / "agent", work / "agent")
+        # Bytecode in the bundle: the mount is read-only, and compiling the agent and the
+        # standard library from source at every container start costs hundreds of ms.
+        compileall.compile_dir(str(work / "agent"), quiet=1)
         _build_runtime(python, work / RUNTIME_DIR)
         (work / RUNTIME_DIR / "ready").write_text(sys.version)
         for path in [work, *work.rglob("*")]:
