@@ -24,14 +24,19 @@ _URLS = {"podman": "TOOLSEAM_PODMAN_URL", "podman-rootless": "TOOLSEAM_PODMAN_RO
          "docker": "TOOLSEAM_DOCKER_URL"}
 
 
-def endpoint(engine: str) -> str:
-    url = os.environ.get(_URLS[engine])
-    if url:
-        return url
-    message = f"{engine}: {_URLS[engine]} is not set (run scripts/setup-engines.sh)"
+def required_env(variable: str, what: str) -> str:
+    """A variable the test script sets; unset, a visible skip — or a failure in CI."""
+    value = os.environ.get(variable)
+    if value:
+        return value
+    message = f"{what}: {variable} is not set (run scripts/setup-engines.sh)"
     if os.environ.get("TOOLSEAM_REQUIRE_ENGINES"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def endpoint(engine: str) -> str:
+    return required_env(_URLS[engine], engine)
 
 
 def backend(engine: str, workspace: str, **options: object) -> BuiltinExec:

@@ -14,20 +14,14 @@ import pytest
 from toolseam import Toolkit
 from toolseam.backends._pull import PullProgress, registry_of, split_reference
 
-from .engines import ENGINES, backend, endpoint, remove_shared, shared_dir
+from .engines import ENGINES, backend, endpoint, remove_shared, required_env, shared_dir
 
 SANDBOX = "localhost/toolseam-sandbox:latest"
 NOPYTHON = "localhost/toolseam-nopython:latest"
 
 
 def registry(variable: str) -> str:
-    value = os.environ.get(variable)
-    if value:
-        return value
-    message = f"{variable} is not set (run scripts/setup-registry.sh)"
-    if os.environ.get("TOOLSEAM_REQUIRE_ENGINES"):
-        pytest.fail(message)
-    pytest.skip(message)
+    return required_env(variable, "the test registries")
 
 
 def push(local: str, remote: str, creds: str | None = None) -> None:

@@ -8,9 +8,11 @@ up. Pulls go through the engine's API with the engine's own credentials (docker'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
+
+import requests
 
 from ..seam.errors import CouldNotRunError
 
@@ -72,3 +74,28 @@ def progress_of(image: str, event: dict[str, Any]) -> PullProgress:
     return PullProgress(image=image, status=str(event.get("status") or event.get("stream") or ""),
                         layer=event.get("id"), current=detail.get("current"),
                         total=detail.get("total"))
+
+
+def follow_pull(engine: str, endpoint: str, image: str, start: Callable[[], Iterator[dict[str, Any]]],
+                sdk_errors: tuple[type[Exception], ...], on_progress: PullCallback | None) -> None:
+    """Read an engine's pull stream to its end: progress to ``on_progress``, an error event or
+    an SDK failure as the could-not-run it means; the stream is closed however it ends (one
+    left half read keeps its connection open)."""
+    events: Iterator[dict[str, Any]] | None = None
+    caught: tuple[type[Exception], ...] = (*sdk_errors, requests.exceptions.RequestException)
+    try:
+        events = start()
+        for event in events:
+            if "error" in event:
+                raise pull_failure(engine, image, str(event["error"]))
+            if on_progress is not None:
+                on_progress(progress_of(image, event))
+    except caught as exc:
+        message = str(getattr(exc, "explanation", None) or exc)
+        if isinstance(exc, requests.exceptions.ConnectionError):
+            message = f"{endpoint} unreachable: {exc}"
+        raise pull_failure(engine, image, message) from None
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()

@@ -14,7 +14,7 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
 from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
-from ._pull import PullCallback, PullPolicy, progress_of, pull_failure, split_reference
+from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
 from ._retry import transient_retry
 
 _NOT_FOUND = (ImageNotFound, NotFound)
@@ -43,27 +43,12 @@ class DockerEngine:
 
     def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
              ) -> None:
-        """Pull through the engine API, reporting progress; a failure names image and registry."""
+        """Pull through the engine API, reporting progress; a failure names image and registry.
+        Not through ``_do``: a pull is not retried here, and its failures have their own kinds."""
         repository, tag = split_reference(image)
-        events: Any = None
-        try:
-            # not through _do: a pull is not retried here, and its failures have their own kinds
-            events = self.client.api.pull(repository, tag, stream=True, decode=True,
-                                          auth_config=auth)
-            for event in events:
-                if "error" in event:
-                    raise pull_failure("docker", image, str(event["error"]))
-                if on_progress is not None:
-                    on_progress(progress_of(image, event))
-        except (DockerException, requests.exceptions.RequestException) as exc:
-            message = str(getattr(exc, "explanation", None) or exc)
-            if isinstance(exc, requests.exceptions.ConnectionError):
-                message = f"{self.endpoint} unreachable: {exc}"
-            raise pull_failure("docker", image, message) from None
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()  # a stream left half read keeps its connection open
+        follow_pull("docker", self.endpoint, image, lambda: self.client.api.pull(
+            repository, tag, stream=True, decode=True, auth_config=auth),
+            (DockerException,), on_progress)
 
     def image_exists(self, image: str) -> bool:
         try:

@@ -20,7 +20,7 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
 from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
-from ._pull import PullCallback, PullPolicy, progress_of, pull_failure, split_reference
+from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
 from ._retry import transient_retry
 
 
@@ -53,23 +53,8 @@ class PodmanEngine:
              ) -> None:
         """Pull through the engine API, reporting progress; a failure names image and registry."""
         repository, tag = split_reference(image)
-        events: Any = None
-        try:
-            events = self._pull_events(repository, tag, auth)
-            for event in events:
-                if "error" in event:
-                    raise pull_failure("podman", image, str(event["error"]))
-                if on_progress is not None:
-                    on_progress(progress_of(image, event))
-        except (PodmanError, requests.exceptions.RequestException) as exc:
-            message = str(getattr(exc, "explanation", None) or exc)
-            if isinstance(exc, requests.exceptions.ConnectionError):
-                message = f"{self.endpoint} unreachable: {exc}"
-            raise pull_failure("podman", image, message) from None
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()  # a stream left half read keeps its connection open
+        follow_pull("podman", self.endpoint, image,
+                    lambda: self._pull_events(repository, tag, auth), (PodmanError,), on_progress)
 
     def _pull_events(self, repository: str, tag: str, auth: dict[str, str] | None) -> Any:
         """The libpod pull stream, read line by line and closed after (podman-py's own
