@@ -197,14 +197,14 @@ def read_page(base: str, path: str, confine: bool, offset: int, limit: int, max_
         cut: list[int] = []
         used = 0
         number = 0
-        for raw, was_cut in _bounded_lines(f, max_line_chars * 4):
+        for raw, was_cut in bounded_lines(f, max_line_chars * 4):
             number += 1
             if number < offset:
                 continue
             if len(lines) >= limit or (lines and used + len(raw) + 1 > max_bytes):
                 return {"lines": lines, "cut": cut, "next": number, "total": None,
                         "size": st.st_size}
-            text = _decode_line(raw, was_cut, path)
+            text = decode_line(raw, was_cut, path)
             if len(text) > max_line_chars:
                 text, was_cut = text[:max_line_chars], True
             if was_cut:
@@ -216,8 +216,9 @@ def read_page(base: str, path: str, confine: bool, offset: int, limit: int, max_
     return {"lines": lines, "cut": cut, "next": None, "total": number, "size": st.st_size}
 
 
-def _bounded_lines(f: io.BufferedReader[io.FileIO], cap: int) -> Any:
-    """(first ``cap`` bytes of each line without its ending, whether more was dropped)."""
+def bounded_lines(f: io.BufferedReader[io.FileIO], cap: int) -> Any:
+    """(first ``cap`` bytes of each line without its ending, whether more was dropped): memory
+    stays one buffer plus ``cap`` bytes, however long a line is (read, and grep's big files)."""
     while True:
         chunk = f.readline(cap)
         if not chunk:
@@ -234,7 +235,8 @@ def _bounded_lines(f: io.BufferedReader[io.FileIO], cap: int) -> Any:
         yield chunk.removesuffix(b"\r"), dropped
 
 
-def _decode_line(raw: bytes, was_cut: bool, path: str) -> str:
+def decode_line(raw: bytes, was_cut: bool, path: str) -> str:
+    """A line's text; a character split by the cut is dropped; not UTF-8: ``NOT_UTF8``."""
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -12,14 +12,15 @@ one fd per level is open.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import stat
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from typing import Any
 
 from .errors import NOT_REGULAR, FsError
-from .files import read_whole
+from .files import bounded_lines, decode_line, read_whole
 from .paths import open_path, resolve
 
 PRUNED_DIRS = frozenset({".git", "node_modules"})
@@ -32,41 +33,11 @@ _FIRST_READ = 1 << 14  # most source files fit; a bigger buffer costs its alloca
 
 
 # Memory bounds of a search, whatever the files' shapes: files above WHOLE_READ_MAX are read
-# in chunks, a line is searched in at most its first LINE_BYTES_CAP bytes, and a hit keeps
-# at most HIT_TEXT_CAP characters of its line.
+# line by line (files.bounded_lines), a line is searched in at most its first LINE_BYTES_CAP
+# bytes, and a hit keeps at most HIT_TEXT_CAP characters of its line.
 WHOLE_READ_MAX = 8 << 20
 LINE_BYTES_CAP = 1 << 20
 HIT_TEXT_CAP = 4096
-_CHUNK = 1 << 20
-
-
-def _lines_of(fd: int, first: bytes) -> Iterator[bytes]:
-    """The lines of a file read in chunks (``\r\n`` or ``\n`` ended), each at most
-    ``LINE_BYTES_CAP`` bytes; the rest of a longer line is read and dropped."""
-    pending = first
-    dropping = False
-    while True:
-        start = 0
-        while True:
-            end = pending.find(b"\n", start)
-            if end < 0:
-                break
-            if not dropping:
-                yield pending[start:end].removesuffix(b"\r")[:LINE_BYTES_CAP]
-            dropping = False
-            start = end + 1
-        pending = pending[start:]
-        if len(pending) > LINE_BYTES_CAP and not dropping:
-            yield pending[:LINE_BYTES_CAP]
-            dropping, pending = True, b""
-        elif dropping:
-            pending = b""
-        chunk = os.read(fd, _CHUNK)
-        if not chunk:
-            if pending and not dropping:
-                yield pending.removesuffix(b"\r")
-            return
-        pending += chunk
 
 
 def escape_name(name: str) -> str:
@@ -240,19 +211,19 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
             if regex.search(line):
                 hits.append((rel, number, line[:HIT_TEXT_CAP]))
 
-    def stream_hits(file_fd: int, first: bytes, rel: str) -> bool:
-        """A big file line by line: memory stays one chunk plus one line (a longer line is
-        searched in its first ``LINE_BYTES_CAP`` bytes). False when it is not UTF-8."""
+    def stream_hits(file_fd: int, rel: str) -> bool:
+        """A big file line by line, from its start (a longer line is searched in its first
+        ``LINE_BYTES_CAP`` bytes). False when it is not UTF-8."""
         found: list[tuple[str, int, str]] = []
-        for number, raw in enumerate(_lines_of(file_fd, first), 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                if len(raw) < LINE_BYTES_CAP or exc.start < len(raw) - 3:
+        os.lseek(file_fd, 0, os.SEEK_SET)
+        with io.BufferedReader(io.FileIO(file_fd, "r", closefd=False), 1 << 16) as reader:
+            for number, (raw, was_cut) in enumerate(bounded_lines(reader, LINE_BYTES_CAP), 1):
+                try:
+                    line = decode_line(raw, was_cut, rel)
+                except FsError:
                     return False
-                line = raw[: exc.start].decode("utf-8")  # a character split by the cut
-            if regex.search(line):
-                found.append((rel, number, line[:HIT_TEXT_CAP]))
+                if regex.search(line):
+                    found.append((rel, number, line[:HIT_TEXT_CAP]))
         hits.extend(found)
         return True
 
@@ -263,7 +234,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
             if b"\0" in head:
                 text = None
             elif os.fstat(fd).st_size > WHOLE_READ_MAX:
-                streamed = stream_hits(fd, head, escape_name(leaf))
+                streamed = stream_hits(fd, escape_name(leaf))
                 return {"hits": hits, "binary_files": int(not streamed), "unreadable_files": 0,
                         "unreadable_dirs": 0}
             else:
@@ -298,7 +269,7 @@ def grep_steps(base: str, path: str, confine: bool, pattern: str, include: str |
                         skipped["binary"] += 1
                         continue
                     if os.fstat(file_fd).st_size > WHOLE_READ_MAX:
-                        if not stream_hits(file_fd, data, prefix + escape_name(name)):
+                        if not stream_hits(file_fd, prefix + escape_name(name)):
                             skipped["binary"] += 1
                         continue
                     data += read_whole(file_fd)
