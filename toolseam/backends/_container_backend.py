@@ -55,14 +55,7 @@ class ContainerBackend(ComposedBackend):
         """The workspace is a bind mount: it pins the directory the sandbox started with. If the
         host's workspace path now names another directory (renamed away, recreated), the
         sandbox would go on writing into the old one — fail closed instead."""
-        if self._workspace_id is None:
-            return
-        try:
-            st = os.stat(self.sandbox.workspace)
-            now: tuple[int, int] | None = (st.st_dev, st.st_ino)
-        except OSError:
-            now = None
-        if now != self._workspace_id:
+        if self._workspace_id is not None and _identity(self.sandbox.workspace) != self._workspace_id:
             raise CouldNotRunError(f"the workspace {self.sandbox.workspace} was renamed, removed or "
                                    "replaced since the sandbox started", retryable=False)
 
@@ -80,11 +73,8 @@ class ContainerBackend(ComposedBackend):
         self._check_open()
         async with self._opening:
             if self._info is None:
-                try:
-                    st = os.stat(self.sandbox.workspace)
-                    self._workspace_id = (st.st_dev, st.st_ino)
-                except OSError:
-                    self._workspace_id = None  # the engine will say what is wrong with it
+                # None when missing: the engine will say what is wrong with it
+                self._workspace_id = _identity(self.sandbox.workspace)
                 try:
                     self._info = await self.sandbox.start()
                 except BaseException:
@@ -97,3 +87,12 @@ class ContainerBackend(ComposedBackend):
             return
         self._closed = True
         await self.sandbox.stop()
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """Which directory a path names now (device, inode); None when it names nothing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
