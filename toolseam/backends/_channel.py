@@ -167,7 +167,8 @@ class AgentChannel(asyncio.Protocol):
         transport = self._transport
         if transport is not None and not transport.is_closing():
             try:
-                transport.write_eof()
+                if transport.can_write_eof():  # a TLS stream cannot half-close
+                    transport.write_eof()
             except (OSError, RuntimeError):
                 transport.close()
         try:

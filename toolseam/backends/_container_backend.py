@@ -6,13 +6,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import posixpath
+import tarfile
+import tempfile
+from typing import Literal
 
 from ..policy.environment import CONTAINER_BASE_ENV
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, CouldNotRunError
-from ..seam.models import SandboxInfo
+from ..seam.models import SandboxInfo, SyncReport
 from ._channel import AgentChannel
-from ._container_sandbox import ContainerSandbox, Engine, Hardening
+from ._container_sandbox import (
+    WORKSPACE,
+    WORKSPACE_MODES,
+    ContainerSandbox,
+    Engine,
+    Hardening,
+    WorkspaceMode,
+)
 from ._parts import AgentExec, AgentFiles, ComposedBackend
 from ._pull import PULL_POLICIES, PullCallback, PullPolicy
 
@@ -26,10 +37,16 @@ class ContainerBackend(ComposedBackend):
     def __init__(self, engine: Engine, engine_name: str, image: str, workspace: str,
                  hardening: Hardening | None, limits: SandboxLimits | None = None,
                  pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
-                 on_pull_progress: PullCallback | None = None) -> None:
+                 on_pull_progress: PullCallback | None = None,
+                 workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None) -> None:
         if pull not in PULL_POLICIES:
             raise ConfigurationError(f"pull policy must be one of {', '.join(PULL_POLICIES)}, "
                                      f"got {pull!r}")
+        if workspace_mode not in WORKSPACE_MODES:
+            raise ConfigurationError(f"workspace_mode must be one of {', '.join(WORKSPACE_MODES)}, "
+                                     f"got {workspace_mode!r}")
+        if copy_limit is not None and copy_limit <= 0:
+            raise ConfigurationError(f"copy_limit must be a positive number of bytes, got {copy_limit}")
         super().__init__(AgentFiles(self._agent), AgentExec(self._agent))
         self.name = engine_name
         hardening = hardening or Hardening()
@@ -41,7 +58,10 @@ class ContainerBackend(ComposedBackend):
                                         dict(CONTAINER_BASE_ENV),
                                         enforce_limits=limits is not None and not limits.is_default,
                                         pull_policy=pull, registry_auth=auth,
-                                        on_pull_progress=on_pull_progress)
+                                        on_pull_progress=on_pull_progress,
+                                        mode=resolve_mode(workspace_mode, engine))
+        if copy_limit is not None:
+            self.sandbox.copy_limit = copy_limit
         self._opening = asyncio.Lock()
         self._workspace_id: tuple[int, int] | None = None
 
@@ -51,10 +71,82 @@ class ContainerBackend(ComposedBackend):
             raise CouldNotRunError(f"the {self.name} sandbox is not running", retryable=True)
         return channel
 
+    @property
+    def workspace_mode(self) -> Literal["bind", "copy"]:
+        return self.sandbox.mode
+
+    async def sync(self) -> SyncReport:
+        """Bring the sandbox's changes home to the base dir now (copy mode; bind mode shares
+        the directory, so there is nothing to bring). Also done at close."""
+        self._check_open()
+        return await self.sandbox.sync()
+
+    async def upload(self, local: str, dest: str) -> None:
+        """Copy a host file or directory into the sandbox's workspace as ``dest`` (relative to
+        it, or absolute below it). An upload is the sandbox's own: copy mode brings it home
+        only if the sandbox changes it."""
+        self._check_open()
+        target = self._sandbox_path(dest)
+        if not os.path.lexists(local):
+            raise ConfigurationError(f"upload: {local} does not exist")
+        parent, name = posixpath.split(target)
+        sandbox = self.sandbox
+        container = sandbox.container
+        assert container is not None
+
+        def put() -> None:
+            copy = sandbox.copy
+            with tempfile.NamedTemporaryFile(prefix="toolseam-upload-") as archive:
+                if copy is not None:
+                    copy.pack_upload(local, name, archive)
+                else:
+                    with tarfile.open(fileobj=archive, mode="w") as tar:
+                        tar.add(local, arcname=name)
+                archive.flush()
+                sandbox.engine.put_archive(container, parent, archive)
+                if copy is not None:
+                    copy.remember_uploaded(archive.name, posixpath.relpath(parent, WORKSPACE)
+                                           if parent != WORKSPACE else "")
+        await asyncio.to_thread(put)
+
+    async def download(self, src: str, local: str) -> None:
+        """Copy a file or directory of the sandbox's workspace to ``local`` on the host
+        (which must not exist yet); written beside it first, then renamed into place."""
+        self._check_open()
+        source = self._sandbox_path(src)
+        if os.path.lexists(local):
+            raise ConfigurationError(f"download: {local} already exists")
+        sandbox = self.sandbox
+        container = sandbox.container
+        assert container is not None
+
+        def get() -> None:
+            parent = os.path.dirname(os.path.abspath(local))
+            with tempfile.TemporaryDirectory(prefix=".toolseam-download-", dir=parent) as work:
+                with sandbox.engine.get_archive(container, source) as chunks, \
+                        tempfile.TemporaryFile() as spool:
+                    for chunk in chunks:
+                        spool.write(chunk)
+                    spool.seek(0)
+                    with tarfile.open(fileobj=spool) as tar:
+                        tar.extractall(work, filter="data")
+                os.rename(os.path.join(work, posixpath.basename(source)), local)
+        await asyncio.to_thread(get)
+
+    def _sandbox_path(self, path: str) -> str:
+        full = posixpath.normpath(posixpath.join(WORKSPACE, path))
+        if not full.startswith(WORKSPACE + "/"):
+            raise ConfigurationError(f"{path!r} is not below the sandbox's workspace {WORKSPACE}")
+        if self.sandbox.container is None:
+            raise CouldNotRunError(f"the {self.name} sandbox is not running", retryable=True)
+        return full
+
     def _check_sandbox(self) -> None:
         """The workspace is a bind mount: it pins the directory the sandbox started with. If the
         host's workspace path now names another directory (renamed away, recreated), the
         sandbox would go on writing into the old one — fail closed instead."""
+        if self.sandbox.mode == "copy":
+            return  # the sandbox has its own copy; the base dir is only written at sync
         if self._workspace_id is not None and _identity(self.sandbox.workspace) != self._workspace_id:
             raise CouldNotRunError(f"the workspace {self.sandbox.workspace} was renamed, removed or "
                                    "replaced since the sandbox started", retryable=False)
@@ -87,6 +179,16 @@ class ContainerBackend(ComposedBackend):
             return
         self._closed = True
         await self.sandbox.stop()
+
+
+def resolve_mode(requested: WorkspaceMode, engine: Engine) -> Literal["bind", "copy"]:
+    """``auto``: bind mounts for an engine on a unix socket (it runs on this machine and sees
+    its filesystem), a copy for one reached over the network (``tcp://``, ``https://``) —
+    such an engine may be anywhere. ``bind`` or ``copy`` overrides, e.g. ``copy`` for a local
+    engine in a private mount namespace, ``bind`` for a TCP engine on this very machine."""
+    if requested != "auto":
+        return requested
+    return "bind" if engine.address.is_local else "copy"
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -1,10 +1,17 @@
 """What the podman and docker backends share, by composition: one warm container per session.
 
-The container runs the sandbox agent (mounted read-only from a staged copy of
-``backends/agent``) as its main process: pid 1 of the container, which no command can kill.
-The agent listens on a unix socket in a bind-mounted private directory; the host connects
-once and every call is a line on that socket — about a millisecond, never an engine ``exec``
-per call.
+The container runs the sandbox agent (the staged bundle of ``boot.stage_bundle``) as its main
+process: pid 1 of the container, which no command can kill. Every call is a line on one
+channel to it — about a millisecond, never an engine ``exec`` per call. Two ways to get there
+(``WorkspaceMode``, chosen by ``resolve_mode``):
+
+* **bind** (a local engine): the workspace, the bundle and a socket directory are bind mounts;
+  the agent listens on a unix socket the host connects to.
+* **copy** (an engine that shares no filesystem with the host — another machine): nothing of
+  the host's is mounted. The bundle goes once into a volume per engine and agent version, the
+  base dir is copied in through the engine's archive API before the start and copied back on
+  ``sync`` and at close (``_workspace_copy``), and the channel is the engine's attach stream
+  to the agent's stdin/stdout (``_attach``).
 
 Engines differ only in how a container is created, inspected and removed: that is the
 ``Engine`` protocol each backend implements with its own SDK.
@@ -20,25 +27,30 @@ import socket
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import IO, Any, Literal, Protocol, TypeVar
 
 import psutil
 import requests
 
 from ..policy.limits import size_bytes
 from ..seam.errors import CouldNotRunError
-from ..seam.models import SandboxInfo
+from ..seam.models import SandboxInfo, SyncReport
+from ._attach import EngineAddress, attach_channel
 from ._channel import AgentChannel
 from ._pull import PullCallback, PullPolicy
-from .boot import bundle_command, stage_bundle
+from ._workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
+from .boot import bundle_archive, bundle_command, stage_bundle
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
 WORKSPACE = "/workspace"
 AGENT_MOUNT = "/opt/toolseam"
 SOCKET_MOUNT = "/run/toolseam"
+AGENT_VOLUME_LABEL = "toolseam.agent"
+WorkspaceMode = Literal["auto", "bind", "copy"]
+WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "bind", "copy")
 _CONNECT_TIMEOUT_S = 15.0
 
 T = TypeVar("T")
@@ -73,6 +85,8 @@ class ContainerSpec:
     environment: dict[str, str]
     binds: list[tuple[str, str, bool]]  # (host path, container path, read only)
     hardening: Hardening
+    volumes: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, path, read only)
+    stdin_open: bool = False  # the channel is the attach stream to the agent's stdin/stdout
 
 
 @dataclass
@@ -88,12 +102,22 @@ class Engine(Protocol):
     """One engine SDK behind the calls the sandbox needs (synchronous; run in threads)."""
 
     endpoint: str
+    address: EngineAddress  # where the attach stream connects (unix, TCP, TLS)
 
     def ping(self) -> None: ...
     def image_exists(self, image: str) -> bool: ...
     def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
              ) -> None: ...
-    def run(self, spec: ContainerSpec) -> str: ...
+    def create(self, spec: ContainerSpec) -> str: ...
+    def start(self, container: str) -> None: ...
+    def attach_path(self, container: str) -> str: ...
+    def put_archive(self, container: str, path: str, data: IO[bytes]) -> None: ...
+    def get_archive(self, container: str, path: str) -> contextlib.AbstractContextManager[
+        Iterator[bytes]]: ...
+    def volume_exists(self, name: str) -> bool: ...
+    def create_volume(self, name: str, labels: dict[str, str]) -> None: ...
+    def remove_volume(self, name: str) -> None: ...
+    def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
     def state(self, container: str) -> ContainerState: ...
     def host_config(self, container: str) -> dict[str, Any]: ...
     def logs(self, container: str) -> str: ...
@@ -194,7 +218,13 @@ class ContainerSandbox:
     pull_policy: PullPolicy = "missing"
     registry_auth: dict[str, str] | None = None  # None: the engine's own credentials
     on_pull_progress: PullCallback | None = None
+    mode: Literal["bind", "copy"] = "bind"
+    copy_limit: int = DEFAULT_COPY_LIMIT
+    copy: WorkspaceCopy | None = None  # copy mode: what the sandbox was given
+    last_sync: SyncReport | None = None
     _socket_dir: str | None = None
+    _workspace_volume: str | None = None
+    _agent_stderr: Any = None
 
     async def _call(self, func: Callable[[], T]) -> T:
         return await asyncio.to_thread(func)
@@ -205,28 +235,107 @@ class ContainerSandbox:
         await self._call(self.engine.ping)
         await self.remove_orphans()
         await self._ensure_image()
+        labels = {OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id}
+        bundle = await self._call(stage_bundle)
+        if self.mode == "bind":
+            hello = await self._start_bound(bundle, labels)
+        else:
+            hello = await self._start_copied(bundle, labels)
+        return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,
+                           base_env=dict(self.environment),
+                           pid_namespace=True, agent_pid=int(hello["pid"]),
+                           cold_start_ms=int((time.monotonic() - started) * 1000))
+
+    def _spec(self, command: list[str], labels: dict[str, str], **parts: Any) -> ContainerSpec:
+        return ContainerSpec(image=self.image, name=f"toolseam-{self.session_id}",
+                             command=command, labels=labels, environment=self.environment,
+                             hardening=self.hardening, **parts)
+
+    async def _start_bound(self, bundle: str, labels: dict[str, str]) -> dict[str, Any]:
         self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
         owner = _socket_owner(self.engine.endpoint)
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
         command = [*bundle_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
-        bundle = await self._call(stage_bundle)
-        spec = ContainerSpec(
-            image=self.image, name=f"toolseam-{self.session_id}", command=command,
-            labels={OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id},
-            environment=self.environment,
-            binds=[(self.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
-                   (self._socket_dir, SOCKET_MOUNT, False)],
-            hardening=self.hardening)
-        self.container = await self._call(lambda: self.engine.run(spec))
+        spec = self._spec(command, labels, binds=[
+            (self.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
+            (self._socket_dir, SOCKET_MOUNT, False)])
+        self.container = await self._call(lambda: self.engine.create(spec))
+        await self._call(lambda: self.engine.start(self.container or ""))
         if self.enforce_limits:
             await self._check_limits(self.container)
-        hello = await self._connect()
-        return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,
-                           base_env=dict(self.environment),
-                           pid_namespace=True, agent_pid=int(hello["pid"]),
-                           cold_start_ms=int((time.monotonic() - started) * 1000))
+        return await self._connect()
+
+    async def _start_copied(self, bundle: str, labels: dict[str, str]) -> dict[str, Any]:
+        agent_volume = await self._agent_volume(bundle)
+        self._workspace_volume = f"toolseam-ws-{self.session_id}"
+        await self._call(lambda: self.engine.create_volume(self._workspace_volume or "", labels))
+        spec = self._spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
+                          volumes=[(agent_volume, AGENT_MOUNT, True),
+                                   (self._workspace_volume, WORKSPACE, False)])
+        self.container = await self._call(lambda: self.engine.create(spec))
+        self.copy = WorkspaceCopy(self.workspace, self.copy_limit)
+        await self._call(self._copy_in)
+        await self._call(lambda: self.engine.start(self.container or ""))
+        if self.enforce_limits:
+            await self._check_limits(self.container)
+        try:
+            self.channel, self._agent_stderr = await attach_channel(
+                self.engine.address, self.engine.attach_path(self.container),
+                f"{self.engine_name} container {self.container}")
+        except CouldNotRunError as exc:
+            state = await self._state()
+            if state is not None and not state.running:
+                raise await self.explain(None, starting=True) from None
+            raise exc from None
+        return await self.channel.call("hello")
+
+    def _copy_in(self) -> None:
+        assert self.copy is not None and self.container is not None
+        with tempfile.TemporaryFile(prefix="toolseam-copy-in-") as archive:
+            self.copy.pack(archive)
+            archive.seek(0)
+            self.engine.put_archive(self.container, WORKSPACE, archive)
+
+    async def _agent_volume(self, bundle: str) -> str:
+        """The bundle in a volume, filled once per engine and bundle (its digest is in the
+        name). A second, empty volume marks the fill complete: a fill cut short is redone."""
+        name = f"toolseam-agent-{os.path.basename(bundle).rsplit('-', 1)[-1]}"
+        ready = f"{name}-ready"
+        if await self._call(lambda: self.engine.volume_exists(ready)):
+            return name
+
+        def fill() -> None:
+            labels = {AGENT_VOLUME_LABEL: name}
+            if not self.engine.volume_exists(name):
+                self.engine.create_volume(name, labels)
+            helper = self.engine.create(ContainerSpec(
+                image=self.image, name=f"toolseam-fill-{self.session_id}",
+                command=["/opt/toolseam/never-started"], labels=labels, environment={},
+                binds=[], hardening=self.hardening, volumes=[(name, AGENT_MOUNT, False)]))
+            try:
+                with bundle_archive(bundle) as archive:
+                    self.engine.put_archive(helper, AGENT_MOUNT, archive)
+            finally:
+                self.engine.remove(helper)
+            self.engine.create_volume(ready, labels)
+
+        await self._call(fill)
+        return name
+
+    async def sync(self) -> SyncReport:
+        """Bring the sandbox's changes to the base dir home (copy mode); bind mode has none."""
+        if self.copy is None or self.container is None:
+            return SyncReport()
+        return await self._call(self._copy_back)
+
+    def _copy_back(self) -> SyncReport:
+        assert self.copy is not None and self.container is not None
+        with self.engine.get_archive(self.container, WORKSPACE) as chunks:
+            spool = self.copy.spool(chunks, "the sandbox's workspace")
+        with spool:
+            return self.copy.apply(spool)
 
     async def _ensure_image(self) -> None:
         """The image, by the pull policy: never pulled, pulled when missing, or always."""
@@ -326,16 +435,38 @@ class ContainerSandbox:
                 with contextlib.suppress(CouldNotRunError):
                     await self._call(lambda c=container: self.engine.remove(c))  # type: ignore[misc]
                     removed.append(container)
+        for volume, labels in await self._call(lambda: self.engine.labeled_volumes(OWNER_LABEL)):
+            if owner_is_gone(labels.get(OWNER_LABEL, "")):
+                with contextlib.suppress(CouldNotRunError):
+                    await self._call(lambda v=volume: self.engine.remove_volume(v))  # type: ignore[misc]
         return removed
 
     async def stop(self) -> None:
+        """End the session. In copy mode the changes come home first, after the agent has
+        ended every job (the archive API reads a stopped container as well). If they cannot
+        come home, the container and its volume are kept and the error names them."""
         channel, self.channel = self.channel, None
         if channel is not None:
             await channel.shutdown(drain_s=5)
+        if self.copy is not None and self.container is not None:
+            try:
+                self.last_sync = await self._call(self._copy_back)
+            except CouldNotRunError as exc:
+                kept = self.container
+                self.container = self._workspace_volume = self.copy = None
+                await self._call(self.engine.close)
+                raise CouldNotRunError(
+                    f"the sandbox's changes were not copied back to {self.workspace}: "
+                    f"{exc.reason}. The container {kept} and its workspace volume are kept; "
+                    f"copy /workspace out of it with the engine's cp", retryable=False) from None
         if self.container is not None:
             with contextlib.suppress(CouldNotRunError):
                 await self._call(lambda: self.engine.remove(self.container or ""))
             self.container = None
+        if self._workspace_volume is not None:
+            with contextlib.suppress(CouldNotRunError):
+                await self._call(lambda: self.engine.remove_volume(self._workspace_volume or ""))
+            self._workspace_volume = None
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None

@@ -23,10 +23,12 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import tempfile
 from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..seam.errors import CouldNotRunError
 from ._channel import AgentChannel
@@ -106,6 +108,21 @@ def stage_bundle() -> str:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return str(bundle)
+
+
+@contextlib.contextmanager
+def bundle_archive(bundle: str) -> Iterator[IO[bytes]]:
+    """The staged bundle as a tar (names relative, owned by root), for an engine's archive API
+    when no filesystem is shared with it."""
+    with tempfile.TemporaryFile(prefix="toolseam-bundle-") as archive:
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                return info
+            tar.add(bundle, arcname=".", filter=as_root)
+        archive.seek(0)
+        yield archive
 
 
 def _build_runtime(python: Path, rt: Path) -> None:

@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.types import Mount, Ulimit
+from docker.tls import TLSConfig
+from docker.types import LogConfig, Mount, Ulimit
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
+from ._attach import EngineAddress, TlsFiles
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
-from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
+from ._container_sandbox import (
+    ContainerSpec,
+    ContainerState,
+    Hardening,
+    WorkspaceMode,
+    map_engine_error,
+)
 from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
 from ._retry import transient_retry
 
@@ -21,14 +31,22 @@ _NOT_FOUND = (ImageNotFound, NotFound)
 
 
 class DockerEngine:
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, tls: TlsFiles | None = None) -> None:
+        """``tls``: client certificate, key and CA as docker's own client takes them
+        (``TlsFiles.from_env()`` reads ``DOCKER_CERT_PATH``/``DOCKER_TLS_VERIFY``)."""
         self.endpoint = endpoint
+        self.tls = tls
+        self.address = EngineAddress.parse(endpoint, tls.context() if tls else None)
         self._client: docker.DockerClient | None = None
 
     def _do(self, call: Any) -> Any:
         try:
             if self._client is None:  # the constructor itself talks to the engine
-                self._client = docker.DockerClient(base_url=self.endpoint, timeout=30)
+                tls = None
+                if self.tls is not None:
+                    tls = TLSConfig(client_cert=self.tls.client_cert, ca_cert=self.tls.ca,
+                                    verify=self.tls.ca if self.tls.verify else False)
+                self._client = docker.DockerClient(base_url=self.endpoint, timeout=30, tls=tls)
             return transient_retry(call)
         except (DockerException, requests.exceptions.RequestException, OSError) as exc:
             raise map_engine_error("docker", self.endpoint, exc, _NOT_FOUND, APIError) from None
@@ -59,26 +77,85 @@ class DockerEngine:
             raise
         return True
 
-    def run(self, spec: ContainerSpec) -> str:
+    def create(self, spec: ContainerSpec) -> str:
         h: Hardening = spec.hardening
+        mounts = [Mount(target=dst, source=src, type="bind", read_only=ro)
+                  for src, dst, ro in spec.binds]
+        # no_copy: an empty volume must stay empty, whatever the image has at that path
+        mounts += [Mount(target=dst, source=name, type="volume", read_only=ro, no_copy=True)
+                   for name, dst, ro in spec.volumes]
         options: dict[str, Any] = {
             "name": spec.name, "labels": spec.labels, "environment": spec.environment,
             "working_dir": "/workspace", "network_mode": h.network, "read_only": h.read_only_root,
             "tmpfs": {"/tmp": f"rw,size={h.tmpfs_size},mode=1777"}, "init": h.init,
-            "mounts": [Mount(target=dst, source=src, type="bind", read_only=ro)
-                       for src, dst, ro in spec.binds],
-            "pids_limit": h.pids_limit, "mem_limit": h.memory, "detach": True,
+            "mounts": mounts, "pids_limit": h.pids_limit, "mem_limit": h.memory,
             "ulimits": [Ulimit(name="nofile", soft=h.nofile, hard=h.nofile),
                         Ulimit(name="nproc", soft=h.nproc, hard=h.nproc)],
         }
+        if spec.stdin_open:
+            # the channel is the container's stdout: the engine must not keep a log of it
+            options.update(stdin_open=True, log_config=LogConfig(type=LogConfig.types.NONE))
         if h.cpus is not None:
             options["nano_cpus"] = int(h.cpus * 1e9)
         if h.drop_all_capabilities:
             options["cap_drop"] = ["ALL"]
         if h.no_new_privileges:
             options["security_opt"] = ["no-new-privileges"]
-        container = self._do(lambda: self.client.containers.run(spec.image, spec.command, **options))
+        container = self._do(lambda: self.client.containers.create(spec.image, spec.command,
+                                                                   **options))
         return str(container.id)
+
+    def start(self, container: str) -> None:
+        try:
+            self._do(lambda: self.client.api.start(container))
+        except CouldNotRunError:
+            self.remove(container)
+            raise
+
+    def attach_path(self, container: str) -> str:
+        return (f"/v{self.client.api.api_version}/containers/{container}/attach"
+                "?stream=1&stdin=1&stdout=1&stderr=1")
+
+    def put_archive(self, container: str, path: str, data: IO[bytes]) -> None:
+        def put() -> None:
+            data.seek(0)
+            self.client.api.put_archive(container, path, data)
+        self._do(put)
+
+    @contextlib.contextmanager
+    def get_archive(self, container: str, path: str) -> Iterator[Iterator[bytes]]:
+        # the SDK's get_archive leaves its response open when the caller stops early
+        api = self.client.api
+        response = self._do(lambda: api.get(api._url("/containers/{0}/archive", container),
+                                            params={"path": path}, stream=True))
+        try:
+            self._do(lambda: api._raise_for_status(response))
+            yield response.iter_content(1 << 20)
+        finally:
+            response.close()
+
+    def volume_exists(self, name: str) -> bool:
+        try:
+            self._do(lambda: self.client.api.inspect_volume(name))
+        except CouldNotRunError as exc:
+            if "not found" in exc.reason.lower() or "no such" in exc.reason.lower():
+                return False
+            raise
+        return True
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> None:
+        self._do(lambda: self.client.api.create_volume(name, labels=labels))
+
+    def remove_volume(self, name: str) -> None:
+        try:
+            self._do(lambda: self.client.api.remove_volume(name, force=True))
+        except CouldNotRunError as exc:
+            if "not found" not in exc.reason.lower() and "no such" not in exc.reason.lower():
+                raise
+
+    def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]:
+        found = self._do(lambda: self.client.api.volumes(filters={"label": label}))
+        return [(str(v["Name"]), dict(v.get("Labels") or {})) for v in found.get("Volumes") or []]
 
     def state(self, container: str) -> ContainerState:
         attrs = self._do(lambda: self.client.api.inspect_container(container))
@@ -117,10 +194,19 @@ class DockerBackend(ContainerBackend):
                  endpoint: str | None = None, hardening: Hardening | None = None,
                  limits: SandboxLimits | None = None, pull: PullPolicy = "missing",
                  auth: dict[str, str] | None = None,
-                 on_pull_progress: PullCallback | None = None) -> None:
-        url = endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or "unix:///var/run/docker.sock"
-        super().__init__(DockerEngine(url), "docker", image, os.path.abspath(workspace), hardening,
-                         limits, pull, auth, on_pull_progress)
+                 on_pull_progress: PullCallback | None = None,
+                 workspace_mode: WorkspaceMode = "auto", tls: TlsFiles | None = None,
+                 copy_limit: int | None = None) -> None:
+        """``endpoint``: ``unix://…``, ``tcp://host:port`` (with ``tls``, or docker's own
+        ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``) or ``https://``; default
+        ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket."""
+        url = (endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or os.environ.get("DOCKER_HOST")
+               or "unix:///var/run/docker.sock")
+        if tls is None and not url.startswith("unix://"):
+            tls = TlsFiles.from_env()
+        super().__init__(DockerEngine(url, tls), "docker", image, os.path.abspath(workspace),
+                         hardening, limits, pull, auth, on_pull_progress, workspace_mode,
+                         copy_limit)
 
 
 __all__ = ["DockerBackend", "DockerEngine", "Hardening"]

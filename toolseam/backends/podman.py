@@ -7,9 +7,11 @@ sandbox creates in the workspace belong to the user and stay editable and remova
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from typing import Any
+from collections.abc import Iterator
+from typing import IO, Any
 
 import requests
 from podman import PodmanClient
@@ -18,8 +20,15 @@ from podman.errors import APIError, ImageNotFound, NotFound, PodmanError
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
+from ._attach import EngineAddress
 from ._container_backend import DEFAULT_IMAGE, ContainerBackend
-from ._container_sandbox import ContainerSpec, ContainerState, Hardening, map_engine_error
+from ._container_sandbox import (
+    ContainerSpec,
+    ContainerState,
+    Hardening,
+    WorkspaceMode,
+    map_engine_error,
+)
 from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
 from ._retry import transient_retry
 
@@ -37,6 +46,7 @@ _NOT_FOUND = (ImageNotFound, NotFound)
 class PodmanEngine:
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
+        self.address = EngineAddress.parse(endpoint)
         self._client = PodmanClient(base_url=endpoint, timeout=30)
 
     def _do(self, call: Any) -> Any:
@@ -76,20 +86,26 @@ class PodmanEngine:
     def image_exists(self, image: str) -> bool:
         return bool(self._do(lambda: self._client.images.exists(image)))
 
-    def run(self, spec: ContainerSpec) -> str:
+    def create(self, spec: ContainerSpec) -> str:
         h: Hardening = spec.hardening
         mounts = [{"type": "bind", "source": src, "target": dst, "read_only": ro}
                   for src, dst, ro in spec.binds]
         mounts.append({"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
                        "size": h.tmpfs_size, "mode": "1777"})
+        # nocopy: an empty volume must stay empty, whatever the image has at that path
+        volumes = {name: {"bind": dst, "mode": "ro" if ro else "rw", "extended_mode": ["nocopy"]}
+                   for name, dst, ro in spec.volumes}
         options: dict[str, Any] = {
             "name": spec.name, "labels": spec.labels, "environment": spec.environment,
             "working_dir": "/workspace", "network_mode": h.network, "read_only": h.read_only_root,
-            "read_write_tmpfs": False, "mounts": mounts, "init": h.init, "runtime": "runc",
-            "pids_limit": h.pids_limit, "mem_limit": h.memory,
+            "read_write_tmpfs": False, "mounts": mounts, "volumes": volumes, "init": h.init,
+            "runtime": "runc", "pids_limit": h.pids_limit, "mem_limit": h.memory,
             "ulimits": [{"Name": "nofile", "Soft": h.nofile, "Hard": h.nofile},
                         {"Name": "nproc", "Soft": h.nproc, "Hard": h.nproc}],
         }
+        if spec.stdin_open:
+            # the channel is the container's stdout: the engine must not keep a log of it
+            options.update(stdin_open=True, log_config={"Type": "none"})
         if h.cpus is not None:  # podman-py refuses nano_cpus: the same as a quota per period
             options["cpu_period"] = 100_000
             options["cpu_quota"] = int(h.cpus * 100_000)
@@ -97,17 +113,56 @@ class PodmanEngine:
             options["cap_drop"] = ["all"]
         if h.no_new_privileges:
             options["no_new_privileges"] = True
+        return str(self._do(lambda: self._client.containers.create(
+            spec.image, spec.command, **options).id))
 
-        def create_and_start() -> str:
-            container = self._client.containers.create(spec.image, spec.command, **options)
-            try:
-                container.start()
-            except Exception:
-                container.remove(force=True)
+    def start(self, container: str) -> None:
+        def start() -> None:
+            self._client.api.post(f"/containers/{container}/start").raise_for_status()
+        try:
+            self._do(start)
+        except CouldNotRunError:
+            self.remove(container)
+            raise
+
+    def attach_path(self, container: str) -> str:
+        return (f"/v4.0.0/libpod/containers/{container}/attach"
+                "?stream=true&stdin=true&stdout=true&stderr=true")
+
+    def put_archive(self, container: str, path: str, data: IO[bytes]) -> None:
+        def put() -> None:
+            data.seek(0)
+            response = self._client.api.put(f"/containers/{container}/archive",
+                                            params={"path": path}, data=data)
+            response.raise_for_status()
+        self._do(put)
+
+    @contextlib.contextmanager
+    def get_archive(self, container: str, path: str) -> Iterator[Iterator[bytes]]:
+        response = self._do(lambda: self._client.api.get(
+            f"/containers/{container}/archive", params={"path": path}, stream=True))
+        try:
+            self._do(response.raise_for_status)
+            yield response.iter_content(1 << 20)
+        finally:
+            response.close()
+
+    def volume_exists(self, name: str) -> bool:
+        return bool(self._do(lambda: self._client.volumes.exists(name)))
+
+    def create_volume(self, name: str, labels: dict[str, str]) -> None:
+        self._do(lambda: self._client.volumes.create(name, labels=labels))
+
+    def remove_volume(self, name: str) -> None:
+        try:
+            self._do(lambda: self._client.volumes.remove(name, force=True))
+        except CouldNotRunError as exc:
+            if "not found" not in exc.reason.lower() and "no such" not in exc.reason.lower():
                 raise
-            return str(container.id)
 
-        return str(self._do(create_and_start))
+    def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]:
+        found = self._do(lambda: self._client.volumes.list(filters={"label": label}))
+        return [(str(v.name), dict(v.attrs.get("Labels") or {})) for v in found]
 
     def state(self, container: str) -> ContainerState:
         attrs = self._do(lambda: self._client.containers.get(container).attrs)
@@ -146,12 +201,14 @@ class PodmanBackend(ContainerBackend):
                  endpoint: str | None = None, rootless: bool = False,
                  hardening: Hardening | None = None, limits: SandboxLimits | None = None,
                  pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
-                 on_pull_progress: PullCallback | None = None) -> None:
+                 on_pull_progress: PullCallback | None = None,
+                 workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None) -> None:
+        """``endpoint``: ``unix://…`` or ``tcp://host:port`` (podman's API service)."""
         variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
         url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
         super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
                          os.path.abspath(workspace), hardening, limits, pull, auth,
-                         on_pull_progress)
+                         on_pull_progress, workspace_mode, copy_limit)
 
 
 __all__ = ["Hardening", "PodmanBackend", "PodmanEngine"]

@@ -210,3 +210,23 @@ class SandboxInfo(_Wire):
     base_env: dict[str, str] | None = Field(
         None, description="The environment commands start from (before the host's policy); "
         "None: this process's own environment (a local sandbox).")
+
+
+class SyncReport(BaseModel):
+    """What one copy-back from a sandbox without a shared filesystem did to the base dir
+    (paths relative to it). Conflicts kept the host's version; the sandbox's, where it had one,
+    is beside it as ``NAME.toolseam-conflict``. Filled in as the copy-back goes, so not frozen."""
+
+    model_config = ConfigDict(extra="forbid")
+    added: list[str] = Field(default_factory=list)
+    modified: list[str] = Field(default_factory=list)
+    deleted: list[str] = Field(default_factory=list)
+    conflicts: list[str] = Field(default_factory=list)
+    refused: list[str] = Field(default_factory=list, description=(
+        "Entries not brought home: names leaving the base dir, a symlink on the way, "
+        "hard links, devices, fifos."))
+    bytes_copied: int = 0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.added or self.modified or self.deleted or self.conflicts)
