@@ -92,4 +92,7 @@ ENV
 # local registries (TLS, one behind htpasswd) with the reference image, for the pull tests
 scripts/setup-registry.sh
 cat .registry.env >> .engines.env
+# engines that share no filesystem with this host (stand-ins for other machines)
+scripts/setup-remote-engines.sh
+cat .remote.env >> .engines.env
 echo "engines ready: podman (rootful, rootless as $ROOTLESS_USER), docker"

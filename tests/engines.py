@@ -14,14 +14,18 @@ from pathlib import Path
 
 import pytest
 
+from toolseam.backends._attach import TlsFiles
 from toolseam.backends.docker import DockerBackend
 from toolseam.backends.podman import PodmanBackend
 from toolseam.seam.protocol import BuiltinExec
 
 IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
 ENGINES = ("podman", "podman-rootless", "docker")
+# engines in their own mount namespaces, reached over TCP (docker with TLS): copy mode
+REMOTE_ENGINES = ("podman-remote", "docker-remote")
 _URLS = {"podman": "TOOLSEAM_PODMAN_URL", "podman-rootless": "TOOLSEAM_PODMAN_ROOTLESS_URL",
-         "docker": "TOOLSEAM_DOCKER_URL"}
+         "docker": "TOOLSEAM_DOCKER_URL", "podman-remote": "TOOLSEAM_REMOTE_PODMAN_URL",
+         "docker-remote": "TOOLSEAM_REMOTE_DOCKER_URL"}
 
 
 def required_env(variable: str, what: str) -> str:
@@ -39,8 +43,20 @@ def endpoint(engine: str) -> str:
     return required_env(_URLS[engine], engine)
 
 
+def remote_image() -> str:
+    """The image remote engines pull from the local registry (they share no image store)."""
+    return required_env("TOOLSEAM_REMOTE_IMAGE", "remote engines")
+
+
 def backend(engine: str, workspace: str, **options: object) -> BuiltinExec:
     url = endpoint(engine)
+    if engine == "docker-remote":
+        tls = TlsFiles.from_dir(required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", engine))
+        return DockerBackend(workspace, image=str(options.pop("image", remote_image())),  # type: ignore[arg-type]
+                             endpoint=url, tls=tls, **options)
+    if engine == "podman-remote":
+        return PodmanBackend(workspace, image=str(options.pop("image", remote_image())),  # type: ignore[arg-type]
+                             endpoint=url, **options)
     if engine == "docker":
         return DockerBackend(workspace, image=str(options.pop("image", IMAGE)), endpoint=url, **options)  # type: ignore[arg-type]
     return PodmanBackend(workspace, image=str(options.pop("image", IMAGE)), endpoint=url,  # type: ignore[arg-type]

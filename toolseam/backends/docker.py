@@ -42,14 +42,27 @@ class DockerEngine:
     def _do(self, call: Any) -> Any:
         try:
             if self._client is None:  # the constructor itself talks to the engine
-                tls = None
-                if self.tls is not None:
-                    tls = TLSConfig(client_cert=self.tls.client_cert, ca_cert=self.tls.ca,
-                                    verify=self.tls.ca if self.tls.verify else False)
-                self._client = docker.DockerClient(base_url=self.endpoint, timeout=30, tls=tls)
+                self._client = self._connect()
             return transient_retry(call)
         except (DockerException, requests.exceptions.RequestException, OSError) as exc:
             raise map_engine_error("docker", self.endpoint, exc, _NOT_FOUND, APIError) from None
+
+    def _connect(self) -> docker.DockerClient:
+        if self.tls is None:
+            return docker.DockerClient(base_url=self.endpoint, timeout=30)
+        tls = TLSConfig(client_cert=self.tls.client_cert, ca_cert=self.tls.ca,
+                        verify=self.tls.verify)
+        # requests lets REQUESTS_CA_BUNDLE/CURL_CA_BUNDLE replace a session's own CA
+        # (psf/requests#3829), and the SDK asks the engine's API version inside its
+        # constructor: ask it here with the environment ignored, then do the same for the SDK.
+        with requests.Session() as probe:
+            probe.trust_env = False
+            tls.configure_client(probe)
+            url = self.endpoint.replace("tcp://", "https://", 1)
+            version = probe.get(f"{url}/version", timeout=30).json()["ApiVersion"]
+        client = docker.DockerClient(base_url=self.endpoint, timeout=30, tls=tls, version=version)
+        client.api.trust_env = False
+        return client
 
     @property
     def client(self) -> docker.DockerClient:
