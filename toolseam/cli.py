@@ -43,6 +43,12 @@ def _session_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", help="sandbox image (container backends)")
     parser.add_argument("--rootless", action="store_true", help="rootless podman")
     parser.add_argument("--workspace", help="host dir mounted at /workspace (container backends)")
+    parser.add_argument("--endpoint", help="engine URL: unix:///…, tcp://HOST:PORT (docker's "
+                        "TLS from DOCKER_CERT_PATH/DOCKER_TLS_VERIFY); default from the "
+                        "environment (TOOLSEAM_DOCKER_URL, DOCKER_HOST, TOOLSEAM_PODMAN_URL)")
+    parser.add_argument("--workspace-mode", choices=("auto", "bind", "copy"),
+                        help="bind-mount the workspace or copy it in and back (default auto: "
+                        "bind for a unix socket, copy for an engine over the network)")
     parser.add_argument("--pull", choices=("never", "missing", "always"),
                         help="pull the image: never, when missing (default), always")
     parser.add_argument("--registry-user", help="registry user for the pull; the password comes "
@@ -85,6 +91,10 @@ def _toolkit(args: argparse.Namespace) -> Toolkit:
             options["rootless"] = True
         if args.pull:
             options["pull"] = args.pull
+        if args.endpoint:
+            options["endpoint"] = args.endpoint
+        if args.workspace_mode:
+            options["workspace_mode"] = args.workspace_mode
         if args.registry_user:
             options["auth"] = {"username": args.registry_user,
                                "password": os.environ.get("TOOLSEAM_REGISTRY_PASSWORD", "")}
@@ -97,9 +107,11 @@ def _toolkit(args: argparse.Namespace) -> Toolkit:
     else:
         if args.confine and not args.base_dir:
             raise ConfigurationError("--confine needs --base-dir (the directory to confine to)")
-        if args.rootless or args.image or args.workspace or args.pull or args.registry_user:
-            raise ConfigurationError("--image, --rootless, --workspace, --pull and "
-                                     "--registry-user need --backend podman or docker")
+        if (args.rootless or args.image or args.workspace or args.pull or args.registry_user
+                or args.endpoint or args.workspace_mode):
+            raise ConfigurationError("--image, --rootless, --workspace, --pull, --endpoint, "
+                                     "--workspace-mode and --registry-user need --backend "
+                                     "podman or docker")
         base_dir = args.base_dir
     return Toolkit(args.backend, base_dir=base_dir, confine_to_base_dir=args.confine,
                    settings=settings, backend_options=options)

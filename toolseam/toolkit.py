@@ -31,8 +31,8 @@ from .seam.errors import (
     SessionClosedError,
     UnknownToolError,
 )
-from .seam.models import PathRef, SandboxInfo
-from .seam.protocol import BuiltinExec
+from .seam.models import PathRef, SandboxInfo, SyncReport
+from .seam.protocol import BuiltinExec, WorkspaceTransfer
 
 
 @runtime_checkable
@@ -132,7 +132,9 @@ class Toolkit:
         return found.kind == "file" and found.executable
 
     async def close(self) -> None:
-        """Kill every job and close the backend: no process of this session is left."""
+        """Kill every job and close the backend: no process of this session is left. A sandbox
+        working on a copy brings its changes home first; if they cannot come home, its
+        container is kept and this raises ``CouldNotRunError`` saying where they are."""
         if self._closed:
             return
         self._closed = True
@@ -141,6 +143,33 @@ class Toolkit:
                 await self.services.jobs.close()
         finally:
             await self.backend.close()
+        failure = getattr(self.backend, "copy_back_error", None)
+        if failure is not None:  # the container is kept; say so rather than lose the work
+            raise failure
+
+    # --- files between host and sandbox -------------------------------------------------
+    def _transfer(self) -> WorkspaceTransfer:
+        if not isinstance(self.backend, WorkspaceTransfer):
+            raise ConfigurationError(f"the {self.backend.name} backend cannot move files "
+                                     "between the host and its sandbox")
+        return self.backend
+
+    async def sync(self) -> SyncReport:
+        """Bring the sandbox's changes home to the base dir now. A container on an engine that
+        shares no filesystem works on a copy (copy mode); elsewhere this changes nothing.
+        Close does it too."""
+        await self.open()
+        return await self._transfer().sync()
+
+    async def upload(self, local: str, dest: str) -> None:
+        """A host file or directory into the sandbox's workspace as ``dest`` (a step's input)."""
+        await self.open()
+        await self._transfer().upload(local, dest)
+
+    async def download(self, src: str, local: str) -> None:
+        """A file or directory of the sandbox's workspace to ``local`` (a step's output)."""
+        await self.open()
+        await self._transfer().download(src, local)
 
     async def __aenter__(self) -> Toolkit:
         await self.open()

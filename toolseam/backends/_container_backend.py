@@ -72,6 +72,11 @@ class ContainerBackend(ComposedBackend):
         return channel
 
     @property
+    def copy_back_error(self) -> CouldNotRunError | None:
+        """Set when close could not bring the sandbox's changes home (the container is kept)."""
+        return self.sandbox.copy_back_error
+
+    @property
     def workspace_mode(self) -> Literal["bind", "copy"]:
         return self.sandbox.mode
 

@@ -222,6 +222,7 @@ class ContainerSandbox:
     copy_limit: int = DEFAULT_COPY_LIMIT
     copy: WorkspaceCopy | None = None  # copy mode: what the sandbox was given
     last_sync: SyncReport | None = None
+    copy_back_error: CouldNotRunError | None = None  # close never raises: kept for the caller
     _socket_dir: str | None = None
     _workspace_volume: str | None = None
     _agent_stderr: Any = None
@@ -444,7 +445,8 @@ class ContainerSandbox:
     async def stop(self) -> None:
         """End the session. In copy mode the changes come home first, after the agent has
         ended every job (the archive API reads a stopped container as well). If they cannot
-        come home, the container and its volume are kept and the error names them."""
+        come home, the container and its volume are kept and ``copy_back_error`` names them
+        (``Toolkit.close`` raises it)."""
         channel, self.channel = self.channel, None
         if channel is not None:
             await channel.shutdown(drain_s=5)
@@ -452,13 +454,12 @@ class ContainerSandbox:
             try:
                 self.last_sync = await self._call(self._copy_back)
             except CouldNotRunError as exc:
-                kept = self.container
-                self.container = self._workspace_volume = self.copy = None
-                await self._call(self.engine.close)
-                raise CouldNotRunError(
+                self.copy_back_error = CouldNotRunError(
                     f"the sandbox's changes were not copied back to {self.workspace}: "
-                    f"{exc.reason}. The container {kept} and its workspace volume are kept; "
-                    f"copy /workspace out of it with the engine's cp", retryable=False) from None
+                    f"{exc.reason}. The container {self.container} and its workspace volume "
+                    f"are kept: copy /workspace out with the engine's cp, then remove them",
+                    retryable=False)
+                self.container = self._workspace_volume = self.copy = None
         if self.container is not None:
             with contextlib.suppress(CouldNotRunError):
                 await self._call(lambda: self.engine.remove(self.container or ""))

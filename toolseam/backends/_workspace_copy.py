@@ -167,17 +167,19 @@ class WorkspaceCopy:
             raise
         return spool
 
-    def apply(self, archive: IO[bytes], strip: int = 1) -> SyncReport:
-        """Bring home what the sandbox changed since the baseline (the archive of its whole
-        workspace, whose names carry ``strip`` leading components, e.g. ``workspace/``)."""
+    def apply(self, archive: IO[bytes], root: str = "workspace") -> SyncReport:
+        """Bring home what the sandbox changed since the baseline, from the archive of its
+        whole workspace (the engine's archive API names every entry below ``root/``)."""
         report = SyncReport()
         with tarfile.open(fileobj=archive) as tar:
             sandbox: dict[str, tuple[tarfile.TarInfo, Entry]] = {}
-            for member, entry in _entries(tar, report):
-                rel = _check_name("/".join(member.name.split("/")[strip:]))
+            for member, entry in _entries(tar, report, root):
+                if member.name in (root, root + "/"):
+                    continue
+                inside = member.name.startswith(root + "/")
+                rel = _check_name(member.name[len(root) + 1:]) if inside else None
                 if rel is None:
-                    if member.name.split("/")[strip:] not in ([], [""]):
-                        report.refused.append(member.name)
+                    report.refused.append(member.name[len(root) + 1:] if inside else member.name)
                     continue
                 sandbox[rel] = (member, entry)
             content = sum(e.size for _, e in sandbox.values() if e.kind == "file")
@@ -253,7 +255,7 @@ def _kind(mode: int) -> Kind | None:
     return "file" if stat.S_ISREG(mode) else None
 
 
-def _entries(tar: tarfile.TarFile, report: SyncReport | None = None
+def _entries(tar: tarfile.TarFile, report: SyncReport | None = None, root: str = ""
              ) -> Iterator[tuple[tarfile.TarInfo, Entry]]:
     for member in tar:
         mode = member.mode & 0o7777
@@ -269,7 +271,7 @@ def _entries(tar: tarfile.TarFile, report: SyncReport | None = None
                 digest.update(chunk)
             yield member, Entry("file", mode, digest.hexdigest(), member.size)
         elif report is not None:  # hard links, devices, fifos: no place in a copy
-            report.refused.append(member.name)
+            report.refused.append(member.name.removeprefix(root + "/") if root else member.name)
 
 
 class _HashingReader(io.RawIOBase):

@@ -22,8 +22,8 @@ import os
 import shutil
 import sys
 
-from ..seam.errors import CouldNotRunError
-from ..seam.models import SandboxInfo
+from ..seam.errors import ConfigurationError, CouldNotRunError
+from ..seam.models import SandboxInfo, SyncReport
 from ._channel import AgentChannel
 from ._parts import AgentExec, ComposedBackend, LocalFiles
 from .boot import LocalAgent
@@ -89,3 +89,31 @@ class HostBackend(ComposedBackend):
             return
         self._closed = True
         await self.agent.stop()
+
+    # --- transfer: the workspace is the host dir itself ----------------------------------
+    async def sync(self) -> SyncReport:
+        return SyncReport()  # nothing to bring home: commands work in the host dir
+
+    async def upload(self, local: str, dest: str) -> None:
+        await asyncio.to_thread(_copy, local, self._inside(dest), "upload")
+
+    async def download(self, src: str, local: str) -> None:
+        await asyncio.to_thread(_copy, self._inside(src), local, "download")
+
+    def _inside(self, path: str) -> str:
+        full = os.path.normpath(os.path.join(self.workspace, path))
+        if not full.startswith(self.workspace + os.sep):
+            raise ConfigurationError(f"{path!r} is not below the workspace {self.workspace}")
+        return full
+
+
+def _copy(source: str, target: str, what: str) -> None:
+    """A file or directory, symlinks as symlinks, to a target that does not exist yet."""
+    if not os.path.lexists(source):
+        raise ConfigurationError(f"{what}: {source} does not exist")
+    if os.path.lexists(target):
+        raise ConfigurationError(f"{what}: {target} already exists")
+    if os.path.isdir(source) and not os.path.islink(source):
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        shutil.copy2(source, target, follow_symlinks=False)

@@ -31,6 +31,7 @@ from .models import (
     PathRef,
     SandboxInfo,
     SpawnRequest,
+    SyncReport,
     TextContent,
     TextPage,
     WriteResult,
@@ -162,3 +163,19 @@ class BuiltinExec(ExecPart, FilePart, Protocol):
 
     async def close(self) -> None:
         """Kill every job and tear the sandbox down. Idempotent; never raises."""
+
+
+@runtime_checkable
+class WorkspaceTransfer(Protocol):
+    """Files between the host and the sandbox's workspace, for backends that have one apart
+    from the host's (containers; the host backend's workspace *is* the host dir)."""
+
+    async def sync(self) -> SyncReport:
+        """Bring the sandbox's changes to the base dir home now (a no-op where the directory is
+        shared). Raises CouldNotRunError past the copy limit, writing nothing."""
+
+    async def upload(self, local: str, dest: str) -> None:
+        """Copy a host file or directory into the workspace as ``dest`` (relative to it)."""
+
+    async def download(self, src: str, local: str) -> None:
+        """Copy a workspace file or directory to ``local`` on the host (must not exist)."""
