@@ -49,7 +49,7 @@ def remote_image() -> str:
 
 
 def backend(engine: str, workspace: str, **options: object) -> BuiltinExec:
-    url = endpoint(engine)
+    url = str(options.pop("endpoint", None) or endpoint(engine))
     if engine == "docker-remote":
         tls = TlsFiles.from_dir(required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", engine))
         return DockerBackend(workspace, image=str(options.pop("image", remote_image())),  # type: ignore[arg-type]

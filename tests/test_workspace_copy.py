@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolseam.backends._workspace_copy import CONFLICT_SUFFIX, CopyLimitError, WorkspaceCopy
+from toolseam.seam.errors import CouldNotRunError
 
 
 def unpack(copy: WorkspaceCopy, sandbox: Path) -> None:
@@ -134,6 +135,7 @@ def test_a_hostile_archive_writes_nothing_outside(dirs: tuple[Path, Path], tmp_p
                 setattr(info, key, value)
             info.size = len(data) if info.type == tarfile.REGTYPE else 0
             tar.addfile(info, io.BytesIO(data) if info.type == tarfile.REGTYPE else None)
+        add("workspace", type=tarfile.DIRTYPE)
         add("workspace/../outside/a.txt")
         add("/etc/toolseam-test")
         add("workspace/esc", type=tarfile.SYMTYPE, linkname=str(outside))
@@ -236,3 +238,41 @@ def _put(root: Path, rel: str, data: bytes) -> None:
     if target.is_symlink():
         target.unlink()
     target.write_bytes(data)
+
+
+def test_a_stopped_podman_containers_layout_is_read_the_same(dirs: tuple[Path, Path]) -> None:
+    """A stopped podman container archives /workspace as "" then "/a.txt" (a running one, and
+    docker, as "workspace/a.txt"); read wrongly, every file would look deleted."""
+    host, sandbox = dirs
+    (host / "a.txt").write_text("a\n")
+    (host / "b.txt").write_text("b\n")
+    copy = WorkspaceCopy(str(host))
+    unpack(copy, sandbox)
+    (sandbox / "b.txt").write_text("changed\n")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(sandbox, arcname="")
+    buffer.seek(0)
+    with tarfile.open(fileobj=io.BytesIO(buffer.getvalue())) as check:
+        assert check.getnames()[:2] == ["", "/a.txt"]
+    report = copy.apply(buffer)
+    assert report.modified == ["b.txt"] and report.deleted == [] and report.refused == []
+    assert tree(host) == tree(sandbox)
+
+
+@pytest.mark.parametrize("members", [[], ["a.txt"]])
+def test_an_archive_without_the_workspace_directory_changes_nothing(
+        dirs: tuple[Path, Path], members: list[str]) -> None:
+    host, _ = dirs
+    (host / "a.txt").write_text("keep\n")
+    copy = WorkspaceCopy(str(host))
+    copy.pack(io.BytesIO())
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for name in members:
+            info = tarfile.TarInfo(name)
+            tar.addfile(info, io.BytesIO())
+    buffer.seek(0)
+    with pytest.raises(CouldNotRunError, match="does not start with the workspace directory"):
+        copy.apply(buffer)
+    assert (host / "a.txt").read_text() == "keep\n"

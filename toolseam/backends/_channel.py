@@ -69,6 +69,9 @@ class AgentChannel(asyncio.Protocol):
     def listen(self, job: str, callback: OutputCallback) -> None:
         self._listeners[job] = callback
 
+    def adopt_listeners(self, old: AgentChannel) -> None:
+        self._listeners.update(old._listeners)
+
     def unlisten(self, job: str) -> None:
         self._listeners.pop(job, None)
 

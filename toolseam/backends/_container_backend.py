@@ -157,14 +157,26 @@ class ContainerBackend(ComposedBackend):
                                    "replaced since the sandbox started", retryable=False)
 
     def _sandbox_gone(self) -> bool:
+        if self.sandbox.mode == "copy":
+            return self.sandbox.exited  # a dropped attach stream is not a dead sandbox
         channel = self.sandbox.channel
         return self._info is not None and (channel is None or not channel.alive)
 
     async def _explain(self, failure: CouldNotRunError) -> CouldNotRunError:
         channel = self.sandbox.channel
         if channel is not None and not channel.alive:
+            if self.sandbox.mode == "copy":
+                return await self.sandbox.after_drop(failure)
             return await self.sandbox.explain(failure)
         return failure
+
+    async def _reconnect(self) -> None:
+        channel = self.sandbox.channel
+        if self.sandbox.mode == "copy" and self._info is not None and (
+                channel is None or not channel.alive):
+            await self.sandbox.reattach()
+            if self.sandbox.exited:
+                raise self._session_over(await self.sandbox.explain(None))
 
     async def open(self) -> SandboxInfo:
         self._check_open()

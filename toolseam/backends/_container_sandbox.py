@@ -223,6 +223,7 @@ class ContainerSandbox:
     copy: WorkspaceCopy | None = None  # copy mode: what the sandbox was given
     last_sync: SyncReport | None = None
     copy_back_error: CouldNotRunError | None = None  # close never raises: kept for the caller
+    exited: bool = False  # copy mode: the engine reported the container stopped
     _socket_dir: str | None = None
     _workspace_volume: str | None = None
     _agent_stderr: Any = None
@@ -282,15 +283,50 @@ class ContainerSandbox:
         if self.enforce_limits:
             await self._check_limits(self.container)
         try:
-            self.channel, self._agent_stderr = await attach_channel(
-                self.engine.address, self.engine.attach_path(self.container),
-                f"{self.engine_name} container {self.container}")
+            await self._attach()
         except CouldNotRunError as exc:
             state = await self._state()
             if state is not None and not state.running:
                 raise await self.explain(None, starting=True) from None
             raise exc from None
+        assert self.channel is not None
         return await self.channel.call("hello")
+
+    async def _attach(self) -> None:
+        assert self.container is not None
+        old = self.channel
+        self.channel, self._agent_stderr = await attach_channel(
+            self.engine.address, self.engine.attach_path(self.container),
+            f"{self.engine_name} container {self.container}")
+        if old is not None:  # jobs that outlived a dropped stream keep their live output
+            self.channel.adopt_listeners(old)
+
+    async def after_drop(self, failure: CouldNotRunError) -> CouldNotRunError:
+        """Copy mode: the attach stream closed mid-call. The call's answer is lost either way;
+        whether the session is depends on the container, as the engine reports it."""
+        state = await self._state()
+        if state is not None and not state.running:
+            self.exited = True
+            return await self.explain(failure)
+        where = f"the {self.engine_name} engine at {self.engine.endpoint}"
+        if state is None:
+            return CouldNotRunError(f"lost the connection to {where} ({failure.reason}); the "
+                                    "sandbox may still run: the next call reconnects",
+                                    retryable=True)
+        return CouldNotRunError(f"the connection to the sandbox through {where} dropped during "
+                                f"the call ({failure.reason}); the next call reconnects",
+                                retryable=True)
+
+    async def reattach(self) -> None:
+        """Copy mode: a new attach stream to the same agent (jobs kept running meanwhile)."""
+        state = await self._state()
+        if state is None:
+            raise CouldNotRunError(f"the {self.engine_name} engine at {self.engine.endpoint} is "
+                                   "unreachable; the sandbox may still run", retryable=True)
+        if not state.running:
+            self.exited = True
+            return
+        await self._attach()
 
     def _copy_in(self) -> None:
         assert self.copy is not None and self.container is not None
@@ -415,6 +451,11 @@ class ContainerSandbox:
             detail = f": {logs.splitlines()[-1]}" if logs else ""
             return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
                                     retryable=True)
+        if self.mode == "copy" and state.exit_code == 0 and not starting:
+            return CouldNotRunError(
+                "the sandbox ended when its attach stream closed: the engine closed the "
+                "agent's input (podman does whenever an attach ends, even on a dropped "
+                "connection); its changes come home at close", retryable=False)
         if starting and state.exit_code not in (137, None):
             # The agent brings its own runtime: an exit at start is the agent's own failure
             # (an image for another CPU architecture, a kernel without what it needs).

@@ -312,6 +312,10 @@ class ComposedBackend:
     def _check_sandbox(self) -> None:
         """A backend's cheap check before each call (raises CouldNotRunError)."""
 
+    async def _reconnect(self) -> None:
+        """Before each call: a backend whose channel can drop without its sandbox dying (an
+        engine over the network) gets it back here; a failure raises, the session lives."""
+
     async def _run(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         self._check_open()
         if self._over is not None:
@@ -320,6 +324,7 @@ class ComposedBackend:
             self._check_sandbox()
         except CouldNotRunError as why:
             raise self._session_over(why) from None
+        await self._reconnect()
         try:
             return await call(*args, **kwargs)
         except CouldNotRunError as failure:

@@ -167,19 +167,29 @@ class WorkspaceCopy:
             raise
         return spool
 
-    def apply(self, archive: IO[bytes], root: str = "workspace") -> SyncReport:
-        """Bring home what the sandbox changed since the baseline, from the archive of its
-        whole workspace (the engine's archive API names every entry below ``root/``)."""
+    def apply(self, archive: IO[bytes]) -> SyncReport:
+        """Bring home what the sandbox changed since the baseline, from the engine's archive of
+        its whole workspace. The archive's first entry is the workspace directory itself, and
+        names every other entry below it: ``workspace/a.txt`` from docker and a running podman,
+        ``/a.txt`` below an entry named ``""`` from a stopped podman container. An archive
+        without that first directory is refused whole — read as "everything was deleted" it
+        would empty the base dir."""
         report = SyncReport()
         with tarfile.open(fileobj=archive) as tar:
+            first = tar.next()
+            if first is None or not first.isdir():
+                raise CouldNotRunError("the engine's archive of the sandbox's workspace does not "
+                                       "start with the workspace directory; nothing was copied "
+                                       "back", retryable=True)
+            prefix = first.name.rstrip("/") + "/"
             sandbox: dict[str, tuple[tarfile.TarInfo, Entry]] = {}
-            for member, entry in _entries(tar, report, root):
-                if member.name in (root, root + "/"):
+            for member, entry in _entries(tar, report, prefix):
+                if member is first:
                     continue
-                inside = member.name.startswith(root + "/")
-                rel = _check_name(member.name[len(root) + 1:]) if inside else None
+                inside = member.name.startswith(prefix)
+                rel = _check_name(member.name[len(prefix):]) if inside else None
                 if rel is None:
-                    report.refused.append(member.name[len(root) + 1:] if inside else member.name)
+                    report.refused.append(member.name[len(prefix):] if inside else member.name)
                     continue
                 sandbox[rel] = (member, entry)
             content = sum(e.size for _, e in sandbox.values() if e.kind == "file")
@@ -255,7 +265,7 @@ def _kind(mode: int) -> Kind | None:
     return "file" if stat.S_ISREG(mode) else None
 
 
-def _entries(tar: tarfile.TarFile, report: SyncReport | None = None, root: str = ""
+def _entries(tar: tarfile.TarFile, report: SyncReport | None = None, prefix: str = ""
              ) -> Iterator[tuple[tarfile.TarInfo, Entry]]:
     for member in tar:
         mode = member.mode & 0o7777
@@ -271,7 +281,7 @@ def _entries(tar: tarfile.TarFile, report: SyncReport | None = None, root: str =
                 digest.update(chunk)
             yield member, Entry("file", mode, digest.hexdigest(), member.size)
         elif report is not None:  # hard links, devices, fifos: no place in a copy
-            report.refused.append(member.name.removeprefix(root + "/") if root else member.name)
+            report.refused.append(member.name.removeprefix(prefix))
 
 
 class _HashingReader(io.RawIOBase):

@@ -10,6 +10,7 @@ from typing import IO, Any
 import docker
 import requests
 from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+from docker.models.containers import _create_container_args
 from docker.tls import TLSConfig
 from docker.types import LogConfig, Mount, Ulimit
 
@@ -114,9 +115,18 @@ class DockerEngine:
             options["cap_drop"] = ["ALL"]
         if h.no_new_privileges:
             options["security_opt"] = ["no-new-privileges"]
-        container = self._do(lambda: self.client.containers.create(spec.image, spec.command,
-                                                                   **options))
-        return str(container.id)
+        return str(self._do(lambda: self._create(spec, options)))
+
+    def _create(self, spec: ContainerSpec, options: dict[str, Any]) -> str:
+        # The SDK turns stdin_open into StdinOnce, and then the engine closes the agent's stdin
+        # when the first attach stream ends — a dropped connection would end the session. The
+        # same request, built by the SDK, with StdinOnce off:
+        args = _create_container_args({"image": spec.image, "command": spec.command,
+                                       "version": self.client.api._version, **options})  # noqa: SLF001
+        name = args.pop("name")
+        config = self.client.api.create_container_config(**args)
+        config["StdinOnce"] = False
+        return str(self.client.api.create_container_from_config(config, name)["Id"])
 
     def start(self, container: str) -> None:
         try:
