@@ -265,6 +265,8 @@ def _agent_process(tk: Toolkit) -> psutil.Process:
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--containers", action="store_true", help="also the container backends")
+    parser.add_argument("--remote", action="store_true",
+                        help="also engines without a shared filesystem (copy mode)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="toolseam-bench-") as root:
         tree, small = os.path.join(root, "tree"), os.path.join(root, "small")
@@ -283,6 +285,11 @@ async def main() -> None:
 
             print("\n## backends side by side\n")
             print("\n".join(await container_table(tree, small)))
+        if args.remote:
+            from remote import remote_table
+
+            print("\n## engines over TCP (copy mode) vs the same engines' sockets\n")
+            print("\n".join(await remote_table()))
         shutil.rmtree(root, ignore_errors=True)
 
 

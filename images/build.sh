@@ -67,6 +67,24 @@ case "$engine" in
   podman) run "podman import --quiet $nopy localhost/toolseam-nopython:latest" >/dev/null ;;
   docker) "$docker" import "$nopy" localhost/toolseam-nopython:latest >/dev/null ;;
 esac
+# A musl userland (no glibc anywhere): busybox, musl's libc and loader from Debian's musl
+# package, and a program linked against musl by musl-gcc, which the tests run.
+musl="$cache/musl.tar"
+if [ ! -s "$musl" ]; then
+  arch=$(uname -m)
+  rm -rf "$cache/musl"; mkdir -p "$cache/musl/bin" "$cache/musl/lib" "$cache/musl/usr/lib/$arch-linux-musl"
+  cp /bin/busybox "$cache/musl/bin/busybox"
+  for tool in sh sleep cat true ls; do ln -sf busybox "$cache/musl/bin/$tool"; done
+  cp "/usr/lib/$arch-linux-musl/libc.so" "$cache/musl/usr/lib/$arch-linux-musl/libc.so"
+  ln -sf "../usr/lib/$arch-linux-musl/libc.so" "$cache/musl/lib/ld-musl-$arch.so.1"
+  printf '#include <stdio.h>\nint main(void) { puts("hello from musl"); return 0; }\n' >"$cache/hello-musl.c"
+  musl-gcc -O2 -o "$cache/musl/bin/hello-musl" "$cache/hello-musl.c"
+  tar -C "$cache/musl" -cf "$musl" . && chmod 0644 "$musl"
+fi
+case "$engine" in
+  podman) run "podman import --quiet $musl localhost/toolseam-musl:latest" >/dev/null ;;
+  docker) "$docker" import "$musl" localhost/toolseam-musl:latest >/dev/null ;;
+esac
 # Debian without python: the reference rootfs with every python binary and library taken out.
 debnopy="$cache/debian-nopython.tar"
 if [ ! -s "$debnopy" ] && [ -s "$tarball" ]; then

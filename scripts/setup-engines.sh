@@ -10,7 +10,7 @@ log=/var/log/toolseam
 mkdir -p "$log" /run/toolseam
 
 need=()
-for pkg in podman runc uidmap slirp4netns fuse-overlayfs docker.io debootstrap busybox-static catatonit util-linux curl; do
+for pkg in podman runc uidmap slirp4netns fuse-overlayfs docker.io debootstrap busybox-static catatonit util-linux curl musl-tools; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -77,9 +77,9 @@ fi
 
 # images, for each engine (skipped when present)
 have() { "$@" >/dev/null 2>&1; }
-have podman image exists localhost/toolseam-debian-nopython:latest || images/build.sh podman
-have as_user podman image exists localhost/toolseam-debian-nopython:latest || images/build.sh podman --user "$ROOTLESS_USER"
-have /usr/bin/docker image inspect localhost/toolseam-debian-nopython:latest || images/build.sh docker
+have podman image exists localhost/toolseam-musl:latest || images/build.sh podman
+have as_user podman image exists localhost/toolseam-musl:latest || images/build.sh podman --user "$ROOTLESS_USER"
+have /usr/bin/docker image inspect localhost/toolseam-musl:latest || images/build.sh docker
 
 cat > .engines.env <<ENV
 export TOOLSEAM_PODMAN_URL=unix:///run/toolseam/podman.sock

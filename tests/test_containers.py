@@ -104,8 +104,8 @@ async def test_wrong_engine_socket_names_the_endpoint(engine: str, workspace: Pa
 
 @pytest.mark.parametrize("engine", ENGINES)
 async def test_foreign_images_serve_every_builtin(engine: str, workspace: Path) -> None:
-    """The agent brings its own runtime: an image with no python3, no bash — busybox alone, or
-    Debian without python — serves every builtin as the reference image does."""
+    """The agent brings its own runtime: an image with no python3, no bash — busybox alone,
+    Debian without python, a musl userland — serves every builtin as the reference image does."""
     for image in FOREIGN_IMAGES:
         async with Toolkit(backend(engine, str(workspace), image=image, pull="never"),
                            base_dir="/workspace", confine_to_base_dir=True) as tk:
@@ -128,6 +128,10 @@ async def test_foreign_images_serve_every_builtin(engine: str, workspace: Path) 
             assert results["bash"].output == "one\nTWO\npatched\n"
             # no bash in the image: the catalog resolved sh, and the result says which ran
             assert results["bash"].metadata["shell"] == "/bin/sh -c"
+            if "musl" in image:  # a musl userland, and no glibc in the image at all
+                musl = await tk.call("bash", {"command": "hello-musl; ls /lib /lib64 2>&1"})
+                assert musl.output.startswith("hello from musl\n"), musl.output
+                assert "ld-musl-" in musl.output and "ld-linux" not in musl.output
         for path in workspace.iterdir():
             if path.is_dir():
                 shutil.rmtree(path)
@@ -150,7 +154,8 @@ async def test_a_shell_the_image_lacks_is_refused_and_nothing_runs(engine: str,
     assert "bash" in str(caught.value)
 
 
-FOREIGN_IMAGES = ("localhost/toolseam-nopython:latest", "localhost/toolseam-debian-nopython:latest")
+FOREIGN_IMAGES = ("localhost/toolseam-nopython:latest", "localhost/toolseam-debian-nopython:latest",
+                  "localhost/toolseam-musl:latest")
 
 
 @pytest.mark.parametrize("engine", ["podman", "docker"])  # rootless on cgroups v1 has no limits
@@ -298,7 +303,8 @@ def test_cli_call_on_a_container_backend(engine: str, workspace: Path) -> None:
     if engine == "podman-rootless":
         option.append("--rootless")
     done = subprocess.run([sys.executable, "-m", "toolseam.cli", "call", "bash",
-                           '{"command": "pwd; cat hello.txt"}', *option, "--workspace", str(workspace)],
+                           '{"command": "pwd; cat hello.txt"}', *option, "--workspace", str(workspace),
+                           "--image", IMAGE],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["output"] == "/workspace\nfrom the host\n"

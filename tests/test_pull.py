@@ -160,3 +160,22 @@ def test_pull_policy_from_the_cli_and_settings(workspace: Path, fresh_tag: str) 
                  backend_options={"workspace": str(workspace), "image": fresh_tag,
                                   "endpoint": endpoint("docker")})
     assert tk.backend.sandbox.pull_policy == "never"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_the_default_image_is_a_public_one_pulled_on_demand(engine: str,
+                                                                  workspace: Path) -> None:
+    """No image named: Debian's public slim image. Where Docker Hub is reachable it is pulled
+    and serves the session; where it is not (these machines), the first call is could-not-run,
+    retryable, naming the image and the registry."""
+    from toolseam.backends._container_backend import DEFAULT_IMAGE
+
+    assert DEFAULT_IMAGE == "docker.io/library/debian:bookworm-slim"
+    made = backend(engine, str(workspace), image=DEFAULT_IMAGE)
+    async with Toolkit(made) as tk:
+        result = await tk.call("bash", {"command": "echo ran"})
+    if result.metadata.get("failure") == "could_not_run":
+        assert result.metadata["retryable"] is True, result
+        assert "'docker.io/library/debian:bookworm-slim' from docker.io" in result.output
+    else:
+        assert result.output == "ran\n"

@@ -9,6 +9,7 @@ import os
 import posixpath
 import tarfile
 import tempfile
+from collections.abc import Mapping
 from typing import Literal
 
 from ..policy.environment import CONTAINER_BASE_ENV
@@ -27,7 +28,9 @@ from ._container_sandbox import (
 from ._parts import AgentExec, AgentFiles, ComposedBackend
 from ._pull import PULL_POLICIES, PullCallback, PullPolicy
 
-DEFAULT_IMAGE = "localhost/toolseam-sandbox:latest"
+# A public, widely cached base any engine can pull: the agent brings its own runtime, so the
+# image needs no python; Debian slim has bash and the usual tools commands expect.
+DEFAULT_IMAGE = "docker.io/library/debian:bookworm-slim"
 
 
 class ContainerBackend(ComposedBackend):
@@ -38,7 +41,8 @@ class ContainerBackend(ComposedBackend):
                  hardening: Hardening | None, limits: SandboxLimits | None = None,
                  pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
                  on_pull_progress: PullCallback | None = None,
-                 workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None) -> None:
+                 workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
+                 agent_bundles: Mapping[str, str] | None = None) -> None:
         if pull not in PULL_POLICIES:
             raise ConfigurationError(f"pull policy must be one of {', '.join(PULL_POLICIES)}, "
                                      f"got {pull!r}")
@@ -62,6 +66,7 @@ class ContainerBackend(ComposedBackend):
                                         mode=resolve_mode(workspace_mode, engine))
         if copy_limit is not None:
             self.sandbox.copy_limit = copy_limit
+        self.sandbox.agent_bundles = dict(agent_bundles or {})
         self._opening = asyncio.Lock()
         self._workspace_id: tuple[int, int] | None = None
 

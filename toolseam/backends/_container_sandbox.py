@@ -41,7 +41,8 @@ from ._attach import EngineAddress, attach_channel
 from ._channel import AgentChannel
 from ._pull import PullCallback, PullPolicy
 from ._workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
-from .boot import bundle_archive, bundle_command, stage_bundle
+from .boot import bundle_archive, bundle_command, bundle_digest, stage_bundle
+from .bundle_arch import select_bundle
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
@@ -54,6 +55,7 @@ WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "bind", "copy")
 _CONNECT_TIMEOUT_S = 15.0
 
 T = TypeVar("T")
+_ENGINE_ARCH: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,7 @@ class Engine(Protocol):
     def create_volume(self, name: str, labels: dict[str, str]) -> None: ...
     def remove_volume(self, name: str) -> None: ...
     def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
+    def arch(self) -> str: ...  # the engine machine's CPU, as the engine names it
     def state(self, container: str) -> ContainerState: ...
     def host_config(self, container: str) -> dict[str, Any]: ...
     def logs(self, container: str) -> str: ...
@@ -223,6 +226,7 @@ class ContainerSandbox:
     copy: WorkspaceCopy | None = None  # copy mode: what the sandbox was given
     last_sync: SyncReport | None = None
     copy_back_error: CouldNotRunError | None = None  # close never raises: kept for the caller
+    agent_bundles: dict[str, str] = field(default_factory=dict)  # arch -> bundle dir
     exited: bool = False  # copy mode: the engine reported the container stopped
     _socket_dir: str | None = None
     _workspace_volume: str | None = None
@@ -239,6 +243,7 @@ class ContainerSandbox:
         await self._ensure_image()
         labels = {OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id}
         bundle = await self._call(stage_bundle)
+        bundle = select_bundle(await self._call(self._engine_arch), bundle, self.agent_bundles)
         if self.mode == "bind":
             hello = await self._start_bound(bundle, labels)
         else:
@@ -335,10 +340,16 @@ class ContainerSandbox:
             archive.seek(0)
             self.engine.put_archive(self.container, WORKSPACE, archive)
 
+    def _engine_arch(self) -> str:
+        """Asked once per engine endpoint and process (``info`` is not free)."""
+        if self.engine.endpoint not in _ENGINE_ARCH:
+            _ENGINE_ARCH[self.engine.endpoint] = self.engine.arch()
+        return _ENGINE_ARCH[self.engine.endpoint]
+
     async def _agent_volume(self, bundle: str) -> str:
         """The bundle in a volume, filled once per engine and bundle (its digest is in the
         name). A second, empty volume marks the fill complete: a fill cut short is redone."""
-        name = f"toolseam-agent-{os.path.basename(bundle).rsplit('-', 1)[-1]}"
+        name = f"toolseam-agent-{await self._call(lambda: bundle_digest(bundle))}"
         ready = f"{name}-ready"
         if await self._call(lambda: self.engine.volume_exists(ready)):
             return name

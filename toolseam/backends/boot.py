@@ -110,6 +110,14 @@ def stage_bundle() -> str:
     return str(bundle)
 
 
+def bundle_digest(bundle: str) -> str:
+    """What identifies a bundle's content: the agent's sources and the runtime's marker."""
+    root = Path(bundle)
+    parts = [root / RUNTIME_DIR / "ready", *sorted((root / "agent").glob("*.py"))]
+    content = b"".join(p.name.encode() + p.read_bytes() for p in parts)
+    return hashlib.sha256(f"{_BUNDLE_FORMAT}".encode() + content).hexdigest()[:16]
+
+
 @contextlib.contextmanager
 def bundle_archive(bundle: str) -> Iterator[IO[bytes]]:
     """The staged bundle as a tar (names relative, owned by root), for an engine's archive API
@@ -130,19 +138,27 @@ def _build_runtime(python: Path, rt: Path) -> None:
     # the base installation's extension modules (a venv's platstdlib has none)
     dynload = Path(sysconfig.get_config_var("DESTSHARED") or stdlib / "lib-dynload")
     libdir = rt / "lib"
-    target_stdlib = libdir / stdlib.name
-    (rt / "bin").mkdir(parents=True)
-    shutil.copy2(python, rt / "bin" / "python3")
-    # The standard library but what an agent never imports (tests, GUIs, installers, docs).
-    shutil.copytree(stdlib, target_stdlib, ignore=shutil.ignore_patterns(*_STDLIB_LEFT_OUT))
-    (target_stdlib / "lib-dynload").mkdir(exist_ok=True)
-    extensions = sorted(dynload.glob("*.so"))
-    for extension in extensions:
-        shutil.copy2(extension, target_stdlib / "lib-dynload" / extension.name)
+    extensions = copy_interpreter(python, stdlib, dynload, rt)
     libraries, loader = _shared_closure([python, *extensions])
     for library in libraries:
         shutil.copy2(library, libdir / Path(library).name)
     shutil.copy2(loader, libdir / LOADER_NAME)
+
+
+def copy_interpreter(python: Path, stdlib: Path, dynload: Path, rt: Path) -> list[Path]:
+    """``rt/bin/python3`` and ``rt/lib/python3.X`` (with its extension modules), the layout the
+    interpreter finds its standard library in from its own path; returns the extensions."""
+    target_stdlib = rt / "lib" / stdlib.name
+    (rt / "bin").mkdir(parents=True)
+    shutil.copy2(python, rt / "bin" / "python3")
+    # The standard library but what an agent never imports (tests, GUIs, installers, docs).
+    shutil.copytree(stdlib, target_stdlib, ignore=shutil.ignore_patterns(*_STDLIB_LEFT_OUT),
+                    ignore_dangling_symlinks=True)
+    (target_stdlib / "lib-dynload").mkdir(exist_ok=True)
+    extensions = sorted(dynload.glob("*.so"))
+    for extension in extensions:
+        shutil.copy2(extension, target_stdlib / "lib-dynload" / extension.name)
+    return extensions
 
 
 LOADER_NAME = "ld.so"  # the dynamic loader, under one name whatever its real one

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 import docker
@@ -122,7 +122,7 @@ class DockerEngine:
         # when the first attach stream ends — a dropped connection would end the session. The
         # same request, built by the SDK, with StdinOnce off:
         args = _create_container_args({"image": spec.image, "command": spec.command,
-                                       "version": self.client.api._version, **options})  # noqa: SLF001
+                                       "version": self.client.api._version, **options})
         name = args.pop("name")
         config = self.client.api.create_container_config(**args)
         config["StdinOnce"] = False
@@ -176,6 +176,9 @@ class DockerEngine:
             if "not found" not in exc.reason.lower() and "no such" not in exc.reason.lower():
                 raise
 
+    def arch(self) -> str:
+        return str(self._do(lambda: self.client.api.info())["Architecture"])
+
     def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]:
         found = self._do(lambda: self.client.api.volumes(filters={"label": label}))
         return [(str(v["Name"]), dict(v.get("Labels") or {})) for v in found.get("Volumes") or []]
@@ -219,7 +222,8 @@ class DockerBackend(ContainerBackend):
                  auth: dict[str, str] | None = None,
                  on_pull_progress: PullCallback | None = None,
                  workspace_mode: WorkspaceMode = "auto", tls: TlsFiles | None = None,
-                 copy_limit: int | None = None) -> None:
+                 copy_limit: int | None = None,
+                 agent_bundles: Mapping[str, str] | None = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (with ``tls``, or docker's own
         ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``) or ``https://``; default
         ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket."""
@@ -229,7 +233,7 @@ class DockerBackend(ContainerBackend):
             tls = TlsFiles.from_env()
         super().__init__(DockerEngine(url, tls), "docker", image, os.path.abspath(workspace),
                          hardening, limits, pull, auth, on_pull_progress, workspace_mode,
-                         copy_limit)
+                         copy_limit, agent_bundles)
 
 
 __all__ = ["DockerBackend", "DockerEngine", "Hardening"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 import requests
@@ -160,6 +160,10 @@ class PodmanEngine:
             if "not found" not in exc.reason.lower() and "no such" not in exc.reason.lower():
                 raise
 
+    def arch(self) -> str:
+        info = self._do(lambda: self._client.info())  # type: ignore[no-untyped-call]
+        return str(info["host"]["arch"])
+
     def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]:
         found = self._do(lambda: self._client.volumes.list(filters={"label": label}))
         return [(str(v.name), dict(v.attrs.get("Labels") or {})) for v in found]
@@ -202,13 +206,14 @@ class PodmanBackend(ContainerBackend):
                  hardening: Hardening | None = None, limits: SandboxLimits | None = None,
                  pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
                  on_pull_progress: PullCallback | None = None,
-                 workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None) -> None:
+                 workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
+                 agent_bundles: Mapping[str, str] | None = None) -> None:
         """``endpoint``: ``unix://…`` or ``tcp://host:port`` (podman's API service)."""
         variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
         url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
         super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
                          os.path.abspath(workspace), hardening, limits, pull, auth,
-                         on_pull_progress, workspace_mode, copy_limit)
+                         on_pull_progress, workspace_mode, copy_limit, agent_bundles)
 
 
 __all__ = ["Hardening", "PodmanBackend", "PodmanEngine"]
