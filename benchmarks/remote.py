@@ -93,6 +93,9 @@ async def remote_table() -> list[str]:
     out = [row("p50 ms", *SETUPS), "|" + "|".join(["-" * 28] + ["-" * 14] * len(SETUPS)) + "|"]
     for metric in figures[SETUPS[0]]:
         out.append(row(metric, *(f"{figures[s][metric]:.2f}" for s in SETUPS)))
-    out.append(row("  bash: TCP / socket", "", f"{figures['docker TCP+TLS']['bash true'] / figures['docker socket']['bash true']:.2f}x",
-                   "", f"{figures['podman TCP']['bash true'] / figures['podman socket']['bash true']:.2f}x"))
+    def ratio(remote: str, local: str) -> str:
+        return f"{figures[remote]['bash true'] / figures[local]['bash true']:.2f}x"
+
+    out.append(row("  bash: TCP / socket", "", ratio("docker TCP+TLS", "docker socket"), "",
+                   ratio("podman TCP", "podman socket")))
     return out
