@@ -27,6 +27,7 @@ import socket
 import tempfile
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Protocol, TypeVar
@@ -230,7 +231,7 @@ class ContainerSandbox:
     exited: bool = False  # copy mode: the engine reported the container stopped
     _socket_dir: str | None = None
     _workspace_volume: str | None = None
-    _agent_stderr: Any = None
+    _agent_stderr: deque[str] | None = None  # copy mode: the engine keeps no log of it
 
     async def _call(self, func: Callable[[], T]) -> T:
         return await asyncio.to_thread(func)
@@ -458,6 +459,8 @@ class ContainerSandbox:
         logs = ""
         with contextlib.suppress(CouldNotRunError):
             logs = (await self._call(lambda: self.engine.logs(self.container or ""))).strip()
+        if not logs and self._agent_stderr:
+            logs = "\n".join(self._agent_stderr)
         if state.running:
             detail = f": {logs.splitlines()[-1]}" if logs else ""
             return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
