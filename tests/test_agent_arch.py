@@ -102,8 +102,13 @@ def test_an_engine_of_another_cpu_gets_its_bundle_or_a_clear_error(tmp_path: Pat
     mine = host_arch()
     other = "arm64" if mine == "amd64" else "amd64"
     assert select_bundle(mine, local, {}) == local
+    built = tmp_path / "built"
+    (built / "rt").mkdir(parents=True)
+    (built / "rt" / "ready").write_text(other)
     assert select_bundle({"amd64": "x86_64", "arm64": "aarch64"}[other], local,
-                         {other: str(tmp_path)}) == str(tmp_path)
+                         {other: str(built)}) == str(built)
+    with pytest.raises(CouldNotRunError, match="is incomplete"):
+        select_bundle(other, local, {other: str(tmp_path / "empty")})
     with pytest.raises(CouldNotRunError, match=f"runs {other}.*python -m "
                                                f"toolseam.backends.bundle_arch {other}") as caught:
         select_bundle(other, local, {})

@@ -171,9 +171,11 @@ async def test_the_default_image_is_a_public_one_pulled_on_demand(engine: str,
     from toolseam.backends._container_backend import DEFAULT_IMAGE
 
     assert DEFAULT_IMAGE == "docker.io/library/debian:bookworm-slim"
-    made = backend(engine, str(workspace), image=DEFAULT_IMAGE)
-    async with Toolkit(made) as tk:
+    tk = Toolkit(backend(engine, str(workspace), image=DEFAULT_IMAGE))
+    try:
         result = await tk.call("bash", {"command": "echo ran"})
+    finally:
+        await tk.close()
     if result.metadata.get("failure") == "could_not_run":
         assert result.metadata["retryable"] is True, result
         assert "'docker.io/library/debian:bookworm-slim' from docker.io" in result.output

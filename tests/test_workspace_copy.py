@@ -251,7 +251,12 @@ def test_a_stopped_podman_containers_layout_is_read_the_same(dirs: tuple[Path, P
     (sandbox / "b.txt").write_text("changed\n")
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(sandbox, arcname="")
+        tar.add(sandbox, arcname="", recursive=False)
+        for path in sorted(sandbox.iterdir()):
+            info = tar.gettarinfo(str(path))
+            info.name = "/" + path.name  # gettarinfo would strip the slash
+            with path.open("rb") as data:
+                tar.addfile(info, data)
     buffer.seek(0)
     with tarfile.open(fileobj=io.BytesIO(buffer.getvalue())) as check:
         assert check.getnames()[:2] == ["", "/a.txt"]
