@@ -6,14 +6,60 @@
 # makes exists for them. Only the filesystem is separate (same pid and network namespaces).
 # They pull their images from the local TLS registry (scripts/setup-registry.sh), whose CA
 # they trust through /etc/docker/certs.d and /etc/containers/certs.d (not covered).
+# The docker engine's namespace also runs an ssh server on 127.0.0.1:2222, so the same engine
+# is reachable as ssh://toolseam-remote-docker (its unix socket, forwarded by ssh): a Host entry
+# in root's ~/.ssh/config (an Include of /var/lib/toolseam-remote/ssh/client_config) names the
+# key and port, as an operator would configure it.
 # Idempotent; writes .remote.env. As root, after setup-engines.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export DEBIAN_FRONTEND=noninteractive
 log=/var/log/toolseam
 certs=/var/lib/toolseam-remote/certs   # not under a covered path: the engines read it too
-mkdir -p "$log" "$certs"
+ssh_dir=/var/lib/toolseam-remote/ssh
+mkdir -p "$log" "$certs" "$ssh_dir"
 DOCKER_PORT=23750
 PODMAN_PORT=23760
+SSH_PORT=2222
+
+# an ssh server (not started as a service: a policy-rc.d refuses during the install) and client
+if ! dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q "ok installed"; then
+  printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+  apt-get install -y -q openssh-server openssh-client >"$log/apt-ssh.log" 2>&1 \
+    || { rm -f /usr/sbin/policy-rc.d; tail -n 30 "$log/apt-ssh.log"; exit 1; }
+  rm -f /usr/sbin/policy-rc.d
+fi
+[ -s "$ssh_dir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N "" -f "$ssh_dir/host_ed25519"
+[ -s "$ssh_dir/id_ed25519" ] || ssh-keygen -q -t ed25519 -N "" -f "$ssh_dir/id_ed25519"
+cp "$ssh_dir/id_ed25519.pub" "$ssh_dir/authorized_keys"
+cat >"$ssh_dir/sshd_config" <<CONF
+Port $SSH_PORT
+ListenAddress 127.0.0.1
+HostKey $ssh_dir/host_ed25519
+AuthorizedKeysFile $ssh_dir/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+AllowStreamLocalForwarding yes
+PidFile /run/sshd-toolseam.pid
+CONF
+cat >"$ssh_dir/client_config" <<CONF
+Host toolseam-remote-docker
+  HostName 127.0.0.1
+  Port $SSH_PORT
+  User root
+  IdentityFile $ssh_dir/id_ed25519
+  IdentitiesOnly yes
+  StrictHostKeyChecking accept-new
+  UserKnownHostsFile $ssh_dir/known_hosts
+CONF
+mkdir -p /root/.ssh && chmod 0700 /root/.ssh
+if ! grep -qs "Include $ssh_dir/client_config" /root/.ssh/config; then
+  { echo "Include $ssh_dir/client_config"; cat /root/.ssh/config 2>/dev/null || true; } >/root/.ssh/config.new
+  mv /root/.ssh/config.new /root/.ssh/config && chmod 0600 /root/.ssh/config
+fi
 
 # TLS for the remote docker engine: a CA, a server certificate for 127.0.0.1, a client one
 if [ ! -s "$certs/key.pem" ]; then
@@ -58,9 +104,18 @@ wait_up() {  # what, log, curl args...
 
 docker_ping=(--cacert "$certs/ca.pem" --cert "$certs/cert.pem" --key "$certs/key.pem"
              "https://127.0.0.1:$DOCKER_PORT/_ping")
+ssh_up() { timeout 2 bash -c "</dev/tcp/127.0.0.1/$SSH_PORT" 2>/dev/null; }
+if ping_tcp "${docker_ping[@]}" && ! ssh_up; then  # an engine started before ssh was added
+  for pid in $(pgrep -f "dockerd -H tcp://127.0.0.1:$DOCKER_PORT" || true); do
+    kill -- "-$(ps -o sid= "$pid" | tr -d ' ')" 2>/dev/null || kill "$pid" || true
+  done
+  for _ in $(seq 1 50); do ping_tcp "${docker_ping[@]}" || break; sleep 0.2; done
+fi
 if ! ping_tcp "${docker_ping[@]}"; then
   { private_root; cat <<SH; } >/run/toolseam/remote-docker.sh
-exec dockerd -H tcp://127.0.0.1:$DOCKER_PORT --tlsverify --tlscacert $certs/ca.pem \
+mkdir -p /run/sshd && /usr/sbin/sshd -f $ssh_dir/sshd_config
+exec dockerd -H tcp://127.0.0.1:$DOCKER_PORT -H unix:///run/docker-remote.sock \
+  --tlsverify --tlscacert $certs/ca.pem \
   --tlscert $certs/server-cert.pem --tlskey $certs/server-key.pem \
   --data-root /tmp/e/data --exec-root /tmp/e/exec --pidfile /tmp/e/dockerd.pid \
   --bridge=none --iptables=false --ip-masq=false --cgroup-parent /toolseam-remote-docker
@@ -87,6 +142,7 @@ cat > .remote.env <<ENV
 export TOOLSEAM_REMOTE_DOCKER_URL=tcp://127.0.0.1:$DOCKER_PORT
 export TOOLSEAM_REMOTE_DOCKER_CERT_PATH=$certs
 export TOOLSEAM_REMOTE_PODMAN_URL=tcp://127.0.0.1:$PODMAN_PORT
+export TOOLSEAM_REMOTE_DOCKER_SSH_URL=ssh://toolseam-remote-docker/run/docker-remote.sock
 export TOOLSEAM_REMOTE_IMAGE=127.0.0.1:5443/toolseam/sandbox:latest
 ENV
-echo "remote engines ready: docker (TLS) on :$DOCKER_PORT, podman on :$PODMAN_PORT"
+echo "remote engines ready: docker (TLS) on :$DOCKER_PORT and ssh://toolseam-remote-docker, podman on :$PODMAN_PORT"

@@ -340,8 +340,11 @@ def test_the_mode_rule() -> None:
     assert DockerBackend(".", endpoint=tcp).workspace_mode == "copy"
     with pytest.raises(Exception, match="workspace_mode must be one of auto, bind, copy"):
         DockerBackend(".", endpoint=tcp, workspace_mode="mount")  # type: ignore[arg-type]
+    assert resolve_mode("auto", DockerEngine("ssh://user@builder")) == "copy"  # a tunnel's end
+    assert resolve_mode("auto", PodmanEngine("ssh://builder:2200/run/user/1000/podman.sock")
+                        ) == "copy"
     with pytest.raises(CouldNotRunError, match="cannot carry the agent's channel"):
-        DockerEngine("ssh://user@host")
+        DockerEngine("npipe:////./pipe/docker_engine")
 
 
 @pytest.mark.parametrize("engine", ["docker", "podman"])
@@ -367,3 +370,24 @@ async def test_a_wrong_client_certificate_is_refused_clearly(base: Path, tmp_pat
         await made.open()
     await made.close()
     assert caught.value.retryable
+
+
+async def test_an_engine_over_ssh(base: Path) -> None:
+    """ssh://host as docker's and podman's clients take it: the system's ssh, configured in
+    ~/.ssh/config (scripts/setup-remote-engines.sh adds the Host entry), forwards the remote
+    engine's unix socket; the session works on a copy, and the tunnel ends with it."""
+    url = required_env("TOOLSEAM_REMOTE_DOCKER_SSH_URL", "the ssh endpoint")
+    (base / "in.txt").write_text("over ssh\n")
+    made = DockerBackend(str(base), image=required_env("TOOLSEAM_REMOTE_IMAGE", ""), endpoint=url)
+    assert made.workspace_mode == "copy"
+    async with Toolkit(made) as tk:
+        result = await tk.call("bash", {"command": "cat in.txt; echo back > out.txt"})
+        assert result.output == "over ssh\n", result
+        tunnel = made.sandbox.engine._tunnel
+        assert tunnel is not None and os.path.exists(tunnel.local_socket)
+    assert (base / "out.txt").read_text() == "back\n"
+    assert not os.path.exists(tunnel.local_socket)
+    wrong = DockerBackend(str(base), endpoint="ssh://toolseam-remote-docker:1/run/x.sock")
+    with pytest.raises(CouldNotRunError, match="ssh tunnel to ssh://toolseam-remote-docker:1"):
+        await wrong.open()
+    await wrong.close()

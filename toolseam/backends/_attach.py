@@ -84,6 +84,7 @@ class EngineAddress:
     host: str | None
     port: int | None
     tls: ssl.SSLContext | None
+    remote: bool = False  # a unix socket that is an ssh tunnel's end: the engine is elsewhere
 
     @classmethod
     def parse(cls, endpoint: str, tls: ssl.SSLContext | None = None) -> EngineAddress:
@@ -96,12 +97,16 @@ class EngineAddress:
             return cls(endpoint, None, parts.hostname, parts.port or (2376 if tls else 2375),
                        tls)
         raise CouldNotRunError(f"engine endpoint {endpoint!r} cannot carry the agent's channel: "
-                               "use unix://, tcp:// (with TLS settings) or https://",
+                               "use unix://, tcp:// (with TLS settings), https:// or ssh://",
                                retryable=False)
+
+    @classmethod
+    def tunnelled(cls, endpoint: str, local_socket: str) -> EngineAddress:
+        return cls(endpoint, local_socket, None, None, None, remote=True)
 
     @property
     def is_local(self) -> bool:
-        return self.unix_path is not None
+        return self.unix_path is not None and not self.remote
 
 
 class _AttachProtocol(asyncio.Protocol):

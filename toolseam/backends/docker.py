@@ -27,6 +27,7 @@ from ._container_sandbox import (
 )
 from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
 from ._retry import transient_retry
+from ._ssh import SshTunnel
 
 _NOT_FOUND = (ImageNotFound, NotFound)
 
@@ -37,7 +38,12 @@ class DockerEngine:
         (``TlsFiles.from_env()`` reads ``DOCKER_CERT_PATH``/``DOCKER_TLS_VERIFY``)."""
         self.endpoint = endpoint
         self.tls = tls
-        self.address = EngineAddress.parse(endpoint, tls.context() if tls else None)
+        self._tunnel: SshTunnel | None = None
+        if endpoint.startswith("ssh://"):
+            self._tunnel = SshTunnel(endpoint, "/var/run/docker.sock")
+            self.address = EngineAddress.tunnelled(endpoint, self._tunnel.local_socket)
+        else:
+            self.address = EngineAddress.parse(endpoint, tls.context() if tls else None)
         self._client: docker.DockerClient | None = None
 
     def _do(self, call: Any) -> Any:
@@ -49,6 +55,8 @@ class DockerEngine:
             raise map_engine_error("docker", self.endpoint, exc, _NOT_FOUND, APIError) from None
 
     def _connect(self) -> docker.DockerClient:
+        if self._tunnel is not None:
+            return docker.DockerClient(base_url=f"unix://{self._tunnel.up()}", timeout=30)
         if self.tls is None:
             return docker.DockerClient(base_url=self.endpoint, timeout=30)
         tls = TLSConfig(client_cert=self.tls.client_cert, ca_cert=self.tls.ca,
@@ -211,6 +219,9 @@ class DockerEngine:
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+            self._client = None
+        if self._tunnel is not None:
+            self._tunnel.close()
 
 
 class DockerBackend(ContainerBackend):
@@ -225,11 +236,12 @@ class DockerBackend(ContainerBackend):
                  copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (with ``tls``, or docker's own
-        ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``) or ``https://``; default
+        ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), ``https://`` or
+        ``ssh://[user@]host[:port][/path/to/docker.sock]`` (through the system's ssh); default
         ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket."""
         url = (endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or os.environ.get("DOCKER_HOST")
                or "unix:///var/run/docker.sock")
-        if tls is None and not url.startswith("unix://"):
+        if tls is None and url.startswith(("tcp://", "https://")):
             tls = TlsFiles.from_env()
         super().__init__(DockerEngine(url, tls), "docker", image, os.path.abspath(workspace),
                          hardening, limits, pull, auth, on_pull_progress, workspace_mode,

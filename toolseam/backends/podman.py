@@ -31,6 +31,7 @@ from ._container_sandbox import (
 )
 from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
 from ._retry import transient_retry
+from ._ssh import SshTunnel
 
 
 def default_endpoint(rootless: bool) -> str:
@@ -46,8 +47,21 @@ _NOT_FOUND = (ImageNotFound, NotFound)
 class PodmanEngine:
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
-        self.address = EngineAddress.parse(endpoint)
-        self._client = PodmanClient(base_url=endpoint, timeout=30)
+        self._tunnel: SshTunnel | None = None
+        if endpoint.startswith("ssh://"):
+            self._tunnel = SshTunnel(endpoint, "/run/podman/podman.sock")
+            self.address = EngineAddress.tunnelled(endpoint, self._tunnel.local_socket)
+        else:
+            self.address = EngineAddress.parse(endpoint)
+        self._sdk: PodmanClient | None = None
+
+    @property
+    def _client(self) -> PodmanClient:
+        """Made at first use: an ssh endpoint's tunnel comes up then, not at construction."""
+        if self._sdk is None:
+            url = f"unix://{self._tunnel.up()}" if self._tunnel is not None else self.endpoint
+            self._sdk = PodmanClient(base_url=url, timeout=30)
+        return self._sdk
 
     def _do(self, call: Any) -> Any:
         try:
@@ -56,7 +70,7 @@ class PodmanEngine:
             raise map_engine_error("podman", self.endpoint, exc, _NOT_FOUND, APIError) from None
 
     def ping(self) -> None:
-        if not self._do(self._client.ping):
+        if not self._do(lambda: self._client.ping()):
             raise CouldNotRunError(f"podman engine unreachable at {self.endpoint}", retryable=True)
 
     def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
@@ -195,7 +209,11 @@ class PodmanEngine:
         return [(str(c.id), dict(c.labels or {})) for c in found]
 
     def close(self) -> None:
-        self._client.close()  # type: ignore[no-untyped-call]
+        if self._sdk is not None:
+            self._sdk.close()  # type: ignore[no-untyped-call]
+            self._sdk = None
+        if self._tunnel is not None:
+            self._tunnel.close()
 
 
 class PodmanBackend(ContainerBackend):
@@ -208,7 +226,8 @@ class PodmanBackend(ContainerBackend):
                  on_pull_progress: PullCallback | None = None,
                  workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None) -> None:
-        """``endpoint``: ``unix://…`` or ``tcp://host:port`` (podman's API service)."""
+        """``endpoint``: ``unix://…``, ``tcp://host:port`` (podman's API service) or
+        ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``)."""
         variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
         url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
         super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
