@@ -41,6 +41,7 @@ from ..seam.models import SandboxInfo, SyncReport
 from ._attach import EngineAddress, attach_channel
 from ._channel import AgentChannel
 from ._pull import PullCallback, PullPolicy
+from ._retry import transient_retry
 from ._workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
 from .boot import bundle_archive, bundle_command, bundle_digest, stage_bundle
 from .bundle_arch import select_bundle
@@ -373,6 +374,16 @@ class ContainerSandbox:
         await self._call(fill)
         return name
 
+    async def _wait_stopped(self, timeout_s: float = 10.0) -> None:
+        """After the agent's shutdown: the archive of a container that is still stopping can
+        fail (podman joins the mount namespace of a process that is exiting)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = await self._state()
+            if state is None or not state.running:
+                return
+            await asyncio.sleep(0.05)
+
     async def sync(self) -> SyncReport:
         """Bring the sandbox's changes to the base dir home (copy mode); bind mode has none."""
         if self.copy is None or self.container is None:
@@ -507,7 +518,9 @@ class ContainerSandbox:
             await channel.shutdown(drain_s=5)
         if self.copy is not None and self.container is not None:
             try:
-                self.last_sync = await self._call(self._copy_back)
+                await self._wait_stopped()
+                self.last_sync = await self._call(lambda: transient_retry(
+                    self._copy_back, lambda e: isinstance(e, CouldNotRunError) and e.retryable))
             except CouldNotRunError as exc:
                 self.copy_back_error = CouldNotRunError(
                     f"the sandbox's changes were not copied back to {self.workspace}: "

@@ -20,9 +20,10 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(status, int) and status in (500, 502, 503, 504)
 
 
-def transient_retry(call: Callable[[], T]) -> T:
+def transient_retry(call: Callable[[], T],
+                    transient: Callable[[BaseException], bool] = is_transient) -> T:
     for attempt in Retrying(stop=stop_after_attempt(3), wait=wait_exponential(multiplier=0.1, max=1),
-                            retry=retry_if_exception(is_transient), reraise=True):
+                            retry=retry_if_exception(transient), reraise=True):
         with attempt:
             return call()
     raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
