@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from toolseam import Toolkit, ToolResult
 from toolseam.backends._attach import TlsFiles
 from toolseam.backends.docker import DockerBackend
 from toolseam.backends.podman import PodmanBackend
@@ -76,3 +77,24 @@ def shared_dir() -> Path:
 
 def remove_shared(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+async def serve_every_builtin(tk: Toolkit, label: str) -> dict[str, ToolResult]:
+    """Each of the seven builtins once, through ``tk``, on a small tree it makes; asserts what
+    the reference image answers, byte for byte, and returns the results."""
+    results = {name: await tk.call(name, args) for name, args in (
+        ("write", {"path": "d/f.txt", "content": "one\ntwo\n"}),
+        ("read", {"path": "d/f.txt"}),
+        ("edit", {"path": "d/f.txt", "oldString": "two", "newString": "TWO"}),
+        ("apply_patch", {"patchText": "*** Begin Patch\n*** Add File: p.txt\n+patched\n"
+                                      "*** End Patch"}),
+        ("grep", {"pattern": "TWO"}),
+        ("glob", {"pattern": "**/*.txt"}),
+        ("bash", {"command": "cat d/f.txt p.txt"}))}
+    for name, result in results.items():
+        assert not result.is_error, (label, name, result.output)
+    assert results["read"].output.startswith("00001| one\n")
+    assert results["grep"].output == "d/f.txt:2:TWO"
+    assert results["glob"].output == "d/f.txt\np.txt"
+    assert results["bash"].output == "one\nTWO\npatched\n"
+    return results

@@ -19,6 +19,8 @@ from toolseam.backends.bundle_arch import build, fetch_sysroot, host_arch, selec
 from toolseam.seam.errors import CouldNotRunError
 from toolseam.seam.models import SandboxInfo
 
+from .engines import serve_every_builtin
+
 pytestmark = pytest.mark.slow
 QEMU = "qemu-aarch64-static"
 
@@ -79,21 +81,7 @@ async def test_the_arm64_agent_serves_every_builtin(arm64_bundle: Path, tmp_path
     workspace = tmp_path / "ws"
     workspace.mkdir()
     async with Toolkit(_QemuAgentBackend(wrapper, workspace), base_dir=str(workspace)) as tk:
-        results = {name: await tk.call(name, args) for name, args in (
-            ("write", {"path": "d/f.txt", "content": "one\ntwo\n"}),
-            ("read", {"path": "d/f.txt"}),
-            ("edit", {"path": "d/f.txt", "oldString": "two", "newString": "TWO"}),
-            ("apply_patch", {"patchText": "*** Begin Patch\n*** Add File: p.txt\n+patched\n"
-                                          "*** End Patch"}),
-            ("grep", {"pattern": "TWO"}),
-            ("glob", {"pattern": "**/*.txt"}),
-            ("bash", {"command": "cat d/f.txt p.txt"}))}
-    for name, result in results.items():
-        assert not result.is_error, (name, result.output)
-    assert results["read"].output.startswith("00001| one\n")
-    assert results["grep"].output == "d/f.txt:2:TWO"
-    assert results["glob"].output == "d/f.txt\np.txt"
-    assert results["bash"].output == "one\nTWO\npatched\n"
+        await serve_every_builtin(tk, "arm64 agent")
     assert (workspace / "p.txt").read_text() == "patched\n"
 
 

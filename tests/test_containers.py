@@ -21,7 +21,15 @@ from toolseam import CouldNotRunError, Toolkit
 from toolseam.backends._container_sandbox import Hardening
 
 from .conftest import host_survivors
-from .engines import ENGINES, IMAGE, backend, endpoint, remove_shared, shared_dir
+from .engines import (
+    ENGINES,
+    IMAGE,
+    backend,
+    endpoint,
+    remove_shared,
+    serve_every_builtin,
+    shared_dir,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -111,21 +119,7 @@ async def test_foreign_images_serve_every_builtin(engine: str, workspace: Path) 
                            base_dir="/workspace", confine_to_base_dir=True) as tk:
             has_python = await tk.call("bash", {"command": "command -v python3 || echo none"})
             assert has_python.output == "none\n", (image, has_python.output)
-            results = {name: await tk.call(name, args) for name, args in (
-                ("write", {"path": "d/f.txt", "content": "one\ntwo\n"}),
-                ("read", {"path": "d/f.txt"}),
-                ("edit", {"path": "d/f.txt", "oldString": "two", "newString": "TWO"}),
-                ("apply_patch", {"patchText": "*** Begin Patch\n*** Add File: p.txt\n+patched\n"
-                                              "*** End Patch"}),
-                ("grep", {"pattern": "TWO"}),
-                ("glob", {"pattern": "**/*.txt"}),
-                ("bash", {"command": "cat d/f.txt p.txt"}))}
-            for name, result in results.items():
-                assert not result.is_error, (image, name, result.output)
-            assert results["read"].output.startswith("00001| one\n")
-            assert results["grep"].output == "d/f.txt:2:TWO"
-            assert results["glob"].output == "d/f.txt\np.txt"
-            assert results["bash"].output == "one\nTWO\npatched\n"
+            results = await serve_every_builtin(tk, image)
             # no bash in the image: the catalog resolved sh, and the result says which ran
             assert results["bash"].metadata["shell"] == "/bin/sh -c"
             if "musl" in image:  # a musl userland, and no glibc in the image at all

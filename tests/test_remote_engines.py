@@ -26,7 +26,7 @@ import pytest
 from toolseam import Settings, Toolkit
 from toolseam.backends._attach import TlsFiles
 from toolseam.backends._container_backend import resolve_mode
-from toolseam.backends._container_sandbox import OWNER_LABEL
+from toolseam.backends._container_sandbox import OWNER_LABEL, Hardening
 from toolseam.backends.docker import DockerBackend, DockerEngine
 from toolseam.backends.podman import PodmanEngine
 from toolseam.builtins._base import OutputEvent
@@ -327,6 +327,31 @@ def test_a_remote_engine_over_the_cli_leaves_the_base_dir_as_the_session_left_it
          "--workspace", str(base)], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert (base / "cli.txt").read_text() == "from-cli\n"
+
+
+def test_serve_with_a_remote_engine_leaves_the_base_dir_as_the_session_left_it(
+        base: Path) -> None:
+    request = {"id": 1, "tool": "write", "args": {"path": "served.txt", "content": "served\n"}}
+    done = subprocess.run(
+        [sys.executable, "-m", "toolseam.cli", "serve", "--stdio", "--backend", "podman",
+         "--endpoint", endpoint("podman-remote"), "--image", required_env("TOOLSEAM_REMOTE_IMAGE", ""),
+         "--workspace", str(base)], input=json.dumps(request) + "\n", capture_output=True,
+        text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [a["result"]["is_error"] for a in answers if a.get("id") == 1] == [False], done.stdout
+    assert (base / "served.txt").read_text() == "served\n"
+
+
+@pytest.mark.parametrize("engine", REMOTE_ENGINES)
+async def test_oom_is_reported_remotely(engine: str, base: Path) -> None:
+    made = backend(engine, str(base), hardening=Hardening(memory="160m"))
+    async with Toolkit(made) as tk:
+        hog = await tk.call("bash", {"command": "python3 -c \"x = b'a' * (600 << 20)\"; "
+                                                "echo after"})
+        assert hog.metadata.get("oomKilled") is True, hog
+        assert hog.output.endswith("after\n") and "failure" not in hog.metadata
+        assert not (await tk.call("bash", {"command": "true"})).is_error
 
 
 def test_the_mode_rule() -> None:
