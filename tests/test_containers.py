@@ -24,6 +24,7 @@ from .conftest import host_survivors
 from .engines import (
     ENGINES,
     IMAGE,
+    REMOTE_ENGINES,
     backend,
     endpoint,
     remove_shared,
@@ -387,3 +388,23 @@ def _container_processes(toolkit: Toolkit) -> list[str]:
     done = subprocess.run(argv, check=True, capture_output=True, env=env, text=True)
     rows = [line.split(None, 2) for line in done.stdout.splitlines()[1:] if line.strip()]
     return [row[2] for row in rows if len(row) == 3 and not row[1].startswith("Z")]
+
+
+@pytest.mark.parametrize(("engine", "mode"), [*((e, "bind") for e in ENGINES),
+                                              ("docker", "copy"), ("podman", "copy"),
+                                              *((e, "auto") for e in REMOTE_ENGINES)])
+async def test_a_command_cannot_reach_the_agents_channel(engine: str, mode: str,
+                                                         workspace: Path) -> None:
+    """In copy mode the channel is the agent's stdin/stdout: a command that could open
+    /proc/AGENT/fd/1 could forge answers. The agent is not dumpable, so it cannot (regression:
+    the write went through before)."""
+    made = backend(engine, str(workspace), workspace_mode=mode)
+    async with Toolkit(made) as tk:
+        agent = tk.info.agent_pid if tk.info else None
+        probe = await tk.call("bash", {"command": f"echo '{{\"id\": 2, \"ok\": true}}' > "
+                                                  f"/proc/{agent}/fd/1 && echo WROTE; "
+                                                  f"cat /proc/{agent}/environ >/dev/null && "
+                                                  "echo READ; true"})
+        assert "WROTE" not in probe.output and "READ" not in probe.output, probe.output
+        assert probe.output.count("Permission denied") == 2, probe.output
+        assert (await tk.call("bash", {"command": "echo fine"})).output == "fine\n"

@@ -21,6 +21,7 @@ import time
 from typing import NamedTuple
 
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_DUMPABLE = 4
 TOKEN_VAR = "TOOLSEAM_JOB_TOKEN"
 
 
@@ -34,6 +35,14 @@ def become_subreaper() -> bool:
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0:
         _orphans_come_here = True
     return _orphans_come_here
+
+
+def guard_own_descriptors() -> bool:
+    """Not dumpable: a command running as the same user cannot open this process's
+    ``/proc/PID/fd/*`` — where a container's agent has its channel (stdin and stdout in copy
+    mode) — nor read its memory or environment. Commands get the default back at ``execve``."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return bool(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) == 0)
 
 
 def orphans_come_here() -> bool:

@@ -79,6 +79,7 @@ class Agent:
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
         self.subreaper = procscan.become_subreaper()
+        procscan.guard_own_descriptors()
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_r, False)
         os.set_blocking(wake_w, False)
