@@ -6,10 +6,10 @@
 # makes exists for them. Only the filesystem is separate (same pid and network namespaces).
 # They pull their images from the local TLS registry (scripts/setup-registry.sh), whose CA
 # they trust through /etc/docker/certs.d and /etc/containers/certs.d (not covered).
-# The docker engine's namespace also runs an ssh server on 127.0.0.1:2222, so the same engine
-# is reachable as ssh://toolseam-remote-docker (its unix socket, forwarded by ssh): a Host entry
-# in root's ~/.ssh/config (an Include of /var/lib/toolseam-remote/ssh/client_config) names the
-# key and port, as an operator would configure it.
+# Each engine's namespace also runs an ssh server (127.0.0.1:2222 docker, :2223 podman), so
+# the same engines are reachable as ssh://toolseam-remote-docker and ssh://toolseam-remote-podman
+# (their unix sockets, forwarded by ssh): Host entries in root's ~/.ssh/config (an Include of
+# /var/lib/toolseam-remote/ssh/client_config) name the key and port, as an operator would.
 # Idempotent; writes .remote.env. As root, after setup-engines.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,19 +21,25 @@ mkdir -p "$log" "$certs" "$ssh_dir"
 DOCKER_PORT=23750
 PODMAN_PORT=23760
 SSH_PORT=2222
+PODMAN_SSH_PORT=2223
 
 # an ssh server (not started as a service: a policy-rc.d refuses during the install) and client
-if ! dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q "ok installed"; then
+need=()
+for pkg in openssh-server openssh-client socat; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
   printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  apt-get install -y -q openssh-server openssh-client >"$log/apt-ssh.log" 2>&1 \
+  apt-get install -y -q "${need[@]}" >"$log/apt-ssh.log" 2>&1 \
     || { rm -f /usr/sbin/policy-rc.d; tail -n 30 "$log/apt-ssh.log"; exit 1; }
   rm -f /usr/sbin/policy-rc.d
 fi
 [ -s "$ssh_dir/host_ed25519" ] || ssh-keygen -q -t ed25519 -N "" -f "$ssh_dir/host_ed25519"
 [ -s "$ssh_dir/id_ed25519" ] || ssh-keygen -q -t ed25519 -N "" -f "$ssh_dir/id_ed25519"
 cp "$ssh_dir/id_ed25519.pub" "$ssh_dir/authorized_keys"
-cat >"$ssh_dir/sshd_config" <<CONF
-Port $SSH_PORT
+sshd_config() {  # port -> an sshd config for one engine's namespace
+  cat >"$ssh_dir/sshd_config-$1" <<CONF
+Port $1
 ListenAddress 127.0.0.1
 HostKey $ssh_dir/host_ed25519
 AuthorizedKeysFile $ssh_dir/authorized_keys
@@ -45,16 +51,23 @@ StrictModes no
 AllowStreamLocalForwarding yes
 PidFile /run/sshd-toolseam.pid
 CONF
-cat >"$ssh_dir/client_config" <<CONF
-Host toolseam-remote-docker
+}
+sshd_config "$SSH_PORT"
+sshd_config "$PODMAN_SSH_PORT"
+: >"$ssh_dir/client_config"
+for entry in "toolseam-remote-docker $SSH_PORT" "toolseam-remote-podman $PODMAN_SSH_PORT"; do
+  set -- $entry
+  cat >>"$ssh_dir/client_config" <<CONF
+Host $1
   HostName 127.0.0.1
-  Port $SSH_PORT
+  Port $2
   User root
   IdentityFile $ssh_dir/id_ed25519
   IdentitiesOnly yes
   StrictHostKeyChecking accept-new
   UserKnownHostsFile $ssh_dir/known_hosts
 CONF
+done
 mkdir -p /root/.ssh && chmod 0700 /root/.ssh
 if ! grep -qs "Include $ssh_dir/client_config" /root/.ssh/config; then
   { echo "Include $ssh_dir/client_config"; cat /root/.ssh/config 2>/dev/null || true; } >/root/.ssh/config.new
@@ -104,16 +117,20 @@ wait_up() {  # what, log, curl args...
 
 docker_ping=(--cacert "$certs/ca.pem" --cert "$certs/cert.pem" --key "$certs/key.pem"
              "https://127.0.0.1:$DOCKER_PORT/_ping")
-ssh_up() { timeout 2 bash -c "</dev/tcp/127.0.0.1/$SSH_PORT" 2>/dev/null; }
-if ping_tcp "${docker_ping[@]}" && ! ssh_up; then  # an engine started before ssh was added
-  for pid in $(pgrep -f "dockerd -H tcp://127.0.0.1:$DOCKER_PORT" || true); do
+ssh_up() { timeout 2 bash -c "</dev/tcp/127.0.0.1/$1" 2>/dev/null; }
+stop_engine() {  # pattern, ping args...: an engine started before its ssh server was added
+  local pattern=$1; shift
+  for pid in $(pgrep -f "$pattern" || true); do
     kill -- "-$(ps -o sid= "$pid" | tr -d ' ')" 2>/dev/null || kill "$pid" || true
   done
-  for _ in $(seq 1 50); do ping_tcp "${docker_ping[@]}" || break; sleep 0.2; done
+  for _ in $(seq 1 50); do ping_tcp "$@" || break; sleep 0.2; done
+}
+if ping_tcp "${docker_ping[@]}" && ! ssh_up "$SSH_PORT"; then
+  stop_engine "dockerd -H tcp://127.0.0.1:$DOCKER_PORT" "${docker_ping[@]}"
 fi
 if ! ping_tcp "${docker_ping[@]}"; then
   { private_root; cat <<SH; } >/run/toolseam/remote-docker.sh
-mkdir -p /run/sshd && /usr/sbin/sshd -f $ssh_dir/sshd_config
+mkdir -p /run/sshd && /usr/sbin/sshd -D -f $ssh_dir/sshd_config-$SSH_PORT &
 exec dockerd -H tcp://127.0.0.1:$DOCKER_PORT -H unix:///run/docker-remote.sock \
   --tlsverify --tlscacert $certs/ca.pem \
   --tlscert $certs/server-cert.pem --tlskey $certs/server-key.pem \
@@ -127,8 +144,15 @@ SH
 fi
 
 podman_ping=("http://127.0.0.1:$PODMAN_PORT/v4.0.0/libpod/_ping")
+if ping_tcp "${podman_ping[@]}" && ! ssh_up "$PODMAN_SSH_PORT"; then
+  stop_engine "service --time=0 tcp://127.0.0.1:$PODMAN_PORT" "${podman_ping[@]}"
+fi
 if ! ping_tcp "${podman_ping[@]}"; then
+  # one API service; a unix socket in the namespace (for ssh to forward) relays to it.
+  # sshd -D stays in this session: stopping the engine's session group stops it too.
   { private_root; cat <<SH; } >/run/toolseam/remote-podman.sh
+mkdir -p /run/sshd && /usr/sbin/sshd -D -f $ssh_dir/sshd_config-$PODMAN_SSH_PORT &
+socat UNIX-LISTEN:/run/podman-remote.sock,fork,mode=600 TCP:127.0.0.1:$PODMAN_PORT &
 exec podman --root /tmp/e/root --runroot /tmp/e/run --tmpdir /tmp/e/tmp --storage-driver overlay \
   --cgroup-manager cgroupfs --events-backend file system service --time=0 tcp://127.0.0.1:$PODMAN_PORT
 SH
@@ -143,6 +167,7 @@ export TOOLSEAM_REMOTE_DOCKER_URL=tcp://127.0.0.1:$DOCKER_PORT
 export TOOLSEAM_REMOTE_DOCKER_CERT_PATH=$certs
 export TOOLSEAM_REMOTE_PODMAN_URL=tcp://127.0.0.1:$PODMAN_PORT
 export TOOLSEAM_REMOTE_DOCKER_SSH_URL=ssh://toolseam-remote-docker/run/docker-remote.sock
+export TOOLSEAM_REMOTE_PODMAN_SSH_URL=ssh://toolseam-remote-podman/run/podman-remote.sock
 export TOOLSEAM_REMOTE_IMAGE=127.0.0.1:5443/toolseam/sandbox:latest
 ENV
-echo "remote engines ready: docker (TLS) on :$DOCKER_PORT and ssh://toolseam-remote-docker, podman on :$PODMAN_PORT"
+echo "remote engines ready: docker (TLS) on :$DOCKER_PORT, podman on :$PODMAN_PORT, both over ssh too"

@@ -28,7 +28,7 @@ from toolseam.backends._attach import TlsFiles
 from toolseam.backends._container_backend import resolve_mode
 from toolseam.backends._container_sandbox import OWNER_LABEL, Hardening
 from toolseam.backends.docker import DockerBackend, DockerEngine
-from toolseam.backends.podman import PodmanEngine
+from toolseam.backends.podman import PodmanBackend, PodmanEngine
 from toolseam.builtins._base import OutputEvent
 from toolseam.seam.errors import CouldNotRunError
 
@@ -397,13 +397,18 @@ async def test_a_wrong_client_certificate_is_refused_clearly(base: Path, tmp_pat
     assert caught.value.retryable
 
 
-async def test_an_engine_over_ssh(base: Path) -> None:
+@pytest.mark.parametrize("engine", REMOTE_ENGINES)
+async def test_an_engine_over_ssh(engine: str, base: Path) -> None:
     """ssh://host as docker's and podman's clients take it: the system's ssh, configured in
-    ~/.ssh/config (scripts/setup-remote-engines.sh adds the Host entry), forwards the remote
+    ~/.ssh/config (scripts/setup-remote-engines.sh adds the Host entries), forwards the remote
     engine's unix socket; the session works on a copy, and the tunnel ends with it."""
-    url = required_env("TOOLSEAM_REMOTE_DOCKER_SSH_URL", "the ssh endpoint")
+    variable = "TOOLSEAM_REMOTE_DOCKER_SSH_URL" if engine == "docker-remote" else \
+        "TOOLSEAM_REMOTE_PODMAN_SSH_URL"
+    url = required_env(variable, "the ssh endpoints")
     (base / "in.txt").write_text("over ssh\n")
-    made = DockerBackend(str(base), image=required_env("TOOLSEAM_REMOTE_IMAGE", ""), endpoint=url)
+    image = required_env("TOOLSEAM_REMOTE_IMAGE", "")
+    made = (DockerBackend(str(base), image=image, endpoint=url) if engine == "docker-remote"
+            else PodmanBackend(str(base), image=image, endpoint=url))
     assert made.workspace_mode == "copy"
     async with Toolkit(made) as tk:
         result = await tk.call("bash", {"command": "cat in.txt; echo back > out.txt"})
@@ -412,7 +417,8 @@ async def test_an_engine_over_ssh(base: Path) -> None:
         assert tunnel is not None and os.path.exists(tunnel.local_socket)
     assert (base / "out.txt").read_text() == "back\n"
     assert not os.path.exists(tunnel.local_socket)
-    wrong = DockerBackend(str(base), endpoint="ssh://toolseam-remote-docker:1/run/x.sock")
-    with pytest.raises(CouldNotRunError, match="ssh tunnel to ssh://toolseam-remote-docker:1"):
+    host = url.removeprefix("ssh://").split("/", 1)[0]
+    wrong = DockerBackend(str(base), endpoint=f"ssh://{host}:1/run/x.sock")
+    with pytest.raises(CouldNotRunError, match=f"ssh tunnel to ssh://{host}:1"):
         await wrong.open()
     await wrong.close()

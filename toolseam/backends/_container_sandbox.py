@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import hashlib
 import os
 import shutil
 import socket
@@ -163,6 +165,10 @@ def map_engine_error(engine: str, endpoint: str, exc: Exception,
         return CouldNotRunError(f"{engine} at {endpoint}: {explanation}",
                                 retryable=status >= 500 and not permanent)
     return CouldNotRunError(f"{engine} at {endpoint}: {exc}", retryable=True)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def owner_label() -> str:
@@ -358,18 +364,27 @@ class ContainerSandbox:
 
         def fill() -> None:
             labels = {AGENT_VOLUME_LABEL: name}
-            if not self.engine.volume_exists(name):
-                self.engine.create_volume(name, labels)
-            helper = self.engine.create(ContainerSpec(
-                image=self.image, name=f"toolseam-fill-{self.session_id}",
-                command=["/opt/toolseam/never-started"], labels=labels, environment={},
-                binds=[], hardening=self.hardening, volumes=[(name, AGENT_MOUNT, False)]))
-            try:
-                with bundle_archive(bundle) as archive:
-                    self.engine.put_archive(helper, AGENT_MOUNT, archive)
-            finally:
-                self.engine.remove(helper)
-            self.engine.create_volume(ready, labels)
+            # Sessions of every process on this host that meet the same empty engine fill it
+            # one at a time (the first fills, the others find it ready); an fcntl lock, since
+            # they are separate processes. Hosts sharing an engine may still fill it twice:
+            # the same bytes, and nobody uses the volume before "-ready" exists.
+            key = _digest(self.engine.endpoint + name)
+            with open(os.path.join(tempfile.gettempdir(), f"toolseam-fill-{key}.lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if self.engine.volume_exists(ready):
+                    return
+                if not self.engine.volume_exists(name):
+                    self.engine.create_volume(name, labels)
+                helper = self.engine.create(ContainerSpec(
+                    image=self.image, name=f"toolseam-fill-{self.session_id}",
+                    command=["/opt/toolseam/never-started"], labels=labels, environment={},
+                    binds=[], hardening=self.hardening, volumes=[(name, AGENT_MOUNT, False)]))
+                try:
+                    with bundle_archive(bundle) as archive:
+                        self.engine.put_archive(helper, AGENT_MOUNT, archive)
+                finally:
+                    self.engine.remove(helper)
+                self.engine.create_volume(ready, labels)
 
         await self._call(fill)
         return name
