@@ -29,6 +29,12 @@ run() {  # run an engine command as root or as the rootless user
     sh -c "$*"
   fi
 }
+import_image() {  # tarball, image name: a rootfs tarball as an image of this engine
+  case "$engine" in
+    podman) run "podman import --quiet $1 $2" >/dev/null ;;
+    docker) "$docker" import "$1" "$2" >/dev/null ;;
+  esac
+}
 if [ -z "$base" ]; then
   if [ ! -s "$tarball" ]; then
     mkdir -p "$cache"
@@ -43,10 +49,7 @@ if [ -z "$base" ]; then
     rm -rf "$cache/rootfs"
   fi
   chmod 0755 "$cache"; chmod 0644 "$tarball"
-  case "$engine" in
-    podman) run "podman import --quiet $tarball localhost/toolseam-base:bookworm" >/dev/null ;;
-    docker) "$docker" import "$tarball" localhost/toolseam-base:bookworm >/dev/null ;;
-  esac
+  import_image "$tarball" localhost/toolseam-base:bookworm
   base=localhost/toolseam-base:bookworm
 fi
 case "$engine" in
@@ -63,10 +66,7 @@ if [ ! -s "$nopy" ]; then
   for tool in sh sleep cat true; do ln -sf busybox "$cache/nopython/bin/$tool"; done
   tar -C "$cache/nopython" -cf "$nopy" . && chmod 0644 "$nopy"
 fi
-case "$engine" in
-  podman) run "podman import --quiet $nopy localhost/toolseam-nopython:latest" >/dev/null ;;
-  docker) "$docker" import "$nopy" localhost/toolseam-nopython:latest >/dev/null ;;
-esac
+import_image "$nopy" localhost/toolseam-nopython:latest
 # A musl userland (no glibc anywhere): busybox, musl's libc and loader from Debian's musl
 # package, and a program linked against musl by musl-gcc, which the tests run.
 musl="$cache/musl.tar"
@@ -81,10 +81,7 @@ if [ ! -s "$musl" ]; then
   musl-gcc -O2 -o "$cache/musl/bin/hello-musl" "$cache/hello-musl.c"
   tar -C "$cache/musl" -cf "$musl" . && chmod 0644 "$musl"
 fi
-case "$engine" in
-  podman) run "podman import --quiet $musl localhost/toolseam-musl:latest" >/dev/null ;;
-  docker) "$docker" import "$musl" localhost/toolseam-musl:latest >/dev/null ;;
-esac
+import_image "$musl" localhost/toolseam-musl:latest
 # Debian without python: the reference rootfs with every python binary and library taken out.
 debnopy="$cache/debian-nopython.tar"
 if [ ! -s "$debnopy" ] && [ -s "$tarball" ]; then
@@ -93,10 +90,5 @@ if [ ! -s "$debnopy" ] && [ -s "$tarball" ]; then
     './usr/lib/python3.11*' './usr/lib/x86_64-linux-gnu/libpython3*' 2>/dev/null || true
   mv "$debnopy.tmp" "$debnopy" && chmod 0644 "$debnopy"
 fi
-if [ -s "$debnopy" ]; then
-  case "$engine" in
-    podman) run "podman import --quiet $debnopy localhost/toolseam-debian-nopython:latest" >/dev/null ;;
-    docker) "$docker" import "$debnopy" localhost/toolseam-debian-nopython:latest >/dev/null ;;
-  esac
-fi
+[ ! -s "$debnopy" ] || import_image "$debnopy" localhost/toolseam-debian-nopython:latest
 echo "built localhost/toolseam-sandbox:latest for $engine${user:+ (rootless, $user)}"

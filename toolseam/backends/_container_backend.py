@@ -27,6 +27,7 @@ from ._container_sandbox import (
 )
 from ._parts import AgentExec, AgentFiles, ComposedBackend
 from ._pull import PULL_POLICIES, PullCallback, PullPolicy
+from ._workspace_copy import DEFAULT_COPY_LIMIT
 
 # A public, widely cached base any engine can pull: the agent brings its own runtime, so the
 # image needs no python; Debian slim has bash and the usual tools commands expect.
@@ -63,10 +64,9 @@ class ContainerBackend(ComposedBackend):
                                         enforce_limits=limits is not None and not limits.is_default,
                                         pull_policy=pull, registry_auth=auth,
                                         on_pull_progress=on_pull_progress,
-                                        mode=resolve_mode(workspace_mode, engine))
-        if copy_limit is not None:
-            self.sandbox.copy_limit = copy_limit
-        self.sandbox.agent_bundles = dict(agent_bundles or {})
+                                        mode=resolve_mode(workspace_mode, engine),
+                                        copy_limit=copy_limit or DEFAULT_COPY_LIMIT,
+                                        agent_bundles=dict(agent_bundles or {}))
         self._opening = asyncio.Lock()
         self._workspace_id: tuple[int, int] | None = None
 
@@ -205,8 +205,8 @@ class ContainerBackend(ComposedBackend):
 
 def resolve_mode(requested: WorkspaceMode, engine: Engine) -> Literal["bind", "copy"]:
     """``auto``: bind mounts for an engine on a unix socket (it runs on this machine and sees
-    its filesystem), a copy for one reached over the network (``tcp://``, ``https://``) —
-    such an engine may be anywhere. ``bind`` or ``copy`` overrides, e.g. ``copy`` for a local
+    its filesystem), a copy for one reached over the network (``tcp://``, ``https://``,
+    ``ssh://``) — such an engine may be anywhere. ``bind`` or ``copy`` overrides, e.g. ``copy`` for a local
     engine in a private mount namespace, ``bind`` for a TCP engine on this very machine."""
     if requested != "auto":
         return requested

@@ -276,11 +276,19 @@ class ContainerSandbox:
         spec = self._spec(command, labels, binds=[
             (self.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
             (self._socket_dir, SOCKET_MOUNT, False)])
+        await self._launch(spec)
+        return await self._connect()
+
+    async def _launch(self, spec: ContainerSpec, before_start: Callable[[], None] | None = None
+                      ) -> None:
+        """Create the container, run ``before_start`` (a copy into its volumes), start it, and
+        check that the engine applied the limits the host set."""
         self.container = await self._call(lambda: self.engine.create(spec))
+        if before_start is not None:
+            await self._call(before_start)
         await self._call(lambda: self.engine.start(self.container or ""))
         if self.enforce_limits:
             await self._check_limits(self.container)
-        return await self._connect()
 
     async def _start_copied(self, bundle: str, labels: dict[str, str]) -> dict[str, Any]:
         agent_volume = await self._agent_volume(bundle)
@@ -289,12 +297,8 @@ class ContainerSandbox:
         spec = self._spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
                           volumes=[(agent_volume, AGENT_MOUNT, True),
                                    (self._workspace_volume, WORKSPACE, False)])
-        self.container = await self._call(lambda: self.engine.create(spec))
         self.copy = WorkspaceCopy(self.workspace, self.copy_limit)
-        await self._call(self._copy_in)
-        await self._call(lambda: self.engine.start(self.container or ""))
-        if self.enforce_limits:
-            await self._check_limits(self.container)
+        await self._launch(spec, before_start=self._copy_in)
         try:
             await self._attach()
         except CouldNotRunError as exc:

@@ -60,6 +60,13 @@ class CopyLimitError(CouldNotRunError):
                          "copy_limit or make the workspace smaller", retryable=False)
 
 
+def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    """A tar entry owned by the container's root, whoever owns the file here."""
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
 def _check_name(name: str) -> str | None:
     """The relative path a tar member names, or None when it would leave the base dir."""
     parts = [p for p in name.split("/") if p not in ("", ".")]
@@ -126,23 +133,17 @@ class WorkspaceCopy:
     def _host(self, rel: str) -> str:
         return os.path.join(self.base, rel)
 
-    def pack_upload(self, local: str, arcname: str, out: IO[bytes]) -> list[str]:
-        """A tar of ``local`` (a file or directory) named ``arcname``; the uploaded paths join
-        the baseline as the sandbox's own (``host_stamp`` None: a later ``apply`` brings them
-        home only if the sandbox changes them, and then as additions)."""
-        names: list[str] = []
+    @staticmethod
+    def pack_upload(local: str, arcname: str, out: IO[bytes]) -> None:
+        """A tar of ``local`` (a file or directory) named ``arcname``, as ``pack`` makes them:
+        files, directories and symlinks, owned by root."""
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            def reset(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-                if not (info.isfile() or info.isdir() or info.issym()):
-                    return None
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                names.append(info.name)
-                return info
-            tar.add(local, arcname=arcname, filter=reset)
-        return names
+            tar.add(local, arcname=arcname, filter=lambda info: as_root(info) if (
+                info.isfile() or info.isdir() or info.issym()) else None)
 
     def remember_uploaded(self, tar_path: str, prefix: str) -> None:
+        """The uploaded paths join the baseline as the sandbox's own (``host_stamp`` None: a
+        later ``apply`` brings them home only if the sandbox changes them, as additions)."""
         with tarfile.open(tar_path) as tar:
             for member, entry in _entries(tar):
                 rel = _check_name(f"{prefix}/{member.name}" if prefix else member.name)

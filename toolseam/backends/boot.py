@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from ..seam.errors import CouldNotRunError
 from ._channel import AgentChannel
+from ._workspace_copy import as_root
 from .agent import wire
 
 AGENT_PARENT = str(Path(__file__).resolve().parent)  # holds the agent/ package
@@ -92,14 +93,9 @@ def stage_bundle() -> str:
         return str(bundle)
     work = Path(tempfile.mkdtemp(prefix="toolseam-bundle-stage-"))
     try:
-        shutil.copytree(agent_dir / "agent", work / "agent")
-        # Bytecode in the bundle: the mount is read-only, and compiling the agent and the
-        # standard library from source at every container start costs hundreds of ms.
-        compileall.compile_dir(str(work / "agent"), quiet=1)
+        lay_out_agent(agent_dir, work)
         _build_runtime(python, work / RUNTIME_DIR)
-        (work / RUNTIME_DIR / "ready").write_text(sys.version)
-        for path in [work, *work.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+        seal_bundle(work, sys.version)
         try:
             work.rename(bundle)
         except OSError:  # another session staged it first
@@ -108,6 +104,23 @@ def stage_bundle() -> str:
         shutil.rmtree(work, ignore_errors=True)
         raise
     return str(bundle)
+
+
+def lay_out_agent(agent_dir: Path, work: Path, bytecode: bool = True) -> None:
+    """The agent package into a bundle being staged. Bytecode in the bundle: the mount is
+    read-only, and compiling the agent and the standard library from source at every
+    container start costs hundreds of ms."""
+    shutil.copytree(agent_dir / "agent", work / "agent")
+    if bytecode:
+        compileall.compile_dir(str(work / "agent"), quiet=1)
+
+
+def seal_bundle(work: Path, marker: str) -> None:
+    """Mark a staged bundle complete and make it world-readable (a rootless engine's user
+    must read it)."""
+    (work / RUNTIME_DIR / "ready").write_text(marker)
+    for path in [work, *work.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
 
 
 def bundle_digest(bundle: str) -> str:
@@ -124,10 +137,6 @@ def bundle_archive(bundle: str) -> Iterator[IO[bytes]]:
     when no filesystem is shared with it."""
     with tempfile.TemporaryFile(prefix="toolseam-bundle-") as archive:
         with tarfile.open(fileobj=archive, mode="w") as tar:
-            def as_root(info: tarfile.TarInfo) -> tarfile.TarInfo:
-                info.uid = info.gid = 0
-                info.uname = info.gname = ""
-                return info
             tar.add(bundle, arcname=".", filter=as_root)
         archive.seek(0)
         yield archive

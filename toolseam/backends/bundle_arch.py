@@ -17,7 +17,6 @@ interpreter from distribution packages.
 
 from __future__ import annotations
 
-import compileall
 import os
 import shutil
 import subprocess
@@ -26,7 +25,14 @@ import tempfile
 from pathlib import Path
 
 from ..seam.errors import ConfigurationError, CouldNotRunError
-from .boot import LOADER_NAME, RUNTIME_DIR, copy_interpreter, stage_agent
+from .boot import (
+    LOADER_NAME,
+    RUNTIME_DIR,
+    copy_interpreter,
+    lay_out_agent,
+    seal_bundle,
+    stage_agent,
+)
 
 # Debian architecture -> (multiarch triplet, the dynamic loader's name)
 ARCHES = {"amd64": ("x86_64-linux-gnu", "ld-linux-x86-64.so.2"),
@@ -72,9 +78,9 @@ def build(arch: str, sysroot: Path, out: Path) -> Path:
         raise ConfigurationError(f"no python{PYTHON} for {arch} in {sysroot}")
     work = Path(tempfile.mkdtemp(prefix="toolseam-bundle-arch-", dir=out.parent))
     try:
-        shutil.copytree(Path(stage_agent()) / "agent", work / "agent")
-        if sys.version_info[:2] == tuple(int(p) for p in PYTHON.split(".")):
-            compileall.compile_dir(str(work / "agent"), quiet=1)  # same bytecode on every CPU
+        # bytecode is the same on every CPU, but only this interpreter's version writes it
+        same_version = sys.version_info[:2] == tuple(int(p) for p in PYTHON.split("."))
+        lay_out_agent(Path(stage_agent()), work, bytecode=same_version)
         rt = work / RUNTIME_DIR
         copy_interpreter(python, stdlib, stdlib / "lib-dynload", rt)
         for libdir in (sysroot / "lib" / triplet, sysroot / "usr" / "lib" / triplet):
@@ -87,9 +93,7 @@ def build(arch: str, sysroot: Path, out: Path) -> Path:
         if not found:
             raise ConfigurationError(f"no dynamic loader {loader} in {sysroot}")
         shutil.copy2(found[0], rt / "lib" / LOADER_NAME)
-        (rt / "ready").write_text(f"{arch} python{PYTHON}")
-        for path in [work, *work.rglob("*")]:
-            path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+        seal_bundle(work, f"{arch} python{PYTHON}")
         if out.exists():
             shutil.rmtree(out)
         work.rename(out)
