@@ -25,6 +25,8 @@ if ! grep -qs '^runtime *= *"runc"' "$conf"; then
   printf '[engine]\nruntime = "runc"\n' >>"$conf"
 fi
 
+# Daemons start in / (env -C /): one started in this checkout would keep it as its working
+# directory, and its children (conmon) fail once the checkout is deleted.
 wait_for_socket() {  # path, seconds, what
   for _ in $(seq 1 $(( $2 * 10 ))); do [ -S "$1" ] && return 0; sleep 0.1; done
   echo "$3 did not come up ($1)" >&2; return 1
@@ -33,7 +35,7 @@ ping_unix() { curl -fsS --max-time 2 --unix-socket "$1" "http://d/$2" >/dev/null
 
 # docker engine: no systemd here; no bridge (sandboxes run with --network=none)
 if ! ping_unix /var/run/docker.sock _ping; then
-  setsid nohup dockerd --bridge=none --iptables=false --ip-masq=false >"$log/dockerd.log" 2>&1 < /dev/null &
+  env -C / setsid nohup dockerd --bridge=none --iptables=false --ip-masq=false >"$log/dockerd.log" 2>&1 < /dev/null &
   wait_for_socket /var/run/docker.sock 30 dockerd
   for _ in $(seq 1 100); do ping_unix /var/run/docker.sock _ping && break; sleep 0.2; done
 fi
@@ -41,7 +43,7 @@ fi
 # rootful podman API service
 if ! ping_unix /run/toolseam/podman.sock v4.0.0/libpod/_ping; then
   rm -f /run/toolseam/podman.sock
-  setsid nohup podman system service --time=0 unix:///run/toolseam/podman.sock >"$log/podman.log" 2>&1 < /dev/null &
+  env -C / setsid nohup podman system service --time=0 unix:///run/toolseam/podman.sock >"$log/podman.log" 2>&1 < /dev/null &
   wait_for_socket /run/toolseam/podman.sock 30 "podman service"
 fi
 
@@ -69,7 +71,7 @@ if [ "$(as_user podman info --format '{{.Store.GraphDriverName}}' 2>/dev/null)" 
 fi
 if ! ping_unix "$rootless_sock" v4.0.0/libpod/_ping; then
   rm -f "$rootless_sock"
-  setsid nohup su -s /bin/sh "$ROOTLESS_USER" -c \
+  env -C / setsid nohup su -s /bin/sh "$ROOTLESS_USER" -c \
     "cd /tmp && XDG_RUNTIME_DIR=$runtime_dir podman system service --time=0 unix://$rootless_sock" \
     >"$log/podman-rootless.log" 2>&1 < /dev/null &
   wait_for_socket "$rootless_sock" 30 "rootless podman service"

@@ -59,7 +59,7 @@ $auth
 YAML
   if ! curl -fsS --max-time 2 --cacert "$state/ca.crt" -o /dev/null "https://127.0.0.1:$port/v2/" 2>/dev/null \
      && ! curl -sS --max-time 2 --cacert "$state/ca.crt" -o /dev/null -w '%{http_code}' "https://127.0.0.1:$port/v2/" 2>/dev/null | grep -q 401; then
-    setsid nohup docker-registry serve "$state/$name/config.yml" >"$log/registry-$name.log" 2>&1 </dev/null &
+    env -C / setsid nohup docker-registry serve "$state/$name/config.yml" >"$log/registry-$name.log" 2>&1 </dev/null &
     for _ in $(seq 1 50); do
       code=$(curl -sS --max-time 1 --cacert "$state/ca.crt" -o /dev/null -w '%{http_code}' "https://127.0.0.1:$port/v2/" 2>/dev/null || true)
       [ "$code" = 200 ] || [ "$code" = 401 ] && return 0

@@ -137,7 +137,7 @@ exec dockerd -H tcp://127.0.0.1:$DOCKER_PORT -H unix:///run/docker-remote.sock \
   --data-root /tmp/e/data --exec-root /tmp/e/exec --pidfile /tmp/e/dockerd.pid \
   --bridge=none --iptables=false --ip-masq=false --cgroup-parent /toolseam-remote-docker
 SH
-  setsid nohup unshare -m --propagation private sh /run/toolseam/remote-docker.sh \
+  env -C / setsid nohup unshare -m --propagation private sh /run/toolseam/remote-docker.sh \
     >"$log/remote-dockerd.log" 2>&1 </dev/null &
   wait_up "remote dockerd" "$log/remote-dockerd.log" "${docker_ping[@]}" &
   docker_wait=$!
@@ -156,7 +156,7 @@ socat UNIX-LISTEN:/run/podman-remote.sock,fork,mode=600 TCP:127.0.0.1:$PODMAN_PO
 exec podman --root /tmp/e/root --runroot /tmp/e/run --tmpdir /tmp/e/tmp --storage-driver overlay \
   --cgroup-manager cgroupfs --events-backend file system service --time=0 tcp://127.0.0.1:$PODMAN_PORT
 SH
-  setsid nohup unshare -m --propagation private sh /run/toolseam/remote-podman.sh \
+  env -C / setsid nohup unshare -m --propagation private sh /run/toolseam/remote-podman.sh \
     >"$log/remote-podman.log" 2>&1 </dev/null &
   wait_up "remote podman service" "$log/remote-podman.log" "${podman_ping[@]}"
 fi
