@@ -97,13 +97,23 @@ async def test_read_a_huge_line_without_newline_is_bounded(box: Sandbox) -> None
     ("nul.txt", b"text\x00more", "read: nul.txt is a binary file (it holds NUL bytes); "
                                  "it cannot be read as text"),
     ("lib.so", b"plain", "read: lib.so is a binary file (.so); it cannot be read as text"),
-    ("bad.txt", b"\xff\xfe\n", "read: bad.txt is not valid UTF-8 text"),
 ])
 async def test_read_refuses_binary_content(box: Sandbox, name: str, data: bytes,
                                            expected: str) -> None:
     box.put(name, data)
     result = await box.call("read", path=name)
     assert (result.is_error, result.output) == (True, expected)
+
+
+async def test_read_decodes_text_that_is_not_utf8(box: Sandbox) -> None:
+    box.put("latin.txt", "café\nnaïve\n".encode("cp1252"))
+    result = await box.call("read", path="latin.txt")
+    assert (result.is_error, result.output) == (False, (
+        "00001| café\n00002| naïve\n\n(end of file, 2 lines)\n"
+        "(the file is not UTF-8: decoded as cp1252)"))
+    box.put("bad.txt", b"\x81\x8d\x8f\x90\x9d\n")  # undefined in cp1252: latin-1
+    result = await box.call("read", path="bad.txt")
+    assert result.output.endswith("(the file is not UTF-8: decoded as latin-1)")
 
 
 async def test_read_offset_past_the_end_is_an_error(box: Sandbox) -> None:

@@ -3,14 +3,16 @@ one table that turns a file failure into the sentence the model reads."""
 
 from __future__ import annotations
 
+import dataclasses
 import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, ValidationError
 
+from ..model_text import ModelHints, render
 from ..policy.jobs import JobRegistry
 from ..policy.refusal import Refusal
 from ..policy.settings import Settings
@@ -29,6 +31,26 @@ class ToolResult(BaseModel):
     is_error: bool = False
     metadata: dict[str, Any] = {}
     parts: list[dict[str, Any]] | None = None
+    # What the builtin tells the model-text renderer (notes, capture gaps, the spill file);
+    # private: output, metadata and to_json() stay byte-stable.
+    _hints: ModelHints | None = PrivateAttr(None)
+
+    def model_text(self, budget: int | None = None) -> str:
+        """The text to show a model for this result: ``output`` held to ``budget`` characters
+        (default: the session's ``model_output_chars``, else 30 000) with every cut marked,
+        followed by the builtin's notes (exit status, capped listings, why an edit failed).
+        See ``toolseam.model_text``."""
+        hints = self._hints or ModelHints()
+        if budget is not None:
+            hints = dataclasses.replace(hints, budget=budget)
+        return render(self.output, hints)
+
+    @property
+    def model_hints(self) -> ModelHints:
+        """The hints the renderer reads; made on first use (builtins add notes to them)."""
+        if self._hints is None:
+            self._hints = ModelHints()
+        return self._hints
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"output": self.output, "is_error": self.is_error,
@@ -172,6 +194,12 @@ class Builtin(ABC, Generic[InputT]):
         return self.schema
 
     async def __call__(self, args: Any, ctx: CallContext) -> ToolResult:
+        result = await self._checked_run(args, ctx)
+        # The session's budget, so result.model_text() needs no argument anywhere.
+        result.model_hints.budget = ctx.services.settings.model_output_chars
+        return result
+
+    async def _checked_run(self, args: Any, ctx: CallContext) -> ToolResult:
         if not isinstance(args, dict):
             return error(f"{self.name}: arguments must be a JSON object")
         args = self.Input.canonical(args)

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import posixpath
+import signal
 import time
 from typing import Any
 
 from pydantic import StrictBool, StrictStr, model_validator
 
+from ..model_text import Gap, mark_gaps
 from ..policy.jobs import TrackedJob, format_duration
 from ..seam.errors import CouldNotRunError, FileOpError
 from ..seam.models import JobStatus, OutputChunk, SpawnRequest
@@ -32,6 +34,7 @@ from ._base import (
     object_schema,
     ok,
 )
+from ._spill import spill
 
 _FORMS = ("command", "wait", "kill", "jobs")
 _FORM_OPTIONS = {"command": {"workdir", "timeout", "description", "keep"},
@@ -142,8 +145,11 @@ class Bash(Builtin[BashInput]):
             meta["shellFallback"] = True
         if status.state == "running":
             job, evicted = await services.jobs.adopt(status, args.command, bool(args.keep))
-            return _still_running(job, status, timeout_ms, meta, evicted, services.jobs.max_jobs)
-        return shape_result(status, timeout_ms, meta)  # finished: the sandbox already forgot it
+            return await _for_model(
+                _still_running(job, status, timeout_ms, meta, evicted, services.jobs.max_jobs),
+                status, ctx)
+        # finished: the sandbox already forgot it
+        return await _for_model(shape_result(status, timeout_ms, meta), status, ctx, timeout_ms)
 
     async def _wait(self, job: TrackedJob, args: BashInput, ctx: CallContext) -> ToolResult:
         services = ctx.services
@@ -155,9 +161,11 @@ class Bash(Builtin[BashInput]):
         services.jobs.mark(job, status)
         meta: dict[str, Any] = {"shell": services.shell.label, "jobId": job.id}
         if status.state == "running":
-            return _still_running(job, status, int((time.time() - job.started) * 1000), meta, None,
-                                  services.jobs.max_jobs)
-        return shape_result(status, services.settings.job_max_ms, meta)
+            return await _for_model(
+                _still_running(job, status, int((time.time() - job.started) * 1000), meta, None,
+                               services.jobs.max_jobs), status, ctx)
+        return await _for_model(shape_result(status, services.settings.job_max_ms, meta), status,
+                                ctx, services.settings.job_max_ms)
 
     async def _kill(self, job: TrackedJob, ctx: CallContext) -> ToolResult:
         was_running = job.state == "running"
@@ -170,7 +178,7 @@ class Bash(Builtin[BashInput]):
             head = f"job {job.id} had already ended (exit code {status.exit_code})"
         else:
             head = f"killed job {job.id}" + ("" if was_running else " (it had already ended)")
-        return ok(f"{head}\n{status.output}", **meta)
+        return await _for_model(ok(f"{head}\n{status.output}", **meta), status, ctx)
 
     async def _list(self, ctx: CallContext) -> ToolResult:
         registry = ctx.services.jobs
@@ -237,6 +245,72 @@ def shape_result(status: JobStatus, timeout_ms: int, meta: dict[str, Any]) -> To
     if status.exit_code != 0:
         return error(f"{out}\nbash: command exited with code {status.exit_code}", **meta)
     return ok(out, **meta)
+
+
+async def _for_model(result: ToolResult, status: JobStatus, ctx: CallContext,
+                     timeout_ms: int | None = None) -> ToolResult:
+    """What the model is told beyond ``output``: where the capture dropped text, what ended the
+    command, and — when the text must be cut to the budget — a spill file with all of it."""
+    hints = result.model_hints
+    hints.budget = ctx.services.settings.model_output_chars
+    out = status.output
+    shift = result.output.find(out) if out else 0  # after a "timed out" / "still running" line
+    hints.gaps = [Gap(shift + g.at, g.stream, g.bytes, g.lines, g.line_start) for g in status.gaps]
+    if status.stdout_truncated or status.stderr_truncated:
+        hints.total_bytes = status.stdout_bytes + status.stderr_bytes
+        if status.stdout_lines is not None and status.stderr_lines is not None:
+            hints.total_lines = status.stdout_lines + status.stderr_lines
+    hints.notes.extend(_status_notes(status, ctx.services, timeout_ms))
+    if not result.output.strip() and status.state == "exited" and not status.timed_out:
+        hints.notes.insert(0, "(no output)")
+    body, _ = mark_gaps(result.output, hints.gaps)
+    if len(body) + sum(len(n) + 1 for n in hints.notes) > hints.budget:
+        hints.spill = await spill(ctx.backend, ctx.services, ctx.session_id, ctx.call_id, body)
+        if hints.spill is None:
+            hints.more = ("the rest was not kept (the spill file could not be written): narrow "
+                          "the output, e.g. with | tail -n 200, | head, or grep")
+    return result
+
+
+def _status_notes(status: JobStatus, services: SessionView, timeout_ms: int | None) -> list[str]:
+    """Short sentences on how the command ended that ``output`` does not already say."""
+    notes = []
+    code = status.exit_code
+    if status.state == "exited" and code is not None and code < 0:
+        notes.append(f"(the command was ended by signal {-code} ({_signal_name(-code)}))")
+    elif status.state == "exited" and code is not None and 128 < code <= 128 + 64 \
+            and not status.timed_out:
+        notes.append(f"(exit code {code} usually means a process was ended by signal "
+                     f"{code - 128} ({_signal_name(code - 128)}))")
+    if status.timed_out:
+        tree = ("it and every process it started were killed" if status.killed_tree
+                else "it was killed, but some of its processes could not be")
+        advice = f"pass a larger timeout (in ms, at most {_max_timeout(services)})"
+        if services.settings.timeout_policy == "detach":
+            advice += ", or leave timeout out to get a job id and come back with {\"wait\": id}"
+        notes.append(f"(timed out after {timeout_ms} ms: {tree}; {advice})")
+    if status.oom_killed:
+        notes.append("(the kernel's out-of-memory killer killed a process of this command: the "
+                     "sandbox's memory limit was reached)")
+    if status.leftovers_killed:
+        n = status.leftovers_killed
+        notes.append(f"({n} process{'' if n == 1 else 'es'} it left running in the background "
+                     f"{'was' if n == 1 else 'were'} killed when it ended: every call owns what it "
+                     "starts" + ("; a detached job (leave timeout out) may outlive the call)"
+                                 if services.settings.timeout_policy == "detach" else ")"))
+    return notes
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return "unknown signal"
+
+
+def _max_timeout(services: SessionView) -> int:
+    bounds = services.settings.timeout_range_ms
+    return bounds[1] if bounds is not None else MAX_TIMEOUT_MS
 
 
 def _still_running(job: TrackedJob, status: JobStatus, waited_ms: int, meta: dict[str, Any],

@@ -11,7 +11,7 @@ from pydantic import StrictBool, StrictStr
 
 from ..listing import sort_and_cap
 from ..seam.errors import FileOpError
-from ..seam.models import ChangeSet, PageRequest, TextPage, WriteOp
+from ..seam.models import ChangeSet, PageRequest, PathRef, TextPage, WriteOp
 from ._base import (
     Builtin,
     CallContext,
@@ -23,6 +23,7 @@ from ._base import (
     object_schema,
     ok,
 )
+from ._spill import is_spill
 
 # extension -> (mime type, content part type)
 MEDIA_TYPES = {
@@ -69,6 +70,7 @@ class Read(Builtin[ReadInput]):
         services = ctx.services
         await services.check_read(self.name, args.path)
         settings = services.settings
+        ref = _read_ref(args.path, ctx)
         _, dot, ext = posixpath.basename(args.path).rpartition(".")
         ext = ext.lower() if dot else ""
         media = MEDIA_TYPES.get(ext)
@@ -83,27 +85,81 @@ class Read(Builtin[ReadInput]):
                               max_bytes=settings.read_page_bytes,
                               max_line_chars=settings.line_max_chars)
         try:
-            page = await ctx.backend.read_page(ctx.ref(args.path), request)
+            page = await ctx.backend.read_page(ref, request)
         except FileOpError as exc:
             if exc.code == "is_directory":
                 return await self._directory(args.path, ctx)
             if exc.code == "binary":
-                return error(f"read: {args.path} is a binary file (it holds NUL bytes); "
-                             "it cannot be read as text")
+                return await self._sniffed(args.path, ref, request, ctx)
+            if exc.code == "not_utf8":
+                return await self._decoded(args.path, ref, request, ctx, None, None)
             if exc.code == "past_end":
                 return error(f"read: offset {request.offset} is past the end of {args.path} "
                              f"({exc.detail} lines)")
             raise
         _seen(ctx, args.path)
-        return ok(render_page(page, request.offset, settings.line_max_chars), bytes=page.size,
-                  offset=request.offset, lines=len(page.lines), next=page.next, total=page.total,
-                  truncated=page.next is not None, cutLines=page.cut)
+        result = ok(render_page(page, request.offset, settings.line_max_chars), bytes=page.size,
+                    offset=request.offset, lines=len(page.lines), next=page.next,
+                    total=page.total, truncated=page.next is not None, cutLines=page.cut)
+        result.model_hints.more = (f"read {args.path} with offset and limit for a smaller "
+                                   "window of lines")
+        return result
+
+    async def _sniffed(self, path: str, ref: PathRef, request: PageRequest, ctx: CallContext
+                       ) -> ToolResult:
+        """A file with NUL bytes: an image or PDF by its content (opencode's rule: the bytes,
+        not only the name), UTF-16/32 text by its byte-order mark, else refused naming what
+        it looks like."""
+        settings = ctx.services.settings
+        try:
+            content = await ctx.backend.read_bytes(ref, refuse_above_bytes=settings.media_max_bytes)
+        except FileOpError as exc:
+            if exc.code != "too_large":
+                raise
+            return error(f"read: {path} is a binary file (it holds NUL bytes); it cannot be "
+                         "read as text")
+        kind = sniff(content.data)
+        if kind in MEDIA_TYPES:
+            return _media_result(path, MEDIA_TYPES[kind], content.data, content.size)
+        if kind in TEXT_BOMS:
+            return await self._decoded(path, ref, request, ctx, content.data, TEXT_BOMS[kind])
+        what = BINARY_KINDS.get(kind or "", "it holds NUL bytes")
+        return error(f"read: {path} is a binary file ({what}); it cannot be read as text",
+                     binaryType=kind or "unknown")
+
+    async def _decoded(self, path: str, ref: PathRef, request: PageRequest, ctx: CallContext,
+                       data: bytes | None, encoding: str | None) -> ToolResult:
+        """Text that is not UTF-8: decoded with the detected encoding (latin-1 when none is
+        detected: every byte is a character there), paged as read pages UTF-8, and said."""
+        settings = ctx.services.settings
+        if data is None:
+            try:
+                raw = await ctx.backend.read_bytes(ref, refuse_above_bytes=settings.read_max_bytes)
+            except FileOpError as exc:
+                if exc.code != "too_large":
+                    raise
+                return error(f"read: {path} is not valid UTF-8 text and is {exc.detail} bytes, "
+                             f"over the {settings.read_max_bytes}-byte limit for decoding it")
+            data = raw.data
+        if encoding is None:
+            encoding = detect_encoding(data)
+        text = data.decode(encoding, errors="replace").removeprefix("\ufeff")
+        page = page_text(text, request, len(data))
+        if page is None:
+            total = len(split_text_lines(text))
+            return error(f"read: offset {request.offset} is past the end of {path} ({total} lines)")
+        _seen(ctx, path)
+        body = render_page(page, request.offset, settings.line_max_chars)
+        note = f"(the file is not UTF-8: decoded as {encoding})"
+        return ok(f"{body}\n{note}", bytes=len(data), offset=request.offset,
+                  lines=len(page.lines), next=page.next, total=page.total,
+                  truncated=page.next is not None, cutLines=page.cut, encoding=encoding)
 
     async def _raw(self, args: ReadInput, ctx: CallContext) -> ToolResult:
         """toolnexus's read: raw text, whole or as the line window."""
         cap = ctx.services.settings.read_max_bytes
         try:
-            content = await ctx.backend.read_text(ctx.ref(args.path), args.offset, args.limit,
+            content = await ctx.backend.read_text(_read_ref(args.path, ctx), args.offset, args.limit,
                                                   refuse_above_bytes=cap)
         except FileOpError as exc:
             if exc.code != "too_large":
@@ -128,18 +184,113 @@ class Read(Builtin[ReadInput]):
 
     async def _media(self, path: str, media: tuple[str, str], cap: int, ctx: CallContext
                      ) -> ToolResult:
-        mime, kind = media
         try:
-            content = await ctx.backend.read_bytes(ctx.ref(path), refuse_above_bytes=cap)
+            content = await ctx.backend.read_bytes(_read_ref(path, ctx), refuse_above_bytes=cap)
         except FileOpError as exc:
             if exc.code != "too_large":
                 raise
             return error(f"read: {path} is {exc.detail} bytes, over the {cap}-byte limit")
-        part = {"type": kind, "mimeType": mime, "name": posixpath.basename(path),
-                "data": base64.b64encode(content.data).decode("ascii")}
-        result = ok(f"{path} ({mime}, {content.size} bytes)", bytes=content.size, mimeType=mime)
-        result.parts = [part]
-        return result
+        return _media_result(path, media, content.data, content.size)
+
+
+def _media_result(path: str, media: tuple[str, str], data: bytes, size: int) -> ToolResult:
+    mime, kind = media
+    part = {"type": kind, "mimeType": mime, "name": posixpath.basename(path),
+            "data": base64.b64encode(data).decode("ascii")}
+    result = ok(f"{path} ({mime}, {size} bytes)", bytes=size, mimeType=mime)
+    result.parts = [part]
+    return result
+
+
+def _read_ref(path: str, ctx: CallContext) -> PathRef:
+    """The path as read opens it: this session's spill files (a cut command output) open even
+    when the session is confined to its base dir."""
+    if ctx.confine and path.startswith("/") and is_spill(ctx.services, posixpath.normpath(path)):
+        return PathRef(base="/", path=posixpath.normpath(path), confine=False)
+    return ctx.ref(path)
+
+
+# Content signatures (the first bytes). Images a model can take come back as images, whatever
+# the file is called; bmp and tiff cannot be taken, so they stay binary, as opencode has it.
+_SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", 0, "png"), (b"\xff\xd8\xff", 0, "jpeg"), (b"GIF87a", 0, "gif"),
+    (b"GIF89a", 0, "gif"), (b"WEBP", 8, "webp"), (b"%PDF-", 0, "pdf"),
+    (b"\xef\xbb\xbf", 0, "utf-8-bom"), (b"\xff\xfe\x00\x00", 0, "utf-32-le"),
+    (b"\x00\x00\xfe\xff", 0, "utf-32-be"), (b"\xff\xfe", 0, "utf-16-le"),
+    (b"\xfe\xff", 0, "utf-16-be"), (b"BM", 0, "bmp"), (b"II*\x00", 0, "tiff"),
+    (b"MM\x00*", 0, "tiff"), (b"PK\x03\x04", 0, "zip"), (b"\x1f\x8b", 0, "gzip"),
+    (b"\x7fELF", 0, "elf"), (b"SQLite format 3\x00", 0, "sqlite"),
+)
+TEXT_BOMS = {"utf-8-bom": "utf-8", "utf-32-le": "utf-32", "utf-32-be": "utf-32",
+             "utf-16-le": "utf-16", "utf-16-be": "utf-16"}
+BINARY_KINDS = {"bmp": "a BMP image, a type models are not sent", "tiff":
+                "a TIFF image, a type models are not sent", "zip": "a ZIP archive",
+                "gzip": "gzip data", "elf": "an ELF executable", "sqlite": "an SQLite database"}
+
+
+def sniff(data: bytes) -> str | None:
+    """What the first bytes say the content is (a key of MEDIA_TYPES, TEXT_BOMS or
+    BINARY_KINDS), or None."""
+    for magic, at, kind in _SIGNATURES:
+        if data[at:at + len(magic)] == magic and (kind != "webp" or data[:4] == b"RIFF"):
+            return kind
+    return None
+
+
+# Multi-byte encodings have structure a detector can check; a single-byte one is a guess from
+# letter frequencies that short text gets wrong (charset-normalizer calls "café" cp1006).
+_MULTIBYTE = frozenset({"cp932", "shift_jis", "shift_jis_2004", "shift_jisx0213", "euc_jp",
+                        "euc_jis_2004", "euc_jisx0213", "iso2022_jp", "gb18030", "gb2312",
+                        "gbk", "hz", "big5", "big5hkscs", "cp950", "euc_kr", "cp949", "johab",
+                        "iso2022_kr"})
+
+
+def detect_encoding(data: bytes) -> str:
+    """A multi-byte encoding charset-normalizer detects (when it is installed); else cp1252
+    when every byte is defined there (Windows' Western text), else latin-1, which decodes
+    every byte."""
+    try:
+        from charset_normalizer import from_bytes
+    except ImportError:
+        best = None
+    else:
+        best = from_bytes(data[:1 << 20]).best()
+    if best is not None and best.encoding in _MULTIBYTE:
+        return best.encoding.replace("_", "-")
+    try:
+        data.decode("cp1252")
+    except UnicodeDecodeError:
+        return "latin-1"
+    return "cp1252"
+
+
+def split_text_lines(text: str) -> list[str]:
+    """Lines as read_page sees them: split at LF, a CR before it dropped, no final empty line."""
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def page_text(text: str, request: PageRequest, size: int) -> TextPage | None:
+    """The page ``read_page`` would give for this text; None when offset is past the end."""
+    lines = split_text_lines(text)
+    start = request.offset - 1
+    if start > len(lines) or (start == len(lines) and lines):
+        return None
+    out: list[str] = []
+    cut: list[int] = []
+    used = 0
+    for number in range(start + 1, len(lines) + 1):
+        line = lines[number - 1]
+        if len(out) >= request.limit or (out and used + len(line.encode()) + 1 > request.max_bytes):
+            return TextPage(lines=out, cut=cut, next=number, total=None, size=size)
+        if len(line) > request.max_line_chars:
+            line = line[:request.max_line_chars]
+            cut.append(number)
+        out.append(line)
+        used += len(line.encode()) + 1
+    return TextPage(lines=out, cut=cut, next=None, total=len(lines), size=size)
 
 
 def _seen(ctx: CallContext, path: str) -> None:

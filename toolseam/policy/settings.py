@@ -44,6 +44,9 @@ class Settings(BaseModel):
     max_jobs: int = Field(3, gt=0, description="Detached jobs running at once per session.")
     kill_grace_ms: int = Field(2000, ge=0, le=MAX_MS, description="Between SIGTERM and SIGKILL.")
     output_limit_bytes: int = Field(1 << 20, ge=2, description="Kept per stream, head + tail.")
+    model_output_chars: int = Field(
+        30_000, ge=1000, description="Most characters of one result's text a model is shown "
+        "(ToolResult.model_text); a cut is marked there, the whole output kept in a file.")
     read_max_bytes: int = Field(
         10 << 20, gt=0, description="Largest whole-file read; above it, read asks for a window.")
     shell: list[str] | None = Field(

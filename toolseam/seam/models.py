@@ -7,9 +7,9 @@ the backend's business, *whether* it may run is decided above the seam.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class _Wire(BaseModel):
@@ -55,6 +55,24 @@ class OutputChunk(_Wire):
     text: str
 
 
+class CaptureGap(_Wire):
+    """The middle of a stream the capture did not keep (it keeps a head and a tail)."""
+
+    at: int = Field(description="Character offset in the combined output where the tail begins.")
+    stream: Literal["stdout", "stderr"]
+    bytes: int = Field(description="Bytes dropped.")
+    lines: int = Field(description="Line breaks among them.")
+    line_start: bool = Field(description="The kept tail begins a line.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_row(cls, value: Any) -> Any:
+        # The agent sends a gap as a compact row [at, stream, bytes, lines, line_start].
+        if isinstance(value, list | tuple) and len(value) == 5:
+            return dict(zip(("at", "stream", "bytes", "lines", "line_start"), value, strict=True))
+        return value
+
+
 class JobStatus(_Wire):
     """Where a job stands: still running (with output so far) or finished."""
 
@@ -78,6 +96,10 @@ class JobStatus(_Wire):
     stderr_bytes: int
     stdout_truncated: bool
     stderr_truncated: bool
+    stdout_lines: int | None = Field(None, description="Line breaks the stream wrote in all.")
+    stderr_lines: int | None = Field(None, description="Line breaks the stream wrote in all.")
+    gaps: list[CaptureGap] = Field(
+        default_factory=list, description="Where the capture dropped the middle of a stream.")
 
     @property
     def output(self) -> str:

@@ -6,6 +6,10 @@ runs. Every chunk carries a sequence number across both streams, so the combined
 back together in the order the bytes arrived. Decoding is incremental UTF-8 with replacement:
 a character split across reads is never split in the output, and at a truncation gap the
 partial character on either side is dropped rather than turned into garbage.
+
+The snapshot also says where each gap is (its character offset in the combined text), how many
+bytes and line breaks it dropped, and how many line breaks each stream wrote in all, so the
+text a model is shown can mark the join on a line of its own (``toolseam.model_text``).
 """
 
 from __future__ import annotations
@@ -27,9 +31,13 @@ class _Stream:
         self.tail: deque[tuple[int, bytes]] = deque()
         self.tail_size = 0
         self.total = 0
+        self.newlines = 0  # line breaks written in all (bytes.count is a memchr: cheap)
+        self.dropped_newlines = 0
+        self.dropped_ends_line = False  # the last byte dropped was a line break
 
     def add(self, seq: int, data: bytes) -> None:
         self.total += len(data)
+        self.newlines += data.count(b"\n")
         room = self.head_limit - self.head_size
         if room > 0:
             self.head.append((seq, data[:room]))
@@ -45,22 +53,30 @@ class _Stream:
             if len(first) <= excess:
                 self.tail.popleft()
                 self.tail_size -= len(first)
+                self._dropped(first)
             else:
                 self.tail[0] = (first_seq, first[excess:])
                 self.tail_size -= excess
+                self._dropped(first[:excess])
+
+    def _dropped(self, data: bytes) -> None:
+        self.dropped_newlines += data.count(b"\n")
+        self.dropped_ends_line = data.endswith(b"\n")
 
     @property
     def truncated(self) -> bool:
         return self.total > self.head_size + self.tail_size
 
-    def pieces(self) -> list[tuple[int, str]]:
-        """Decoded (seq, text) pieces of what was kept."""
+    def pieces(self) -> list[tuple[int, str, bool]]:
+        """Decoded (seq, text, gap_before) pieces of what was kept; ``gap_before`` marks the
+        first piece after the truncation gap."""
         if not self.total:
             return []
-        out: list[tuple[int, str]] = []
+        out: list[tuple[int, str, bool]] = []
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         for seq, data in self.head:
-            out.append((seq, decoder.decode(data)))
+            out.append((seq, decoder.decode(data), False))
+        gap = self.truncated
         if self.truncated:
             decoder = codecs.getincrementaldecoder("utf-8")("replace")  # drop the cut character
             skip_continuation = True
@@ -72,11 +88,12 @@ class _Stream:
                 while cut < min(3, len(data)) and 0x80 <= data[cut] <= 0xBF:
                     cut += 1
                 data, skip_continuation = data[cut:], False
-            out.append((seq, decoder.decode(data)))
+            out.append((seq, decoder.decode(data), gap))
+            gap = False
         tail_end = decoder.decode(b"", final=True)
         if tail_end and out:
-            seq, text = out[-1]
-            out[-1] = (seq, text + tail_end)
+            seq, text, before = out[-1]
+            out[-1] = (seq, text + tail_end, before)
         return out
 
 
@@ -101,11 +118,20 @@ class OutputCapture:
 
     def snapshot(self) -> dict[str, Any]:
         """Kept output as ``[[stream, text], ...]`` in arrival order, with counts and flags."""
-        tagged = [(seq, name, text) for name in STREAMS
-                  for seq, text in self._streams[name].pieces() if text]
+        tagged = [(seq, name, text, gap) for name in STREAMS
+                  for seq, text, gap in self._streams[name].pieces() if text or gap]
         tagged.sort(key=lambda item: item[0])
         chunks: list[list[str]] = []
-        for _, name, text in tagged:
+        gaps: list[list[Any]] = []
+        at = 0  # characters of combined text so far
+        for _, name, text, gap in tagged:
+            if gap:
+                stream = self._streams[name]
+                dropped = stream.total - stream.head_size - stream.tail_size
+                gaps.append([at, name, dropped, stream.dropped_newlines, stream.dropped_ends_line])
+            at += len(text)
+            if not text:
+                continue
             if chunks and chunks[-1][0] == name:
                 chunks[-1][1] += text
             else:
@@ -114,4 +140,7 @@ class OutputCapture:
         for name in STREAMS:
             result[f"{name}_bytes"] = self._streams[name].total
             result[f"{name}_truncated"] = self._streams[name].truncated
+            result[f"{name}_lines"] = self._streams[name].newlines
+        if gaps:
+            result["gaps"] = gaps
         return result
