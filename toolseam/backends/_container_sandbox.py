@@ -45,6 +45,7 @@ from ._channel import AgentChannel
 from ._pull import PullCallback, PullPolicy
 from ._retry import transient_retry
 from ._workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
+from .agent.setid_guard import MODE_VAR as GUARD_VAR
 from .boot import bundle_archive, bundle_command, bundle_digest, stage_bundle
 from .bundle_arch import select_bundle
 
@@ -262,8 +263,14 @@ class ContainerSandbox:
                            cold_start_ms=int((time.monotonic() - started) * 1000))
 
     def _spec(self, command: list[str], labels: dict[str, str], **parts: Any) -> ContainerSpec:
+        # The agent's own environment (commands get the host's, never this): in bind mode no
+        # command may start without the set-id guard — a rootful engine's root writes the host
+        # dir directly; in copy mode the copy-back's mode mask is the boundary, the guard a
+        # second line (docs/security.md).
+        guard = {GUARD_VAR: "require" if self.mode == "bind" else "try"}
         return ContainerSpec(image=self.image, name=f"toolseam-{self.session_id}",
-                             command=command, labels=labels, environment=self.environment,
+                             command=command, labels=labels,
+                             environment={**self.environment, **guard},
                              hardening=self.hardening, **parts)
 
     async def _start_bound(self, bundle: str, labels: dict[str, str]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from .capture import OutputCapture
 from .loop import Loop, Timer
 from .procscan import TOKEN_VAR, JobMark, is_alive, job_members, now_ticks
 from .procscan import orphans_come_here as _orphans_come_here
+from .setid_guard import start_command
 from .wire import output_event
 
 KILL_GRACE_S = 2.0
@@ -84,8 +85,10 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[in
                 raise SpawnError(exc, cwd) from None
             _cwd = cwd
         try:
-            pid = os.posix_spawn(program, argv, env, file_actions=actions, setsid=True,
-                                 setsigdef=_DEFAULT_SIGNALS, setsigmask=())
+            # on the set-id guard's thread in a container (setid_guard): it carries the filter
+            pid = start_command(lambda: os.posix_spawn(
+                program, argv, env, file_actions=actions, setsid=True,
+                setsigdef=_DEFAULT_SIGNALS, setsigmask=()))
         except OSError as exc:
             raise SpawnError(exc, "") from None
     except BaseException:
