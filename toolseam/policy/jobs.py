@@ -29,11 +29,18 @@ class TrackedJob:
 
 
 class JobRegistry:
+    """The table of detached jobs. Every change to it happens under one ``asyncio.Lock``: calls
+    that detach at once, waits, kills, the end of a turn and close interleave at each ``await``
+    on the backend, and without the lock two adoptions could both see room under ``max_jobs``,
+    or a walk over the table could meet a job added mid-walk (issue 19)."""
+
     def __init__(self, backend: BuiltinExec, max_jobs: int) -> None:
         self._backend = backend
         self.max_jobs = max_jobs
         self._jobs: dict[int, TrackedJob] = {}
         self._next = 0
+        self._lock = asyncio.Lock()
+        self._closed = False
 
     def get(self, job_id: int) -> TrackedJob | None:
         return self._jobs.get(job_id)
@@ -41,26 +48,51 @@ class JobRegistry:
     def all(self) -> list[TrackedJob]:
         return list(self._jobs.values())
 
+    def running(self) -> list[TrackedJob]:
+        return [j for j in self._jobs.values() if j.state == "running"]
+
     async def adopt(self, status: JobStatus, command: str, keep: bool
                     ) -> tuple[TrackedJob, TrackedJob | None]:
-        """Track a job the default timeout detached; evict the oldest if over ``max_jobs``."""
-        self._next += 1
-        job = TrackedJob(self._next, status.job, command, status.pid, status.started, keep)
-        evicted = None
-        await self.refresh()  # a job that ended on its own no longer counts against max_jobs
-        running = [j for j in self._jobs.values() if j.state == "running"]
-        if len(running) >= self.max_jobs:
-            unkept = [j for j in running if not j.keep]
-            evicted = (unkept or running)[0]  # oldest first: dicts keep insertion order
-            await self.kill(evicted)
-        self._jobs[job.id] = job
-        return job, evicted
+        """Track a job the default timeout detached; evict the oldest if over ``max_jobs``.
+
+        Shielded: a caller cancelled while waiting for the lock must not leave a running job
+        the table never heard of (it would outlive the end of the turn). After ``close`` the
+        job is killed at once and this raises ``CouldNotRunError``."""
+        adopted = await asyncio.shield(self._adopt(status, command, keep))
+        if adopted is None:
+            raise CouldNotRunError("the session was closed while the command was starting; "
+                                   "it was stopped", retryable=False)
+        return adopted
+
+    async def _adopt(self, status: JobStatus, command: str, keep: bool
+                     ) -> tuple[TrackedJob, TrackedJob | None] | None:
+        async with self._lock:
+            if self._closed:
+                with contextlib.suppress(CouldNotRunError):
+                    await self._backend.kill(status.job)
+                    await self._backend.release(status.job)
+                return None
+            self._next += 1
+            job = TrackedJob(self._next, status.job, command, status.pid, status.started, keep)
+            evicted = None
+            await self._refresh()  # a job that ended on its own no longer counts against max_jobs
+            running = self.running()
+            if len(running) >= self.max_jobs:
+                unkept = [j for j in running if not j.keep]
+                evicted = (unkept or running)[0]  # oldest first: dicts keep insertion order
+                await self._kill(evicted)
+            self._jobs[job.id] = job
+            return job, evicted
 
     def mark(self, job: TrackedJob, status: JobStatus) -> None:
         if status.state == "exited" and job.state == "running":
             job.state = "killed" if status.killed else "exited"
 
     async def kill(self, job: TrackedJob) -> JobStatus | None:
+        async with self._lock:
+            return await self._kill(job)
+
+    async def _kill(self, job: TrackedJob) -> JobStatus | None:
         try:
             status = await self._backend.kill(job.backend_job)
         except CouldNotRunError:
@@ -71,23 +103,29 @@ class JobRegistry:
 
     async def refresh(self) -> None:
         """Learn which running jobs ended on their own."""
-        for job in self._jobs.values():
-            if job.state == "running":
-                with contextlib.suppress(CouldNotRunError):
-                    self.mark(job, await self._backend.wait(job.backend_job, 0))
+        async with self._lock:
+            await self._refresh()
+
+    async def _refresh(self) -> None:
+        for job in self.running():
+            with contextlib.suppress(CouldNotRunError):
+                self.mark(job, await self._backend.wait(job.backend_job, 0))
 
     async def end_turn(self) -> list[TrackedJob]:
         """Kill every running job not kept; returns them."""
-        doomed = [j for j in self._jobs.values() if j.state == "running" and not j.keep]
-        await asyncio.gather(*(self.kill(j) for j in doomed))
-        return doomed
+        async with self._lock:
+            doomed = [j for j in self.running() if not j.keep]
+            await asyncio.gather(*(self._kill(j) for j in doomed))
+            return doomed
 
     async def close(self) -> None:
-        doomed = [j for j in self._jobs.values() if j.state == "running"]
-        await asyncio.gather(*(self.kill(j) for j in doomed))
-        for job in self._jobs.values():
-            with contextlib.suppress(CouldNotRunError):
-                await self._backend.release(job.backend_job)
+        """Kill every job and forget them all; a job that detaches later is killed at once."""
+        self._closed = True  # before the lock: an adoption queued behind it must not slip in
+        async with self._lock:
+            await asyncio.gather(*(self._kill(j) for j in self.running()))
+            for job in self.all():
+                with contextlib.suppress(CouldNotRunError):
+                    await self._backend.release(job.backend_job)
 
 
 def describe_age(started: float) -> str:
