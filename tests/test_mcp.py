@@ -149,27 +149,42 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+def start_http(work: Path, log: Path, *extra: str, env: dict[str, str] | None = None,
+               confine: bool = True) -> tuple[str, subprocess.Popen[bytes]]:
+    """``toolseam mcp --http`` on 127.0.0.1, waited for until it accepts connections."""
     port = _free_port()
-    log = (tmp_path.parent / f"{tmp_path.name}-server.log").open("wb")
-    process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", f"127.0.0.1:{port}", "--base-dir",
-                                str(tmp_path), "--confine"], stdout=subprocess.DEVNULL, stderr=log)
+    with log.open("wb") as out:
+        process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", f"127.0.0.1:{port}", "--base-dir",
+                                    str(work), *(["--confine"] if confine else []), *extra],
+                                   stdout=subprocess.DEVNULL, stderr=out, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
-                break
+                return f"http://127.0.0.1:{port}/mcp", process
         if process.poll() is not None:
-            log.close()
-            pytest.fail(f"toolseam mcp --http exited: {Path(log.name).read_text()}")
+            break
         time.sleep(0.1)
+    stop(process)
+    pytest.fail(f"toolseam mcp --http did not start: {log.read_text()}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
     try:
-        yield f"http://127.0.0.1:{port}/mcp", process, tmp_path
-    finally:
-        process.terminate()
         process.wait(timeout=15)
-        log.close()
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], Path]]:
+    url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}-server.log")
+    try:
+        yield url, process, tmp_path
+    finally:
+        stop(process)
 
 
 def agents_of(process: subprocess.Popen[bytes]) -> list[psutil.Process]:
@@ -198,17 +213,39 @@ async def test_http_one_sandbox_per_session_closed_at_its_end(
     assert agents_of(process) == []
 
 
-async def test_http_sessionless_clients_share_one_sandbox(
+async def test_http_sessionless_clients_get_a_sandbox_each(
         http_server: tuple[str, subprocess.Popen[bytes], Path]) -> None:
-    """2026-07-28 requests stand alone: they share the server's sandbox (one agent), which
-    lives until the server stops."""
+    """2026-07-28 requests stand alone: each client's first call opens a sandbox of its own
+    (an agent each), named by the handle its results carry; the server's stop closes them."""
     url, process, _ = http_server
     async with Client(url) as first, Client(url) as second:
-        await first.call_tool("bash", {"command": "true"})
-        await second.call_tool("bash", {"command": "true"})
-        assert len(agents_of(process)) == 1
-    assert len(agents_of(process)) == 1
-    agent = agents_of(process)[0]
+        one = await first.call_tool("bash", {"command": "true"})
+        two = await second.call_tool("bash", {"command": "true"})
+        assert len(agents_of(process)) == 2
+        mine = one.structured_content["sandbox"]  # type: ignore[index]
+        assert mine != two.structured_content["sandbox"]  # type: ignore[index]
+        again = await first.call_tool("bash", {"command": "true", "sandbox": mine})
+        assert not again.is_error and len(agents_of(process)) == 2
+    agents = agents_of(process)
     process.terminate()
     process.wait(timeout=15)
+    for agent in agents:
+        agent.wait(timeout=15)  # raises if a sandbox outlived the server
+
+
+async def test_http_shared_sandbox_is_one_for_everyone(tmp_path: Path) -> None:
+    """--shared-sandbox, on purpose: every client uses the server's one sandbox."""
+    url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}-server.log",
+                              "--shared-sandbox")
+    try:
+        async with Client(url) as first, Client(url, mode="legacy") as second:
+            listed = await first.list_tools()
+            assert all("sandbox" not in tool.input_schema["properties"] for tool in listed.tools)
+            await first.call_tool("bash", {"command": "true"})
+            await second.call_tool("bash", {"command": "true"})
+            assert len(agents_of(process)) == 1
+        assert len(agents_of(process)) == 1
+        agent = agents_of(process)[0]
+    finally:
+        stop(process)
     agent.wait(timeout=15)  # raises if the sandbox outlived the server

@@ -2,13 +2,15 @@
 
 Exit codes: 0 the tool succeeded; 1 the result is a tool failure; 3 the sandbox could not run
 the call (``call`` prints the JSON result in each of those cases); 2 a usage or configuration
-error, one line on stderr; 130 interrupted (Ctrl-C). No expected failure prints a traceback.
+error, one line on stderr; 130 interrupted (Ctrl-C); 141 stdout was closed early (``| head``),
+quietly, as a tool killed by SIGPIPE. No expected failure prints a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import sys
@@ -22,6 +24,32 @@ from .seam.errors import ConfigurationError, CouldNotRunError, HostError
 from .toolkit import Toolkit
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE
+
+# The tools with their arguments (? = optional); a test keeps this in step with the schemas.
+_CALL_EPILOG = """\
+tools and their JSON-ARGS (? = optional; `toolseam tools` prints the full schemas):
+  bash         run a shell command        {"command", "timeout"?: ms, "workdir"?, "description"?}
+  read         a file as numbered lines   {"path", "offset"?, "limit"?}
+  write        create or replace a file   {"path", "content"}
+  edit         replace exact text         {"path", "oldString", "newString", "replaceAll"?}
+  apply_patch  a '*** Begin Patch' patch  {"patchText"}
+  grep         search contents (regex)    {"pattern", "path"?, "include"?, "limit"?}
+  glob         list files by pattern      {"pattern", "path"?, "limit"?}
+
+examples:
+  toolseam call read '{"path": "README.md"}' --base-dir . --confine
+  toolseam call bash '{"command": "make test", "timeout": 120000}' --base-dir .
+  toolseam call glob '{"pattern": "**/*.py"}' --base-dir src
+
+exit codes (the JSON result is printed on stdout for 0, 1 and 3):
+  0    the tool succeeded
+  1    the tool failed (is_error true: a failing command, a missing file ...)
+  2    usage or configuration error (one line on stderr)
+  3    the sandbox could not run the call (metadata.failure "could_not_run")
+  130  interrupted (Ctrl-C)
+  141  stdout was closed early (e.g. | head)
+"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -171,6 +199,13 @@ async def _serve(args: argparse.Namespace) -> int:
 def _mcp(args: argparse.Namespace) -> int:
     from .mcp_server import serve_http, serve_stdio
 
+    # A typo in a client's config must stop the server, not make every tool call fail later.
+    container = args.backend != "host"
+    for flag, path in (("--base-dir", None if container else args.base_dir),
+                       ("--workspace", (args.workspace or args.base_dir) if container else None)):
+        if path and not (container and path.startswith("/workspace")) and not os.path.isdir(path):
+            problem = "is not a directory" if os.path.exists(path) else "does not exist"
+            raise ConfigurationError(f"{flag} {path} {problem}")
     _toolkit(args)  # check the options once, before any client connects
 
     def factory() -> Toolkit:
@@ -180,9 +215,12 @@ def _mcp(args: argparse.Namespace) -> int:
         host, _, port = args.http.rpartition(":")
         if not host or not port.isdigit():
             raise ConfigurationError(f"--http takes HOST:PORT, got {args.http!r}")
-        serve_http(factory, host, int(port), approvals=args.approvals)
+        serve_http(factory, host, int(port), approvals=args.approvals,
+                   token_file=args.auth_token_file, shared=args.shared_sandbox)
+    elif args.auth_token_file:
+        raise ConfigurationError("--auth-token-file needs --http (stdio has no network to guard)")
     else:
-        asyncio.run(serve_stdio(factory, approvals=args.approvals))
+        asyncio.run(serve_stdio(factory, approvals=args.approvals, shared=args.shared_sandbox))
     return EXIT_OK
 
 
@@ -190,9 +228,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="toolseam", description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--version", action="version", version=f"toolseam {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    call = commands.add_parser("call", help="run one tool call and print its result as JSON")
-    call.add_argument("tool")
-    call.add_argument("json_args", metavar="JSON-ARGS")
+    call = commands.add_parser("call", help="run one tool call and print its result as JSON",
+                               description="Run one tool call in a fresh session (opened, then "
+                               "closed) and print its result as one JSON line.",
+                               epilog=_CALL_EPILOG,
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+    call.add_argument("tool", help="bash, read, write, edit, apply_patch, grep or glob")
+    call.add_argument("json_args", metavar="JSON-ARGS", help="the tool's arguments as a JSON object")
     _session_options(call)
     tools = commands.add_parser("tools", help="print the tool declarations")
     tools.add_argument("--format", choices=FORMATS, default="openai")
@@ -207,11 +249,28 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")
     mcp.add_argument("--approvals", action="store_true",
                      help="ask the client (MCP elicitation) before reads outside scope")
+    mcp.add_argument("--auth-token-file", metavar="PATH", help="bearer token every HTTP request "
+                     "must carry (or set TOOLSEAM_MCP_TOKEN); required for a non-loopback --http")
+    mcp.add_argument("--shared-sandbox", action="store_true", help="one sandbox for every client "
+                     "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # The reader went away (`toolseam call ... | head`): stop quietly, as tools killed by
+        # SIGPIPE do. stdout now points at /dev/null so the interpreter's final flush of what
+        # is still buffered cannot fail a second time.
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "call":

@@ -1,15 +1,18 @@
 """``toolseam mcp``: the seven builtins as an MCP server, on the official ``mcp`` SDK.
 
-One sandbox per MCP session: made on the session's first tool request, closed when the
-session ends — the client disconnects (stdio EOF), deletes its HTTP session, or the session
-idles out. The 2026-07-28 protocol over HTTP has no sessions (each request stands alone): such
-clients share one sandbox, closed when the server stops.
+Clients never share a sandbox unless the operator asks for it (``shared``): a session (stdio,
+or a 2025-11-25 HTTP session) owns one, made on its first tool call and closed when the session
+ends; a 2026-07-28 client over HTTP has no session, so the server mints a sandbox *handle* on
+its first call, which the client passes back as the ``sandbox`` argument (``mcp_sandboxes``).
 
 A tool failure is a result with ``isError``; a sandbox that could not run the call is an
 ``isError`` result naming the reason (``structuredContent`` carries the metadata,
 ``failure: could_not_run`` included). A command's live output arrives as progress
-notifications and MCP log notifications (``logger`` ``stdout``/``stderr``). Read-scope
-questions become MCP elicitation where the client declares it; otherwise the read is refused.
+notifications and MCP log notifications (``logger`` ``stdout``/``stderr``, level ``info``, as
+the client's ``logging/setLevel`` or per-request opt-in allows). Read-scope questions become
+MCP elicitation where the client declares it; otherwise the read is refused. An approval
+counts only as the answer to a question this server put to this client's sandbox: each question
+carries a one-use nonce, and the SDK seals ``requestState`` (decision 63).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ import asyncio
 import contextlib
 import contextvars
 import json
+import secrets
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +31,7 @@ try:
     import mcp_types as types
     from mcp.server import Server
     from mcp.server.context import ServerRequestContext
+    from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
     from .seam.errors import BackendUnavailable
 
@@ -34,6 +40,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installe
 
 from . import __version__
 from .builtins import OutputEvent, ToolResult
+from .mcp_sandboxes import Handles, Sandbox, SandboxRefused
 from .policy.readscope import ANSWERS, Answer, ReadQuestion
 from .seam.errors import HostError
 from .toolkit import Toolkit
@@ -41,9 +48,13 @@ from .toolkit import Toolkit
 ToolkitFactory = Callable[[], Toolkit]
 
 READ_ONLY = frozenset({"read", "grep", "glob"})
-_STATE_KEY = "toolseam.toolkit"
+_STATE_KEY = "toolseam.sandbox"
+_LOG_LEVEL_KEY = "toolseam.log_level"
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+SANDBOX_ARG = "sandbox"
+MOST_PENDING_QUESTIONS = 16  # per sandbox; the oldest unanswered question is forgotten first
 # The request being served, for the approver (which the toolkit calls without a context), and
-# the approvals its client already gave through input responses (path -> answer).
+# the approvals its client gave in answer to this server's questions (path -> answer).
 _request: contextvars.ContextVar[ServerRequestContext[Any, Any]] = contextvars.ContextVar("request")
 _given: contextvars.ContextVar[dict[str, Answer]] = contextvars.ContextVar("given")
 APPROVAL_KEY = "read-approval"
@@ -91,37 +102,88 @@ def result_to_mcp(result: ToolResult) -> types.CallToolResult:
                                 structured_content={"metadata": result.metadata})
 
 
+def describe(toolkit: Toolkit) -> str:
+    """What the sandbox is, said plainly to the model (the server's instructions)."""
+    tools = "The builtin tools of a coding agent (bash, read, write, edit, apply_patch, grep, glob). "
+    if toolkit.backend.name == "host":
+        where = ("They run on the host backend: commands run directly on this machine as the user "
+                 "running the server, with everything that user can reach (files, network, "
+                 "processes); there is no container. ")
+        paths = ("Only the file tools are confined to the base directory; bash is not."
+                 if toolkit.confine else "Paths are not confined to the base directory.")
+        return tools + where + paths
+    return (tools + f"They run in a {toolkit.backend.name} container, one per client; commands "
+            "reach only what the container holds (its workspace, and the network if enabled).")
+
+
+_HOST_BASH_NOTE = (" On this server bash runs directly on the host machine as the server's user, "
+                   "not in a container.")
+_SANDBOX_SCHEMA = {"type": "string", "description": (
+    "The sandbox handle an earlier result gave (structuredContent.sandbox). Pass it to keep "
+    "using that sandbox (its files and jobs); omit it to open a new sandbox.")}
+
+
 def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
-    """The MCP session's connection: its ``state`` holds our toolkit and its ``exit_stack``
+    """The MCP session's connection: its ``state`` holds our sandbox and its ``exit_stack``
     closes it when the session ends. SDK 2.3 hands lowlevel handlers a ``ServerSession`` that
     keeps the connection private (``Context.connection`` is not built for them yet)."""
     return ctx.session._connection  # private in SDK 2.3: see the docstring
 
 
-class McpTools:
-    """The handlers, around a factory that makes one Toolkit per MCP session."""
+def _sessionless(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """A 2026-07-28 exchange over HTTP: every request is a connection of its own."""
+    return _connection(ctx).session_id is None and ctx.request is not None
 
-    def __init__(self, factory: ToolkitFactory, approvals: bool = False) -> None:
+
+def _request_state(params: types.CallToolRequestParams) -> dict[str, Any]:
+    """What this server put in ``requestState`` (the SDK has verified its seal)."""
+    if not params.request_state:
+        return {}
+    try:
+        state = json.loads(params.request_state)
+    except ValueError:
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+class McpTools:
+    """The handlers, around a factory that makes one Toolkit per sandbox."""
+
+    def __init__(self, factory: ToolkitFactory, approvals: bool = False,
+                 shared: bool = False, one_client: bool = False) -> None:
         self.factory = factory
         self.approvals = approvals
+        # One sandbox for the server: asked for (shared), or stdio, whose one client may speak
+        # 2026-07-28, where the SDK makes a new connection for every request.
+        self.single = shared or one_client
+        self.probe = factory()  # for declarations and the description; never opened
+        self.handles = Handles(self._new)
         self._opening = asyncio.Lock()
         self.toolkits: list[Toolkit] = []  # live ones, for shutdown
-        self._shared: Toolkit | None = None
+        self._shared: Sandbox | None = None
 
-    async def toolkit(self, ctx: ServerRequestContext[Any, Any]) -> Toolkit:
-        connection = _connection(ctx)
+    async def sandbox(self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any],
+                      state: dict[str, Any]) -> Sandbox:
+        """The caller's sandbox; ``arguments`` loses the ``sandbox`` handle. Raises
+        ``SandboxRefused`` for a handle that names no open sandbox."""
         async with self._opening:
-            if connection.session_id is None and ctx.request is not None:
-                # A 2026-07-28 exchange over HTTP has no session: every request is a connection
-                # of its own. Those clients share the server's one sandbox, closed at shutdown.
+            if self.single:
                 if self._shared is None:
-                    self._shared = self._new()
+                    self._shared = Sandbox(self._new())
                 return self._shared
-            toolkit: Toolkit | None = connection.state.get(_STATE_KEY)
-            if toolkit is None:
-                toolkit = connection.state[_STATE_KEY] = self._new()
-                connection.exit_stack.push_async_callback(self._close, toolkit)
-        return toolkit
+            if _sessionless(ctx):
+                handle = arguments.pop(SANDBOX_ARG, None) or state.get(SANDBOX_ARG)
+                if handle is None:
+                    return self.handles.mint()
+                if not isinstance(handle, str):
+                    raise SandboxRefused("\"sandbox\" must be the handle string a result gave")
+                return self.handles.get(handle)
+            connection = _connection(ctx)
+            sandbox: Sandbox | None = connection.state.get(_STATE_KEY)
+            if sandbox is None:
+                sandbox = connection.state[_STATE_KEY] = Sandbox(self._new())
+                connection.exit_stack.push_async_callback(self._close, sandbox.toolkit)
+        return sandbox
 
     def _new(self) -> Toolkit:
         toolkit = self.factory()
@@ -134,63 +196,128 @@ class McpTools:
             self.toolkits.remove(toolkit)
         await toolkit.close()
 
+    async def close_idle(self) -> None:
+        for sandbox in self.handles.take_idle():
+            await self._close(sandbox.toolkit)
+
     async def close_all(self) -> None:
+        self.handles.take_all()
         for toolkit in list(self.toolkits):
             await self._close(toolkit)
 
     async def list_tools(self, ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
-        toolkit = await self.toolkit(ctx)
-        tools = [types.Tool(name=d["name"], description=d["description"],
-                            input_schema=d["input_schema"], annotations=annotations_for(d["name"]))
-                 for d in toolkit.declarations("anthropic")]
+        handles = not self.single and _sessionless(ctx)
+        on_host = self.probe.backend.name == "host"
+        tools = []
+        for declared in self.probe.declarations("anthropic"):
+            schema = declared["input_schema"]
+            if handles:
+                schema = {**schema, "properties": {**schema.get("properties", {}),
+                                                   SANDBOX_ARG: _SANDBOX_SCHEMA}}
+            description = declared["description"]
+            if on_host and declared["name"] == "bash":
+                description += _HOST_BASH_NOTE
+            tools.append(types.Tool(name=declared["name"], description=description,
+                                    input_schema=schema, annotations=annotations_for(declared["name"])))
         return types.ListToolsResult(tools=tools)
+
+    async def set_logging_level(self, ctx: ServerRequestContext[Any, Any],
+                                params: types.SetLevelRequestParams) -> types.EmptyResult:
+        _connection(ctx).state[_LOG_LEVEL_KEY] = params.level
+        return types.EmptyResult()
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult | types.InputRequiredResult:
-        toolkit = await self.toolkit(ctx)
+        arguments = dict(params.arguments or {})
+        state = _request_state(params)
+        try:
+            sandbox = await self.sandbox(ctx, arguments, state)
+        except SandboxRefused as exc:
+            return result_to_mcp(ToolResult(output=f"{params.name}: {exc}", is_error=True,
+                                            metadata={"error": exc.code}))
+        sandbox.busy += 1
+        try:
+            result = await self._run(ctx, params.name, arguments, sandbox,
+                                     self._given_answers(sandbox, params, state))
+        finally:
+            sandbox.busy -= 1
+            sandbox.last_used = time.monotonic()
+        if isinstance(result, types.InputRequiredResult):
+            return result
+        return self._with_handle(result_to_mcp(result), sandbox)
+
+    async def _run(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any],
+                   sandbox: Sandbox, given: dict[str, Answer]
+                   ) -> ToolResult | types.InputRequiredResult:
         outbox: asyncio.Queue[OutputEvent | None] = asyncio.Queue()
         sender = asyncio.ensure_future(self._send_output(ctx, outbox))
-        tokens = _request.set(ctx), _given.set(self._given_answers(params))
+        tokens = _request.set(ctx), _given.set(given)
         try:
-            result = await toolkit.call(params.name, params.arguments or {},
-                                        on_output=outbox.put_nowait)
+            return await sandbox.toolkit.call(name, arguments, on_output=outbox.put_nowait)
         except HostError as exc:  # an unknown tool, a closed session: the client's mistake
-            result = ToolResult(output=f"{params.name}: {exc}", is_error=True,
-                                metadata={"error": exc.code})
+            return ToolResult(output=f"{name}: {exc}", is_error=True, metadata={"error": exc.code})
         except _NeedsApproval as needed:
-            message, schema = _approval_request(needed.question)
-            request = types.ElicitRequest(params=types.ElicitRequestFormParams(
-                message=message, requested_schema=schema))
-            return types.InputRequiredResult(input_requests={APPROVAL_KEY: request},
-                                             request_state=json.dumps({"path": needed.question.path}))
+            return self._input_required(sandbox, needed.question)
         finally:
             _request.reset(tokens[0])
             _given.reset(tokens[1])
             outbox.put_nowait(None)
             await sender  # every output notification goes out before the result
-        return result_to_mcp(result)
 
     @staticmethod
-    def _given_answers(params: types.CallToolRequestParams) -> dict[str, Answer]:
-        """The approval a retried call carries (``request_state`` names the path)."""
-        if not params.request_state or not params.input_responses:
+    def _input_required(sandbox: Sandbox, question: ReadQuestion) -> types.InputRequiredResult:
+        """Ask this client; remember the question so only its answer counts, once."""
+        while len(sandbox.asked) >= MOST_PENDING_QUESTIONS:
+            del sandbox.asked[next(iter(sandbox.asked))]
+        nonce = secrets.token_urlsafe(16)
+        sandbox.asked[nonce] = question.path
+        message, schema = _approval_request(question)
+        request = types.ElicitRequest(params=types.ElicitRequestFormParams(
+            message=message, requested_schema=schema))
+        state = {"path": question.path, "nonce": nonce, SANDBOX_ARG: sandbox.handle}
+        return types.InputRequiredResult(input_requests={APPROVAL_KEY: request},
+                                         request_state=json.dumps(state))
+
+    @staticmethod
+    def _given_answers(sandbox: Sandbox, params: types.CallToolRequestParams,
+                       state: dict[str, Any]) -> dict[str, Answer]:
+        """The answer a retried call carries — only to a question this sandbox asked and has not
+        had answered yet; an approval the client sent unasked counts for nothing."""
+        nonce, path = state.get("nonce"), state.get("path")
+        if not isinstance(nonce, str) or not isinstance(path, str):
             return {}
-        try:
-            path = json.loads(params.request_state)["path"]
-        except (ValueError, KeyError, TypeError):
+        if sandbox.asked.get(nonce) != path:
             return {}
-        reply = params.input_responses.get(APPROVAL_KEY)
-        return {path: _answer(reply)} if isinstance(path, str) else {}
+        del sandbox.asked[nonce]
+        return {path: _answer((params.input_responses or {}).get(APPROVAL_KEY))}
+
+    @staticmethod
+    def _with_handle(result: types.CallToolResult, sandbox: Sandbox) -> types.CallToolResult:
+        """A handle sandbox's results carry its handle; the first says what it is for."""
+        if sandbox.handle is None:
+            return result
+        structured = {**(result.structured_content or {}), SANDBOX_ARG: sandbox.handle}
+        content = list(result.content)
+        if not sandbox.announced:
+            sandbox.announced = True
+            content.append(types.TextContent(type="text", text=(
+                f"[This call opened sandbox {sandbox.handle}. Pass \"{SANDBOX_ARG}\": "
+                f"\"{sandbox.handle}\" in later calls to keep using its files and jobs.]")))
+        return result.model_copy(update={"content": content, "structured_content": structured})
 
     @staticmethod
     async def _send_output(ctx: ServerRequestContext[Any, Any],
                            outbox: asyncio.Queue[OutputEvent | None]) -> None:
+        level = _connection(ctx).state.get(_LOG_LEVEL_KEY)  # set by the client's logging/setLevel
+        log = level is None or LOG_LEVELS.index("info") >= LOG_LEVELS.index(level)
         sent = 0
         while (event := await outbox.get()) is not None:
             sent += len(event.text)
             with contextlib.suppress(Exception):  # notifications are advisory; never fail a call
                 await ctx.session.report_progress(sent, message=event.text)
+            if not log:
+                continue
             # Log notifications too, for clients that opted in to them (deprecated by the
             # 2026-07-28 protocol, still what many clients show; the SDK warns about that).
             with warnings.catch_warnings(), contextlib.suppress(Exception):
@@ -216,19 +343,29 @@ class McpTools:
         return _answer(reply)
 
 
-def build_server(factory: ToolkitFactory, approvals: bool = False) -> tuple[Server[Any], McpTools]:
-    tools = McpTools(factory, approvals)
-    server: Server[Any] = Server("toolseam", version=__version__,
-                                 instructions="An agent's builtin tools (bash, read, write, edit, "
-                                 "apply_patch, grep, glob) in one sandboxed session.",
-                                 on_list_tools=tools.list_tools, on_call_tool=tools.call_tool)
+def build_server(factory: ToolkitFactory, approvals: bool = False, shared: bool = False,
+                 one_client: bool = False) -> tuple[Server[Any], McpTools]:
+    tools = McpTools(factory, approvals, shared, one_client)
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated by 2026-07-28 but is how 2025-11-25 clients opt in to
+        # the log notifications this server sends; declaring it is what the protocol asks.
+        warnings.simplefilter("ignore")
+        server: Server[Any] = Server("toolseam", version=__version__,
+                                     instructions=describe(tools.probe),
+                                     on_list_tools=tools.list_tools, on_call_tool=tools.call_tool,
+                                     on_set_logging_level=tools.set_logging_level)
+    # Seal requestState (AES-GCM, bound to the tool, its arguments and a deadline): a client can
+    # only echo what this server minted. The nonce check in McpTools holds without it too.
+    server.middleware.append(RequestStateBoundary(RequestStateSecurity.ephemeral(),
+                                                  default_audience="toolseam"))
     return server, tools
 
 
-async def serve_stdio(factory: ToolkitFactory, approvals: bool = False) -> None:
+async def serve_stdio(factory: ToolkitFactory, approvals: bool = False,
+                      shared: bool = False) -> None:
     from mcp.server.stdio import stdio_server
 
-    server, tools = build_server(factory, approvals)
+    server, tools = build_server(factory, approvals, shared, one_client=True)
     try:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -236,18 +373,9 @@ async def serve_stdio(factory: ToolkitFactory, approvals: bool = False) -> None:
         await tools.close_all()
 
 
-def serve_http(factory: ToolkitFactory, host: str, port: int, approvals: bool = False) -> None:
-    """Streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted."""
-    import uvicorn
+def serve_http(factory: ToolkitFactory, host: str, port: int, approvals: bool = False, *,
+               token_file: str | None = None, shared: bool = False) -> None:
+    """Streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted (``mcp_http``)."""
+    from .mcp_http import serve_http as serve
 
-    server, tools = build_server(factory, approvals)
-    app = server.streamable_http_app(host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-
-    async def run() -> None:
-        try:
-            await uvicorn.Server(config).serve()
-        finally:
-            await tools.close_all()
-
-    asyncio.run(run())
+    serve(factory, host, port, approvals, token_file=token_file, shared=shared)
