@@ -25,6 +25,7 @@ from .policy.readscope import Approver, ReadScope
 from .policy.session import Session
 from .policy.settings import Settings
 from .policy.shells import ShellChoice, ShellResolver
+from .raw import RawSandbox
 from .seam.errors import (
     ConfigurationError,
     CouldNotRunError,
@@ -95,6 +96,7 @@ class Toolkit:
         self._call_ids = itertools.count(1)
         self._user_messages: list[str] = []
         self._closed = False
+        self.sandbox = RawSandbox(self)  # argv exec with stdin/user, whole-file bytes (raw.py)
 
     # --- lifecycle ----------------------------------------------------------------------
     async def open(self) -> SandboxInfo:

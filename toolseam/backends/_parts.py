@@ -36,7 +36,7 @@ from ..seam.models import (
     TextPage,
     WriteResult,
 )
-from ..seam.protocol import OutputCallback
+from ..seam.protocol import ExecRequest, OutputCallback
 from ._channel import AgentChannel, b64, job_status
 from .agent import files as agent_files
 from .agent import walk as agent_walk
@@ -62,6 +62,11 @@ class AgentExec:
             "argv": request.argv, "cwd": request.cwd, "deadline_ms": request.deadline_ms,
             "grace_ms": request.grace_ms, "stream": request.stream,
             "output_limit": request.output_limit}
+        if isinstance(request, ExecRequest):  # the raw exec API's fields (agent/spawn_as.py)
+            if request.stdin_file is not None:
+                spec["stdin_file"] = request.stdin_file
+            if request.user is not None:
+                spec["user"], spec["env_given"] = request.user, request.env_given
         sent = self._env_sent
         if sent is not None and sent[0] is channel and sent[1] == request.env:
             spec["env_id"] = sent[2]

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
+from pydantic import Field
+
 from .models import (
     ByteContent,
     ChangeSet,
@@ -38,6 +40,20 @@ from .models import (
 )
 
 OutputCallback = Callable[[OutputChunk], None]
+
+
+class ExecRequest(SpawnRequest):
+    """A ``SpawnRequest`` with what only the raw exec API (``toolseam.raw``) asks of a backend:
+    stdin and a user. A backend that cannot honour them refuses (``CouldNotRunError`` whose
+    reason names the problem); the bash tool never sets them."""
+
+    stdin_file: str | None = Field(
+        None, description="A file in the sandbox to read as stdin; the sandbox removes it once "
+        "the job holds it open. None: /dev/null.")
+    user: str | None = Field(None, description="Run as this user (name or uid) of the sandbox.")
+    env_given: list[str] = Field(
+        default_factory=list, description="Variables the caller set (a user switch's passwd "
+        "HOME/USER/LOGNAME do not replace them).")
 
 
 @runtime_checkable

@@ -39,6 +39,7 @@ import pytest_asyncio
 
 # The public package only: what a user's own backend is tested against is what users import.
 from toolseam import FileOpError, Settings, Toolkit
+from toolseam.raw import FileLimitError, RawSandbox, UnknownUserError, UserUnsupportedError
 from toolseam.seam import (
     BuiltinExec,
     ChangeSet,
@@ -764,3 +765,115 @@ class JobContract(_Bound):
         tk = await self._toolkit(sandbox)
         result = await tk.call("bash", args)
         assert result.is_error and result.output == message
+
+
+class RawContract(_Bound):
+    """The raw sandbox API (``Toolkit.sandbox``, ``toolseam.raw``): argv exec with stdin, cwd,
+    env, user, timeout and output limits; whole-file bytes. Needs real processes. A binding
+    sets ``switches_user``: whether its sandbox can run commands as another user."""
+
+    switches_user = False
+
+    @pytest_asyncio.fixture
+    async def raw(self, sandbox: Sandbox) -> AsyncIterator[RawSandbox]:
+        toolkit = Toolkit(sandbox.backend, base_dir=sandbox.base, tools={"bash": False})
+        await toolkit.open()
+        yield toolkit.sandbox
+
+    async def test_argv_is_never_parsed_by_a_shell(self, raw: RawSandbox) -> None:
+        words = ["a b", "$HOME", "`id`", "'q'", "\\", "*", ""]
+        done = await raw.exec(["printf", "[%s]", *words])
+        assert done.success and done.stdout == "".join(f"[{w}]" for w in words)
+
+    async def test_stdin_round_trips_bytes_and_text(self, raw: RawSandbox) -> None:
+        payload = b"\xc3\x28\x00\xff\x01 $HOME `id`\n"
+        assert (await raw.exec(["sh", "-c", "cat > in.bin"], stdin=payload)).success
+        assert await raw.read_bytes("in.bin") == payload
+        assert (await raw.exec(["cat"], stdin="héllo\n")).stdout == "héllo\n"
+        assert (await raw.exec(["cat"], stdin="")).stdout == ""
+        big = await raw.exec(["wc", "-c"], stdin=b"a" * (8 << 20))
+        assert big.stdout.split() == [str(8 << 20)]
+        leftovers = await raw.exec(["sh", "-c", "ls -a /tmp | grep toolseam-stdin || true"])
+        assert leftovers.stdout == ""  # each stdin file is gone once its job holds it
+
+    async def test_no_stdin_reads_end_of_file(self, raw: RawSandbox) -> None:
+        done = await raw.exec(["cat"], timeout=5)
+        assert done.success and done.stdout == "" and not done.timed_out
+
+    async def test_cwd_env_and_exit_status(self, raw: RawSandbox, sandbox: Sandbox) -> None:
+        await raw.write_bytes("sub/f.txt", b"x")
+        assert (await raw.exec(["ls"], cwd="sub")).stdout == "f.txt\n"
+        assert (await raw.exec(["pwd"], cwd="/tmp")).stdout == "/tmp\n"
+        assert (await raw.exec(["pwd"])).stdout == sandbox.base + "\n"
+        with pytest.raises(FileNotFoundError):
+            await raw.exec(["true"], cwd="missing")
+        done = await raw.exec(["sh", "-c", 'echo "$A-$B"; echo err >&2; exit 3'],
+                              env={"A": "1", "B": "two words"})
+        assert (done.stdout, done.stderr, done.exit_code, done.signal) == (
+            "1-two words\n", "err\n", 3, None)
+        killed = await raw.exec(["sh", "-c", "kill -TERM $$"])
+        assert (killed.exit_code, killed.signal, killed.success) == (None, signal.SIGTERM, False)
+
+    async def test_missing_and_unexecutable_programs(self, raw: RawSandbox) -> None:
+        missing = await raw.exec(["no-such-program-here"])
+        assert missing.exit_code == 127 and "no-such-program-here" in missing.stderr
+        await raw.write_bytes("plain.txt", b"not a program")
+        with pytest.raises(PermissionError):
+            await raw.exec(["./plain.txt"])
+
+    async def test_timeout_kills_the_whole_job(self, raw: RawSandbox) -> None:
+        marker = uuid.uuid4().hex[:12]
+        started = time.monotonic()
+        done = await raw.exec(["sh", "-c", f"sleep 30 # {marker} & sleep 31 # {marker}; :"],
+                              timeout=0.5)
+        assert done.timed_out and not done.success and time.monotonic() - started < 10
+        alive = await raw.exec(["sh", "-c", f"cat /proc/[0-9]*/cmdline | tr '\\0' ' ' "
+                                            f"| grep -c '{marker}' || true"])
+        assert alive.stdout.strip() == "1"  # only the grep's own shell line, no sleep
+
+    async def test_output_limit_per_stream_with_a_flag(self, raw: RawSandbox) -> None:
+        done = await raw.exec(["sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; echo e >&2"],
+                              output_limit=1000)
+        assert done.stdout_truncated and not done.stderr_truncated
+        assert (done.stdout_bytes, len(done.stdout), done.stderr) == (100000, 1000, "e\n")
+
+    async def test_user_is_switched_or_refused_clearly(self, raw: RawSandbox) -> None:
+        me = (await raw.exec(["id", "-u"])).stdout.strip()
+        assert (await raw.exec(["id", "-u"], user=me)).stdout.strip() == me
+        with pytest.raises(UnknownUserError, match="no-such-user"):
+            await raw.exec(["id"], user="no-such-user")
+        if self.switches_user:
+            done = await raw.exec(["sh", "-c", "id -u; echo $HOME $X"], user="nobody",
+                                  env={"X": "kept"})
+            assert done.stdout.split()[0] == "65534" and done.stdout.split()[2] == "kept"
+        else:
+            with pytest.raises(UserUnsupportedError, match="cannot run as user 'nobody'"):
+                await raw.exec(["id"], user="nobody")
+
+    async def test_whole_files_and_their_errors(self, raw: RawSandbox) -> None:
+        data = bytes(range(256)) * 1000
+        await raw.write_bytes("deep/er/file.bin", data)
+        assert await raw.read_bytes("deep/er/file.bin") == data
+        await raw.write_bytes("deep/er/file.bin", "text")
+        assert await raw.read_bytes("deep/er/file.bin") == b"text"
+        with pytest.raises(FileNotFoundError, match="nope"):
+            await raw.read_bytes("nope")
+        with pytest.raises(IsADirectoryError):
+            await raw.read_bytes("deep")
+        with pytest.raises(IsADirectoryError):
+            await raw.write_bytes("deep", b"x")
+        with pytest.raises(FileLimitError):
+            await raw.read_bytes("deep/er/file.bin", limit=2)
+        await raw.exec(["chmod", "a-w", "deep/er/file.bin"])
+        with pytest.raises(PermissionError):
+            await raw.write_bytes("deep/er/file.bin", b"y")
+        assert await raw.read_bytes("deep/er/file.bin") == b"text"
+
+    async def test_bad_arguments_are_value_errors(self, raw: RawSandbox) -> None:
+        for argv in ([], "ls -l", ["a\0b"], [""]):
+            with pytest.raises(ValueError):
+                await raw.exec(argv)
+        with pytest.raises(ValueError, match="env"):
+            await raw.exec(["true"], env={"A=B": "x"})
+        with pytest.raises(ValueError, match="timeout"):
+            await raw.exec(["true"], timeout=0)

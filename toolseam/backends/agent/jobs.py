@@ -119,7 +119,14 @@ class Job:
         cwd = spec.get("cwd") or "/"
         self._oom_kills_before = oom_kills()
         started = now_ticks()  # before the fork: every process of the job starts at or after it
-        self.pid, pipes = spawn(self.argv, cwd, env)
+        if spec.get("stdin_file") or spec.get("user") is not None:  # a raw exec (spawn_as.py)
+            from .spawn_as import spawn_job
+            try:
+                self.pid, pipes = spawn_job(self.argv, cwd, env, spec)
+            except OSError as exc:
+                raise SpawnError(exc, cwd) from None
+        else:
+            self.pid, pipes = spawn(self.argv, cwd, env)
         self.mark = JobMark(self.pid, started, f"{TOKEN_VAR}={self.token}".encode())
         self.started = time.time()
         self._t0 = time.monotonic()

@@ -53,6 +53,12 @@ class Spec(TypedDict, total=False):
     grace_ms: int
     stream: bool
     output_limit: int
+    # a raw exec's (spawn_as.py): stdin from this sandbox file, unlinked once the job has it;
+    # the user to run as (name or uid); the variables the caller set, which a user's
+    # passwd HOME/USER/LOGNAME do not replace
+    stdin_file: str
+    user: str
+    env_given: list[str]
 
 
 class Request(TypedDict, total=False):
