@@ -42,7 +42,7 @@ examples:
   toolseam call bash '{"command": "make test", "timeout": 120000}' --base-dir .
   toolseam call glob '{"pattern": "**/*.py"}' --base-dir src
 
-exit codes (the JSON result is printed on stdout for 0, 1 and 3):
+exit codes (the JSON result, or with --model-text the model's text, is on stdout for 0, 1, 3):
   0    the tool succeeded
   1    the tool failed (is_error true: a failing command, a missing file ...)
   2    usage or configuration error (one line on stderr)
@@ -179,7 +179,7 @@ async def _call(args: argparse.Namespace) -> int:
         result = await toolkit.call(args.tool, tool_args)
     finally:
         await toolkit.close()
-    print(json.dumps(result.to_json(), ensure_ascii=False))
+    print(result.model_text() if args.model_text else json.dumps(result.to_json(), ensure_ascii=False))
     return result_exit_code(result)
 
 
@@ -235,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     call.add_argument("tool", help="bash, read, write, edit, apply_patch, grep or glob")
     call.add_argument("json_args", metavar="JSON-ARGS", help="the tool's arguments as a JSON object")
+    call.add_argument("--model-text", action="store_true", help="print the text a model is shown "
+                      "(output within model_output_chars, cuts marked, notes) instead of the JSON")
     _session_options(call)
     tools = commands.add_parser("tools", help="print the tool declarations")
     tools.add_argument("--format", choices=FORMATS, default="openai")

@@ -1,4 +1,8 @@
-"""``toolseam demo``: a scripted agent session on a temporary workspace, host backend."""
+"""``toolseam demo``: a scripted agent session on a temporary workspace, host backend.
+
+Each step prints what the model would send (``>>>``), whether the result is an error and how
+long it took (``<<<``), the text the model gets back (indented) and the result's metadata.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from typing import Any
 
 import psutil
 
+from .seam.models import SandboxInfo
 from .toolkit import Toolkit
 
 _PATCH = """*** Begin Patch
@@ -23,6 +28,9 @@ _PATCH = """*** Begin Patch
 +ship it
 *** End Patch"""
 
+# Processes a command can see: in a private pid namespace only its own few.
+_VISIBLE = "echo \"processes this command can see: $(ls /proc | grep -c '^[0-9]')\""
+
 _STEPS: list[tuple[str, dict[str, Any], str]] = [
     ("write", {"path": "src/greet.py", "content": 'def greet(name):\n    return "Hello, " + name\n'},
      "create a file (parents made, atomic)"),
@@ -32,27 +40,46 @@ _STEPS: list[tuple[str, dict[str, Any], str]] = [
     ("read", {"path": "src/greet.py"}, "read it back"),
     ("grep", {"pattern": "return", "include": "*.py"}, "search, sorted by path then line"),
     ("glob", {"pattern": "**/*.py"}, "list, sorted, capped"),
-    ("read", {"path": "../../etc/passwd"}, "confinement: a path leaving the base dir"),
-    ("bash", {"command": "ls -R | sort; exit 3"}, "a failing command is a result, not an exception"),
+    ("read", {"path": "../../etc/passwd"},
+     "confinement: a file tool's path leaving the base dir is refused"),
+    ("bash", {"command": "ls -d /etc; " + _VISIBLE},
+     "confinement does not contain bash: on the host a command reaches what this user can "
+     "(a container backend is the boundary); the pid namespace hides other processes"),
+    ("bash", {"command": "find . -type f | sort; echo 'pretend the tests failed' >&2; exit 3"},
+     "a failing command is a result (exit code in the text and metadata), not an exception"),
     ("bash", {"command": "(sleep 4242 &) ; setsid sleep 4243 & echo working; sleep 60",
               "timeout": 1500}, "timeout kills the whole job, grandchildren included"),
 ]
 
 
+def _isolation(info: SandboxInfo) -> str:
+    if info.pid_namespace:
+        return ("commands run in a private pid namespace: they cannot see this machine's other "
+                "processes, and none of them outlives the session")
+    return ("no pid namespace here (unshare missing or refused): commands can see this "
+            "machine's other processes; orphans are still caught and killed")
+
+
+def _shown(args: dict[str, Any]) -> str:
+    text = json.dumps(args)
+    return text if len(text) <= 100 else text[:99] + "…"
+
+
 async def run_demo() -> int:
     with tempfile.TemporaryDirectory(prefix="toolseam-demo-") as workspace:
-        print(f"workspace: {workspace}  (host backend, base dir confined)\n")
+        print(f"workspace: {workspace}  (host backend, file tools confined to it)")
         async with Toolkit("host", base_dir=workspace, confine_to_base_dir=True) as toolkit:
             info = toolkit.info
             assert info is not None
-            print(f"shell: {toolkit.services.shell.label}   pid namespace: {info.pid_namespace}\n")
+            print(f"shell:     {toolkit.services.shell.label}")
+            print(f"isolation: {_isolation(info)}\n")
             for number, (tool, args, why) in enumerate(_STEPS, 1):
                 started = time.perf_counter()
                 result = await toolkit.call(tool, args)
                 ms = (time.perf_counter() - started) * 1000
-                print(f"[{number}] {why}\n>>> {tool} {json.dumps(args)[:110]}")
+                print(f"[{number}] {why}\n>>> {tool} {_shown(args)}")
                 print(f"<<< is_error={result.is_error}  ({ms:.1f} ms)")
-                print("    " + result.output.replace("\n", "\n    "))
+                print("    " + result.output.rstrip("\n").replace("\n", "\n    "))
                 print(f"    metadata: {json.dumps(result.metadata)}\n")
         left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
                 if any(a in ("4242", "4243") for a in (p.info["cmdline"] or []))]

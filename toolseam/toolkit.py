@@ -19,16 +19,18 @@ from typing import Any, Protocol, runtime_checkable
 from .backends import backend_for
 from .builtins import BUILTIN_NAMES, CallContext, OutputEvent, ToolResult, all_builtins
 from .builtins._base import could_not_run_result
+from .builtins._spill import remove_spills
 from .declarations import Format, declare
 from .policy.environment import command_environment
 from .policy.readscope import Approver, ReadScope
 from .policy.session import Session
-from .policy.settings import Settings
+from .policy.settings import Settings, parse_settings
 from .policy.shells import ShellChoice, ShellResolver
 from .raw import RawSandbox
 from .seam.errors import (
     ConfigurationError,
     CouldNotRunError,
+    HostError,
     SessionClosedError,
     UnknownToolError,
 )
@@ -48,13 +50,60 @@ class HostTool(Protocol):
 
 
 class Toolkit:
+    """One session: a backend, a base dir, the enabled tools and the host's policies.
+
+    Use it as ``async with Toolkit(...) as tools:`` (or ``await open()`` … ``await close()``)
+    inside ONE event loop: the session's agent channel, jobs and locks belong to the loop that
+    opened it. From synchronous code use ``SyncToolkit``, which takes the same parameters.
+
+    Args:
+        backend: where the tools run — a name (``"host"``, ``"podman"``, ``"docker"``; a
+            missing extra raises ``BackendUnavailable`` naming what to install) or a backend
+            instance (``HostBackend``, ``PodmanBackend(...)``, ``DockerBackend(...)``). The host
+            backend runs commands on this machine as this user: see ``confine_to_base_dir``.
+        base_dir: the directory relative paths resolve against and bash starts in. Default:
+            the backend's workspace (the current directory for ``"host"``, ``/workspace`` in a
+            container; a relative one there is taken under ``/workspace``). Open refuses one
+            that does not exist or is not a directory (``ConfigurationError`` naming it).
+        confine_to_base_dir: refuse every path of the FILE tools (read, write, edit,
+            apply_patch, grep, glob, bash's ``workdir``) that resolves outside ``base_dir``.
+            It does not contain what a bash command does: on the host backend a command can
+            reach whatever this user can; a container backend is the boundary for commands.
+        settings: the host's policies — a ``Settings``, or a mapping of the same fields
+            (validated like a settings file; a bad field raises ``ConfigurationError``).
+            Default: ``Settings()``.
+        tools: builtins to switch on or off by name, e.g. ``{"bash": False}``; unnamed ones
+            stay on; an unknown name raises ``ConfigurationError``.
+        host_tools: tools the host brings (objects with ``name``, ``description``,
+            ``input_schema`` and ``async execute(args)``, see ``HostTool``); declared and
+            called like the builtins, and one named like a builtin replaces that builtin.
+        raise_could_not_run: raise ``CouldNotRunError`` when the sandbox cannot run a call,
+            instead of returning a result with ``metadata.failure = "could_not_run"``.
+        env: the environment commands start from, before the secret filter. Default: this
+            process's environment on the host, the image's base environment in a container.
+        env_extra: variables set for every command on top of the filtered environment —
+            never filtered, so the place for a value the host means to pass (e.g. a token
+            for one job).
+        on_output: called with each ``OutputEvent`` (live stdout/stderr text) of every
+            call; ``call(on_output=...)`` overrides it for one call.
+        session_id: a name for this session, in ``OutputEvent.session``, job ids and the
+            names of output spill files. Default: 8 random hex characters.
+        approver: asked (``ReadQuestion``) before a read outside the read scope, when
+            ``settings.read_scope`` is on; without one such reads are refused.
+        shell_id_persisted: ``settings.shell_id`` was saved from an earlier run: if that
+            shell is no longer available, fall back to the first available one
+            (``shellFallback`` in the result) instead of refusing.
+        backend_options: keyword arguments for the backend class when ``backend`` is a name
+            (e.g. ``{"rootless": True, "image": ...}`` for podman).
+    """
+
     def __init__(
         self,
         backend: BuiltinExec | str = "host",
         *,
         base_dir: str | None = None,
         confine_to_base_dir: bool = False,
-        settings: Settings | None = None,
+        settings: Settings | Mapping[str, Any] | None = None,
         tools: Mapping[str, bool] | None = None,
         host_tools: Sequence[HostTool] = (),
         raise_could_not_run: bool = False,
@@ -66,7 +115,14 @@ class Toolkit:
         shell_id_persisted: bool = False,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
-        self.settings = settings or Settings()
+        if settings is None:
+            settings = Settings()
+        elif not isinstance(settings, Settings):
+            if not isinstance(settings, Mapping):
+                raise ConfigurationError("settings must be a Settings or a mapping of its "
+                                         f"fields, got {type(settings).__name__}")
+            settings = parse_settings(dict(settings))
+        self.settings: Settings = settings
         if confine_to_base_dir and not base_dir:
             raise ConfigurationError("confine_to_base_dir needs a base_dir")
         unknown = sorted(set(tools or {}) - set(BUILTIN_NAMES))
@@ -96,13 +152,30 @@ class Toolkit:
         self._call_ids = itertools.count(1)
         self._user_messages: list[str] = []
         self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.sandbox = RawSandbox(self)  # argv exec with stdin/user, whole-file bytes (raw.py)
+
+    def _same_loop(self) -> None:
+        """Refuse a second event loop with a sentence saying what to do: the agent channel,
+        locks and job tasks of an open session are bound to the loop that opened it, and
+        would fail deep inside with "attached to a different loop"."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif loop is not self._loop:
+            ended = " (that loop has ended)" if self._loop.is_closed() else ""
+            raise HostError(
+                "this Toolkit was opened in another event loop" + ended + "; each asyncio.run() "
+                "starts a new loop, and a session belongs to the loop that opened it. Run the "
+                "whole session in one loop (async with Toolkit(...) as tools: ... inside one "
+                "asyncio.run), or use SyncToolkit from synchronous code")
 
     # --- lifecycle ----------------------------------------------------------------------
     async def open(self) -> SandboxInfo:
         """Start the backend, fix the base dir, resolve the shell. Idempotent."""
         if self._closed:
             raise SessionClosedError("the toolkit was closed")
+        self._same_loop()
         if self.info is not None:
             return self.info
         info = await self.backend.open()
@@ -111,6 +184,7 @@ class Toolkit:
             base = os.path.abspath(base)
         elif not base.startswith("/"):
             base = posixpath.join(info.workspace, base)
+        await self._check_base_dir(base)
         self.base_dir = base
         source = self._env_source
         if source is None:
@@ -129,6 +203,18 @@ class Toolkit:
         self.info = info
         return info
 
+    async def _check_base_dir(self, base: str) -> None:
+        """A missing base dir is the host's typo, not the model's: refuse it at open, naming
+        it, rather than let every call fail blaming the model's path. The backend is closed
+        (nothing left running) and the toolkit with it."""
+        found = await self.backend.stat(PathRef(base="/", path=base, confine=False))
+        if found.kind == "dir":
+            return
+        problem = "does not exist" if found.kind == "missing" else "is not a directory"
+        self._closed = True
+        await self.backend.close()
+        raise ConfigurationError(f"base_dir {base} {problem}")
+
     async def _executable_exists(self, path: str) -> bool:
         found = await self.backend.stat(PathRef(base="/", path=path, confine=False))
         return found.kind == "file" and found.executable
@@ -139,9 +225,12 @@ class Toolkit:
         container is kept and this raises ``CouldNotRunError`` saying where they are."""
         if self._closed:
             return
+        if self.info is not None:
+            self._same_loop()
         self._closed = True
         try:
             if self.info is not None:
+                await remove_spills(self.backend, self.services)  # the host's /tmp outlives us
                 await self.services.jobs.close()
         finally:
             await self.backend.close()
@@ -192,6 +281,7 @@ class Toolkit:
         self.services.unpin_shell()
         if self.info is None:
             return []
+        self._same_loop()
         return [job.id for job in await self.services.jobs.end_turn()]
 
     def user_message(self, text: str) -> None:
@@ -211,6 +301,8 @@ class Toolkit:
         """Run one tool call. Tool failures are results; host mistakes raise HostError."""
         if self._closed:
             raise SessionClosedError("the toolkit was closed")
+        if self.info is not None:
+            self._same_loop()
         host_tool = self._host_tools.get(name)
         if host_tool is not None:
             return await host_tool.execute(args)

@@ -1,5 +1,10 @@
 """Backends by name. The container backends import their engine SDKs lazily, so the host
 backend works with none installed; a missing extra is a clear host error naming what to install.
+
+The classes are here too, imported on first use: ``from toolseam.backends import
+PodmanBackend`` raises ``BackendUnavailable`` naming the install line when the ``podman`` extra
+is missing, where importing ``toolseam.backends.podman`` itself meets the bare
+``ModuleNotFoundError`` of the engine SDK.
 """
 
 from __future__ import annotations
@@ -8,6 +13,7 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
+from .._extras import install_hint
 from ..policy.limits import SandboxLimits
 from ..seam.errors import BackendUnavailable, ConfigurationError
 from ..seam.protocol import BuiltinExec
@@ -20,8 +26,9 @@ _WHERE = {
 }
 
 
-def create_backend(name: str, **options: Any) -> BuiltinExec:
-    """A backend instance by name (``host``, ``podman``, ``docker``)."""
+def backend_class(name: str) -> type[BuiltinExec]:
+    """The class of a backend by name, its module imported now; a missing extra raises
+    ``BackendUnavailable`` naming what to install."""
     if name not in _WHERE:
         raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
     module_name, class_name, extra = _WHERE[name]
@@ -31,10 +38,15 @@ def create_backend(name: str, **options: Any) -> BuiltinExec:
         if extra is None or exc.name in (module_name,):
             raise
         raise BackendUnavailable(
-            f"the {name} backend needs the {exc.name!r} package: pip install 'toolseam[{extra}]'"
+            f"the {name} backend needs the {exc.name!r} package: {install_hint(extra)}"
         ) from None
-    backend: BuiltinExec = getattr(module, class_name)(**options)
-    return backend
+    found: type[BuiltinExec] = getattr(module, class_name)
+    return found
+
+
+def create_backend(name: str, **options: Any) -> BuiltinExec:
+    """A backend instance by name (``host``, ``podman``, ``docker``)."""
+    return backend_class(name)(**options)
 
 
 def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
@@ -54,4 +66,15 @@ def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
     return create_backend(name, **chosen)
 
 
-__all__ = ["BACKENDS", "backend_for", "create_backend"]
+_CLASSES = {class_name: name for name, (_, class_name, _) in _WHERE.items()}
+
+
+def __getattr__(attribute: str) -> Any:
+    # PEP 562: the classes load on first use, so importing this package needs no engine SDK
+    if attribute in _CLASSES:
+        return backend_class(_CLASSES[attribute])
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+
+
+__all__ = ["BACKENDS", "DockerBackend", "HostBackend", "PodmanBackend",  # the classes: lazy
+           "backend_class", "backend_for", "create_backend"]
