@@ -74,7 +74,12 @@ class ApplyPatch(Builtin[ApplyPatchInput]):
                     destination.current = updated
                     counts["moved"] += 1
         except PatchError as exc:
-            return error(f"apply_patch: {exc}")
+            failed = error(f"apply_patch: {exc}")
+            failed.model_hints.notes.extend(exc.notes)
+            if exc.notes:
+                failed.model_hints.notes.append("Nothing was changed: fix that hunk and send the "
+                                                "whole patch again.")
+            return failed
         except _NotText as exc:
             return error(f"apply_patch: {exc.path} is not valid UTF-8 text")
         change = [item for f in files.values() if (item := _change(f)) is not None]

@@ -73,24 +73,53 @@ class BashInput(InputModel):
 
 
 _COMMAND_SCHEMA = object_schema({
-    "command": ("string", "The command line to run."),
+    "command": ("string", "The command line to run, in a fresh shell (cd and export do not "
+                "carry over from earlier calls: use workdir, or chain with &&)."),
     "workdir": ("string", "Directory to run in; relative paths are against the base dir."),
-    "timeout": ("integer", "Kill the command after this many milliseconds."),
+    "timeout": ("integer", "Kill the command after this many milliseconds (default 60000, "
+                "at most 2147483647)."),
     "description": ("string", "A few words on what the command does."),
 }, ["command"], bounds={"timeout": (1, MAX_TIMEOUT_MS)})
 
 
 class Bash(Builtin[BashInput]):
     name = "bash"
-    description = ("Run a shell command in the workspace and return its output (stdout and stderr "
-                   "interleaved as they were written). A non-zero exit is reported as an error.")
+    description = (
+        "Run a shell command in the workspace and return its output (stdout and stderr "
+        "interleaved as they were written). A non-zero exit is reported as an error. Each call "
+        "runs in a fresh shell: cd and export do not carry over to the next call — pass workdir "
+        "(or chain commands with &&). Timeout: 60000 ms by default unless the host set another; "
+        "the timeout parameter names this session's default and maximum. Processes a command "
+        "leaves in the background are killed when it ends; where the host allows jobs, "
+        "leaving out timeout lets a long command keep running as a job you come back to with "
+        "{\"wait\": id}. Output: each stream keeps its first and last 512 KiB; the text you are "
+        "shown is held to about 30000 characters (head and tail, the cut marked) and the whole "
+        "output is kept in a file the read tool can page.")
     Input = BashInput
     schema = _COMMAND_SCHEMA
 
     def input_schema(self, services: SessionView | None = None) -> dict[str, Any]:
-        if services is None or services.settings.timeout_policy != "detach":
+        if services is None:
             return self.schema
+        settings = services.settings
+        default = settings.effective_default_timeout_ms
+        bounds = settings.timeout_range_ms
+        most = bounds[1] if bounds is not None else MAX_TIMEOUT_MS
+        least = bounds[0] if bounds is not None else 1
         props = dict(self.schema["properties"])
+        detach = settings.timeout_policy == "detach"
+        timeout_text = (f"Kill the command after this many milliseconds (at least {least}, at "
+                        f"most {most}). " + (
+                            f"Left out: wait {default} ms ({format_duration(default)}), then "
+                            "leave the command running as a job (its id is in the reply)."
+                            if detach and default else
+                            "Left out: wait for the command to finish, then run it as a job."
+                            if detach else
+                            f"Default {default} ms ({format_duration(default)})."))
+        props["timeout"] = {**props["timeout"], "description": timeout_text, "minimum": least,
+                            "maximum": most}
+        if not detach:
+            return {**self.schema, "properties": props}
         props.update({
             "wait": {"type": "integer", "minimum": 1, "description": "Keep waiting for a running job by id."},
             "kill": {"type": "integer", "minimum": 1,

@@ -23,6 +23,7 @@ from ._base import (
     object_schema,
     ok,
 )
+from ._diagnose import loose, mismatch_notes
 from ._spill import is_spill
 
 # extension -> (mime type, content part type)
@@ -397,10 +398,18 @@ class Edit(Builtin[EditInput]):
         text = text.removeprefix(bom)
         matches = list(_pattern(args.oldString).finditer(text))
         if not matches:
-            return error(f"edit: oldString not found in {p}")
+            failed = error(f"edit: oldString not found in {p}")
+            failed.model_hints.notes.extend(_not_found_notes(text, args.oldString, args.newString))
+            return failed
         if len(matches) > 1 and not args.replaceAll:
-            return error(f"edit: oldString is not unique in {p} ({len(matches)} occurrences); "
-                         "use replaceAll")
+            failed = error(f"edit: oldString is not unique in {p} ({len(matches)} occurrences); "
+                           "use replaceAll")
+            numbers = [text.count("\n", 0, m.start()) + 1 for m in matches]
+            shown = ", ".join(map(str, numbers[:20])) + (" …" if len(numbers) > 20 else "")
+            failed.model_hints.notes.append(
+                f"(it occurs at lines {shown}; add surrounding lines to oldString to pick one, "
+                "or set replaceAll to change them all)")
+            return failed
         chosen = matches if args.replaceAll else matches[:1]
         pieces: list[str] = []
         last = 0
@@ -437,6 +446,26 @@ class Edit(Builtin[EditInput]):
         _seen(ctx, args.path)
         return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0,
                   created=existing.kind == "missing")
+
+
+def _not_found_notes(text: str, old: str, new: str) -> list[str]:
+    """Why oldString is not in the file: already replaced, or its nearest miss."""
+    done = _pattern(new).search(text) if new else None
+    if done is not None:
+        at = text.count("\n", 0, done.start()) + 1
+        return [f"newString is already in the file (line {at}) and oldString is not: the "
+                "edit looks already applied. Read the file before editing again."]
+    lines = [line.removesuffix("\r") for line in text.split("\n")]
+    wanted = old.replace("\r\n", "\n").split("\n")
+    if len(wanted) == 1:
+        # A fragment of a line: the line holding it with spacing and punctuation loosened.
+        key = loose(wanted[0])
+        for number, candidate in enumerate(lines, 1):
+            if key and key in loose(candidate):
+                return [f"Closest candidate: line {number}: {candidate.strip()[:120]!r} holds it when "
+                        "spacing and typographic quotes/dashes are ignored — the difference is "
+                        "whitespace or punctuation; copy the text exactly as read shows it."]
+    return mismatch_notes(lines, wanted, 0, "oldString")
 
 
 def _pattern(old: str) -> re.Pattern[str]:

@@ -17,8 +17,9 @@ whitespace, blank lines before ``*** End Patch`` are ignored, and a hunk is foun
 lines (context + removed) at or after the previous hunk with the strictest comparison that
 matches: exactly, then ignoring trailing whitespace, then surrounding whitespace, then with
 Unicode dashes, quotes and spaces read as their ASCII forms. A hunk with no old lines and no
-header is appended at the end of the file. Updated files end with a newline, as codex writes
-them; each line keeps its file's line ending (CRLF stays CRLF).
+header is appended at the end of the file as it was before the patch (codex places every hunk
+against the original lines), so hunks after it are still found. Updated files end with a
+newline, as codex writes them; each line keeps its file's line ending (CRLF stays CRLF).
 """
 
 from __future__ import annotations
@@ -27,9 +28,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ._diagnose import mismatch_notes
+
 
 class PatchError(ValueError):
     """The patch is malformed or does not fit the files (message says where)."""
+
+    def __init__(self, message: str, notes: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.notes = notes or []  # for the model: the near miss, "already applied"
 
 
 @dataclass
@@ -177,15 +184,22 @@ def apply_hunks(content: str, hunks: list[Hunk], path: str) -> str:
     texts, endings = _split_lines(content)
     eol = "\r\n" if endings.count("\r\n") > endings.count("\n") else "\n"
     cursor = 0
+    appended: list[str] = []
     for number, hunk in enumerate(hunks, 1):
         for context in hunk.contexts:
             found = _seek(texts, [context], cursor, False)
             if found < 0:
-                raise PatchError(f"{path}: hunk {number}: context {context!r} not found")
+                raise PatchError(f"{path}: hunk {number}: context {context!r} not found",
+                                 mismatch_notes(texts, [context], cursor, "the @@ header"))
             cursor = found + 1
         old, new = hunk.old, hunk.new
+        if not old and not hunk.contexts:
+            # codex: a bare addition goes at the end of the ORIGINAL file — codex places every
+            # hunk against the original lines, so a later hunk is still found before it.
+            appended += new
+            continue
         if not old:
-            at = cursor if hunk.contexts else len(texts)  # codex: a bare addition goes at the end
+            at = cursor
         else:
             at = _seek(texts, old, cursor, hunk.at_eof)
             if at < 0 and old[-1] == "":
@@ -194,12 +208,28 @@ def apply_hunks(content: str, hunks: list[Hunk], path: str) -> str:
                 at = _seek(texts, old, cursor, hunk.at_eof) if old else -1
             if at < 0:
                 shown = "\n".join(hunk.old)
-                raise PatchError(f"{path}: hunk {number} does not match the file; expected:\n{shown}")
+                raise PatchError(f"{path}: hunk {number} does not match the file; expected:\n{shown}",
+                                 _hunk_notes(texts, hunk, cursor))
         texts[at : at + len(old)] = new
         endings[at : at + len(old)] = [eol] * len(new)
         cursor = at + len(new)
+    texts += appended
+    endings += [eol] * len(appended)
     # Every line ends with a line ending, the last included (as codex writes files).
     return "".join(t + (e or eol) for t, e in zip(texts, endings, strict=True))
+
+
+def _hunk_notes(texts: list[str], hunk: Hunk, cursor: int) -> list[str]:
+    """Why the hunk did not fit: already applied, or its nearest miss."""
+    new = [line for line in hunk.new]
+    while new and new[-1] == "":
+        new.pop()
+    if new and new != hunk.old:
+        at = _seek(texts, new, 0, False)
+        if at >= 0:
+            return [f"This hunk looks already applied: its new lines are in the file at line "
+                    f"{at + 1}, its old lines are not. Read the file and skip this change."]
+    return mismatch_notes(texts, hunk.old, cursor, "the hunk")
 
 
 def _split_lines(content: str) -> tuple[list[str], list[str]]:

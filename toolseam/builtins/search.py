@@ -32,7 +32,8 @@ class Grep(Builtin[GrepInput]):
     name = "grep"
     description = ("Search file contents with a Python regular expression. Prints "
                    "'path:line:text' for each matching line, paths relative to the search root, "
-                   "sorted by path then line.")
+                   "sorted by path then line; at most limit (default 100) matches, and the reply "
+                   "says how many there were in all.")
     Input = GrepInput
     schema = object_schema({
         "pattern": ("string", "Python regular expression, matched per line."),
@@ -74,9 +75,23 @@ class Grep(Builtin[GrepInput]):
             output += f"\n\n({cut} matching line{'s' if cut > 1 else ''} cut at {cap} characters)"
         if not page.items and ctx.services.settings.output_style == "toolseam":
             output = NOTHING_FOUND
-        return ok(output, count=len(page.items), total=page.total, truncated=page.truncated,
-                  skippedBinary=listing.binary_files,
-                  skippedUnreadable=listing.unreadable_files + listing.unreadable_dirs)
+        result = ok(output, count=len(page.items), total=page.total, truncated=page.truncated,
+                    skippedBinary=listing.binary_files,
+                    skippedUnreadable=listing.unreadable_files + listing.unreadable_dirs)
+        notes = result.model_hints.notes
+        if page.truncated:
+            notes.append(f"(showing {len(page.items)} of {page.total} matching lines, sorted by "
+                         "path then line; narrow with path, a tighter pattern or include (e.g. "
+                         f"'*.py'), or raise limit)")
+        elif not page.items and output != NOTHING_FOUND:
+            notes.append(NOTHING_FOUND)
+        skipped = [f"{n} {what}" for n, what in (
+            (listing.binary_files, "binary file" + ("s" if listing.binary_files != 1 else "")),
+            (listing.unreadable_files + listing.unreadable_dirs, "unreadable"))
+            if n]
+        if skipped:
+            notes.append(f"(not searched: {', '.join(skipped)})")
+        return result
 
 
 class GlobInput(InputModel):
@@ -89,7 +104,8 @@ class Glob(Builtin[GlobInput]):
     name = "glob"
     description = ("List files matching a glob ('*', '?', '**', '[abc]', '{a,b}'); a pattern "
                    "without '/' matches file names at any depth. Paths are relative to the "
-                   "search root, sorted.")
+                   "search root, sorted; at most limit (default 100), and the reply says how "
+                   "many there were in all. path must be a directory.")
     Input = GlobInput
     schema = object_schema({
         "pattern": ("string", "Glob pattern, e.g. '**/*.py'."),
@@ -105,8 +121,27 @@ class Glob(Builtin[GlobInput]):
         await ctx.services.check_read(self.name, args.path or ".")
         listing = await ctx.backend.list_files(ctx.ref(args.path), match)
         page = sort_and_cap(listing.paths, args.limit or DEFAULT_LIMIT)
+        if not page.items and args.path is not None:
+            found = await ctx.backend.stat(ctx.ref(args.path))
+            if found.kind != "dir":  # a file lists nothing: say why instead of "No files found"
+                return error(f"glob: path {args.path} is a {_KIND_WORDS.get(found.kind, found.kind)}"
+                             ", not a directory; give the directory to search (read opens a file)")
         output = "\n".join(page.items)
         if not page.items and ctx.services.settings.output_style == "toolseam":
             output = NOTHING_FOUND
-        return ok(output, count=len(page.items), total=page.total,
-                  truncated=page.truncated, skippedUnreadable=listing.unreadable_dirs)
+        result = ok(output, count=len(page.items), total=page.total,
+                    truncated=page.truncated, skippedUnreadable=listing.unreadable_dirs)
+        notes = result.model_hints.notes
+        if page.truncated:
+            notes.append(f"(showing {len(page.items)} of {page.total} matching files, sorted; "
+                         "narrow with path or a more specific pattern, or raise limit)")
+        elif not page.items and output != NOTHING_FOUND:
+            notes.append(NOTHING_FOUND)
+        if listing.unreadable_dirs:
+            notes.append(f"(not searched: {listing.unreadable_dirs} unreadable "
+                         f"director{'y' if listing.unreadable_dirs == 1 else 'ies'})")
+        return result
+
+
+_KIND_WORDS = {"file": "file", "fifo": "named pipe", "other": "special file",
+               "missing": "path that does not exist", "symlink": "symbolic link"}
