@@ -266,7 +266,8 @@ class WorkspaceCopy:
                             declared += member.size
                             if declared > self.limit:
                                 raise CopyLimitError(what, self.limit)
-                reader.drain()
+                    reader.drain()
+                    _check_end(spool, tar.offset)
             except (tarfile.TarError, EOFError, OSError) as exc:
                 raise CopyBackError(f"reading {what} from the engine: {_describe(exc)}",
                                     base=self.base, retryable=True) from exc
@@ -301,6 +302,15 @@ class WorkspaceCopy:
                 return run.go(archive)
         finally:
             os.close(base_fd)
+
+
+def _check_end(archive: IO[bytes], offset: int) -> None:
+    """tarfile takes a cut in the stream at a header for the archive's end; the engines'
+    archives end with two zero blocks, and without them the rest would read as deleted."""
+    archive.seek(offset)
+    end = archive.read(2 * tarfile.BLOCKSIZE)
+    if len(end) < 2 * tarfile.BLOCKSIZE or end.strip(b"\0"):
+        raise tarfile.ReadError(f"no end-of-archive marker at byte {offset}")
 
 
 def _describe(exc: BaseException) -> str:
@@ -373,7 +383,6 @@ class _Done:
 
     action: Literal["chmod", "made", "made-dir", "moved", "rmdir"]
     target: str
-    parent_fd: int
     backup: str = ""  # "moved": the old entry's name in the staging dir
     staging_fd: int = -1
     before: os.stat_result | None = None  # "rmdir", "chmod": the directory as it was
@@ -501,16 +510,8 @@ class _Sync:
                 continue
             self.refused.discard(rel)
             sandbox[rel] = item
-        self._check_end(archive)
+        _check_end(archive, tar.offset)
         return sandbox
-
-    def _check_end(self, archive: IO[bytes]) -> None:
-        """tarfile takes a cut in the stream at a header for the archive's end; the engine's
-        archive ends with zero blocks, and without them the rest would read as deleted."""
-        archive.seek(self.tar.offset)
-        end = archive.read(2 * tarfile.BLOCKSIZE)
-        if len(end) < 2 * tarfile.BLOCKSIZE or end.strip(b"\0"):
-            raise tarfile.ReadError(f"no end-of-archive marker at byte {self.tar.offset}")
 
     # --- planning ------------------------------------------------------------------------
     def plan(self, sandbox: dict[str, _Item]) -> None:
@@ -791,10 +792,10 @@ class _Sync:
         pfd = self.dir_fd(parent)
         if step.action == "chmod":
             ops.chmod(name, step.mode, pfd)
-            done.append(_Done("chmod", step.target, pfd, before=now))
+            done.append(_Done("chmod", step.target, before=now))
         elif step.action == "mkdir":
             ops.mkdir(name, 0o700, pfd)
-            done.append(_Done("made-dir", step.target, pfd))
+            done.append(_Done("made-dir", step.target))
         elif step.action == "delete":
             assert now is not None
             self.remove(step.target, now, done)
@@ -811,7 +812,7 @@ class _Sync:
                     if exc.errno not in _NO_LINKS:
                         raise
                     ops.rename(step.staged, name, sfd, pfd)
-                done.append(_Done("made", step.target, pfd))
+                done.append(_Done("made", step.target))
                 return
             if stat.S_ISDIR(now.st_mode):  # the sandbox made a directory a file (emptied before)
                 self.remove(step.target, now, done)
@@ -824,10 +825,10 @@ class _Sync:
                         raise
                     self.remove(step.target, now, done)
                 else:
-                    done.append(_Done("moved", step.target, pfd, backup, sfd))
+                    done.append(_Done("moved", step.target, backup, sfd))
             ops.rename(step.staged, name, sfd, pfd)
             if done[-1].target != step.target or done[-1].action != "moved":
-                done.append(_Done("made", step.target, pfd))
+                done.append(_Done("made", step.target))
 
     def remove(self, target: str, now: os.stat_result, done: list[_Done]) -> None:
         """A directory removed (it is empty: put back by making it again), anything else moved
@@ -843,18 +844,19 @@ class _Sync:
                 if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
                     raise _HostChanged(target) from exc
                 raise
-            done.append(_Done("rmdir", target, pfd, before=now))
+            done.append(_Done("rmdir", target, before=now))
         else:
             _, sfd, backup = self.staging(parent)
             ops.rename(name, backup, pfd, sfd)
-            done.append(_Done("moved", target, pfd, backup, sfd))
+            done.append(_Done("moved", target, backup, sfd))
 
     def undo(self, done: list[_Done], what: str, retryable: bool) -> None:
         """Put every applied step back, last first; then raise the one error."""
         failed: list[str] = []
         for step in reversed(done):
-            name, pfd = step.target.rpartition("/")[2], step.parent_fd
+            parent, _, name = step.target.rpartition("/")
             try:
+                pfd = self.dir_fd(parent)  # afresh: a directory put back is a new one
                 if step.action == "chmod":
                     assert step.before is not None
                     os.chmod(name, stat.S_IMODE(step.before.st_mode), dir_fd=pfd,
