@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--shared-sandbox", action="store_true", help="one sandbox for every client "
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
+    from .backends.recover import add_parser as add_recover_parser
+
+    add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
     return parser
 
 
@@ -285,6 +288,10 @@ def _main(argv: list[str] | None) -> int:
             return asyncio.run(run_demo())
         if args.command == "mcp":
             return _mcp(args)
+        if args.command == "recover":
+            from .backends.recover import run as run_recover
+
+            return run_recover(args)
         return asyncio.run(_serve(args))
     except HostError as exc:
         print(f"toolseam: {exc}", file=sys.stderr)

@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 import socket
+import tarfile
 import tempfile
 import time
 import uuid
@@ -55,6 +56,13 @@ WORKSPACE = "/workspace"
 AGENT_MOUNT = "/opt/toolseam"
 SOCKET_MOUNT = "/run/toolseam"
 AGENT_VOLUME_LABEL = "toolseam.agent"
+# Work kept after a failed copy-back: engines cannot relabel a container or volume, so a
+# marker volume carries the labels (no owner label: no janitor takes it for an orphan).
+KEPT_LABEL = "toolseam.kept"  # unix time it was kept
+KEPT_CONTAINER_LABEL = "toolseam.kept.container"
+KEPT_VOLUME_LABEL = "toolseam.kept.volume"
+KEPT_WORKSPACE_LABEL = "toolseam.kept.workspace"  # the host dir the work was going to
+KEPT_RETENTION_S = 7 * 24 * 3600  # then the janitor removes it (docs/containers.md)
 WorkspaceMode = Literal["auto", "bind", "copy"]
 WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "bind", "copy")
 _CONNECT_TIMEOUT_S = 15.0
@@ -414,14 +422,28 @@ class ContainerSandbox:
         """Bring the sandbox's changes to the base dir home (copy mode); bind mode has none."""
         if self.copy is None or self.container is None:
             return SyncReport()
-        return await self._call(self._copy_back)
+        return await self._call(self._copy_back_retried)
 
     def _copy_back(self) -> SyncReport:
         assert self.copy is not None and self.container is not None
-        with self.engine.get_archive(self.container, WORKSPACE) as chunks:
-            spool = self.copy.spool(chunks, "the sandbox's workspace")
-        with spool:
-            return self.copy.apply(spool)
+        source = f"the {self.engine_name} container {self.container[:12]}"
+        try:
+            with self.engine.get_archive(self.container, WORKSPACE) as chunks:
+                spool = self.copy.spool(chunks, "the sandbox's workspace")
+            with spool:
+                return self.copy.apply(spool, source=source)
+        except (tarfile.TarError, EOFError) as exc:
+            # an archive the engine cut short (a file changing while it is read); the copy
+            # applies all or nothing, so asking again is safe
+            raise CouldNotRunError(f"the {self.engine_name} engine's archive of the sandbox's "
+                                   f"workspace was unreadable ({type(exc).__name__}: {exc}); "
+                                   "nothing was copied back", retryable=True) from None
+
+    def _copy_back_retried(self) -> SyncReport:
+        """A copy-back, asked again (bounded) while it fails in a way that may pass: an archive
+        read while a build writes can come back cut short."""
+        return transient_retry(self._copy_back,
+                               lambda e: isinstance(e, CouldNotRunError) and e.retryable)
 
     async def _ensure_image(self) -> None:
         """The image, by the pull policy: never pulled, pulled when missing, or always."""
@@ -521,38 +543,35 @@ class ContainerSandbox:
                                 f"{state.status})", retryable=True)
 
     async def remove_orphans(self) -> list[str]:
-        """The janitor: remove containers whose owning process is gone."""
-        removed = []
-        for container, labels in await self._call(lambda: self.engine.labeled(OWNER_LABEL)):
-            if owner_is_gone(labels.get(OWNER_LABEL, "")):
-                with contextlib.suppress(CouldNotRunError):
-                    await self._call(lambda c=container: self.engine.remove(c))  # type: ignore[misc]
-                    removed.append(container)
-        for volume, labels in await self._call(lambda: self.engine.labeled_volumes(OWNER_LABEL)):
-            if owner_is_gone(labels.get(OWNER_LABEL, "")):
-                with contextlib.suppress(CouldNotRunError):
-                    await self._call(lambda v=volume: self.engine.remove_volume(v))  # type: ignore[misc]
-        return removed
+        """The janitor: remove containers and volumes whose owning process is gone — except
+        work kept after a failed copy-back, which stays until the user removes it
+        (``toolseam recover --remove``) or ``KEPT_RETENTION_S`` has passed."""
+        return await self._call(lambda: janitor(self.engine))
 
     async def stop(self) -> None:
         """End the session. In copy mode the changes come home first, after the agent has
         ended every job (the archive API reads a stopped container as well). If they cannot
         come home, the container and its volume are kept and ``copy_back_error`` names them
         (``Toolkit.close`` raises it)."""
+        try:
+            await self._stop()
+        finally:  # whatever failed above: no engine client (an ssh tunnel) outlives the session
+            await self._call(self.engine.close)
+
+    async def _stop(self) -> None:
         channel, self.channel = self.channel, None
         if channel is not None:
             await channel.shutdown(drain_s=5)
         if self.copy is not None and self.container is not None:
             try:
                 await self._wait_stopped()
-                self.last_sync = await self._call(lambda: transient_retry(
-                    self._copy_back, lambda e: isinstance(e, CouldNotRunError) and e.retryable))
-            except CouldNotRunError as exc:
+                self.last_sync = await self._call(self._copy_back_retried)
+            except Exception as exc:  # noqa: BLE001 - any failure keeps the work, and says so
+                reason = exc.reason if isinstance(exc, CouldNotRunError) else \
+                    f"{type(exc).__name__}: {exc}"
                 self.copy_back_error = CouldNotRunError(
                     f"the sandbox's changes were not copied back to {self.workspace}: "
-                    f"{exc.reason}. The container {self.container} and its workspace volume "
-                    f"are kept: copy /workspace out with the engine's cp, then remove them",
-                    retryable=False)
+                    f"{reason}. {await self._keep()}", retryable=False)
                 self.container = self._workspace_volume = self.copy = None
         if self.container is not None:
             with contextlib.suppress(CouldNotRunError):
@@ -565,4 +584,64 @@ class ContainerSandbox:
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
-        await self._call(self.engine.close)
+
+    async def _keep(self) -> str:
+        """Mark the container and its workspace volume kept; the sentence that says how to
+        get the work out."""
+        from .recover import recover_command
+
+        container, volume = self.container or "", self._workspace_volume or ""
+        labels = {KEPT_LABEL: str(int(time.time())), KEPT_CONTAINER_LABEL: container,
+                  KEPT_VOLUME_LABEL: volume, KEPT_WORKSPACE_LABEL: self.workspace,
+                  SESSION_LABEL: self.session_id}
+        try:
+            await self._call(lambda: self.engine.create_volume(
+                f"toolseam-kept-{self.session_id}", labels))
+            kept = f"kept for {KEPT_RETENTION_S // 86400} days"
+        except CouldNotRunError as exc:
+            kept = (f"not removed, but could not be marked kept ({exc.reason}): the next "
+                    "session's janitor may remove them, recover now")
+        command = recover_command(self.engine_name, self.engine.endpoint, container)
+        return (f"The container {container[:12]} and its workspace volume are {kept}. Recover "
+                f"the work with: {command} --to DIR   (then: {command} --remove)")
+
+
+def _kept_sessions(engine: Engine, now: float) -> tuple[set[str], list[tuple[str, dict[str, str]]]]:
+    """Sessions whose work is kept and within retention; the markers past it."""
+    kept, expired = set(), []
+    for marker, labels in engine.labeled_volumes(KEPT_LABEL):
+        try:
+            since = float(labels.get(KEPT_LABEL, ""))
+        except ValueError:
+            since = 0.0  # unreadable: treated as old
+        if now - since > KEPT_RETENTION_S:
+            expired.append((marker, labels))
+        else:
+            kept.add(labels.get(SESSION_LABEL, ""))
+    return kept, expired
+
+
+def janitor(engine: Engine, now: float | None = None) -> list[str]:
+    """Remove containers and volumes whose owner process is gone, unless their session's work
+    is kept; and kept work past its retention. Returns the containers removed."""
+    kept, expired = _kept_sessions(engine, time.time() if now is None else now)
+    removed = []
+    for marker, labels in expired:
+        with contextlib.suppress(CouldNotRunError):
+            container = labels.get(KEPT_CONTAINER_LABEL, "")
+            if container:
+                engine.remove(container)
+                removed.append(container)
+            if labels.get(KEPT_VOLUME_LABEL):
+                engine.remove_volume(labels[KEPT_VOLUME_LABEL])
+            engine.remove_volume(marker)
+    for container, labels in engine.labeled(OWNER_LABEL):
+        if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
+            with contextlib.suppress(CouldNotRunError):
+                engine.remove(container)
+                removed.append(container)
+    for volume, labels in engine.labeled_volumes(OWNER_LABEL):
+        if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
+            with contextlib.suppress(CouldNotRunError):
+                engine.remove_volume(volume)
+    return removed

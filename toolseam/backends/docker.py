@@ -224,6 +224,16 @@ class DockerEngine:
             self._tunnel.close()
 
 
+def docker_engine(endpoint: str | None = None, tls: TlsFiles | None = None) -> DockerEngine:
+    """The engine at ``endpoint``, else ``TOOLSEAM_DOCKER_URL``, ``DOCKER_HOST``, the local
+    socket; TLS from docker's own variables for a TCP endpoint given none."""
+    url = (endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or os.environ.get("DOCKER_HOST")
+           or "unix:///var/run/docker.sock")
+    if tls is None and url.startswith(("tcp://", "https://")):
+        tls = TlsFiles.from_env()
+    return DockerEngine(url, tls)
+
+
 class DockerBackend(ContainerBackend):
     """``DockerBackend(workspace, image=..., endpoint=...)``."""
 
@@ -239,11 +249,7 @@ class DockerBackend(ContainerBackend):
         ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), ``https://`` or
         ``ssh://[user@]host[:port][/path/to/docker.sock]`` (through the system's ssh); default
         ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket."""
-        url = (endpoint or os.environ.get("TOOLSEAM_DOCKER_URL") or os.environ.get("DOCKER_HOST")
-               or "unix:///var/run/docker.sock")
-        if tls is None and url.startswith(("tcp://", "https://")):
-            tls = TlsFiles.from_env()
-        super().__init__(DockerEngine(url, tls), "docker", image, os.path.abspath(workspace),
+        super().__init__(docker_engine(endpoint, tls), "docker", image, os.path.abspath(workspace),
                          hardening, limits, pull, auth, on_pull_progress, workspace_mode,
                          copy_limit, agent_bundles)
 

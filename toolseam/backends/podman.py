@@ -216,6 +216,13 @@ class PodmanEngine:
             self._tunnel.close()
 
 
+def podman_engine(endpoint: str | None = None, rootless: bool = False) -> PodmanEngine:
+    """The engine at ``endpoint``, else ``TOOLSEAM_PODMAN_URL`` (``…_ROOTLESS_URL``), else
+    the default socket."""
+    variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
+    return PodmanEngine(endpoint or os.environ.get(variable) or default_endpoint(rootless))
+
+
 class PodmanBackend(ContainerBackend):
     """``PodmanBackend(workspace, image=..., endpoint=..., rootless=...)``."""
 
@@ -228,9 +235,8 @@ class PodmanBackend(ContainerBackend):
                  agent_bundles: Mapping[str, str] | None = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (podman's API service) or
         ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``)."""
-        variable = "TOOLSEAM_PODMAN_ROOTLESS_URL" if rootless else "TOOLSEAM_PODMAN_URL"
-        url = endpoint or os.environ.get(variable) or default_endpoint(rootless)
-        super().__init__(PodmanEngine(url), "podman-rootless" if rootless else "podman", image,
+        super().__init__(podman_engine(endpoint, rootless),
+                         "podman-rootless" if rootless else "podman", image,
                          os.path.abspath(workspace), hardening, limits, pull, auth,
                          on_pull_progress, workspace_mode, copy_limit, agent_bundles)
 
