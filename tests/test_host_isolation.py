@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -61,3 +67,66 @@ async def test_stdin_is_dev_null_and_no_extra_fds(tk: Toolkit) -> None:
     assert lines[0] == "/dev/null"
     # 0, 1, 2 and the fd `ls` itself opens to read the directory
     assert sorted(int(fd) for fd in lines[1:]) == [0, 1, 2, 3]
+
+
+# Every way a command might uncover the host's /proc, each followed by all it can read there.
+READ_ALL = ("for f in /proc/[0-9]*/environ m/[0-9]*/environ r/proc/[0-9]*/environ; do cat $f; "
+            "echo; done 2>/dev/null; cat /proc/[0-9]*/cmdline m/[0-9]*/cmdline 2>/dev/null "
+            "| tr \"\\0\" \" \"; echo; ls /proc | grep -c \"^[0-9]\"; echo done")  # no ': see below
+UNCOVER = [
+    f"umount -l /proc 2>/dev/null; {READ_ALL}",
+    f"umount /proc 2>/dev/null; {READ_ALL}",
+    f"mkdir -p m; mount -t proc proc m 2>/dev/null; {READ_ALL}",
+    f"mkdir -p r; mount --rbind / r 2>/dev/null; umount -l r/proc 2>/dev/null; {READ_ALL}",
+    f"unshare -r -m sh -c 'umount -l /proc 2>/dev/null; {READ_ALL}'",
+    f"mount -t proc proc /proc 2>/dev/null; {READ_ALL}",
+]
+HOST = """
+import asyncio, json, sys
+from toolseam import Toolkit
+from toolseam.backends.host import HostBackend
+async def main() -> None:
+    # the system's python: the venv's interpreter may sit in a home another user cannot enter
+    backend = HostBackend(sys.argv[1], python="/usr/bin/python3")
+    async with Toolkit(backend, base_dir=sys.argv[1]) as tk:
+        assert tk.info is not None and tk.info.pid_namespace
+        for command in json.loads(sys.argv[3]):
+            print((await tk.call("bash", {"command": command})).output)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+def test_a_command_cannot_uncover_the_hosts_proc(user: str) -> None:
+    """The host process (its secret in its environment since exec, a marker in its command
+    line) stays invisible whatever a command does to /proc. As root, `umount -l /proc` used to
+    uncover the host's; a plain user's commands hold no capability there (kept as a guard)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: one case is root, the other starts a host as nobody")
+    base = Path(tempfile.mkdtemp(prefix="toolseam-test-proc-"))  # pytest's tmp is 0700 root's
+    marker = f"host-marker-{uuid.uuid4().hex}"
+    as_user = [] if user == "root" else ["setpriv", "--reuid=65534", "--regid=65534",
+                                         "--clear-groups"]
+    if user != "root":
+        os.chown(base, 65534, 65534)
+    try:
+        run = subprocess.run(
+            [*as_user, sys.executable, "-c", HOST, str(base), marker, json.dumps(UNCOVER)],
+            capture_output=True, text=True, timeout=120, cwd=str(base),
+            env={"PATH": os.environ["PATH"], "FOO_TOKEN": SECRET,
+                 "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    finally:
+        shutil.rmtree(base)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.count("done\n") == len(UNCOVER)
+    assert SECRET not in run.stdout
+    assert marker not in run.stdout
+    counts = [int(line) for line in run.stdout.splitlines() if line.isdigit()]
+    assert max(counts) < 10  # the agent, the shell and what it runs — not the host's hundreds
+
+
+async def test_files_a_command_makes_keep_the_hosts_owner(tk: Toolkit, tmp_path: Path) -> None:
+    result = await tk.call("bash", {"command": "mkdir d && touch d/f && id -u"})
+    assert result.output == f"{os.geteuid()}\n"
+    assert (tmp_path / "d" / "f").stat().st_uid == os.geteuid()
+    assert (tmp_path / "d" / "f").stat().st_gid == os.getegid()

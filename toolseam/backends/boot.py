@@ -222,8 +222,11 @@ class LocalAgent:
         """Start the agent; returns its ``hello`` answer (raises CouldNotRunError)."""
         boot = [self._python, *agent_command(AGENT_PARENT)]
         if namespace:
+            # The agent then enters a user namespace of its own, so no command can unmount
+            # this /proc and look at the host's (agent/userns.py).
             user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
-            argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", "--kill-child", *boot]
+            argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", "--kill-child", *boot,
+                    "--own-user-namespace"]
         else:
             argv = [*boot, "--daemonize"]
         # The agent is an ancestor of every command: it must carry no host secret.

@@ -6,6 +6,8 @@ namespace (``unshare --pid --fork --mount-proc``; ``--user --map-current-user`` 
 
 * commands cannot see the host's processes, so no ``/proc/<ancestor>/environ`` leaks the
   host's secrets — the agent (pid 1 there) was started with an empty environment;
+* nor uncover them: the agent then enters a user namespace of its own (``agent/userns.py``)
+  whose mounts are locked, so not even a root host's commands can unmount that ``/proc``;
 * every orphan (``setsid``, double fork) is re-parented to the agent, which kills whole jobs;
 * when the host dies, the channel closes, the agent kills every job, and the kernel kills
   whatever is left in the namespace with it.

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import files, paths, procscan, walk, wire
+from . import files, paths, procscan, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
@@ -330,6 +330,12 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--daemonize" in args:
         _daemonize()
+    if "--own-user-namespace" in args:  # the host backend's agent, pid 1 of its pid namespace
+        try:
+            userns.enter_own_user_namespace()
+        except OSError as exc:
+            print(f"the agent cannot lock its /proc in a user namespace: {exc}", file=sys.stderr)
+            sys.exit(1)
     if "--listen" in args:
         path = args[args.index("--listen") + 1]
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -1,0 +1,82 @@
+"""The host agent's own user namespace: commands get no power over the host's mounts.
+
+``unshare --pid --fork --mount-proc`` gives the agent a private ``/proc``, but mounted by a
+process that may unmount it again: as root (or as the root of the user namespace ``unshare
+--user`` made) a command's ``umount -l /proc`` uncovers the host's ``/proc``, and with it the
+environment of every process of the same user — the toolseam process's secrets included.
+
+So the agent, pid 1 of that pid namespace, moves itself into one more user namespace with a mount
+namespace of its own before anything else. Mounts copied into a mount namespace owned by a less
+privileged user namespace are locked together by the kernel: ``/proc`` can no longer be
+unmounted (EINVAL) and a fresh ``proc`` cannot be mounted (the pid namespace belongs to the
+outer user namespace), whatever capabilities a command holds. Every id the outer namespace
+knows is mapped to itself (``0 0 4294967295`` for root), so files keep their owners and
+permission checks are what they were; only what needs a capability over the host's own kernel
+objects (mounts, modules, raw devices, ports below 1024, raw sockets) is refused.
+
+The map of a new user namespace must be written from the outer one: a short-lived child does it
+(the way util-linux ``unshare`` writes ``--map-users``), so the agent stays pid 1.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUSER = 0x10000000
+
+
+def _identity(kind: str) -> str:
+    """Every id this namespace maps, mapped to itself (lines "inside outside count")."""
+    with open(f"/proc/self/{kind}_map", encoding="ascii") as ids:
+        rows = [line.split() for line in ids if line.strip()]
+    return "".join(f"{first} {first} {count}\n" for first, _, count in rows)
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as target:
+        target.write(text)
+
+
+def _map_parent(go: int, uid_map: str, gid_map: str) -> int:
+    """The child's part: wait for the parent's unshare, write its maps; the exit status."""
+    if os.read(go, 1) != b"1":
+        return 2
+    parent = os.getppid()
+    try:
+        _write(f"/proc/{parent}/uid_map", uid_map)
+        try:
+            _write(f"/proc/{parent}/gid_map", gid_map)
+        except PermissionError:  # without CAP_SETGID outside, setgroups must be denied first
+            _write(f"/proc/{parent}/setgroups", "deny")
+            _write(f"/proc/{parent}/gid_map", gid_map)
+    except OSError:
+        return 1
+    return 0
+
+
+def enter_own_user_namespace() -> None:
+    """Move this process into a new user and mount namespace, ids mapped to themselves.
+    Raises OSError naming what failed."""
+    uid_map, gid_map = _identity("uid"), _identity("gid")
+    go_read, go_write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child, which only ever _exits
+        status = 1
+        try:
+            os.close(go_write)
+            status = _map_parent(go_read, uid_map, gid_map)
+        finally:
+            os._exit(status)
+    os.close(go_read)
+    libc = ctypes.CDLL(None, use_errno=True)
+    failed = libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0
+    err = ctypes.get_errno()
+    os.write(go_write, b"0" if failed else b"1")
+    os.close(go_write)
+    _, status = os.waitpid(child, 0)
+    if failed:
+        raise OSError(err, f"unshare(CLONE_NEWUSER|CLONE_NEWNS): {os.strerror(err)}")
+    if status != 0:
+        raise OSError(f"could not write the id maps of the agent's user namespace ({uid_map!r})")
