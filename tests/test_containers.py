@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from toolseam import CouldNotRunError, Toolkit
+from toolseam import ConfigurationError, CouldNotRunError, Toolkit
 from toolseam.backends._container_sandbox import Hardening
 
 from .conftest import host_survivors
@@ -408,3 +409,25 @@ async def test_a_command_cannot_reach_the_agents_channel(engine: str, mode: str,
         assert "WROTE" not in probe.output and "READ" not in probe.output, probe.output
         assert probe.output.count("Permission denied") == 2, probe.output
         assert (await tk.call("bash", {"command": "echo fine"})).output == "fine\n"
+
+
+@pytest.mark.parametrize("engine,mode", [(e, "copy") for e in ("docker", "podman", *REMOTE_ENGINES)]
+                         + [("docker", "bind"), ("podman", "bind")])
+async def test_download_never_follows_a_link(engine: str, mode: str, workspace: Path,
+                                             tmp_path: Path) -> None:
+    """Issue 18, point 6: podman's archive API follows a link (``o4 -> /etc`` delivered the
+    container's /etc), docker's follows those on the way. Refused, naming the link."""
+    async with Toolkit(backend(engine, str(workspace), workspace_mode=mode)) as tk:
+        made = await tk.call("bash", {"command": "ln -s /etc o4; ln -s /etc d; mkdir real; "
+                                                 "echo x > real/f; ln -s real alias"})
+        assert not made.is_error
+        for src, says in (("o4", "o4 is a symbolic link in the sandbox (to /etc)"),
+                          ("d/hostname", "lies below d, which is a symbolic link"),
+                          ("alias/f", "lies below alias, which is a symbolic link")):
+            with pytest.raises(ConfigurationError, match=re.escape(says)):
+                await tk.download(src, str(tmp_path / src.replace("/", "-")))
+        await tk.download("real", str(tmp_path / "real"))
+        with pytest.raises(ConfigurationError, match="does not exist"):
+            await tk.download("nothing", str(tmp_path / "nothing"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["real"]
+    assert (tmp_path / "real" / "f").read_text() == "x\n"

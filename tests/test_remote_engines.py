@@ -208,8 +208,8 @@ async def test_past_the_copy_limit_nothing_is_written_and_the_container_is_kept(
     with pytest.raises(CouldNotRunError, match="larger than the copy limit") as caught:
         await tk.sync()
     assert not caught.value.retryable
-    with pytest.raises(CouldNotRunError, match=f"container {container} and its workspace volume "
-                                               "are kept"):
+    with pytest.raises(CouldNotRunError, match=f"container {container[:12]} and its workspace "
+                                               "volume are kept for 7 days"):
         await tk.close()
     assert sorted(p.name for p in base.iterdir()) == ["a.txt"]
     assert (base / "a.txt").read_text() == "base\n"
@@ -221,6 +221,7 @@ async def test_past_the_copy_limit_nothing_is_written_and_the_container_is_kept(
     finally:
         client.remove(container)
         client.remove_volume(f"toolseam-ws-{made.sandbox.session_id}")  # type: ignore[attr-defined]
+        client.remove_volume(f"toolseam-kept-{made.sandbox.session_id}")  # type: ignore[attr-defined]
         client.close()
 
 

@@ -10,7 +10,7 @@ import posixpath
 import tarfile
 import tempfile
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from ..policy.environment import CONTAINER_BASE_ENV
 from ..policy.limits import SandboxLimits
@@ -18,6 +18,7 @@ from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.models import SandboxInfo, SyncReport
 from ._channel import AgentChannel
 from ._container_sandbox import (
+    GO_MODE_SYMLINK,
     WORKSPACE,
     WORKSPACE_MODES,
     ContainerSandbox,
@@ -121,7 +122,10 @@ class ContainerBackend(ComposedBackend):
 
     async def download(self, src: str, local: str) -> None:
         """Copy a file or directory of the sandbox's workspace to ``local`` on the host
-        (which must not exist yet); written beside it first, then renamed into place."""
+        (which must not exist yet); written beside it first, then renamed into place. A
+        source that is, or lies below, a symbolic link is refused: podman's archive API
+        follows links (``o4 -> /etc`` would deliver the container's ``/etc``), docker's
+        follows all but the last."""
         self._check_open()
         source = self._sandbox_path(src)
         if os.path.lexists(local):
@@ -131,6 +135,7 @@ class ContainerBackend(ComposedBackend):
         assert container is not None
 
         def get() -> None:
+            found = _no_link_on_the_way(sandbox.engine, container, src, source)
             parent = os.path.dirname(os.path.abspath(local))
             with tempfile.TemporaryDirectory(prefix=".toolseam-download-", dir=parent) as work:
                 with sandbox.engine.get_archive(container, source) as chunks, \
@@ -139,6 +144,13 @@ class ContainerBackend(ComposedBackend):
                         spool.write(chunk)
                     spool.seek(0)
                     with tarfile.open(fileobj=spool) as tar:
+                        first = tar.next()
+                        # the archive must be what the stat saw: a link swapped in meanwhile
+                        # comes as a link (docker) or as another kind of entry
+                        if first is None or first.issym() or first.islnk() or \
+                                first.isdir() != bool(found["mode"] & GO_MODE_DIR):
+                            raise ConfigurationError(f"download: {src} changed into a link or "
+                                                     "another kind of file while it was read")
                         tar.extractall(work, filter="data")
                 os.rename(os.path.join(work, posixpath.basename(source)), local)
         await asyncio.to_thread(get)
@@ -201,6 +213,29 @@ class ContainerBackend(ComposedBackend):
             return
         self._closed = True
         await self.sandbox.stop()
+
+
+GO_MODE_DIR = 1 << 31  # os.ModeDir
+
+
+def _no_link_on_the_way(engine: Engine, container: str, given: str, source: str
+                        ) -> dict[str, Any]:
+    """The engine's stat of ``source`` after checking that neither it nor any directory on
+    the way below the workspace is a symbolic link."""
+    parts = posixpath.relpath(source, WORKSPACE).split("/")
+    found: dict[str, Any] | None = None
+    for depth in range(1, len(parts) + 1):
+        path = posixpath.join(WORKSPACE, *parts[:depth])
+        found = engine.path_stat(container, path)
+        if found is None:
+            raise ConfigurationError(f"download: {given} does not exist in the sandbox")
+        if int(found.get("mode", 0)) & GO_MODE_SYMLINK:
+            what = "is" if depth == len(parts) else f"lies below {'/'.join(parts[:depth])}, which is"
+            raise ConfigurationError(f"download: {given} {what} a symbolic link in the sandbox "
+                                     f"(to {found.get('linkTarget') or '?'}); name the file or "
+                                     "directory itself")
+    assert found is not None
+    return found
 
 
 def resolve_mode(requested: WorkspaceMode, engine: Engine) -> Literal["bind", "copy"]:

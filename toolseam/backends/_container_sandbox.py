@@ -20,9 +20,11 @@ Engines differ only in how a container is created, inspected and removed: that i
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -129,6 +131,7 @@ class Engine(Protocol):
     def put_archive(self, container: str, path: str, data: IO[bytes]) -> None: ...
     def get_archive(self, container: str, path: str) -> contextlib.AbstractContextManager[
         Iterator[bytes]]: ...
+    def path_stat(self, container: str, path: str) -> dict[str, Any] | None: ...
     def volume_exists(self, name: str) -> bool: ...
     def create_volume(self, name: str, labels: dict[str, str]) -> None: ...
     def remove_volume(self, name: str) -> None: ...
@@ -174,6 +177,17 @@ def map_engine_error(engine: str, endpoint: str, exc: Exception,
         return CouldNotRunError(f"{engine} at {endpoint}: {explanation}",
                                 retryable=status >= 500 and not permanent)
     return CouldNotRunError(f"{engine} at {endpoint}: {exc}", retryable=True)
+
+
+GO_MODE_SYMLINK = 1 << 27  # os.ModeSymlink in the engines' path stat (Go's FileMode)
+
+
+def decode_path_stat(header: str | None) -> dict[str, Any]:
+    """The archive API's ``X-Docker-Container-Path-Stat`` header (base64 JSON: name, size,
+    mode as Go's FileMode, mtime, linkTarget), the same on docker and podman."""
+    if not header:
+        return {}
+    return dict(json.loads(base64.b64decode(header)))
 
 
 def _digest(text: str) -> str:

@@ -23,6 +23,7 @@ from ._container_sandbox import (
     ContainerState,
     Hardening,
     WorkspaceMode,
+    decode_path_stat,
     map_engine_error,
 )
 from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
@@ -164,6 +165,17 @@ class DockerEngine:
             yield response.iter_content(1 << 20)
         finally:
             response.close()
+
+    def path_stat(self, container: str, path: str) -> dict[str, Any] | None:
+        """What is at ``path`` in the container, its last component not followed; None when
+        nothing is."""
+        api = self.client.api
+        response = self._do(lambda: api.head(api._url("/containers/{0}/archive", container),
+                                             params={"path": path}))
+        if response.status_code == 404:
+            return None
+        self._do(lambda: api._raise_for_status(response))
+        return decode_path_stat(response.headers.get("X-Docker-Container-Path-Stat"))
 
     def volume_exists(self, name: str) -> bool:
         try:

@@ -27,6 +27,7 @@ from ._container_sandbox import (
     ContainerState,
     Hardening,
     WorkspaceMode,
+    decode_path_stat,
     map_engine_error,
 )
 from ._pull import PullCallback, PullPolicy, follow_pull, split_reference
@@ -160,6 +161,16 @@ class PodmanEngine:
             yield response.iter_content(1 << 20)
         finally:
             response.close()
+
+    def path_stat(self, container: str, path: str) -> dict[str, Any] | None:
+        """What is at ``path`` in the container (its ``mode`` says a symlink even where
+        podman's ``linkTarget`` is the resolved path); None when nothing is."""
+        response = self._do(lambda: self._client.api.head(f"/containers/{container}/archive",
+                                                          params={"path": path}))
+        if response.status_code == 404:
+            return None
+        self._do(response.raise_for_status)
+        return decode_path_stat(response.headers.get("X-Docker-Container-Path-Stat"))
 
     def volume_exists(self, name: str) -> bool:
         return bool(self._do(lambda: self._client.volumes.exists(name)))
