@@ -119,13 +119,13 @@ class Glob(Builtin[GlobInput]):
         except GlobSyntaxError as exc:
             return error(f"glob: invalid pattern {args.pattern!r}: {exc}")
         await ctx.services.check_read(self.name, args.path or ".")
-        listing = await ctx.backend.list_files(ctx.ref(args.path), match)
-        page = sort_and_cap(listing.paths, args.limit or DEFAULT_LIMIT)
-        if not page.items and args.path is not None:
+        if args.path is not None and args.path not in (".", ""):
             found = await ctx.backend.stat(ctx.ref(args.path))
-            if found.kind != "dir":  # a file lists nothing: say why instead of "No files found"
+            if found.kind not in ("dir", "missing"):  # opencode: a file is not a search root
                 return error(f"glob: path {args.path} is a {_KIND_WORDS.get(found.kind, found.kind)}"
                              ", not a directory; give the directory to search (read opens a file)")
+        listing = await ctx.backend.list_files(ctx.ref(args.path), match)
+        page = sort_and_cap(listing.paths, args.limit or DEFAULT_LIMIT)
         output = "\n".join(page.items)
         if not page.items and ctx.services.settings.output_style == "toolseam":
             output = NOTHING_FOUND
@@ -144,4 +144,4 @@ class Glob(Builtin[GlobInput]):
 
 
 _KIND_WORDS = {"file": "file", "fifo": "named pipe", "other": "special file",
-               "missing": "path that does not exist", "symlink": "symbolic link"}
+               "symlink": "symbolic link"}
