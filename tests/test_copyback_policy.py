@@ -257,7 +257,7 @@ class FailingOps(_Ops):
                 if self.calls == self.at:
                     self.failed_in = name
                     raise OSError(self.code, os.strerror(self.code))
-                return value(*args)  # type: ignore[operator]
+                return value(*args)
             return counted
         return value
 
