@@ -151,3 +151,116 @@ def test_user_named_paths_parsing() -> None:
             "Not http://example.com/x or a/relative/path; (see /opt/x).")
     assert user_named_paths(text, "/home/me") == {
         "/srv/data/report.csv", "/srv/my docs/plan.md", "/home/me/notes", "/opt/x"}
+
+
+# --- decisions on the canonical path (issue 18: bypassed in one call) ---------------------
+async def test_proc_self_root_leads_where_it_leads(root: Path) -> None:
+    approver = Approver(["deny", "deny"])
+    target = root / "home" / "other" / "a" / "f.txt"
+    async with toolkit(root, approver) as tk:
+        read = await tk.call("read", {"path": f"/proc/self/root{target}"})
+        bash = await tk.call("bash", {"command": f"cat /proc/self/root{target}"})
+    assert read.is_error and read.metadata == {"refused": True}
+    assert f"(which is {target})" in read.output
+    assert bash.is_error and "a\n" not in bash.output
+    assert [q.path for q in approver.asked] == [f"/proc/self/root{target}"] * 2
+
+
+async def test_proc_cwd_and_fd_lead_where_they_lead(root: Path) -> None:
+    # The host backend reads in this process: its cwd and its fds are what /proc/self shows.
+    approver = Approver(["deny", "deny"])
+    target = root / "home" / "other" / "b" / "f.txt"
+    with target.open() as held:
+        async with toolkit(root, approver) as tk:
+            by_fd = await tk.call("read", {"path": f"/proc/self/fd/{held.fileno()}"})
+            by_cwd = await tk.call("read", {"path": f"/proc/{os.getpid()}/cwd/pyproject.toml"})
+    assert by_fd.is_error and f"(which is {target})" in by_fd.output
+    assert by_cwd.is_error and len(approver.asked) == 2
+
+
+async def test_a_symlink_bash_made_in_the_base_dir_leads_where_it_leads(root: Path) -> None:
+    approver = Approver(["deny", "deny", "deny"])
+    async with toolkit(root, approver) as tk:
+        # no absolute path in the command: the bash token check has nothing to see
+        made = await tk.call("bash", {"command": "ln -s \"$(dirname \"$PWD\")/home/other\" o && "
+                                                 "ln -s o/a/f.txt f && echo made"})
+        assert made.output == "made\n" and approver.asked == []
+        results = [await tk.call("read", {"path": "f"}),
+                   await tk.call("grep", {"pattern": ".", "path": "o/a"}),
+                   await tk.call("read", {"path": str(root / "work" / "o" / "b" / "g.txt")})]
+    assert all(r.is_error and r.metadata == {"refused": True} for r in results)
+    assert [q.directory for q in approver.asked] == [str(root / "home/other/a")] * 2 + [
+        str(root / "home/other/b")]
+
+
+async def test_a_symlink_into_the_base_dir_is_inside(root: Path) -> None:
+    (root / "home" / "me" / "to-work").symlink_to(root / "work")
+    async with toolkit(root, Approver([])) as tk:
+        result = await tk.call("read", {"path": str(root / "home/me/to-work/in.txt")})
+    assert result.output.startswith("00001| inside\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reads what only root can read")
+async def test_system_secrets_ask_like_any_outside_path(root: Path) -> None:
+    key = next(Path("/etc/ssh").glob("ssh_host_*_key"), None)
+    private = Path("/opt") / f"toolseam-test-{uuid.uuid4().hex[:8]}"
+    private.mkdir()
+    (private / "token").write_text("t0ken\n")
+    (private / "token").chmod(0o600)
+    (private / "public").write_text("public\n")
+    (private / "public").chmod(0o644)
+    try:
+        approver = Approver(["deny"] * 7)
+        async with toolkit(root, approver) as tk:
+            asked = [await tk.call("read", {"path": "/etc/shadow"}),
+                     await tk.call("read", {"path": "/etc/gshadow"}),
+                     await tk.call("read", {"path": str(key or "/etc/sudoers")}),
+                     await tk.call("grep", {"pattern": "root", "path": "/etc"}),
+                     await tk.call("bash", {"command": "cat /etc/shadow"}),
+                     await tk.call("read", {"path": str(private / "token")}),
+                     await tk.call("read", {"path": "/proc/self/environ"})]
+            free = [await tk.call("read", {"path": "/etc/hostname"}),
+                    await tk.call("read", {"path": str(private / "public")}),
+                    await tk.call("glob", {"pattern": "shadow*", "path": "/etc"}),
+                    await tk.call("grep", {"pattern": "x", "path": "/usr/share/base-files"})]
+    finally:
+        shutil.rmtree(private)
+    assert all(r.is_error and r.metadata == {"refused": True} for r in asked), \
+        [r.output for r in asked]
+    assert "read: /etc/shadow holds secrets of this system and reading it" in asked[0].output
+    assert "t0ken" not in asked[5].output and ":0:" not in asked[4].output
+    assert len(approver.asked) == 7
+    assert not any(r.is_error for r in free), [r.output for r in free]
+
+
+async def test_a_user_named_secret_is_read_without_asking(root: Path) -> None:
+    async with toolkit(root, Approver([])) as tk:
+        tk.user_message("what is in /etc/gshadow?")
+        assert not (await tk.call("read", {"path": "/etc/gshadow"})).is_error
+
+
+@pytest.mark.parametrize("engine", ["podman"])
+async def test_a_container_backend_decides_on_the_canonical_path(engine: str) -> None:
+    """The read scope sits above the seam: the sandbox resolves, the policy decides."""
+    from . import engines
+
+    workspace = engines.shared_dir()
+    approver = Approver(["deny"] * 4)
+    try:
+        async with Toolkit(engines.backend(engine, str(workspace)), approver=approver,  # type: ignore[arg-type]
+                           settings=Settings(read_scope="working-dir")) as tk:
+            made = await tk.call("bash", {"command": "ln -s \"$(printf /var/lib/dpkg)\" o && "
+                                                     "ln -s \"$(printf /etc/shadow)\" s"})
+            assert not made.is_error, made.output
+            results = [await tk.call("read", {"path": "o/status"}),
+                       await tk.call("read", {"path": "s"}),
+                       await tk.call("read", {"path": "/proc/self/root/var/lib/dpkg/status"}),
+                       await tk.call("grep", {"pattern": "root", "path": "/proc/self/root/etc"})]
+            inside = await tk.call("read", {"path": "/proc/self/root/etc/hostname"})
+    finally:
+        engines.remove_shared(workspace)
+    assert all(r.is_error and r.metadata == {"refused": True} for r in results), \
+        [r.output for r in results]
+    assert [q.directory for q in approver.asked] == ["/var/lib/dpkg", "/etc", "/var/lib/dpkg",
+                                                     "/etc"]
+    assert not inside.is_error, inside.output

@@ -2,21 +2,27 @@
 
 In scope, never asked: the base dir; absolute and ``~`` paths the USER named in their own
 messages (a file widens to that file, a directory to that directory); the OS temp dirs;
-directories granted so far; system prefixes (``/usr``, ``/bin``, ``/etc`` …). Containment is
-lexical or canonical: either form inside a root is enough.
+directories granted so far; system prefixes (``/usr``, ``/bin``, ``/etc`` …) except the
+secrets that live there (``SECRET_PATHS``, and anything there that is not world-readable).
+
+Decisions are taken on the CANONICAL path — every symlink resolved, ``/proc/self/root``,
+``/proc/*/cwd`` and ``/proc/*/fd/*`` included — never on the path as written: a symlink made
+inside the base dir, or ``/proc/self/root/<anything>``, is judged by where it leads. Roots
+count in both their written and their canonical form.
 
 A read outside asks the host's approver — ``once``, ``directory`` (this directory, or a file's
 parent, for the session), ``session`` (everything, for the session) or ``deny``. Without an
 approver the read is refused. Questions are asked one at a time; a read that waited behind a
 question re-checks against the widened roots first, so parallel reads under one new directory
 ask once. This is a policy about what a model *reads*, not a sandbox: bash can still read what
-the token check cannot see (a path built at run time, a script's own opens) — containers are
-the boundary.
+the token check cannot see (a path built at run time, a script's own opens), and a symlink
+swapped between the check and the read is followed — containers are the boundary.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fnmatch
 import inspect
 import os
 import posixpath
@@ -36,8 +42,20 @@ Answer = Literal["once", "directory", "session", "deny"]
 ANSWERS: tuple[Answer, ...] = ("once", "directory", "session", "deny")
 
 SYSTEM_PREFIXES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt", "/dev", "/etc",
-                   "/proc/self", "/sys",
-                   "C:\\Windows", "C:\\Program Files", "C:\\Program Files (x86)")
+                   "/sys", "C:\\Windows", "C:\\Program Files", "C:\\Program Files (x86)")
+# Secrets under the system prefixes: asked about like any path outside (fnmatch patterns, each
+# covering what lies below it). Beyond these, a system file or directory that is not
+# world-readable asks too: /dev's disks and memory, keys a package made 0600.
+SECRET_PATHS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                "/etc/security/opasswd", "/etc/sudoers", "/etc/sudoers.d", "/etc/ssh/ssh_host_*key",
+                "/etc/ssl/private", "/etc/pki/*/private", "/etc/*.keytab", "/etc/letsencrypt",
+                "/etc/NetworkManager/system-connections", "/etc/wireguard", "/etc/ipsec.secrets",
+                "/etc/ppp/*-secrets", "/etc/mysql/debian.cnf", "/etc/docker/key.json",
+                "/etc/containers/auth.json", "/dev/mem", "/dev/kmem", "/dev/port")
+_CONTENT_TOOLS = ("read", "grep", "edit", "apply_patch", "bash")  # glob lists names only
+# A /proc entry that opens another file, or holds a process's secrets (bash tokens).
+_PROC_MAGIC = re.compile(r"^/proc/[^/]+/(?:task/[^/]+/)?"
+                         r"(?:root|cwd|fd|map_files|environ|mem|cmdline|auxv)(?:/|$)")
 _TEMP_DIRS = ("/tmp", "/var/tmp")
 
 
@@ -78,6 +96,27 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def is_secret_system_path(path: str) -> bool:
+    """One of ``SECRET_PATHS``, or below one."""
+    return any(fnmatch.fnmatchcase(path, pattern) or fnmatch.fnmatchcase(path, pattern + "/*")
+               for pattern in SECRET_PATHS)
+
+
+def _holds_secrets(directory: str) -> bool:
+    """A directory a recursive search would read a ``SECRET_PATHS`` entry through."""
+    return any(_under(re.split(r"[*?\[]", pattern)[0].rsplit("/", 1)[0] or "/", directory)
+               for pattern in SECRET_PATHS)
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """What the sandbox says is at a path: its canonical form and, when it exists, kind/mode."""
+
+    canonical: str
+    kind: str = "missing"
+    mode: int = 0
+
+
 class ReadScope:
     def __init__(self, mode: str, workdir: str, approver: Approver | None,
                  backend: BuiltinExec, home: str | None = None, local: bool = True) -> None:
@@ -90,6 +129,7 @@ class ReadScope:
         self._granted: set[str] = set()
         self._everything = False
         self._question = asyncio.Lock()
+        self._canonical_roots: dict[str, str] = {}  # a root as written -> its canonical form
         temp = set(_TEMP_DIRS)
         if local:
             temp.add(tempfile.gettempdir())
@@ -103,24 +143,44 @@ class ReadScope:
         """Recompute the user-named roots from the conversation's user messages."""
         self._user_roots = set().union(*(user_named_paths(t, self.home) for t in texts))
 
-    def _inside(self, path: str) -> bool:
-        if self._everything or any(_under(path, p) for p in SYSTEM_PREFIXES):
-            return True
-        roots = (*self._fixed_roots, *self._user_roots, *self._granted)
-        return any(_under(path, root) for root in roots)
+    async def _roots(self) -> list[str]:
+        """Every root as written and canonical (a root reached through a symlink, say a base
+        dir under a linked /tmp, still holds what lies below its real directory)."""
+        written = (*self._fixed_roots, *self._user_roots, *self._granted)
+        for root in written:
+            if root not in self._canonical_roots:
+                probe = await self._probe(root)
+                self._canonical_roots[root] = root if probe is None else probe.canonical
+        return [*written, *(self._canonical_roots[root] for root in written)]
 
-    async def _in_scope(self, path: str) -> bool:
-        if self._inside(path):
-            return True
-        canonical = await self._canonical(path)
-        return canonical is not None and canonical != path and self._inside(canonical)
-
-    async def _canonical(self, path: str) -> str | None:
+    async def _probe(self, path: str) -> _Probe | None:
         try:
             found = await self._backend.stat(PathRef(base="/", path=path, confine=False))
         except FileOpError:
             return None
-        return found.canonical
+        return _Probe(found.canonical, found.kind, found.mode)
+
+    async def _verdict(self, tool: str, target: str) -> tuple[bool, _Probe | None]:
+        """Whether ``target`` (absolute, normalised) is in scope, judged by where it leads."""
+        probe = await self._probe(target)
+        path = target if probe is None else probe.canonical
+        if self._everything or any(_under(path, root) for root in await self._roots()):
+            return True, probe
+        if not any(_under(path, prefix) for prefix in SYSTEM_PREFIXES):
+            return False, probe
+        return not self._secret(tool, path, probe), probe
+
+    @staticmethod
+    def _secret(tool: str, path: str, probe: _Probe | None) -> bool:
+        """A system path whose content is a secret of the machine."""
+        if tool not in _CONTENT_TOOLS:
+            return False
+        if is_secret_system_path(path):
+            return True
+        if probe is not None and probe.kind == "dir" and tool == "grep" and _holds_secrets(path):
+            return True  # a recursive search of /etc would read /etc/shadow
+        world = 0o005 if probe is not None and probe.kind == "dir" else 0o004
+        return probe is not None and probe.kind != "missing" and probe.mode & world != world
 
     # --- checks -------------------------------------------------------------------------
     async def check(self, tool: str, path: str) -> None:
@@ -128,16 +188,17 @@ class ReadScope:
         if self.mode == "unrestricted":
             return
         target = posixpath.normpath(posixpath.join(self.workdir, path))
-        if await self._in_scope(target):
+        if (await self._verdict(tool, target))[0]:
             return
         async with self._question:  # one question at a time per session
-            if await self._in_scope(target):  # a question we waited behind may have widened it
-                return
-            await self._ask(tool, target)
+            inside, probe = await self._verdict(tool, target)  # an earlier answer may widen it
+            if not inside:
+                await self._ask(tool, target, probe)
 
     async def check_command(self, command: str, cwd: str) -> None:
-        """The narrow bash check: an absolute path under the homes' parent, or a ``..`` climb,
-        that lies outside every root asks like a read."""
+        """The narrow bash check: an absolute path under the homes' parent, a ``/proc`` entry
+        that leads elsewhere or holds a process's secrets, a known system secret, or a ``..``
+        climb — that lies outside every root — asks like a read."""
         if self.mode == "unrestricted":
             return
         homes = posixpath.dirname(self.home.rstrip("/")) or "/"
@@ -146,7 +207,8 @@ class ReadScope:
                 token = self.home + token[1:]
             if token.startswith("/"):
                 target = posixpath.normpath(token)
-                if not _under(target, homes):
+                if not (_under(target, homes) or _PROC_MAGIC.match(target)
+                        or is_secret_system_path(target)):
                     continue
             elif ".." in token.split("/"):
                 target = posixpath.normpath(posixpath.join(cwd, token))
@@ -154,16 +216,20 @@ class ReadScope:
                 continue
             await self.check("bash", target)
 
-    async def _ask(self, tool: str, path: str) -> None:
-        refusal = (f"{tool}: {path} is outside the working directory {self.workdir} and reading "
-                   "it was not approved; a host can set read_scope = \"unrestricted\" to turn "
-                   "this check off")
+    async def _ask(self, tool: str, path: str, probe: _Probe | None) -> None:
+        where = path if probe is None else probe.canonical
+        shown = path if where == path else f"{path} (which is {where})"
+        if any(_under(where, prefix) for prefix in SYSTEM_PREFIXES):
+            what = f"{shown} holds secrets of this system"
+        else:
+            what = f"{shown} is outside the working directory {self.workdir}"
+        refusal = (f"{tool}: {what} and reading it was not approved; a host can set read_scope = "
+                   "\"unrestricted\" to turn this check off")
         if self._approver is None:
             raise Refusal(refusal)
-        found = await self._backend.stat(PathRef(base="/", path=path, confine=False))
-        directory = path if found.kind == "dir" else posixpath.dirname(path)
+        directory = where if probe is not None and probe.kind == "dir" else posixpath.dirname(where)
         question = ReadQuestion(tool, path, self.workdir, directory, {
-            "once": f"read {path} this one time",
+            "once": f"read {shown} this one time",
             "directory": f"read anything under {directory} for the rest of this session",
             "session": "read anything anywhere for the rest of this session",
             "deny": "refuse this read",
