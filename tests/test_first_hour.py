@@ -222,3 +222,34 @@ def test_call_model_text_prints_what_a_model_reads(tmp_path: Path) -> None:
     assert done.stdout.startswith("1\n2\n3\n") and "exited with code 2" in done.stdout
     with pytest.raises(json.JSONDecodeError):
         json.loads(done.stdout)
+
+
+# --- a bare install: no extras at all -------------------------------------------------------
+BARE = textwrap.dedent("""
+    import sys
+    for sdk in ("podman", "docker", "requests", "mcp", "mcp_types", "uvicorn"):
+        sys.modules[sdk] = None  # as if no extra were installed
+    from toolseam.cli import main
+    sys.exit(main(sys.argv[1:]))
+""")
+
+
+def test_the_command_line_works_without_any_extra(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("hello\n")
+
+    def bare(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", BARE, *args], capture_output=True, text=True,
+                              timeout=60)
+
+    read = bare("call", "read", '{"path": "f.txt"}', "--base-dir", str(tmp_path))
+    assert read.returncode == 0, read.stderr
+    assert json.loads(read.stdout)["output"].startswith("00001| hello")
+    assert bare("--version").returncode == 0
+    assert "recover" in bare("--help").stdout
+    for args, needs in ((("mcp", "--base-dir", str(tmp_path)), "mcp"),
+                        (("call", "bash", "{}", "--backend", "podman"), "podman"),
+                        (("recover", "--backend", "docker", "--list"), "podman")):
+        done = bare(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+        assert "pip install" in done.stderr and f"toolseam[{needs}]" in done.stderr, done.stderr

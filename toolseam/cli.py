@@ -17,10 +17,11 @@ import sys
 from typing import Any, NoReturn
 
 from . import __version__
+from ._extras import install_hint
 from .declarations import FORMATS
 from .policy.limits import SandboxLimits
 from .policy.settings import Settings, load_settings
-from .seam.errors import ConfigurationError, CouldNotRunError, HostError
+from .seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
 from .toolkit import Toolkit
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -256,9 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--shared-sandbox", action="store_true", help="one sandbox for every client "
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
-    from .backends.recover import add_parser as add_recover_parser
-
-    add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
+    try:
+        from .backends.recover import add_parser as add_recover_parser
+    except ModuleNotFoundError as exc:  # recover talks to engines: no container extra, no recover
+        stub = commands.add_parser("recover", help="work kept after a failed copy-back (needs "
+                                   "the podman or docker extra)", add_help=False,
+                                   prefix_chars="\0")  # every argument is taken, then refused
+        stub.add_argument("rest", nargs="*")
+        stub.set_defaults(recover_missing=exc.name)
+    else:
+        add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
     return parser
 
 
@@ -289,6 +297,10 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "mcp":
             return _mcp(args)
         if args.command == "recover":
+            if getattr(args, "recover_missing", None):
+                raise BackendUnavailable(
+                    f"toolseam recover needs the {args.recover_missing!r} package: "
+                    f"{install_hint('podman')}, or the same for docker")
             from .backends.recover import run as run_recover
 
             return run_recover(args)
