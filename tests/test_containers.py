@@ -431,3 +431,28 @@ async def test_download_never_follows_a_link(engine: str, mode: str, workspace: 
             await tk.download("nothing", str(tmp_path / "nothing"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["real"]
     assert (tmp_path / "real" / "f").read_text() == "x\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+async def test_sync_while_a_build_writes_is_retried_never_raw(engine: str, workspace: Path) -> None:
+    """Issue 18, point 3/D: an archive read while files are rewritten comes back cut short
+    (a raw ``tarfile.ReadError`` before). Each sync is retried (bounded): it brings the work
+    home, or says could-not-run, retryable — nothing else."""
+    made = backend(engine, str(workspace), workspace_mode="copy")
+    outcomes: list[str] = []
+    async with Toolkit(made) as tk:
+        writer = asyncio.create_task(tk.call("bash", {"timeout": 9000, "command": (
+            "mkdir -p out; while true; do for i in 1 2 3; do "
+            "head -c 30000000 /dev/zero > out/f$i; done; done")}))
+        await asyncio.sleep(1)
+        deadline = time.monotonic() + 7
+        while time.monotonic() < deadline:
+            try:
+                await made.sync()  # type: ignore[attr-defined]
+                outcomes.append("ok")
+            except CouldNotRunError as exc:
+                assert exc.retryable, exc.reason
+                outcomes.append("retryable")
+        await writer
+    assert outcomes.count("ok") * 2 >= len(outcomes), outcomes
