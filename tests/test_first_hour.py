@@ -253,3 +253,12 @@ def test_the_command_line_works_without_any_extra(tmp_path: Path) -> None:
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
         assert "pip install" in done.stderr and f"toolseam[{needs}]" in done.stderr, done.stderr
+
+
+def test_bare_toolseam_names_its_commands_and_python_dash_m_works() -> None:
+    done = cli()
+    assert done.returncode == 2
+    assert done.stderr.startswith("toolseam: choose a command: call, tools, demo, serve, mcp")
+    module = subprocess.run([sys.executable, "-m", "toolseam", "--version"], capture_output=True,
+                            text=True, timeout=60)
+    assert module.returncode == 0 and module.stdout.startswith("toolseam ")

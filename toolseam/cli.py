@@ -57,6 +57,9 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is ONE line on stderr (exit 2), not the usage block."""
 
     def error(self, message: str) -> NoReturn:
+        if message.endswith("required: command"):  # bare `toolseam`: say what the commands are
+            commands = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction))
+            message = f"choose a command: {', '.join(commands.choices)}"
         self.exit(EXIT_USAGE, f"toolseam: {message} (see 'toolseam {self._sub()}--help')\n")
 
     def _sub(self) -> str:

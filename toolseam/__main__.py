@@ -1,0 +1,7 @@
+"""``python -m toolseam``: the same as the ``toolseam`` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())
