@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -456,3 +457,17 @@ async def test_sync_while_a_build_writes_is_retried_never_raw(engine: str, works
                 outcomes.append("retryable")
         await writer
     assert outcomes.count("ok") * 2 >= len(outcomes), outcomes
+
+
+@pytest.mark.parametrize("keep", [False, True])
+async def test_copy_keep_group_write_reaches_the_copy_back(keep: bool, workspace: Path) -> None:
+    """The backend option H1's copy-back policy reads: group/other write bits come home only
+    when asked for; set-id bits never."""
+    made = backend("docker", str(workspace), workspace_mode="copy", copy_keep_group_write=keep)
+    async with Toolkit(made) as tk:
+        await tk.call("bash", {"command": "echo x > shared.txt; chmod 0666 shared.txt; "
+                                          "mkdir team; chmod 0777 team; cp /bin/true t; "
+                                          "chmod 4777 t 2>/dev/null; chmod 0777 t"})
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in workspace.iterdir()}
+    assert modes == ({"shared.txt": 0o666, "team": 0o777, "t": 0o777} if keep else
+                     {"shared.txt": 0o644, "team": 0o755, "t": 0o755})

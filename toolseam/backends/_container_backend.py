@@ -44,7 +44,8 @@ class ContainerBackend(ComposedBackend):
                  pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
                  on_pull_progress: PullCallback | None = None,
                  workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
-                 agent_bundles: Mapping[str, str] | None = None) -> None:
+                 agent_bundles: Mapping[str, str] | None = None,
+                 copy_keep_group_write: bool = False) -> None:
         if pull not in PULL_POLICIES:
             raise ConfigurationError(f"pull policy must be one of {', '.join(PULL_POLICIES)}, "
                                      f"got {pull!r}")
@@ -67,6 +68,7 @@ class ContainerBackend(ComposedBackend):
                                         on_pull_progress=on_pull_progress,
                                         mode=resolve_mode(workspace_mode, engine),
                                         copy_limit=copy_limit or DEFAULT_COPY_LIMIT,
+                                        keep_group_write=copy_keep_group_write,
                                         agent_bundles=dict(agent_bundles or {}))
         self._opening = asyncio.Lock()
         self._workspace_id: tuple[int, int] | None = None

@@ -254,6 +254,7 @@ class ContainerSandbox:
     on_pull_progress: PullCallback | None = None
     mode: Literal["bind", "copy"] = "bind"
     copy_limit: int = DEFAULT_COPY_LIMIT
+    keep_group_write: bool = False  # copy mode: group/other write bits come home (not by default)
     copy: WorkspaceCopy | None = None  # copy mode: what the sandbox was given
     last_sync: SyncReport | None = None
     copy_back_error: CouldNotRunError | None = None  # close never raises: kept for the caller
@@ -326,7 +327,8 @@ class ContainerSandbox:
         spec = self._spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
                           volumes=[(agent_volume, AGENT_MOUNT, True),
                                    (self._workspace_volume, WORKSPACE, False)])
-        self.copy = WorkspaceCopy(self.workspace, self.copy_limit)
+        self.copy = WorkspaceCopy(self.workspace, self.copy_limit,
+                                  keep_group_write=self.keep_group_write)
         await self._launch(spec, before_start=self._copy_in)
         try:
             await self._attach()
@@ -440,7 +442,8 @@ class ContainerSandbox:
 
     def _copy_back(self) -> SyncReport:
         assert self.copy is not None and self.container is not None
-        source = f"the {self.engine_name} container {self.container[:12]}"
+        source = (f"the {self.engine_name} container {self.container[:12]} (volume "
+                  f"{self._workspace_volume})")
         try:
             with self.engine.get_archive(self.container, WORKSPACE) as chunks:
                 spool = self.copy.spool(chunks, "the sandbox's workspace")

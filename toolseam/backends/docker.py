@@ -256,14 +256,17 @@ class DockerBackend(ContainerBackend):
                  on_pull_progress: PullCallback | None = None,
                  workspace_mode: WorkspaceMode = "auto", tls: TlsFiles | None = None,
                  copy_limit: int | None = None,
-                 agent_bundles: Mapping[str, str] | None = None) -> None:
+                 agent_bundles: Mapping[str, str] | None = None,
+                 copy_keep_group_write: bool = False) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (with ``tls``, or docker's own
         ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), ``https://`` or
         ``ssh://[user@]host[:port][/path/to/docker.sock]`` (through the system's ssh); default
-        ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket."""
+        ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket.
+        ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
+        they are dropped; set-id and sticky bits never come)."""
         super().__init__(docker_engine(endpoint, tls), "docker", image, os.path.abspath(workspace),
                          hardening, limits, pull, auth, on_pull_progress, workspace_mode,
-                         copy_limit, agent_bundles)
+                         copy_limit, agent_bundles, copy_keep_group_write)
 
 
 __all__ = ["DockerBackend", "DockerEngine", "Hardening"]

@@ -243,13 +243,17 @@ class PodmanBackend(ContainerBackend):
                  pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
                  on_pull_progress: PullCallback | None = None,
                  workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
-                 agent_bundles: Mapping[str, str] | None = None) -> None:
+                 agent_bundles: Mapping[str, str] | None = None,
+                 copy_keep_group_write: bool = False) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (podman's API service) or
-        ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``)."""
+        ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``).
+        ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
+        they are dropped; set-id and sticky bits never come)."""
         super().__init__(podman_engine(endpoint, rootless),
                          "podman-rootless" if rootless else "podman", image,
                          os.path.abspath(workspace), hardening, limits, pull, auth,
-                         on_pull_progress, workspace_mode, copy_limit, agent_bundles)
+                         on_pull_progress, workspace_mode, copy_limit, agent_bundles,
+                         copy_keep_group_write)
 
 
 __all__ = ["Hardening", "PodmanBackend", "PodmanEngine"]
