@@ -445,3 +445,76 @@ def test_a_workspace_within_the_limit_spools_and_applies(host: Path) -> None:
 
 def test_the_error_types_stay_in_the_could_not_run_family() -> None:
     assert issubclass(CopyBackError, CouldNotRunError) and issubclass(CopyLimitError, CouldNotRunError)
+
+
+# --- directories in conflicts, and the host changing meanwhile ---------------------------
+
+def test_a_directory_that_conflicts_comes_home_as_its_conflict_copy(host: Path, tmp_path: Path) -> None:
+    """The host changed file ``a`` while the sandbox made ``a`` a directory with files: the
+    host's file stays, the sandbox's directory and everything in it go to
+    ``a.toolseam-conflict``; a directory the host deleted while the sandbox added to it is made
+    again for the new file."""
+    (host / "a").write_text("base")
+    (host / "d").mkdir()
+    (host / "d" / "old").write_text("old")
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    copy = started(host, sandbox)
+    (host / "a").write_text("host edit")
+    (host / "d" / "old").unlink()
+    (host / "d").rmdir()
+    (sandbox / "a").unlink()
+    (sandbox / "a" / "sub").mkdir(parents=True)
+    (sandbox / "a" / "sub" / "f.txt").write_text("sandbox work")
+    (sandbox / "d" / "new").write_text("new")
+    report = copy.apply(archive_of(sandbox))
+    assert (host / "a").read_text() == "host edit"
+    assert (host / f"a{CONFLICT_SUFFIX}" / "sub" / "f.txt").read_text() == "sandbox work"
+    assert (host / "d" / "new").read_text() == "new" and not (host / "d" / "old").exists()
+    assert sorted(report.conflicts) == ["a", "a/sub", "a/sub/f.txt"]
+    assert sorted(report.added) == ["d", "d/new"]
+    # the sandbox works on: its later file lands in the same conflict copy
+    (sandbox / "a" / "sub" / "g.txt").write_text("more")
+    copy.apply(archive_of(sandbox))
+    assert (host / f"a{CONFLICT_SUFFIX}" / "sub" / "g.txt").read_text() == "more"
+    assert not (host / f"a{CONFLICT_SUFFIX}-2").exists()
+
+
+class RacingOps(_Ops):
+    """The host user edits a file right after the copy-back has staged its changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.done = path, False
+
+    def race(self) -> None:
+        if not self.done:
+            self.done = True
+            self.path.write_text("the host's edit, meanwhile")
+
+    def rename(self, src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
+        self.race()
+        super().rename(src, dst, src_dir_fd, dst_dir_fd)
+
+    def link(self, src: str, dst: str, src_dir_fd: int, dst_dir_fd: int) -> None:
+        self.race()
+        super().link(src, dst, src_dir_fd, dst_dir_fd)
+
+
+def test_a_host_edit_during_the_copy_back_is_never_overwritten(host: Path, tmp_path: Path) -> None:
+    (host / "a.txt").write_text("a")
+    (host / "z.txt").write_text("z")
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    copy = started(host, sandbox)
+    (sandbox / "a.txt").write_text("sandbox a")
+    (sandbox / "z.txt").write_text("sandbox z")
+    copy._ops = RacingOps(host / "z.txt")
+    with pytest.raises(CopyBackError, match=r"the host changed z\.txt while the copy-back ran") as caught:
+        copy.apply(archive_of(sandbox))
+    assert caught.value.retryable
+    assert (host / "a.txt").read_text() == "a"
+    assert (host / "z.txt").read_text() == "the host's edit, meanwhile"
+    copy._ops = _Ops()
+    report = copy.apply(archive_of(sandbox))  # the retry: now a conflict, both kept
+    assert report.modified == ["a.txt"] and report.conflicts == ["z.txt"]
+    assert (host / f"z.txt{CONFLICT_SUFFIX}").read_text() == "sandbox z"

@@ -327,7 +327,7 @@ class _Tee(io.RawIOBase):
     def __init__(self, chunks: Iterator[bytes], spool: IO[bytes], cap: int, what: str,
                  limit: int) -> None:
         self.chunks, self.spool, self.cap, self.what, self.limit = chunks, spool, cap, what, limit
-        self.pending = b""
+        self.pending = memoryview(b"")
         self.total = 0
 
     def readable(self) -> bool:
@@ -338,9 +338,9 @@ class _Tee(io.RawIOBase):
             chunk = next(self.chunks, None)
             if chunk is None:
                 return 0
-            self.pending = bytes(chunk)
+            self.pending = memoryview(chunk)
         n = min(len(buffer), len(self.pending))
-        data, self.pending = self.pending[:n], self.pending[n:]
+        data, self.pending = self.pending[:n], self.pending[n:]  # views: no copying per read
         self.total += n
         if self.total > self.cap:
             raise CopyLimitError(self.what, self.limit)
@@ -545,7 +545,8 @@ class _Sync:
                 continue
             if parent in self._moved:  # inside a directory that went to its conflict copy
                 known = self.baseline.get(rel)
-                if known is None or not known.same_content(item.entry) or rel not in self.copies:
+                if (item.entry.kind == "dir" or known is None or rel not in self.copies
+                        or not known.same_content(item.entry)):
                     self.conflict_copy(rel, f"{self._moved[parent]}/{name}", item, inside=True)
                 continue
             self.bring(rel, item, going)
@@ -608,7 +609,6 @@ class _Sync:
         """The sandbox's version of ``rel`` at a name nobody has: ``NAME.toolseam-conflict``
         beside the host's (numbered past names taken), or this session's earlier copy when
         nobody changed that. Inside a directory's conflict copy, the plain name first."""
-        self.report.conflicts.append(rel)
         parent, _, name = target.rpartition("/")
         earlier = self.copies.get(rel)
         chosen, now = None, None
@@ -630,8 +630,10 @@ class _Sync:
             self._moved[rel] = chosen
             if now is None:
                 self.place(chosen, item, None)
+                self.report.conflicts.append(rel)
         else:
             self.place(chosen, item, now)
+            self.report.conflicts.append(rel)
         self.baseline[rel] = replace(item.entry, host_stamp=None)
         self.copies[rel] = (chosen, earlier[1] if earlier and chosen == earlier[0] else (0, 0))
 
