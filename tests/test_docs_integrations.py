@@ -34,3 +34,13 @@ def test_example_prints_what_the_page_says(page: Path, tmp_path: Path) -> None:
                           timeout=120, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.stem != "mcp"],
+                         ids=[p.stem for p in PAGES if p.stem != "mcp"])
+def test_adapters_hand_the_model_its_text(page: Path) -> None:
+    """An adapter returns ``model_text()``: ``output`` alone hides cuts, exit signals and
+    capped listings from the model (issue 22)."""
+    (code,) = blocks(page, "python")
+    assert ".model_text()" in code
+    assert not re.search(r"return .*\.output\b", code)

@@ -4,6 +4,7 @@ and patch failures that say how to retry, text that is not UTF-8, images by cont
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -54,6 +55,8 @@ async def test_a_flood_is_cut_on_lines_marked_and_pageable_from_a_spill_file(box
     spill = re.search(r"the whole output is in (\S+) \(lines ([\d,]+)-", marker)
     assert spill is not None
     path, first = spill.group(1), int(spill.group(2).replace(",", ""))
+    if box.tk.info is not None and box.tk.info.local:  # the host's /tmp is shared: owner only
+        assert os.stat(path).st_mode & 0o777 == 0o600
     # the confined session's read opens the spill file and pages it from the marker's line
     page = await box.call("read", path=path, offset=first, limit=3)
     assert not page.is_error, page.output

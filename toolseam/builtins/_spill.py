@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..seam.errors import CouldNotRunError, FileOpError
-from ..seam.models import ChangeSet, DeleteOp, PathRef
+from ..seam.models import ChangeSet, DeleteOp, WriteOp
 from ..seam.protocol import BuiltinExec
 
 SPILL_ROOT = "/tmp"
@@ -62,8 +62,9 @@ async def spill(backend: BuiltinExec, services: Any, session_id: str, call_id: s
     spills = _spills(services, session_id)
     path = f"{spills.prefix}{next(_numbers)}-{_UNSAFE.sub('_', call_id)[:60]}.txt"
     try:
-        await backend.write(PathRef(base="/", path=path, confine=False),
-                            text.encode("utf-8", "replace"))
+        # 0600 and never over an existing file: on the host, /tmp is shared with other users.
+        await backend.commit(ChangeSet(base="/", ops=[WriteOp(
+            path=path, data=text.encode("utf-8", "replace"), expect="absent", private=True)]))
     except (FileOpError, CouldNotRunError, OSError):
         return None
     spills.files.append(path)

@@ -169,6 +169,7 @@ class WriteOp(_Wire):
     expect: str | None = Field(
         None, description='"absent", or the sha256 the caller based the change on.')
     keep_bom: bool = Field(False, description="Keep an existing file's UTF-8 byte-order mark.")
+    private: bool = Field(False, description="A new file is made 0600 (only its owner reads it).")
 
 
 class DeleteOp(_Wire):

@@ -279,7 +279,7 @@ class _Staged:
     """One file written to a temp name beside its target, not yet renamed into place."""
 
     def __init__(self, r: Resolved, data: bytes, parent: tuple[int, str] | None = None,
-                 keep_bom: bool = False) -> None:
+                 keep_bom: bool = False, private: bool = False) -> None:
         self.r = r
         if parent is None:
             self.dir_fd, self.name, self.created = open_parent(r, create=True)
@@ -289,6 +289,7 @@ class _Staged:
         self.backup: str | None = None
         self.existed = False
         self.keep_bom = keep_bom
+        self.new_mode = 0o600 if private else 0o666  # before the umask; an existing file keeps its own
         try:
             self._write(data)
         except BaseException:
@@ -314,7 +315,7 @@ class _Staged:
                 data = BOM + data
         self.tmp = _temp_name(self.name, "tmp")
         fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o666, dir_fd=self.dir_fd)
+                     self.new_mode, dir_fd=self.dir_fd)
         try:
             if existing is not None:
                 os.fchmod(fd, stat.S_IMODE(existing.st_mode))
@@ -511,7 +512,8 @@ def commit(base: str, confine: bool, ops: list[dict[str, Any]]) -> dict[str, int
     try:
         for op, r in zip(ops, resolved, strict=True):
             current = r.given
-            staged.append(_Staged(r, op["data"], keep_bom=op.get("keep_bom", False))
+            staged.append(_Staged(r, op["data"], keep_bom=op.get("keep_bom", False),
+                                  private=op.get("private", False))
                           if op["op"] == "write" else _Deleted(r))
         for item in staged:
             current = item.r.given
