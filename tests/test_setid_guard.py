@@ -234,3 +234,12 @@ def test_without_the_filter_require_starts_nothing(mode: str) -> None:
         assert out == ("refused 1 the sandbox's set-id guard could not be installed "
                        "(prctl(PR_SET_SECCOMP): Invalid argument); no command is started "
                        "without it")
+
+
+@pytest.mark.parametrize("engine", ["docker-remote", "podman-remote"])
+async def test_the_guard_runs_in_copy_mode_too(engine: str, workspace: Path) -> None:
+    """Copy mode tries the guard (the copy-back's mode mask is the boundary there): on the
+    remote engines it is in place, so the sandbox's own copy never holds a set-id file."""
+    async with Toolkit(backend(engine, str(workspace))) as tk:
+        result = await tk.call("bash", {"command": "cp /bin/true a; chmod 4755 a; stat -c %a a"})
+    assert "Operation not permitted" in result.output and result.output.endswith("755\n")
