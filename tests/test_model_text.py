@@ -62,6 +62,24 @@ def test_a_cut_keeps_whole_lines_and_counts_what_it_left_out(body: list[str], bu
     assert f"[… {omitted_bytes:,} byte" in marker.group()
 
 
+@settings(max_examples=150, deadline=None)
+@given(body=lines, data=st.data(), budget=st.integers(1000, 40_000))
+def test_a_capture_join_is_always_marked_within_the_budget(body: list[str], data: st.DataObject,
+                                                            budget: int) -> None:
+    output = "\n".join(body)
+    at = data.draw(st.integers(0, len(output)))
+    dropped = data.draw(st.integers(1, 10**7))
+    gap = Gap(at, "stdout", dropped, data.draw(st.integers(0, dropped)), data.draw(st.booleans()))
+    text = render(output, ModelHints(budget=budget, gaps=[gap]))
+    assert len(text) <= budget
+    assert "[…" in text and "…]" in text
+    marked, spans = mark_gaps(output, [gap])
+    assert len(spans) == 1 and spans[0][2].bytes >= dropped
+    # whatever is outside the marker is the output's own text, in order
+    start, end, _ = spans[0]
+    assert output.startswith(marked[:start]) and output.endswith(marked[end:])
+
+
 def test_utf8_is_never_split_and_a_single_huge_line_is_marked_mid_line() -> None:
     output = "é" * 100_000  # one line of 200 000 bytes
     text = render(output, ModelHints(budget=5000))
