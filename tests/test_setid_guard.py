@@ -243,3 +243,20 @@ async def test_the_guard_runs_in_copy_mode_too(engine: str, workspace: Path) -> 
     async with Toolkit(backend(engine, str(workspace))) as tk:
         result = await tk.call("bash", {"command": "cp /bin/true a; chmod 4755 a; stat -c %a a"})
     assert "Operation not permitted" in result.output and result.output.endswith("755\n")
+
+
+def test_the_guard_reports_its_state_before_any_command() -> None:
+    """What the agent's hello carries: known before the first command."""
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from agent import setid_guard; "
+             "print(setid_guard.status())")
+    here = str(REPO / "toolseam" / "backends")
+    for mode, said in (("off", "off"), ("require", "active")):
+        out = subprocess.run([sys.executable, "-I", "-c", probe, here], env={guard.MODE_VAR: mode},
+                             capture_output=True, text=True, check=True).stdout.strip()
+        assert out == said
+    qemu = "/usr/bin/qemu-x86_64-static"
+    if os.path.exists(qemu):
+        out = subprocess.run([qemu, sys.executable, "-I", "-c", probe, here],
+                             env={guard.MODE_VAR: "require"}, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        assert out == "unavailable: prctl(PR_SET_SECCOMP): Invalid argument"

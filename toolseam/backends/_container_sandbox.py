@@ -278,6 +278,14 @@ class ContainerSandbox:
         bundle = select_bundle(await self._call(self._engine_arch), bundle, self.agent_bundles)
         if self.mode == "bind":
             hello = await self._start_bound(bundle, labels)
+            # an agent that reports its set-id guard (agent/server.py's hello) says so at open;
+            # one that does not refuses each command instead (setid_guard "require")
+            guard = str(hello.get("setid_guard", ""))
+            if guard.startswith("unavailable"):
+                raise CouldNotRunError(
+                    f"the sandbox's set-id guard is {guard}: in bind mode a command could "
+                    f"leave a set-id program in {self.workspace} (docs/security.md); refusing "
+                    "to start (copy mode does without it)", retryable=False)
         else:
             hello = await self._start_copied(bundle, labels)
         return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,

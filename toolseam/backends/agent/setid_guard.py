@@ -202,21 +202,35 @@ class Guard:
                           f"({self.failure.strerror}); no command is started without it")
         return start()
 
-    @property
-    def active(self) -> bool:
-        """Whether commands run under the filter (after the first command)."""
-        return self._installed.is_set() and self.failure is None
+    def ready(self) -> None:
+        """Start the thread (the filter is installed first thing) and wait for it."""
+        self._thread.submit(lambda: None).result()
 
 
 _guard: Guard | None = None
 
 
-def start_command(start: Callable[[], T]) -> T:
-    """Call ``start`` (a spawn) where the agent's mode says: the guard's thread, or here."""
+def _the_guard() -> Guard | None:
     global _guard
     mode = os.environ.get(MODE_VAR, "off")
     if mode not in ("try", "require"):
-        return start()
+        return None
     if _guard is None:
         _guard = Guard(mode)  # type: ignore[arg-type]
-    return _guard.run(start)
+    return _guard
+
+
+def start_command(start: Callable[[], T]) -> T:
+    """Call ``start`` (a spawn) where the agent's mode says: the guard's thread, or here."""
+    guard = _the_guard()
+    return start() if guard is None else guard.run(start)
+
+
+def status() -> str:
+    """For the agent's hello: ``off``, ``active`` or ``unavailable: REASON`` (the guard's
+    thread is started now, so the answer is known before the first command)."""
+    guard = _the_guard()
+    if guard is None:
+        return "off"
+    guard.ready()
+    return "active" if guard.failure is None else f"unavailable: {guard.failure.strerror}"
