@@ -118,6 +118,8 @@ async def test_the_hosts_spill_files_last_as_long_as_the_session(tmp_path: Path)
         assert spill is not None and Path(spill).is_file()
         page = await tk.call("read", {"path": spill, "offset": 2, "limit": 1})
         assert page.output.startswith("00002| 2\n")
+        found = await tk.call("grep", {"pattern": "^99999$", "path": spill})
+        assert found.output.endswith(":99999:99999"), found.output
         # only the session's own spill files pass confinement, not their neighbours
         (Path(spill).parent / "toolseam-out-not-mine.txt").write_text("x\n")
         try:

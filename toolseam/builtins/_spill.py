@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..seam.errors import CouldNotRunError, FileOpError
-from ..seam.models import ChangeSet, DeleteOp, WriteOp
+from ..seam.models import ChangeSet, DeleteOp, PathRef, WriteOp
 from ..seam.protocol import BuiltinExec
 
 SPILL_ROOT = "/tmp"
@@ -53,6 +53,17 @@ def is_spill(services: Any, absolute_path: str) -> bool:
     """Whether ``absolute_path`` (normalised) is one of this session's spill files."""
     found = _SESSIONS.get(services)
     return found is not None and absolute_path in found.files
+
+
+def ref_for(ctx: Any, path: str | None) -> PathRef:
+    """The path as read and grep open it: this session's spill files open even when the session
+    is confined to its base dir (exactly those paths; every other one as ``ctx.ref`` has it)."""
+    if path and ctx.confine and path.startswith("/"):
+        normal = posixpath.normpath(path)
+        if is_spill(ctx.services, normal):
+            return PathRef(base="/", path=normal, confine=False)
+    ref: PathRef = ctx.ref(path)
+    return ref
 
 
 async def spill(backend: BuiltinExec, services: Any, session_id: str, call_id: str,

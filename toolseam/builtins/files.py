@@ -24,7 +24,7 @@ from ._base import (
     ok,
 )
 from ._diagnose import loose, mismatch_notes
-from ._spill import is_spill
+from ._spill import ref_for
 
 # extension -> (mime type, content part type)
 MEDIA_TYPES = {
@@ -204,11 +204,7 @@ def _media_result(path: str, media: tuple[str, str], data: bytes, size: int) -> 
 
 
 def _read_ref(path: str, ctx: CallContext) -> PathRef:
-    """The path as read opens it: this session's spill files (a cut command output) open even
-    when the session is confined to its base dir."""
-    if ctx.confine and path.startswith("/") and is_spill(ctx.services, posixpath.normpath(path)):
-        return PathRef(base="/", path=posixpath.normpath(path), confine=False)
-    return ctx.ref(path)
+    return ref_for(ctx, path)
 
 
 # Content signatures (the first bytes). Images a model can take come back as images, whatever

@@ -10,6 +10,7 @@ from ..listing import GlobSyntaxError, compile_glob, sort_and_cap
 from ..seam.errors import FileOpError
 from ..seam.models import GlobMatch
 from ._base import Builtin, CallContext, InputModel, ToolResult, WholeFrom1, error, object_schema, ok
+from ._spill import ref_for
 
 DEFAULT_LIMIT = 100
 NOTHING_FOUND = "No files found"  # an empty result in words: an empty string reads as a failure
@@ -54,7 +55,7 @@ class Grep(Builtin[GrepInput]):
         await ctx.services.check_read(self.name, args.path or ".")
         settings = ctx.services.settings
         try:
-            listing = await ctx.backend.grep(ctx.ref(args.path), args.pattern, include,
+            listing = await ctx.backend.grep(ref_for(ctx, args.path), args.pattern, include,
                                              deadline_ms=settings.search_timeout_ms)
         except FileOpError as exc:
             if exc.code != "timeout":
