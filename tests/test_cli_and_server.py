@@ -158,6 +158,7 @@ def test_serve_end_turn_and_approvals(tmp_path: Path, scratch: Path) -> None:
         assert ask["op"] == "ask" and ask["path"] == str(work / "outside" / "o.txt")
         assert ask["workdir"] == str(work / "inside") and "directory" in ask["choices"]
         server.send({"op": "answer", "qid": ask["qid"], "answer": "once"})
+        assert server.read() == {"op": "answered", "qid": ask["qid"]}
         assert server.read()["result"]["output"].startswith("00001| outside\n")
         server.send({"op": "answer", "qid": "99", "answer": "once"})
         assert server.read()["error"]["code"] == "BAD_REQUEST"
@@ -175,6 +176,7 @@ def test_serve_without_approvals_refuses(tmp_path: Path, scratch: Path) -> None:
     (work / "other.txt").write_text("other\n")
     with Server("--base-dir", str(work / "base"), "--config", str(config)) as server:
         server.send({"op": "user_message", "text": f"read {work / 'named.txt'} please"})
+        assert server.read() == {"op": "noted"}
         server.send({"id": 1, "tool": "read", "args": {"path": str(work / "other.txt")}})
         refused = server.read()["result"]
         assert refused["is_error"] and refused["output"].startswith("read: ")

@@ -9,11 +9,17 @@ In (one JSON object per line):
   {"op": "close"}                                 cancel running calls, close, exit
   EOF                                             finish the calls already read, close, exit
 Out:
-  {"id": ID, "result": {"output", "is_error", "metadata"[, "parts"]}}
+  {"id": ID, "result": {"output", "is_error", "metadata"[, "parts"], "model_text"}}
   {"id": ID, "error": {"code", "message"}}        a host error (bad request, unknown tool …)
   {"op": "output", "id": ID, "stream": S, "data": TEXT}   with --stream, in arrival order
   {"op": "ask", "qid": Q, "path", "workdir", "tool", "choices": {...}}   with --approvals
-  {"op": "end_turn", "killed_jobs": [...]}, {"op": "pinned", "shell": ...}, {"op": "closed"}
+  {"op": "end_turn", "killed_jobs": [...]}, {"op": "pinned", "shell": ...}, {"op": "noted"},
+  {"op": "answered", "qid": Q}, {"op": "closed"}
+
+Every non-blank line read gets exactly one answer, whatever it holds (docs/stdio-protocol.md):
+a line is read with a bounded reader and refused unparsed above ``input_limits.line_bytes``
+(the rest of it skipped as it arrives, never held), its nesting is measured by a scan before
+``json.loads`` ever recurses, and every line written is strict JSON in valid UTF-8.
 """
 
 from __future__ import annotations
@@ -25,10 +31,29 @@ import json
 import sys
 from typing import Any
 
+from . import stdio_wire
 from .builtins import OutputEvent
 from .policy.readscope import ANSWERS, Answer, ReadQuestion
 from .seam.errors import HostError
 from .toolkit import Toolkit
+
+MAX_ID_CHARS = 1024
+MAX_ID_INT = 2**63 - 1  # what every client language holds in a 64-bit integer
+
+
+def _id_problem(request_id: Any) -> str | None:
+    """Ids are strings or integers: anything else (null, bool, float, object) is refused."""
+    if isinstance(request_id, str):
+        return None if len(request_id) <= MAX_ID_CHARS else (
+            f"an id string is at most {MAX_ID_CHARS} characters")
+    if isinstance(request_id, int) and not isinstance(request_id, bool):
+        return None if -MAX_ID_INT - 1 <= request_id <= MAX_ID_INT else (
+            "an integer id must fit in 64 bits")
+    return f"an id must be a string or an integer, got {json.dumps(request_id)[:40]}"
+
+
+def _key(request_id: Any) -> tuple[bool, str | int]:
+    return isinstance(request_id, str), request_id  # 1 and "1" are two ids
 
 
 class StdioServer:
@@ -38,13 +63,14 @@ class StdioServer:
         self._questions: dict[str, asyncio.Future[Answer]] = {}
         self._qids = itertools.count(1)
         self._calls: dict[asyncio.Task[None], Any] = {}  # running call -> its request id
+        self._in_flight: set[tuple[bool, str | int]] = set()
         if approvals:
             toolkit.approver = self._ask
         self._out = sys.stdout.buffer
+        self.limits = toolkit.settings.input_limits
 
     def send(self, message: dict[str, Any]) -> None:
-        self._out.write(json.dumps(message, ensure_ascii=False).encode("utf-8", "surrogatepass")
-                        + b"\n")
+        self._out.write(stdio_wire.dumps(message))
         self._out.flush()
 
     async def _ask(self, question: ReadQuestion) -> Answer:
@@ -69,7 +95,12 @@ class StdioServer:
         except HostError as exc:
             self.send({"id": request_id, "error": {"code": exc.code, "message": str(exc)}})
             return
-        self.send({"id": request_id, "result": result.to_json()})
+        except Exception as exc:  # noqa: BLE001 - a fault of ours still answers the call
+            self.send({"id": request_id, "error": {"code": "INTERNAL",
+                                                   "message": f"{type(exc).__name__}: {exc}"}})
+            return
+        self.send({"id": request_id,
+                   "result": {**result.to_json(), "model_text": result.model_text()}})
 
     def _bad(self, message: str, request_id: Any = None) -> None:
         self.send({"id": request_id, "error": {"code": "BAD_REQUEST", "message": message}})
@@ -79,53 +110,106 @@ class StdioServer:
         op = message.get("op")
         if op == "close":
             return False
-        if op == "end_turn":
-            self.send({"op": "end_turn", "killed_jobs": await self.toolkit.end_turn()})
-        elif op == "pin_shell":
-            self.send({"op": "pinned", "shell": (await self.toolkit.pin_shell()).label})
-        elif op == "user_message" and isinstance(message.get("text"), str):
-            self.toolkit.user_message(message["text"])
-        elif op == "answer":
-            future = self._questions.get(str(message.get("qid")))
-            answer = message.get("answer")
-            if future is None or future.done():
-                self._bad(f"no open question {message.get('qid')!r}")
-            elif answer not in ANSWERS:
-                self._bad(f"answer must be one of {', '.join(ANSWERS)}, got {answer!r}")
+        try:
+            if op == "end_turn":
+                self.send({"op": "end_turn", "killed_jobs": await self.toolkit.end_turn()})
+            elif op == "pin_shell":
+                self.send({"op": "pinned", "shell": (await self.toolkit.pin_shell()).label})
+            elif op == "user_message" and isinstance(message.get("text"), str):
+                self.toolkit.user_message(message["text"])
+                self.send({"op": "noted"})
+            elif op == "answer":
+                self._answer(message)
             else:
-                future.set_result(answer)
-        else:
-            self._bad(f"unknown or malformed op line: {json.dumps(message)[:200]}")
+                self._bad(f"unknown or malformed op line: {json.dumps(message)[:200]}")
+        except HostError as exc:
+            self.send({"op": op, "error": {"code": exc.code, "message": str(exc)}})
+        except Exception as exc:  # noqa: BLE001 - the server serves on
+            self.send({"op": op, "error": {"code": "INTERNAL",
+                                           "message": f"{type(exc).__name__}: {exc}"}})
         return True
 
-    async def _handle(self, line: bytes) -> bool:
+    def _answer(self, message: dict[str, Any]) -> None:
+        qid = message.get("qid")
+        future = self._questions.get(str(qid))
+        answer = message.get("answer")
+        if future is None or future.done():
+            self._bad(f"no open question {json.dumps(qid)[:80]}")
+        elif answer not in ANSWERS:
+            self._bad(f"answer must be one of {', '.join(ANSWERS)}, got {json.dumps(answer)[:80]}")
+        else:
+            future.set_result(answer)
+            self.send({"op": "answered", "qid": str(qid)})
+
+    def _parse(self, line: bytes | stdio_wire.Oversized) -> dict[str, Any] | None:
+        """The line as an object, or None after answering why it is refused. The limits are
+        checked before parsing: the size while reading, the nesting by a scan."""
+        limits = self.limits
+        if isinstance(line, stdio_wire.Oversized):
+            self._bad(f"line of {line.size} bytes is over the limit of {limits.line_bytes} "
+                      "(input_limits.line_bytes); it was skipped unread")
+            return None
+        if stdio_wire.deeper_than(line, limits.json_depth):
+            self._bad(f"line nests arrays/objects deeper than {limits.json_depth} "
+                      "(input_limits.json_depth)")
+            return None
         try:
-            message = json.loads(line)
-        except ValueError as exc:
-            self._bad(f"not JSON: {exc}")
-            return True
+            message = stdio_wire.loads(line)
+        except RecursionError:  # the scan's backstop: never a traceback
+            self._bad(f"line nests too deeply (input_limits.json_depth {limits.json_depth})")
+            return None
+        except ValueError as exc:  # UnicodeDecodeError included: not UTF-8 is not JSON either
+            self._bad(f"not JSON: {exc}"[:500])
+            return None
         if not isinstance(message, dict):
             self._bad("each line must be a JSON object")
+            return None
+        return message
+
+    async def _handle(self, line: bytes | stdio_wire.Oversized) -> bool:
+        message = self._parse(line)
+        if message is None:
             return True
         if "op" in message:
             return await self._control(message)
+        request_id = message.get("id")
         if "id" not in message or not isinstance(message.get("tool"), str):
-            self._bad("a call needs \"id\" and \"tool\"", message.get("id"))
+            self._bad("a call needs \"id\" and \"tool\"",
+                      request_id if _id_problem(request_id) is None else None)
             return True
-        task = asyncio.ensure_future(self._call(message["id"], message["tool"], message.get("args", {})))
-        self._calls[task] = message["id"]
-        task.add_done_callback(lambda done: self._calls.pop(done, None))
+        problem = _id_problem(request_id)
+        if problem:
+            self._bad(problem)
+            return True
+        key = _key(request_id)  # checked above: a str or an int
+        if key in self._in_flight:  # a second answer under that id could not be told apart
+            self.send({"id": request_id, "error": {
+                "code": "DUPLICATE_ID", "message": f"id {json.dumps(request_id)[:80]} belongs to "
+                "a call still in flight; this line was not run (that call still gets its answer)"}})
+            return True
+        self._in_flight.add(key)
+        task = asyncio.ensure_future(self._call(request_id, message["tool"],
+                                                message.get("args", {})))
+        self._calls[task] = request_id
+
+        def finished(done: asyncio.Task[None]) -> None:
+            self._calls.pop(done, None)
+            self._in_flight.discard(key)
+
+        task.add_done_callback(finished)
         return True
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=1 << 30)
+        reader = asyncio.StreamReader(limit=stdio_wire.CHUNK)
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
         closed_by_request = False
         try:
             await self.toolkit.open()
-            while line := await reader.readline():
-                if line.strip() and not await self._handle(line):
+            async for line in stdio_wire.read_lines(reader, self.limits.line_bytes):
+                if isinstance(line, bytes) and not line.strip():
+                    continue  # a blank line is not a request
+                if not await self._handle(line):
                     closed_by_request = True
                     break
             if not closed_by_request:  # EOF: every call already read still gets its answer

@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, Valida
 
 from ..model_text import ModelHints, render
 from ..policy.jobs import JobRegistry
+from ..policy.limits import oversized
 from ..policy.refusal import Refusal
 from ..policy.settings import Settings
 from ..policy.shells import ShellChoice
@@ -205,6 +206,13 @@ class Builtin(ABC, Generic[InputT]):
         args = self.Input.canonical(args)
         if isinstance(args, str):
             return error(f"{self.name}: invalid input: {args}")
+        # Before any parsing or work, and the same for every front end (issue 19): an argument
+        # over its limit is the model's mistake to fix, not a sandbox that could not run.
+        limits = ctx.services.settings.input_limits
+        for name, value in args.items():
+            problem = oversized(name, value, limits) if isinstance(value, str) else None
+            if problem:
+                return error(f"{self.name}: {problem}", inputLimit=name)
         try:
             parsed = self.Input.model_validate(args)
         except ValidationError as exc:

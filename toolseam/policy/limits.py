@@ -47,3 +47,65 @@ class SandboxLimits(BaseModel):
     @property
     def is_default(self) -> bool:
         return self == SandboxLimits()
+
+
+# Linux refuses one argv string longer than MAX_ARG_STRLEN (32 pages) with E2BIG: a bash
+# command rides as one argument of the shell, so a longer one can never start.
+MAX_ARG_STRLEN = 32 * 4096 - 1
+
+
+class InputLimits(BaseModel):
+    """Bounds on what a client or a model may send, checked before any work is done: one place
+    (``builtins._base``) for every tool argument, so the Python API, ``serve --stdio`` and
+    ``toolseam mcp`` refuse the same inputs with the same tool error; and the two bounds of a
+    ``serve --stdio`` line, checked before it is parsed. The defaults are far above what a real
+    model or client sends."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    command_bytes: int = Field(MAX_ARG_STRLEN, gt=0, le=MAX_ARG_STRLEN, description=(
+        "Longest bash command in UTF-8 bytes; the kernel's limit for one argument is the most."))
+    pattern_chars: int = Field(16_384, gt=0, description=(
+        "Longest grep/glob pattern or include glob (compiling a regex takes about 3.5 s a MB)."))
+    path_bytes: int = Field(4096, gt=0, description="Longest path or workdir in UTF-8 bytes.")
+    content_bytes: int = Field(16 << 20, gt=0, description=(
+        "Longest other text argument (write content, edit strings, patch text) in UTF-8 bytes."))
+    line_bytes: int = Field(64 << 20, ge=1024, description=(
+        "serve --stdio: longest request line; a longer one is skipped unread and refused."))
+    json_depth: int = Field(512, ge=8, le=100_000, description=(
+        "serve --stdio: deepest nesting of arrays and objects in a request line."))
+
+
+# Which limit bounds a tool argument, by its (canonical) name; any other string argument is
+# text and takes ``content_bytes``. Path-like names are measured in bytes like the kernel does.
+ARGUMENT_LIMITS = {"command": "command_bytes", "pattern": "pattern_chars",
+                   "include": "pattern_chars", "path": "path_bytes", "workdir": "path_bytes"}
+
+
+def oversized(name: str, value: str, limits: InputLimits) -> str | None:
+    """The problem with one string argument, or None. Bytes are counted only when the count of
+    characters leaves it in doubt (a character is 1 to 4 bytes)."""
+    field = ARGUMENT_LIMITS.get(name, "content_bytes")
+    limit: int = getattr(limits, field)
+    if field == "pattern_chars":
+        size = f"{len(value)} characters"
+        if len(value) <= limit:
+            return None
+    elif len(value) * 4 <= limit:
+        return None
+    elif len(value) > limit:  # too long whatever its bytes: no need to encode a huge string
+        size = f"at least {len(value)} bytes"
+    else:
+        count = len(value.encode("utf-8", "surrogatepass"))
+        if count <= limit:
+            return None
+        size = f"{count} bytes"
+    return f"{name} is too long ({size}; the limit is {limit}, input_limits.{field}){_HINTS[field]}"
+
+
+_HINTS = {
+    "command_bytes": ": write the script to a file with the write tool and run that file",
+    "pattern_chars": ": search for a shorter pattern, or several in turn",
+    "path_bytes": "",
+    "content_bytes": ": send the text in smaller pieces (write a part, then edit or append)",
+}

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..seam.errors import ConfigurationError
 from ..seam.models import MAX_MS
-from .limits import SandboxLimits
+from .limits import InputLimits, SandboxLimits
 
 SCHEMA_VERSION = 2
 SUPPORTED_VERSIONS = (1, 2)  # 1: before timeouts, jobs and read scope were settings
@@ -70,6 +70,9 @@ class Settings(BaseModel):
         "missing", description="Container images: never pull, pull when missing, or always.")
     limits: SandboxLimits = Field(default_factory=SandboxLimits,
                                   description="Container sandbox limits (memory, cpus, pids, …).")
+    input_limits: InputLimits = Field(
+        default_factory=InputLimits, description="Longest tool arguments and serve --stdio lines "
+        "(command, pattern, path, content; line size and nesting depth).")
     write_requires_read: bool = Field(
         False, description="Refuse write over an existing file not read in this session.")
 
