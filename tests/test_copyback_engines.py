@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,3 +74,53 @@ async def test_a_sandbox_plants_no_set_id_bit_and_deletes_no_host_file(engine: s
     check_host(base)
     assert stat.S_IMODE((base / "x2").stat().st_mode) == 0o755
     assert (base / "x2").read_text() == "again\n"
+
+
+LIMIT_RUN = """
+import asyncio, os, subprocess, sys, tempfile, time
+sys.path.insert(0, {root!r})
+mnt = {mnt!r}
+os.makedirs(mnt, exist_ok=True)
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt], check=True)
+from tests.engines import backend
+from toolseam import Toolkit
+from toolseam.backends._workspace_copy import CopyLimitError
+
+async def main():
+    async with Toolkit(backend({engine!r}, {base!r}, workspace_mode="copy")) as tk:
+        made = await tk.call("bash", {{"command": "truncate -s 3G big && echo ok > small",
+                                      "timeout": 60000}})
+        assert made.output == "", made.output
+        tempfile.tempdir = mnt  # the copy-back's spool goes here: 64 MiB, far below the limit
+        started = time.monotonic()
+        try:
+            await tk.sync()
+        except CopyLimitError as exc:
+            print("REFUSED", round(time.monotonic() - started, 1), exc.reason)
+        else:
+            print("APPLIED")
+        print("HOST", sorted(os.listdir({base!r})))
+        tempfile.tempdir = None
+        await tk.call("bash", {{"command": "rm big"}})
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman", *REMOTE_ENGINES])
+def test_a_workspace_past_the_limit_is_refused_on_its_headers(engine: str, base: Path,
+                                                               tmp_path: Path) -> None:
+    """Issue 18 point 5: the default 2 GiB limit was enforced after ~2.1 GiB had streamed into
+    the host's temp dir (6-30 s per refused sync, repeatable by the sandbox). A 3 GiB file
+    (sparse in the sandbox, 3 GiB in the engine's archive) is refused on its tar header now:
+    the sync runs with its temp dir on a 64 MiB tmpfs (a private mount namespace) and is
+    refused quickly, nothing written on the host; before, the spool filled that tmpfs."""
+    script = LIMIT_RUN.format(root=str(Path(__file__).parent.parent), mnt=str(tmp_path / "tmp"),
+                              engine=engine, base=str(base))
+    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c",
+                           script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    refused, host = done.stdout.splitlines()[:2]
+    assert refused.startswith("REFUSED") and "larger than the copy limit" in refused, done.stdout
+    assert float(refused.split()[1]) < 10
+    assert host == "HOST []"
