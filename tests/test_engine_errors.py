@@ -7,6 +7,8 @@ cannot slip through the mapping as an unhandled exception.
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import warnings
 from typing import Any
 
@@ -82,3 +84,24 @@ def test_only_transient_engine_errors_are_retried() -> None:
     assert not is_transient(docker.errors.APIError("x", response=Response(404)))  # type: ignore[arg-type]
     assert not is_transient(requests.exceptions.ConnectionError("refused"))  # fail fast, name it
     assert not is_transient(docker.errors.ImageNotFound("nope"))
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+def test_the_backend_module_without_its_sdk_names_what_to_install(engine: str) -> None:
+    """``import toolseam.backends.podman`` without the extra: the install line, not a bare
+    ModuleNotFoundError (H7's request)."""
+    probe = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        f"        if name.split('.')[0] == {engine!r}:\n"
+        "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from toolseam.seam.errors import BackendUnavailable\n"
+        "try:\n"
+        f"    import toolseam.backends.{engine}\n"
+        "except BackendUnavailable as exc:\n"
+        "    print(exc)\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.startswith(f"the {engine} backend needs the '{engine}' package: pip install "), out

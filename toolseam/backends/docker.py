@@ -7,12 +7,19 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-import docker
-import requests
-from docker.errors import APIError, DockerException, ImageNotFound, NotFound
-from docker.models.containers import _create_container_args
-from docker.tls import TLSConfig
-from docker.types import LogConfig, Mount, Ulimit
+from .._extras import install_hint
+from ..seam.errors import BackendUnavailable
+
+try:  # the engine SDK is an extra: say what to install, not a bare ModuleNotFoundError
+    import docker
+    import requests
+    from docker.errors import APIError, DockerException, ImageNotFound, NotFound
+    from docker.models.containers import _create_container_args
+    from docker.tls import TLSConfig
+    from docker.types import LogConfig, Mount, Ulimit
+except ModuleNotFoundError as exc:
+    raise BackendUnavailable(f"the docker backend needs the {exc.name!r} package: "
+                             f"{install_hint('docker')}") from None
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError

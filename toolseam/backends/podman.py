@@ -13,10 +13,17 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-import requests
-from podman import PodmanClient
-from podman.api import encode_auth_header
-from podman.errors import APIError, ImageNotFound, NotFound, PodmanError
+from .._extras import install_hint
+from ..seam.errors import BackendUnavailable
+
+try:  # the engine SDK is an extra: say what to install, not a bare ModuleNotFoundError
+    import requests
+    from podman import PodmanClient
+    from podman.api import encode_auth_header
+    from podman.errors import APIError, ImageNotFound, NotFound, PodmanError
+except ModuleNotFoundError as exc:
+    raise BackendUnavailable(f"the podman backend needs the {exc.name!r} package: "
+                             f"{install_hint('podman')}") from None
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import CouldNotRunError
