@@ -228,6 +228,13 @@ async def test_read_knows_an_image_by_its_content(box: Sandbox) -> None:
     assert result.parts is not None and result.parts[0]["mimeType"] == "image/png"
 
 
+async def test_read_knows_a_gif_without_nul_bytes_by_its_content(box: Sandbox) -> None:
+    gif = b"GIF89a\x01\x01\x01\x01\xf7\xff" + bytes(range(1, 256))  # no NUL, not UTF-8
+    box.put("anim", gif)
+    result = await box.call("read", path="anim")
+    assert result.output == f"anim (image/gif, {len(gif)} bytes)"
+
+
 @pytest.mark.parametrize(("data", "kind"), [
     (b"BM" + b"\x00" * 60, "a BMP image, a type models are not sent"),
     (b"II*\x00" + b"\x00" * 60, "a TIFF image, a type models are not sent"),

@@ -142,6 +142,14 @@ class Read(Builtin[ReadInput]):
                 return error(f"read: {path} is not valid UTF-8 text and is {exc.detail} bytes, "
                              f"over the {settings.read_max_bytes}-byte limit for decoding it")
             data = raw.data
+            kind = sniff(data)  # an image or archive without NUL bytes early on
+            if kind in MEDIA_TYPES and len(data) <= settings.media_max_bytes:
+                return _media_result(path, MEDIA_TYPES[kind], data, len(data))
+            if kind in BINARY_KINDS:
+                return error(f"read: {path} is a binary file ({BINARY_KINDS[kind]}); it cannot "
+                             "be read as text", binaryType=kind)
+            if kind in TEXT_BOMS:
+                encoding = TEXT_BOMS[kind]
         if encoding is None:
             encoding = detect_encoding(data)
         text = data.decode(encoding, errors="replace").removeprefix("\ufeff")
