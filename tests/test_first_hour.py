@@ -262,3 +262,17 @@ def test_bare_toolseam_names_its_commands_and_python_dash_m_works() -> None:
     module = subprocess.run([sys.executable, "-m", "toolseam", "--version"], capture_output=True,
                             text=True, timeout=60)
     assert module.returncode == 0 and module.stdout.startswith("toolseam ")
+
+
+async def test_base_dir_may_be_a_path_or_start_with_a_tilde(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "f.txt").write_text("here\n")
+    async with Toolkit("host", base_dir=tmp_path / "proj", confine_to_base_dir=True) as toolkit:
+        assert toolkit.base_dir == str(tmp_path / "proj")
+        assert (await toolkit.call("bash", {"command": "cat f.txt"})).output == "here\n"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    async with Toolkit("host", base_dir="~/proj") as toolkit:
+        assert toolkit.base_dir == str(tmp_path / "proj")
+        assert (await toolkit.call("read", {"path": "f.txt"})).output.startswith("00001| here")
+        assert (await toolkit.call("bash", {"command": "pwd"})).output == f"{tmp_path / 'proj'}\n"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -59,7 +60,7 @@ class SyncToolkit:
         self,
         backend: BuiltinExec | str = "host",
         *,
-        base_dir: str | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
         confine_to_base_dir: bool = False,
         settings: Settings | Mapping[str, Any] | None = None,
         tools: Mapping[str, bool] | None = None,

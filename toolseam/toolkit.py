@@ -61,7 +61,8 @@ class Toolkit:
             missing extra raises ``BackendUnavailable`` naming what to install) or a backend
             instance (``HostBackend``, ``PodmanBackend(...)``, ``DockerBackend(...)``). The host
             backend runs commands on this machine as this user: see ``confine_to_base_dir``.
-        base_dir: the directory relative paths resolve against and bash starts in. Default:
+        base_dir: the directory (a ``str`` or ``pathlib.Path``; ``~`` is expanded on this
+            machine) relative paths resolve against and bash starts in. Default:
             the backend's workspace (the current directory for ``"host"``, ``/workspace`` in a
             container; a relative one there is taken under ``/workspace``). Open refuses one
             that does not exist or is not a directory (``ConfigurationError`` naming it).
@@ -101,7 +102,7 @@ class Toolkit:
         self,
         backend: BuiltinExec | str = "host",
         *,
-        base_dir: str | None = None,
+        base_dir: str | os.PathLike[str] | None = None,
         confine_to_base_dir: bool = False,
         settings: Settings | Mapping[str, Any] | None = None,
         tools: Mapping[str, bool] | None = None,
@@ -123,6 +124,8 @@ class Toolkit:
                                          f"fields, got {type(settings).__name__}")
             settings = parse_settings(dict(settings))
         self.settings: Settings = settings
+        if base_dir is not None:
+            base_dir = os.fspath(base_dir)  # a pathlib.Path is welcome too
         if confine_to_base_dir and not base_dir:
             raise ConfigurationError("confine_to_base_dir needs a base_dir")
         unknown = sorted(set(tools or {}) - set(BUILTIN_NAMES))
@@ -181,7 +184,7 @@ class Toolkit:
         info = await self.backend.open()
         base = self._base_dir_option or info.workspace
         if info.local:
-            base = os.path.abspath(base)
+            base = os.path.abspath(os.path.expanduser(base))
         elif not base.startswith("/"):
             base = posixpath.join(info.workspace, base)
         await self._check_base_dir(base)

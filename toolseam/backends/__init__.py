@@ -10,6 +10,7 @@ is missing, where importing ``toolseam.backends.podman`` itself meets the bare
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,7 +57,7 @@ def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
     chosen = dict(options)
     if name == "host":
         if base_dir:
-            chosen.setdefault("workspace", base_dir)
+            chosen.setdefault("workspace", os.path.expanduser(base_dir))
         if not limits.is_default:
             raise ConfigurationError("limits (memory, cpus, pids, network, tmpfs_size) are "
                                      "enforced by a container engine; the host backend has none")
