@@ -93,7 +93,7 @@ def oversized(name: str, value: str, limits: InputLimits) -> str | None:
             return None
     elif len(value) * 4 <= limit:
         return None
-    elif len(value) > limit:  # too long whatever its bytes: no need to encode a huge string
+    elif len(value) > max(limit, 64 << 20):  # too long whatever its bytes: not worth encoding
         size = f"at least {len(value)} bytes"
     else:
         count = len(value.encode("utf-8", "surrogatepass"))
