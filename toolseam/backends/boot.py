@@ -2,7 +2,8 @@
 
 * ``agent_command`` — the ``python -c`` arguments that run the agent package from a directory
   (the host runs it from this package; a container from a read-only mount of a staged copy).
-* ``stage_agent`` — that world-readable copy, for container engines to mount.
+* ``stage_agent`` / ``stage_bundle`` — a world-readable copy of it (with a runtime), for
+  container engines to mount, in a directory only this user can change (``staging.py``).
 * ``LocalAgent`` — the host's agent: a child process on a socketpair, in a private pid
   namespace when the system allows one; ``start`` hands back its ``AgentChannel``.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..seam.errors import CouldNotRunError
+from . import staging
 from ._channel import AgentChannel
 from ._workspace_copy import as_root
 from .agent import wire
@@ -47,12 +49,17 @@ def agent_command(parent: str) -> list[str]:
 
 
 def stage_agent() -> str:
-    """A world-readable copy of the agent package (a rootless engine cannot read a 0700 home)."""
+    """A world-readable copy of the agent package (a rootless engine cannot read a 0700 home),
+    in this user's staging root (``staging.py``), verified before reuse."""
     sources = sorted(Path(AGENT_PARENT, "agent").glob("*.py"))
     digest = hashlib.sha256(b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
-    staged = Path(tempfile.gettempdir()) / f"toolseam-agent-{digest}"
-    if not (staged / "agent" / "server.py").exists():
-        work = Path(tempfile.mkdtemp(prefix="toolseam-agent-stage-"))
+    root = staging.staging_root()
+    staged = root / f"agent-{digest}"
+    if staging.verified(staged) and all(
+            (staged / "agent" / p.name).read_bytes() == p.read_bytes() for p in sources):
+        return str(staged)
+    work = Path(tempfile.mkdtemp(prefix=".agent-stage-", dir=root))
+    try:
         (work / "agent").mkdir()
         for source in sources:
             shutil.copyfile(source, work / "agent" / source.name)
@@ -60,10 +67,11 @@ def stage_agent() -> str:
             path.chmod(0o755)
         for path in (work / "agent").iterdir():
             path.chmod(0o644)
-        try:
-            work.rename(staged)
-        except OSError:  # another session staged it first
-            shutil.rmtree(work, ignore_errors=True)
+        staging.write_manifest(work)
+        staging.install(work, staged)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     return str(staged)
 
 
@@ -88,18 +96,15 @@ def stage_bundle() -> str:
     python = Path(os.path.realpath(sys.executable))
     key = f"{_BUNDLE_FORMAT}:{python}:{sys.version}:{agent_dir.name}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    bundle = Path(tempfile.gettempdir()) / f"toolseam-bundle-{digest}"
-    if (bundle / RUNTIME_DIR / "ready").exists():
+    bundle = agent_dir.parent / f"bundle-{digest}"
+    if staging.verified(bundle):
         return str(bundle)
-    work = Path(tempfile.mkdtemp(prefix="toolseam-bundle-stage-"))
+    work = Path(tempfile.mkdtemp(prefix=".bundle-stage-", dir=agent_dir.parent))
     try:
         lay_out_agent(agent_dir, work)
         _build_runtime(python, work / RUNTIME_DIR)
         seal_bundle(work, sys.version)
-        try:
-            work.rename(bundle)
-        except OSError:  # another session staged it first
-            shutil.rmtree(work, ignore_errors=True)
+        staging.install(work, bundle)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
@@ -116,11 +121,12 @@ def lay_out_agent(agent_dir: Path, work: Path, bytecode: bool = True) -> None:
 
 
 def seal_bundle(work: Path, marker: str) -> None:
-    """Mark a staged bundle complete and make it world-readable (a rootless engine's user
-    must read it)."""
+    """Mark a staged bundle complete, make it world-readable (a rootless engine's user must
+    read it) and write its manifest (``staging.verified`` checks it before any reuse)."""
     (work / RUNTIME_DIR / "ready").write_text(marker)
     for path in [work, *work.rglob("*")]:
         path.chmod(0o755 if path.is_dir() or os.access(path, os.X_OK) else 0o644)
+    staging.write_manifest(work)
 
 
 def bundle_digest(bundle: str) -> str:
