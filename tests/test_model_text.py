@@ -29,7 +29,9 @@ def test_never_over_budget_and_a_cut_is_always_marked(
     hints = ModelHints(budget=budget, notes=notes, spill="/tmp/x.txt" if spill else None)
     text = render(output, hints)
     assert len(text) <= budget
-    whole = output + ("\n\n" if output and "\n".join(notes) else "") + "\n".join(notes)
+    joined = "\n".join(notes)
+    gap = "" if not output or not joined else "\n" if output.endswith("\n") else "\n\n"
+    whole = output + gap + joined
     if len(whole) <= budget:
         assert text == whole  # nothing to cut: nothing changed
     else:

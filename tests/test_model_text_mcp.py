@@ -129,3 +129,63 @@ async def test_the_hosts_spill_files_last_as_long_as_the_session(tmp_path: Path)
         finally:
             (Path(spill).parent / "toolseam-out-not-mine.txt").unlink()
     assert not Path(spill).exists()
+
+
+# --- every point of the model text, through MCP and in-process alike --------------------------
+def _setup(work: Path) -> None:
+    (work / "src").mkdir()
+    for n in range(150):
+        (work / "src" / f"f{n:03d}.py").write_text("needle\n")
+    (work / "f.py").write_text("def main():\n    x = compute(1, 2)\n    print('done')\n")
+    (work / "g.py").write_text("a = 1\nb = 2\na = 1\n")
+    (work / "latin.txt").write_bytes("café\n".encode("cp1252"))
+    (work / "picture").write_bytes(b"BM" + b"\x00" * 60)
+    (work / "shot").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(30)))
+    (work / "panic.txt").write_text("line1\nline2\nline3\n")
+
+
+_PATCH = "*** Begin Patch\n*** Update File: {}\n{}\n*** End Patch"
+EVERY_POINT: list[tuple[str, dict[str, Any]]] = [
+    ("bash", {"command": "seq 1 300000"}),
+    ("bash", {"command": "kill -9 $$"}),
+    ("bash", {"command": "echo start; sleep 30", "timeout": 300}),
+    ("grep", {"pattern": "needle"}),
+    ("glob", {"pattern": "*.none"}),
+    ("glob", {"pattern": "*", "path": "f.py"}),
+    ("edit", {"path": "f.py", "oldString": "    y = compute(1, 2)", "newString": "z"}),
+    ("edit", {"path": "g.py", "oldString": "a = 1", "newString": "a = 3"}),
+    ("apply_patch", {"patchText": _PATCH.format("f.py", "@@\n-    x = compute(1,3)\n+    x = 0")}),
+    ("read", {"path": "latin.txt"}),
+    ("read", {"path": "picture"}),
+    ("read", {"path": "shot"}),
+    ("apply_patch", {"patchText": _PATCH.format(
+        "panic.txt", "@@\n+after-context\n+second-line\n@@\n line1\n-line2\n-line3\n"
+                     "+line2-replacement")}),
+    ("apply_patch", {"patchText": _PATCH.format(
+        "panic.txt", "@@\n line1\n-line2\n-line3\n+line2-replacement")}),
+]
+
+
+def _same(text: str, work: Path) -> str:
+    text = text.replace(str(work), "WORK")
+    return re.sub(r"/tmp/toolseam-out-\S+?\.txt", "SPILL", text)
+
+
+async def test_every_point_reads_the_same_through_mcp_as_in_python(tmp_path: Path) -> None:
+    over_mcp, in_python = tmp_path / "mcp", tmp_path / "python"
+    for work in (over_mcp, in_python):
+        work.mkdir()
+        _setup(work)
+    expected = []
+    async with Toolkit("host", base_dir=str(in_python), confine_to_base_dir=True) as tk:
+        for name, args in EVERY_POINT:
+            expected.append(_same((await tk.call(name, args)).model_text(), in_python))
+    async with Client(stdio_params(over_mcp)) as client:
+        for (name, args), want in zip(EVERY_POINT, expected, strict=True):
+            got = await client.call_tool(name, args)
+            first = got.content[0]
+            assert isinstance(first, types.TextContent)
+            assert _same(first.text, over_mcp) == want, (name, args)
+    assert (over_mcp / "panic.txt").read_text() == (
+        "line1\nline2-replacement\nafter-context\nsecond-line\n")
+    assert "This hunk looks already applied" in expected[-1]

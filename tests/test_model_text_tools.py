@@ -95,6 +95,7 @@ async def test_bash_says_a_timeout_killed_the_command_and_what_to_do(box: Sandbo
     result = await box.call("bash", command="echo start; sleep 30", timeout=500)
     text = text_of(result)
     assert text.startswith("bash: command timed out after 500ms\nstart\n")
+    assert "signal" not in text  # the timeout is what ended it: one sentence, not two
     assert ("(timed out after 500 ms: it and every process it started were killed; pass a "
             "larger timeout (in ms, at most 2147483647))") in text
 

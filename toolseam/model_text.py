@@ -119,16 +119,21 @@ def render(output: str, hints: ModelHints | None = None) -> str:
     budget = max(hints.budget, 200)
     body, spans = mark_gaps(output, hints.gaps)
     notes = "\n".join(hints.notes)
-    joiner = "\n\n" if body and notes else ""
-    if len(body) + len(joiner) + len(notes) <= budget:
-        return body + joiner + notes
-    if len(body) + len(joiner) + min(len(notes), budget // NOTES_SHARE) > budget:
+    if len(_join(body, notes)) <= budget:
+        return _join(body, notes)
+    if len(body) + 2 + min(len(notes), budget // NOTES_SHARE) > budget:
         notes = _clip_notes(hints.notes, budget // NOTES_SHARE)
-    joiner = "\n\n" if notes else ""
-    room = budget - len(notes) - len(joiner)
+    room = budget - len(notes) - (2 if notes else 0)
     if len(body) <= room:
-        return body + joiner + notes
-    return _cut(body, spans, room, hints) + joiner + notes
+        return _join(body, notes)
+    return _join(_cut(body, spans, room, hints), notes)
+
+
+def _join(body: str, notes: str) -> str:
+    """Notes after the text, one blank line between."""
+    if not body or not notes:
+        return body + notes
+    return body + ("\n" if body.endswith("\n") else "\n\n") + notes
 
 
 def _cut(body: str, spans: list[tuple[int, int, Gap]], room: int, hints: ModelHints) -> str:

@@ -305,10 +305,11 @@ def _status_notes(status: JobStatus, services: SessionView, timeout_ms: int | No
     """Short sentences on how the command ended that ``output`` does not already say."""
     notes = []
     code = status.exit_code
-    if status.state == "exited" and code is not None and code < 0:
+    ended_by_us = status.timed_out or status.killed  # said below, or asked for
+    if status.state == "exited" and code is not None and code < 0 and not ended_by_us:
         notes.append(f"(the command was ended by signal {-code} ({_signal_name(-code)}))")
     elif status.state == "exited" and code is not None and 128 < code <= 128 + 64 \
-            and not status.timed_out:
+            and not ended_by_us:
         notes.append(f"(exit code {code} usually means a process was ended by signal "
                      f"{code - 128} ({_signal_name(code - 128)}))")
     if status.timed_out:
