@@ -271,3 +271,21 @@ async def test_model_text_is_the_same_for_every_call_form(box: Sandbox) -> None:
     second = await box.call("bash", **args)
     strip = re.compile(r"/tmp/\S+\.txt")  # each call has its own spill file
     assert strip.sub("F", first.model_text()) == strip.sub("F", second.model_text())
+
+
+async def test_a_detached_job_says_its_id_and_its_flood_is_cut_too() -> None:
+    tk, work = await open_sandbox("host", Settings(timeout_policy="detach",
+                                                   default_timeout_ms=1500))
+    try:
+        result = await tk.call("bash", {"command": "seq 1 300000; sleep 30"})
+        text = text_of(result)
+        assert text.startswith("still running after 1500 ms (job 1) — output so far below; "
+                               "bash {\"wait\": 1} keeps waiting, {\"kill\": 1} stops it")
+        marker = MARK.search(text)
+        assert marker is not None and "the whole output is in /tmp/toolseam-out-" in marker.group()
+        stopped = await tk.call("bash", {"kill": 1})
+        assert text_of(stopped).startswith("killed job 1\n")
+        assert "signal" not in text_of(stopped)  # asked for: no "ended by signal" note
+    finally:
+        await tk.close()
+        remove_shared(work)
