@@ -276,3 +276,13 @@ async def test_base_dir_may_be_a_path_or_start_with_a_tilde(tmp_path: Path,
         assert toolkit.base_dir == str(tmp_path / "proj")
         assert (await toolkit.call("read", {"path": "f.txt"})).output.startswith("00001| here")
         assert (await toolkit.call("bash", {"command": "pwd"})).output == f"{tmp_path / 'proj'}\n"
+
+
+async def test_call_takes_the_arguments_as_json_text_too(tmp_path: Path) -> None:
+    """Providers hand a tool call's arguments over as JSON text (OpenAI's function.arguments)."""
+    async with Toolkit("host", base_dir=str(tmp_path)) as toolkit:
+        assert (await toolkit.call("bash", '{"command": "echo hi"}')).output == "hi\n"
+        assert (await toolkit.call("bash", b'{"command": "echo b"}')).output == "b\n"
+        for bad in ('["echo"]', "echo hi", '"{}"', ""):
+            result = await toolkit.call("bash", bad)
+            assert result.is_error and result.output == "bash: arguments must be a JSON object"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import posixpath
 import uuid
@@ -36,6 +37,16 @@ from .seam.errors import (
 )
 from .seam.models import PathRef, SandboxInfo, SyncReport
 from .seam.protocol import BuiltinExec, WorkspaceTransfer
+
+
+def _json_object(text: str | bytes) -> Any:
+    """A provider's JSON arguments text as the object it holds; other text is left as it is,
+    for the builtin to refuse in its own words."""
+    try:
+        decoded = json.loads(text)
+    except ValueError:
+        return text
+    return decoded if isinstance(decoded, dict) else text
 
 
 @runtime_checkable
@@ -301,7 +312,13 @@ class Toolkit:
 
     async def call(self, name: str, args: Any, *, call_id: str | None = None,
                    on_output: Callable[[OutputEvent], None] | None = None) -> ToolResult:
-        """Run one tool call. Tool failures are results; host mistakes raise HostError."""
+        """Run one tool call. Tool failures are results; host mistakes raise HostError.
+
+        ``args`` is the call's arguments: a mapping, or the JSON text of one as providers
+        deliver it (OpenAI's ``function.arguments``); anything else is a tool failure the
+        model reads ("arguments must be a JSON object")."""
+        if isinstance(args, str | bytes):
+            args = _json_object(args)
         if self._closed:
             raise SessionClosedError("the toolkit was closed")
         if self.info is not None:
