@@ -130,3 +130,16 @@ async def test_files_a_command_makes_keep_the_hosts_owner(tk: Toolkit, tmp_path:
     assert result.output == f"{os.geteuid()}\n"
     assert (tmp_path / "d" / "f").stat().st_uid == os.geteuid()
     assert (tmp_path / "d" / "f").stat().st_gid == os.getegid()
+
+
+async def test_the_file_tools_never_read_a_process_environment(tk: Toolkit, tmp_path: Path) -> None:
+    """They run in this process on the host backend: its environ holds the unfiltered secrets."""
+    (tmp_path / "link").symlink_to(f"/proc/{os.getppid()}/environ")
+    for args in ({"path": "/proc/self/environ"}, {"path": "/proc/thread-self/environ"},
+                 {"path": f"/proc/{os.getpid()}/task/{os.getpid()}/environ"}, {"path": "link"},
+                 {"path": "/proc/self/mem"}):
+        result = await tk.call("read", args)
+        assert result.is_error and "permission denied" in result.output, result.output
+    grep = await tk.call("grep", {"pattern": "PATH", "path": "/proc/self/environ"})
+    assert "PATH" not in grep.output and SECRET not in grep.output
+    assert "processor" in (await tk.call("read", {"path": "/proc/cpuinfo"})).output

@@ -16,6 +16,7 @@ Confinement is two steps, and only the second is a guarantee:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import os
@@ -24,7 +25,15 @@ import stat
 import threading
 from typing import NamedTuple
 
-from .errors import INVALID, NOT_DIRECTORY, NOT_FOUND, OUTSIDE_BASE, FsError, from_os_error
+from .errors import (
+    INVALID,
+    NOT_DIRECTORY,
+    NOT_FOUND,
+    OUTSIDE_BASE,
+    PERMISSION,
+    FsError,
+    from_os_error,
+)
 
 _RESOLVE_NO_MAGICLINKS = 0x02
 _RESOLVE_NO_SYMLINKS = 0x04
@@ -249,11 +258,36 @@ def _split(path: str) -> tuple[str, ...]:
     return tuple(p for p in path.split("/") if p)
 
 
+# What the file tools never read, whatever path led there: a process's environment and memory.
+# On the host backend they run in the toolseam process, whose environment holds every secret
+# the command filter keeps from bash (and its parent's holds the same).
+_PROCESS_SECRETS = re.compile(r"/proc/\d+/(?:task/\d+/)?(?:environ|mem)")
+_procfs_dev: list[int] = []
+
+
+def _refuse_process_secrets(fd: int, r: Resolved) -> None:
+    """Called on a fd opened for content: close it and refuse when it is a ``_PROCESS_SECRETS``
+    entry (checked on the open file, so no symlink or ``/proc/self`` spelling gets around it)."""
+    if not _procfs_dev:
+        _procfs_dev.append(os.stat("/proc").st_dev)
+    if os.fstat(fd).st_dev != _procfs_dev[0]:
+        return
+    with contextlib.suppress(OSError):
+        if not _PROCESS_SECRETS.fullmatch(os.readlink(f"/proc/self/fd/{fd}")):
+            return
+    os.close(fd)
+    raise FsError(PERMISSION, r.given, "a process's environment and memory are never read "
+                  "by the file tools")
+
+
 def open_path(r: Resolved, flags: int, mode: int = 0o666) -> int:
     """Open the resolved path; under confinement the kernel re-checks every component."""
     try:
         if not r.confined:
-            return os.open(r.canonical, flags | os.O_CLOEXEC, mode)
+            fd = os.open(r.canonical, flags | os.O_CLOEXEC, mode)
+            if not flags & os.O_PATH:
+                _refuse_process_secrets(fd, r)
+            return fd
         rel = "/".join(r.parts) or "."
         try:
             return _openat2(r.anchor_fd, rel, flags | os.O_CLOEXEC, mode)
