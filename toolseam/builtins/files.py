@@ -60,7 +60,9 @@ class Read(Builtin[ReadInput]):
     name = "read"
     description = ("Read a file as numbered lines (up to 2000 lines or 50 KiB per call; offset "
                    "and limit page through longer files; longer lines are cut). Images, PDFs "
-                   "and audio come back as an attachment; a directory as its sorted entries.")
+                   "and audio come back as an attachment (images known by their content too); "
+                   "text that is not UTF-8 is decoded and says how; a directory comes back as "
+                   "its sorted entries.")
     Input = ReadInput
     schema = object_schema({"path": ("string", "File to read; relative paths are against the base dir."),
                       "offset": ("integer", "First line to return, counting from 1."),
