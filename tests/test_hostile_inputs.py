@@ -172,3 +172,38 @@ async def test_the_search_deadline_covers_compiling_the_pattern(engine: str, tmp
     finally:
         if engine == "docker":
             remove_shared(workspace)
+
+
+SLOW_TO_COMPILE = "(?i)" + "[\u0100-\U0010ffff]a" * 600  # 5 404 characters, ~8 s to compile
+
+
+@pytest.mark.parametrize("engine", ["host", "docker"])
+async def test_an_invalid_pattern_is_reported_by_the_search_process(engine: str, tmp_path: Path
+                                                                    ) -> None:
+    workspace = shared_dir() if engine == "docker" else tmp_path
+    sandbox: Any = backend("docker", str(workspace)) if engine == "docker" else "host"
+    try:
+        async with Toolkit(sandbox, base_dir=str(tmp_path) if engine == "host" else None) as tk:
+            with pytest.raises(FileOpError) as caught:
+                await tk.backend.grep(PathRef(base=tk.base_dir, path=".", confine=False),
+                                      "a(b", None, 5000)
+            assert (caught.value.code, caught.value.path) == ("bad_pattern", "a(b")
+            assert "missing )" in caught.value.detail
+            result = await tk.call("grep", {"pattern": "a(b"})
+            assert result.output.startswith("grep: invalid pattern 'a(b': missing ), ")
+    finally:
+        if engine == "docker":
+            remove_shared(workspace)
+
+
+@pytest.mark.xfail(strict=True, reason="needs the host-side re.compile in builtins/search.py "
+                   "removed: request from H5 in /work/notes/requests.md")
+async def test_a_pattern_slow_to_compile_stops_at_the_search_timeout(tmp_path: Path) -> None:
+    """The search timeout bounds the whole search, compiling the pattern included: the
+    compile happens in the search process only, never on the host's event loop."""
+    async with Toolkit("host", base_dir=str(tmp_path),
+                       settings=Settings(search_timeout_ms=1000)) as toolkit:
+        started = time.monotonic()
+        result = await toolkit.call("grep", {"pattern": SLOW_TO_COMPILE})
+        assert time.monotonic() - started < 4
+        assert result.is_error and "took longer than 1000 ms" in result.output

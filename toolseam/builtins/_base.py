@@ -266,6 +266,7 @@ _MESSAGES = {
     "stale": "{tool}: {p} changed while the change was being applied; read it again",
     "too_large": "{tool}: {p} is too large ({detail} bytes)",
     "invalid": "{tool}: invalid path {p!r}: {detail}",
+    "bad_pattern": "{tool}: invalid pattern {p!r}: {detail}",  # from the search process
 }
 
 
