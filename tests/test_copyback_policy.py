@@ -518,3 +518,28 @@ def test_a_host_edit_during_the_copy_back_is_never_overwritten(host: Path, tmp_p
     report = copy.apply(archive_of(sandbox))  # the retry: now a conflict, both kept
     assert report.modified == ["a.txt"] and report.conflicts == ["z.txt"]
     assert (host / f"z.txt{CONFLICT_SUFFIX}").read_text() == "sandbox z"
+
+
+def test_the_hosts_own_modes_stay_when_the_sandbox_left_the_file_alone(host: Path,
+                                                                      tmp_path: Path) -> None:
+    """The policy is for what the sandbox hands back: a host file that is group-writable (or
+    set-id, by its owner's choice) keeps its mode while the sandbox does not change it; a
+    staging dir a killed copy-back left is never sent into a sandbox."""
+    (host / "shared.txt").write_text("team\n")
+    (host / "shared.txt").chmod(0o664)
+    (host / "tool").write_text("#!/bin/sh\n")
+    (host / "tool").chmod(0o4755)
+    (host / f"{STAGING_PREFIX}0123456789ab").mkdir()
+    (host / f"{STAGING_PREFIX}0123456789ab" / "1").write_text("left by a crash")
+    sandbox = tmp_path / "sandbox"
+    sandbox.mkdir()
+    copy = started(host, sandbox)
+    assert sorted(os.listdir(sandbox)) == ["shared.txt", "tool"]
+    (sandbox / "new.txt").write_text("new\n")
+    report = copy.apply(archive_of(sandbox))
+    assert report.added == ["new.txt"] and report.modified == [] and report.deleted == []
+    assert stat.S_IMODE((host / "shared.txt").stat().st_mode) == 0o664
+    assert stat.S_IMODE((host / "tool").stat().st_mode) == 0o4755
+    (sandbox / "tool").write_text("#!/bin/sh\necho changed\n")
+    assert copy.apply(archive_of(sandbox)).modified == ["tool"]
+    assert stat.S_IMODE((host / "tool").stat().st_mode) == 0o755  # what came back is masked

@@ -201,7 +201,7 @@ class WorkspaceCopy:
             rel_dir = stack.pop()
             with os.scandir(self._host(rel_dir) if rel_dir else self.base) as it:
                 for item in sorted(it, key=lambda e: e.name):
-                    if not rel_dir and item.name.startswith(STAGING_PREFIX):
+                    if item.name.startswith(STAGING_PREFIX):
                         continue  # a copy-back in progress (or one a crash left): not the user's
                     rel = f"{rel_dir}/{item.name}" if rel_dir else item.name
                     st = item.stat(follow_symlinks=False)
