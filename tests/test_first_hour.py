@@ -286,3 +286,13 @@ async def test_call_takes_the_arguments_as_json_text_too(tmp_path: Path) -> None
         for bad in ('["echo"]', "echo hi", '"{}"', ""):
             result = await toolkit.call("bash", bad)
             assert result.is_error and result.output == "bash: arguments must be a JSON object"
+
+
+def test_a_sync_toolkit_refused_at_open_leaves_no_thread(tmp_path: Path) -> None:
+    import threading
+
+    before = {t for t in threading.enumerate() if t.name == "toolseam-sync"}
+    tools = SyncToolkit("host", base_dir=str(tmp_path / "nope"))  # still referenced after
+    with pytest.raises(ConfigurationError, match="does not exist"), tools:
+        pass
+    assert {t for t in threading.enumerate() if t.name == "toolseam-sync"} == before

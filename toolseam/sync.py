@@ -147,7 +147,11 @@ class SyncToolkit:
             self._loop.close()
 
     def __enter__(self) -> SyncToolkit:
-        self.open()
+        try:
+            self.open()
+        except BaseException:
+            self.close()  # a refused open (a missing base dir …) leaves no thread behind
+            raise
         return self
 
     def __exit__(self, *_: object) -> None:
