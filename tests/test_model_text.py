@@ -22,7 +22,7 @@ lines = st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_c
 
 @settings(max_examples=150, deadline=None)
 @given(body=lines, trailing=st.booleans(), budget=st.integers(1000, 40_000),
-       notes=st.lists(st.text(max_size=2000), max_size=4), spill=st.booleans())
+       notes=st.lists(st.text(max_size=12_000), max_size=4), spill=st.booleans())
 def test_never_over_budget_and_a_cut_is_always_marked(
         body: list[str], trailing: bool, budget: int, notes: list[str], spill: bool) -> None:
     output = "\n".join(body) + ("\n" if trailing and body else "")
@@ -72,7 +72,8 @@ def test_a_capture_join_is_always_marked_within_the_budget(body: list[str], data
     at = data.draw(st.integers(0, len(output)))
     dropped = data.draw(st.integers(1, 10**7))
     gap = Gap(at, "stdout", dropped, data.draw(st.integers(0, dropped)), data.draw(st.booleans()))
-    text = render(output, ModelHints(budget=budget, gaps=[gap]))
+    text = render(output, ModelHints(budget=budget, gaps=[gap], notes=data.draw(
+        st.lists(st.text(max_size=12_000), max_size=3))))
     assert len(text) <= budget
     assert "[…" in text and "…]" in text
     marked, spans = mark_gaps(output, [gap])
@@ -80,6 +81,11 @@ def test_a_capture_join_is_always_marked_within_the_budget(body: list[str], data
     # whatever is outside the marker is the output's own text, in order
     start, end, _ = spans[0]
     assert output.startswith(marked[:start]) and output.endswith(marked[end:])
+
+
+def test_long_notes_after_a_short_text_still_fit() -> None:
+    text = render("ok\n", ModelHints(budget=1000, notes=["n" * 5000]))
+    assert len(text) <= 1000 and text.startswith("ok\n") and "of notes cut]" in text
 
 
 def test_utf8_is_never_split_and_a_single_huge_line_is_marked_mid_line() -> None:

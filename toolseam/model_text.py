@@ -110,7 +110,7 @@ def _clip_notes(notes: list[str], room: int) -> str:
         return text
     marker = f"\n[… {_plural(len(text) - room, 'character')} of notes cut]"
     keep = max(0, room - len(marker) - 12)
-    return text[:keep] + marker
+    return (text[:keep] + marker)[:room]
 
 
 def render(output: str, hints: ModelHints | None = None) -> str:
@@ -121,8 +121,10 @@ def render(output: str, hints: ModelHints | None = None) -> str:
     notes = "\n".join(hints.notes)
     if len(_join(body, notes)) <= budget:
         return _join(body, notes)
-    if len(body) + 2 + min(len(notes), budget // NOTES_SHARE) > budget:
-        notes = _clip_notes(hints.notes, budget // NOTES_SHARE)
+    # Notes get what the text leaves, and at least a quarter of the budget when both are long.
+    note_room = max(budget // NOTES_SHARE, budget - len(body) - 2)
+    if len(notes) > note_room:
+        notes = _clip_notes(hints.notes, note_room)
     room = budget - len(notes) - (2 if notes else 0)
     if len(body) <= room:
         return _join(body, notes)
