@@ -117,6 +117,7 @@ async def test_container_sample_works_in_its_own_workspace(tmp_path: Path) -> No
     env = envs["default"]
     assert isinstance(env, ToolseamSandboxEnvironment)
     try:
+        assert os.stat(env.workspace).st_mode & 0o077 == 0  # the engine user's, no one else's
         await env.write_file("probe.txt", "in the sample")
         assert (Path(env.workspace) / "probe.txt").read_text() == "in the sample"
         assert set(os.listdir(os.getcwd())) == before

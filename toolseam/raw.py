@@ -27,6 +27,7 @@ import errno
 import os
 import posixpath
 import secrets
+import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -125,9 +126,9 @@ class RawSandbox:
         settings = tk.services.settings
         workdir = self._absolute(cwd or ".")
         job = tk.services.new_backend_job_id()
-        stdin_file = None
+        stdin_file = private_dir = None
         if stdin is not None:
-            stdin_file = self._temp_path(f"stdin-{job}")
+            stdin_file, private_dir = self._stdin_path(job)
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
             await tk.backend.write(PathRef(base="/", path=stdin_file), data)
         request = ExecRequest(
@@ -150,6 +151,9 @@ class RawSandbox:
             if stdin_file is not None:  # the agent removes it once spawned; not when it refused
                 await self._remove(stdin_file)
             return await self._spawn_failed(exc, args, workdir, request.env)
+        finally:
+            if private_dir is not None:  # the agent unlinked the file once the job had it
+                shutil.rmtree(private_dir, ignore_errors=True)
         stdout = "".join(c.text for c in status.chunks if c.stream == "stdout")
         stderr = "".join(c.text for c in status.chunks if c.stream == "stderr")
         code = status.exit_code
@@ -203,10 +207,16 @@ class RawSandbox:
             raise ValueError("cwd must not contain a NUL byte")
         return posixpath.normpath(posixpath.join(self._tk.base_dir, path))
 
-    def _temp_path(self, what: str) -> str:
+    def _stdin_path(self, job: str) -> tuple[str, str | None]:
+        """Where a command's stdin is staged. On this machine (the host backend): in a fresh
+        0700 directory, so no other local user can read it or plant a link there; returned
+        too, for removal. In a container: its own /tmp (a tmpfs only the sandbox sees)."""
+        name = f".toolseam-stdin-{job}-{secrets.token_hex(6)}"
         info = self._tk.info
-        tmp = tempfile.gettempdir() if info is not None and info.local else "/tmp"
-        return posixpath.join(tmp, f".toolseam-{what}-{secrets.token_hex(6)}")
+        if info is not None and info.local:
+            private = tempfile.mkdtemp(prefix="toolseam-stdin-")
+            return os.path.join(private, name), private
+        return posixpath.join("/tmp", name), None
 
     async def _remove(self, path: str) -> None:
         with contextlib.suppress(FileOpError, CouldNotRunError):

@@ -114,6 +114,24 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     return options
 
 
+def _give_to_engine_user(workspace: str, config: ToolseamSandboxConfig) -> None:
+    """A rootless engine's container root is the engine user's uid on this machine: root
+    running the eval hands it the (0700) workspace — the owner of the engine's socket — rather
+    than opening the directory to every local user. Run as that user, it is already theirs."""
+    if not (config.backend == "podman" and config.rootless and os.geteuid() == 0):
+        return
+    from ..backends.podman import default_endpoint
+
+    url = config.endpoint or os.environ.get("TOOLSEAM_PODMAN_ROOTLESS_URL") or default_endpoint(True)
+    if not url.startswith("unix://"):
+        return  # an engine elsewhere works on a copy of the workspace
+    try:
+        owner = os.stat(url.removeprefix("unix://"))
+    except OSError:
+        return  # opening the session will say the engine is not there
+    os.chown(workspace, owner.st_uid, owner.st_gid)
+
+
 @sandboxenv(name="toolseam")
 class ToolseamSandboxEnvironment(SandboxEnvironment):
     """A sample's sandbox: one toolseam session (``Toolkit``) in its own workspace."""
@@ -153,7 +171,7 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
         session = f"{SESSION_PREFIX}{uuid.uuid4().hex[:12]}"
         workspace = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{session}-",
                                      dir=chosen.workspace_parent)
-        os.chmod(workspace, 0o777)  # a rootless engine's user maps to another uid
+        _give_to_engine_user(workspace, chosen)
         try:
             backend = backend_for(chosen.backend, workspace, settings.limits,
                                   backend_options(chosen, workspace), settings.pull)
