@@ -183,3 +183,24 @@ async def test_six_detaching_calls_at_once_hold_max_jobs(engine: str, tmp_path: 
     finally:
         if engine == "docker":
             remove_shared(workspace)
+
+
+def test_six_detaching_calls_over_serve_stdio_each_get_an_answer(tmp_path: Path) -> None:
+    """Over ``serve --stdio`` a call that raised was never answered and the client hung."""
+    from .test_hostile_stdio import RawServer
+
+    config = tmp_path / "settings.json"
+    config.write_text('{"timeout_policy": "detach", "default_timeout_ms": 200, "max_jobs": 3}')
+    marker = f"600.{os.getpid() % 1000:03d}9"
+    with RawServer("--base-dir", str(tmp_path), "--config", str(config)) as server:
+        for n in range(6):
+            server.send({"id": n, "tool": "bash", "args": {"command": f"sleep {marker}{n}"}})
+        answers = [server.answer() for _ in range(6)]
+        assert sorted(a["id"] for a in answers) == list(range(6))
+        assert all(a["result"]["metadata"]["detached"] for a in answers), answers
+        alive = {line.split("sleep ")[-1] for line in host_survivors(f"sleep {marker}")}
+        assert alive == {f"{marker}{n}" for n in (3, 4, 5)}  # the three newest
+        server.send({"op": "end_turn"})
+        assert sorted(server.answer()["killed_jobs"]) == [4, 5, 6]
+        assert host_survivors(f"sleep {marker}") == []
+        assert server.close() == 0
