@@ -306,9 +306,12 @@ def test_a_failure_at_any_step_leaves_the_host_exactly_as_it_was(tmp_path: Path)
         stamps = {p: os.lstat(host / p).st_mtime_ns for p in before if before[p][0] == "file"}
         code = (errno.ENOSPC, errno.EIO, errno.ENAMETOOLONG)[at % 3]
         failing = copy._ops = FailingOps(at, code)
+        archive = archive_of(sandbox)
+        fds = len(os.listdir("/proc/self/fd"))
         try:
-            report = copy.apply(archive_of(sandbox))
+            report = copy.apply(archive)
         except CopyBackError as exc:
+            assert len(os.listdir("/proc/self/fd")) == fds  # no descriptor left open
             failures += 1
             assert tree(host) == before, at
             assert {p: os.lstat(host / p).st_mtime_ns for p in stamps} == stamps

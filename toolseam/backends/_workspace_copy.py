@@ -709,9 +709,13 @@ class _Sync:
             while where and os.fstat(self.dir_fd(where.rpartition("/")[0])).st_dev == dev:
                 where = where.rpartition("/")[0]
             name = f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
-            where_fd = self.dir_fd(where)
-            self.copy._ops.mkdir(name, 0o700, where_fd)
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=where_fd)
+            where_fd = os.dup(self.dir_fd(where))  # its own: cached ones close when a dir goes
+            try:
+                self.copy._ops.mkdir(name, 0o700, where_fd)
+                fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=where_fd)
+            except BaseException:
+                os.close(where_fd)
+                raise
             self._staging[dev] = (fd, name, where_fd)
         self._counter += 1
         return dev, self._staging[dev][0], str(self._counter)
@@ -883,8 +887,9 @@ class _Sync:
                 failed.append(f"{step.target} ({_describe(exc)})")
         if failed:
             kept = ", ".join(n for _, n, _p in self._staging.values())
-            for fd, _, _p in self._staging.values():
+            for fd, _, parent_fd in self._staging.values():
                 os.close(fd)
+                os.close(parent_fd)
             self._staging.clear()  # kept: they hold what could not go back
             raise CopyBackError(f"{what}; then putting back {'; '.join(failed)} failed (the "
                                 f"replaced entries are in {kept})", base=self.copy.base,
@@ -898,6 +903,7 @@ class _Sync:
                     os.unlink(entry, dir_fd=fd)
                 os.rmdir(name, dir_fd=parent_fd)
             os.close(fd)
+            os.close(parent_fd)
         self._staging.clear()
 
 
