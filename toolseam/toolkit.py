@@ -107,6 +107,10 @@ class Toolkit:
             (``shellFallback`` in the result) instead of refusing.
         backend_options: keyword arguments for the backend class when ``backend`` is a name
             (e.g. ``{"rootless": True, "image": ...}`` for podman).
+
+    After ``open()``: ``base_dir`` is the absolute base dir, ``info`` the ``SandboxInfo``
+    (``local``, ``pid_namespace`` …); ``sandbox`` is the raw API for the host's own commands and
+    files (docs/raw-sandbox.md); ``tool_names`` and ``declarations(fmt)`` describe the tools.
     """
 
     def __init__(
