@@ -12,9 +12,11 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolseam import ReadQuestion, Settings, Toolkit
-from toolseam.policy.readscope import user_named_paths
+from toolseam.policy.readscope import _without_proc_links, user_named_paths
 
 from .conftest import scratch_root
 
@@ -163,7 +165,23 @@ async def test_proc_self_root_leads_where_it_leads(root: Path) -> None:
     assert read.is_error and read.metadata == {"refused": True}
     assert f"(which is {target})" in read.output
     assert bash.is_error and "a\n" not in bash.output
-    assert [q.path for q in approver.asked] == [f"/proc/self/root{target}"] * 2
+    assert [q.path for q in approver.asked] == [f"/proc/self/root{target}", str(target)]
+
+
+async def test_bash_tokens_through_proc_and_the_commands_own_streams(root: Path) -> None:
+    approver = Approver(["deny"] * 3)
+    target = root / "home" / "other" / "a" / "f.txt"
+    async with toolkit(root, approver) as tk:
+        asked = [await tk.call("bash", {"command": f"cat /proc/1/root{target}"}),
+                 await tk.call("bash", {"command": "cat /proc/self/cwd/../home/other/b/f.txt"}),
+                 await tk.call("bash", {"command": f"cat /proc/thread-self/task/1/root{target}"})]
+        free = await tk.call("bash", {"command": "echo out >/dev/stderr; cat /dev/stdin "
+                                                 "/proc/self/status /dev/fd/0 >/dev/null; "
+                                                 "echo fine >/dev/stdout"})
+    assert all(r.is_error and r.metadata == {"refused": True} for r in asked)
+    assert [q.path for q in approver.asked] == [str(target), str(root / "home/other/b/f.txt"),
+                                                str(target)]
+    assert not free.is_error and free.output.endswith("fine\n"), free.output
 
 
 async def test_proc_cwd_and_fd_lead_where_they_lead(root: Path) -> None:
@@ -264,3 +282,22 @@ async def test_a_container_backend_decides_on_the_canonical_path(engine: str) ->
     assert [q.directory for q in approver.asked] == ["/var/lib/dpkg", "/etc", "/var/lib/dpkg",
                                                      "/etc"]
     assert not inside.is_error, inside.output
+
+
+_part = st.text(alphabet="abcxyz.-_", min_size=1, max_size=6).filter(lambda p: p not in (".", ".."))
+
+
+@given(parts=st.lists(_part, min_size=1, max_size=5), data=st.data())
+def test_any_proc_spelling_of_a_bash_path_is_checked_as_that_path(parts: list[str],
+                                                                  data: st.DataObject) -> None:
+    """However /proc/*/root, doubled slashes and `x/..` detours are stacked around a path, the
+    bash check sees the path itself."""
+    plain = "/" + "/".join(parts)
+    spelled = plain
+    for _ in range(data.draw(st.integers(0, 3))):
+        proc = data.draw(st.sampled_from(["self", "1", "thread-self", "42/task/42"]))
+        detour = data.draw(st.sampled_from(["", "/", "/zz/..", "/.", "/../.."]))
+        spelled = f"/proc/{proc}/root{detour}{spelled}"
+    if data.draw(st.booleans()):
+        spelled = "/" + spelled  # normpath keeps two leading slashes
+    assert _without_proc_links(spelled, "/w") == plain

@@ -53,9 +53,11 @@ SECRET_PATHS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
                 "/etc/ppp/*-secrets", "/etc/mysql/debian.cnf", "/etc/docker/key.json",
                 "/etc/containers/auth.json", "/dev/mem", "/dev/kmem", "/dev/port")
 _CONTENT_TOOLS = ("read", "grep", "edit", "apply_patch", "bash")  # glob lists names only
-# A /proc entry that opens another file, or holds a process's secrets (bash tokens).
-_PROC_MAGIC = re.compile(r"^/proc/[^/]+/(?:task/[^/]+/)?"
-                         r"(?:root|cwd|fd|map_files|environ|mem|cmdline|auxv)(?:/|$)")
+# Bash tokens: a /proc path into a process's root or cwd names the file below it. Resolving it
+# here would ask the wrong process (this one, or the agent — not the command), so it is
+# rewritten: /proc/*/root/X is /X, /proc/self/cwd/X is X from the command's cwd. Other /proc
+# paths and the command's own streams (/dev/stdout, /dev/fd/N …) are the command's own business.
+_OWN_STREAMS = re.compile(r"^/(?:dev/(?:std(?:in|out|err)|fd|tty\w*|pts)|proc)(?:/|$)")
 _TEMP_DIRS = ("/tmp", "/var/tmp")
 
 
@@ -196,9 +198,9 @@ class ReadScope:
                 await self._ask(tool, target, probe)
 
     async def check_command(self, command: str, cwd: str) -> None:
-        """The narrow bash check: an absolute path under the homes' parent, a ``/proc`` entry
-        that leads elsewhere or holds a process's secrets, a known system secret, or a ``..``
-        climb — that lies outside every root — asks like a read."""
+        """The narrow bash check: an absolute path under the homes' parent or a known system
+        secret (``/proc/*/root/`` and ``/proc/self/cwd/`` spellings of them included), or a
+        ``..`` climb — that lies outside every root — asks like a read."""
         if self.mode == "unrestricted":
             return
         homes = posixpath.dirname(self.home.rstrip("/")) or "/"
@@ -206,9 +208,9 @@ class ReadScope:
             if token.startswith("~"):
                 token = self.home + token[1:]
             if token.startswith("/"):
-                target = posixpath.normpath(token)
-                if not (_under(target, homes) or _PROC_MAGIC.match(target)
-                        or is_secret_system_path(target)):
+                target = _without_proc_links(token, cwd)
+                if _OWN_STREAMS.match(target) or not (
+                        _under(target, homes) or is_secret_system_path(target)):
                     continue
             elif ".." in token.split("/"):
                 target = posixpath.normpath(posixpath.join(cwd, token))
@@ -243,6 +245,32 @@ class ReadScope:
             self._everything = True
         elif answer != "once":
             raise Refusal(refusal)
+
+
+def _without_proc_links(token: str, cwd: str) -> str:
+    """An absolute bash token resolved lexically the way the kernel would treat its ``/proc``
+    links: ``/proc/<pid>/root`` (or ``…/task/<tid>/root``) is ``/``, ``/proc/self/cwd`` is the
+    command's cwd, and a ``..`` after one of them climbs from there (``normpath`` would climb back
+    into ``/proc`` instead). Doubled slashes are taken out (``normpath`` keeps two leading ones).
+    """
+    resolved: list[str] = []
+    for comp in token.split("/"):
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            if resolved:
+                resolved.pop()
+            continue
+        resolved.append(comp)
+        if resolved[0] != "proc" or len(resolved) not in (3, 5) or comp not in ("root", "cwd"):
+            continue
+        if len(resolved) == 5 and resolved[2] != "task":
+            continue
+        if comp == "root":
+            resolved = []
+        elif resolved[1] in ("self", "thread-self"):
+            resolved = [c for c in cwd.split("/") if c]
+    return "/" + "/".join(resolved)
 
 
 def _path_tokens(command: str) -> list[str]:
