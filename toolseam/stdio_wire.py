@@ -66,7 +66,9 @@ async def read_lines(reader: asyncio.StreamReader, limit: int) -> AsyncIterator[
 # match therefore succeeds, so one pass is linear even on a line made of quotes and escapes.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
 _NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
-_STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")  # opener +1, closer -1, after a shift
+_ONE_KIND = bytes.maketrans(b"{}", b"[]")  # in valid JSON kinds match; depth is the same
+_OPEN_RUNS = re.compile(rb"\[+")
+_CLOSE_RUNS = re.compile(rb"\]+")
 
 
 def deeper_than(line: bytes, limit: int) -> bool:
@@ -74,29 +76,34 @@ def deeper_than(line: bytes, limit: int) -> bool:
     strings do not count. Linear, and every loop is in C: no recursion, whatever the line."""
     if line.count(b"[") + line.count(b"{") <= limit:  # the common case: too few brackets at all
         return False
-    brackets = _STRING.sub(b"", line).translate(None, _NOT_BRACKET)
-    if brackets.count(b"[") + brackets.count(b"{") <= limit:
+    brackets = _STRING.sub(b"", line).translate(_ONE_KIND, _NOT_BRACKET)
+    if brackets.count(b"[") <= limit:
         return False
-    # The usual attack, [[[[[…: a run of openers longer than the limit. Runs are matched only
-    # from their first bracket (the lookbehind), so a line of runs just under it stays linear.
-    if re.search(rb"(?<![\[{])[\[{]{%d}" % (limit + 1), brackets):
-        return True
-    # Peel the innermost pairs a few times (C speed; most lines collapse). In valid JSON each
-    # pass lowers the deepest point by exactly one, so the limit drops by one per pass.
+    # Peel the innermost pairs while that shrinks the line by an eighth or more (each pass is
+    # one C loop; a pass lowers the deepest point by exactly one, as every deepest point sits
+    # inside an innermost pair). What is left has few runs of brackets: walk those.
     peeled = 0
-    while peeled < 4 and brackets:
-        shorter = brackets.replace(b"[]", b"").replace(b"{}", b"")
+    while brackets:
+        shorter = brackets.replace(b"[]", b"")
         if len(shorter) == len(brackets):
             break
+        slow = len(shorter) * 8 > len(brackets) * 7  # it shrank by less than an eighth
         brackets, peeled = shorter, peeled + 1
-    if not brackets:
-        return peeled > limit
-    # depth after i+1 brackets = (2 per opener so far) - (i+1): prefix sums in C loops, about
-    # 0.1 µs a bracket — only a line with more than ``limit`` brackets outside strings (no
-    # real call has that many: tool arguments are strings and numbers) gets here
-    depth: int = max(map(operator.sub, itertools.accumulate(brackets.translate(_STEP)),
-                    itertools.count(1)))
-    return depth + peeled > limit
+        if peeled > limit:
+            return True
+        if slow:
+            break
+    return _deepest(brackets) + peeled > limit
+
+
+def _deepest(brackets: bytes) -> int:
+    """The deepest point of a run of '[' and ']', from the lengths of its runs (C loops over
+    runs, not brackets): after the k-th run of openers the depth is the openers so far minus
+    the closers before them."""
+    openers = map(len, _OPEN_RUNS.findall(brackets))
+    closers = itertools.accumulate(map(len, _CLOSE_RUNS.findall(brackets)))
+    before = closers if brackets.startswith(b"]") else itertools.chain((0,), closers)
+    return max(map(operator.sub, itertools.accumulate(openers), before), default=0)
 
 
 def _no_constants(name: str) -> Any:
