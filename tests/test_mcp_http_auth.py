@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import subprocess
+import time
 from pathlib import Path
 
 import httpx
@@ -108,21 +109,22 @@ def test_a_bad_token_refuses_to_start(tmp_path: Path, token: str, mode: int,
 
 
 def test_http_says_where_it_listens(tmp_path: Path) -> None:
-    process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", "127.0.0.1:0", "--base-dir",
-                                str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
+    log = tmp_path.parent / f"{tmp_path.name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", "127.0.0.1:0", "--base-dir",
+                                    str(tmp_path)], stdout=subprocess.DEVNULL, stderr=out)
     try:
-        assert process.stderr is not None
-        line = process.stderr.readline()
+        deadline = time.monotonic() + 30
+        while not log.read_text() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         found = re.fullmatch(r"toolseam mcp: listening on http://127\.0\.0\.1:(\d+)/mcp "
-                             r"\(loopback only, no token\)\n", line)
-        assert found, line
+                             r"\(loopback only, no token\)\n", log.read_text())
+        assert found, log.read_text()
         response = httpx.post(f"http://127.0.0.1:{found[1]}/mcp", headers=HEADERS, json=INIT,
                               timeout=10)
         assert response.status_code != 401  # it answers there, with no token asked
     finally:
-        stop(process)  # type: ignore[arg-type]
-        process.stderr.close()  # type: ignore[union-attr]
+        stop(process)
 
 
 def test_a_taken_port_is_one_line(tmp_path: Path) -> None:

@@ -1,0 +1,44 @@
+"""What the MCP server declares and says: the logging capability it uses (``logging/setLevel``
+honoured), and plain words about the host backend to the model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mcp_types as types
+import pytest
+from mcp import Client
+
+from .test_mcp import stdio_params
+
+
+@pytest.mark.filterwarnings("ignore:The logging capability is deprecated")  # what 2025 clients use
+async def test_logging_is_declared_and_set_level_is_honoured(tmp_path: Path) -> None:
+    logs: list[tuple[str | None, object]] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append((params.logger, params.data))
+
+    async with Client(stdio_params(tmp_path), mode="legacy", logging_callback=on_log) as client:
+        assert client.server_capabilities.logging is not None
+        await client.set_logging_level("warning")  # above the info level output is sent at
+        quiet = await client.call_tool("bash", {"command": "echo quiet"})
+        assert quiet.content[0].text == "quiet\n" and logs == []  # type: ignore[union-attr]
+        await client.set_logging_level("info")
+        await client.call_tool("bash", {"command": "echo loud"})
+    assert logs == [("stdout", "loud\n")]
+
+
+@pytest.mark.parametrize("confine", [True, False])
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_the_host_backend_is_described_as_what_it_is(tmp_path: Path, confine: bool,
+                                                           mode: str) -> None:
+    async with Client(stdio_params(tmp_path, confine=confine), mode=mode) as client:
+        said = client.instructions or ""
+        listed = await client.list_tools()
+    assert "sandboxed" not in said
+    assert "commands run directly on this machine as the user running the server" in said
+    assert "there is no container" in said
+    assert ("Only the file tools are confined to the base directory; bash is not." in said) is confine
+    bash = next(tool for tool in listed.tools if tool.name == "bash")
+    assert "runs directly on the host machine as the server's user" in (bash.description or "")
