@@ -296,3 +296,12 @@ def test_a_sync_toolkit_refused_at_open_leaves_no_thread(tmp_path: Path) -> None
     with pytest.raises(ConfigurationError, match="does not exist"), tools:
         pass
     assert {t for t in threading.enumerate() if t.name == "toolseam-sync"} == before
+
+
+def test_call_reads_json_args_from_stdin_with_a_dash(tmp_path: Path) -> None:
+    content = "it's \"quoted\" — no shell quoting needed\n"
+    done = subprocess.run([*TOOLSEAM, "call", "write", "-", "--base-dir", str(tmp_path)],
+                          input=json.dumps({"path": "w.txt", "content": content}),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "w.txt").read_text() == content

@@ -42,6 +42,7 @@ examples:
   toolseam call read '{"path": "README.md"}' --base-dir . --confine
   toolseam call bash '{"command": "make test", "timeout": 120000}' --base-dir .
   toolseam call glob '{"pattern": "**/*.py"}' --base-dir src
+  toolseam call write - --base-dir . < args.json          # JSON-ARGS from stdin
 
 exit codes (the JSON result, or with --model-text the model's text, is on stdout for 0, 1, 3):
   0    the tool succeeded
@@ -174,8 +175,9 @@ def result_exit_code(result: Any) -> int:
 
 
 async def _call(args: argparse.Namespace) -> int:
+    text = sys.stdin.read() if args.json_args == "-" else args.json_args  # no shell quoting
     try:
-        tool_args = json.loads(args.json_args)
+        tool_args = json.loads(text)
     except ValueError as exc:
         raise ConfigurationError(f"JSON-ARGS is not valid JSON: {exc}") from None
     toolkit = _toolkit(args)
@@ -238,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
                                epilog=_CALL_EPILOG,
                                formatter_class=argparse.RawDescriptionHelpFormatter)
     call.add_argument("tool", help="bash, read, write, edit, apply_patch, grep or glob")
-    call.add_argument("json_args", metavar="JSON-ARGS", help="the tool's arguments as a JSON object")
+    call.add_argument("json_args", metavar="JSON-ARGS",
+                      help="the tool's arguments as a JSON object, or - to read them from stdin")
     call.add_argument("--model-text", action="store_true", help="print the text a model is shown "
                       "(output within model_output_chars, cuts marked, notes) instead of the JSON")
     _session_options(call)
