@@ -74,13 +74,15 @@ async def _session_plants(engine: str) -> bool:
         engines.remove_shared(workspace)
 
 
-async def test_a_bundle_planted_at_the_old_shared_name_never_runs(shared_tmp: Path) -> None:
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+async def test_a_bundle_planted_at_the_old_shared_name_never_runs(shared_tmp: Path,
+                                                                  engine: str) -> None:
     agent, bundle = _old_names()
     genuine = Path(os.environ["TOOLSEAM_TEST_GENUINE_BUNDLE"])
     _plant(genuine, shared_tmp / bundle)
     shutil.copytree(genuine / "agent", shared_tmp / agent / "agent")
     subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(shared_tmp / agent)], check=True)
-    assert not await _session_plants("podman")
+    assert not await _session_plants(engine)
     staged = Path(stage_bundle())
     assert staged.parent == shared_tmp / f"toolseam-{os.geteuid()}"
     assert PLANT not in (staged / "agent" / "server.py").read_text()
