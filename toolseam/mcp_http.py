@@ -127,7 +127,13 @@ def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: 
     """Streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted. Raises
     ``ConfigurationError`` — before listening — for a non-loopback address without a token,
     a bad token, or an address it cannot listen on."""
-    import uvicorn
+    try:
+        import uvicorn
+    except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
+        from ._extras import install_hint
+
+        raise ConfigurationError(f"--http needs the {exc.name!r} package: "
+                                 f"{install_hint('mcp')}") from None
 
     host = host.removeprefix("[").removesuffix("]")
     token = read_token(token_file, environ)

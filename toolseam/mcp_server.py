@@ -33,10 +33,11 @@ try:
     from mcp.server.context import ServerRequestContext
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
+    from ._extras import install_hint
     from .seam.errors import BackendUnavailable
 
     raise BackendUnavailable(
-        f"the MCP server needs the {exc.name!r} package: pip install 'toolseam[mcp]'") from None
+        f"the MCP server needs the {exc.name!r} package: {install_hint('mcp')}") from None
 
 from . import __version__
 from .builtins import OutputEvent, ToolResult
@@ -93,7 +94,7 @@ def annotations_for(name: str) -> types.ToolAnnotations:
 
 
 def result_to_mcp(result: ToolResult) -> types.CallToolResult:
-    content: list[Any] = [types.TextContent(type="text", text=result.output)]
+    content: list[Any] = [types.TextContent(type="text", text=result.model_text())]
     for part in result.parts or []:
         if part.get("type") == "image":
             content.append(types.ImageContent(type="image", data=part["data"],
