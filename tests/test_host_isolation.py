@@ -143,3 +143,15 @@ async def test_the_file_tools_never_read_a_process_environment(tk: Toolkit, tmp_
     grep = await tk.call("grep", {"pattern": "PATH", "path": "/proc/self/environ"})
     assert "PATH" not in grep.output and SECRET not in grep.output
     assert "processor" in (await tk.call("read", {"path": "/proc/cpuinfo"})).output
+
+
+def test_a_refused_user_namespace_is_an_oserror_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent then goes on in its pid namespace (better than none) and says so in `hello`."""
+    from toolseam.backends.agent import userns
+
+    before = os.readlink("/proc/self/ns/user")
+    monkeypatch.setattr(userns, "_CLONE_NEWUSER", 0x1)  # not a namespace flag: EINVAL
+    monkeypatch.setattr(userns, "_CLONE_NEWNS", 0)
+    with pytest.raises(OSError, match=r"unshare\(CLONE_NEWUSER\|CLONE_NEWNS\): Invalid argument"):
+        userns.enter_own_user_namespace()
+    assert os.readlink("/proc/self/ns/user") == before

@@ -220,6 +220,11 @@ class LocalAgent:
         self._stderr_task: asyncio.Task[None] | None = None
 
     @property
+    def stderr_tail(self) -> list[str]:
+        """The agent's last lines on stderr."""
+        return list(self._stderr_tail)
+
+    @property
     def launcher_pid(self) -> int | None:
         """The process this machine started (``unshare``, or the agent before it daemonised)."""
         return None if self._process is None else self._process.pid

@@ -20,6 +20,7 @@ command, but commands can see other processes. ``SandboxInfo.pid_namespace`` say
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import sys
@@ -29,6 +30,8 @@ from ..seam.models import SandboxInfo, SyncReport
 from ._channel import AgentChannel
 from ._parts import AgentExec, ComposedBackend, LocalFiles
 from .boot import LocalAgent
+
+_log = logging.getLogger("toolseam")
 
 
 class HostBackend(ComposedBackend):
@@ -81,6 +84,10 @@ class HostBackend(ComposedBackend):
                 failure = exc.reason
                 await self.agent.stop()
                 continue
+            if namespace and hello.get("proc_locked") is False:
+                _log.warning("host agent: no user namespace could be had, so a command running "
+                             "as root can unmount /proc and see this process: %s",
+                             " | ".join(self.agent.stderr_tail))
             return SandboxInfo(backend=self.name, workspace=self.workspace, local=True,
                                pid_namespace=bool(hello.get("pid_namespace")),
                                agent_pid=int(hello["pid"]))

@@ -179,6 +179,7 @@ class Agent:
             "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "uid": os.geteuid(),
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
+            "proc_locked": _proc_locked,
         })
 
     def _op_start(self, rid: Any, request: dict[str, Any]) -> None:
@@ -326,16 +327,21 @@ def _daemonize() -> None:
         os._exit(0)
 
 
+_proc_locked: bool | None = None  # host agent: whether commands can no longer unmount /proc
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--daemonize" in args:
         _daemonize()
     if "--own-user-namespace" in args:  # the host backend's agent, pid 1 of its pid namespace
+        global _proc_locked
         try:
             userns.enter_own_user_namespace()
-        except OSError as exc:
+            _proc_locked = True
+        except OSError as exc:  # still better than no pid namespace at all: go on, and say so
             print(f"the agent cannot lock its /proc in a user namespace: {exc}", file=sys.stderr)
-            sys.exit(1)
+            _proc_locked = False
     if "--listen" in args:
         path = args[args.index("--listen") + 1]
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
