@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
-import json
-import secrets
 import time
 import warnings
 from collections.abc import Callable
@@ -40,9 +37,11 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installe
         f"the MCP server needs the {exc.name!r} package: {install_hint('mcp')}") from None
 
 from . import __version__
+from . import mcp_approvals as approvals
 from .builtins import OutputEvent, ToolResult
+from .mcp_approvals import SANDBOX_ARG
 from .mcp_sandboxes import Handles, Sandbox, SandboxRefused
-from .policy.readscope import ANSWERS, Answer, ReadQuestion
+from .policy.readscope import Answer
 from .seam.errors import HostError
 from .toolkit import Toolkit
 
@@ -52,39 +51,6 @@ READ_ONLY = frozenset({"read", "grep", "glob"})
 _STATE_KEY = "toolseam.sandbox"
 _LOG_LEVEL_KEY = "toolseam.log_level"
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
-SANDBOX_ARG = "sandbox"
-MOST_PENDING_QUESTIONS = 16  # per sandbox; the oldest unanswered question is forgotten first
-# The request being served, for the approver (which the toolkit calls without a context), and
-# the approvals its client gave in answer to this server's questions (path -> answer).
-_request: contextvars.ContextVar[ServerRequestContext[Any, Any]] = contextvars.ContextVar("request")
-_given: contextvars.ContextVar[dict[str, Answer]] = contextvars.ContextVar("given")
-APPROVAL_KEY = "read-approval"
-
-
-class _NeedsApproval(Exception):  # a signal to ask the client, not an error
-    """The 2026-07-28 protocol has no server-to-client request mid-call: the call stops before
-    its effect, asks through an ``InputRequiredResult``, and runs again with the answer."""
-
-    def __init__(self, question: ReadQuestion) -> None:
-        super().__init__(question.path)
-        self.question = question
-
-
-def _approval_request(question: ReadQuestion) -> tuple[str, dict[str, Any]]:
-    schema = {"type": "object", "required": ["answer"], "properties": {"answer": {
-        "type": "string", "enum": list(ANSWERS), "title": "Allow this read?",
-        "description": "; ".join(f"{k}: {v}" for k, v in question.choices.items())}}}
-    return f"{question.tool} wants to read {question.path}, outside {question.workdir}.", schema
-
-
-def _answer(reply: Any) -> Answer:
-    if not isinstance(reply, types.ElicitResult) or reply.action != "accept":
-        return "deny"
-    answer = (reply.content or {}).get("answer")
-    for known in ANSWERS:
-        if answer == known:
-            return known
-    return "deny"
 
 
 def annotations_for(name: str) -> types.ToolAnnotations:
@@ -136,17 +102,6 @@ def _sessionless(ctx: ServerRequestContext[Any, Any]) -> bool:
     return _connection(ctx).session_id is None and ctx.request is not None
 
 
-def _request_state(params: types.CallToolRequestParams) -> dict[str, Any]:
-    """What this server put in ``requestState`` (the SDK has verified its seal)."""
-    if not params.request_state:
-        return {}
-    try:
-        state = json.loads(params.request_state)
-    except ValueError:
-        return {}
-    return state if isinstance(state, dict) else {}
-
-
 class McpTools:
     """The handlers, around a factory that makes one Toolkit per sandbox."""
 
@@ -188,7 +143,7 @@ class McpTools:
 
     def _new(self) -> Toolkit:
         toolkit = self.factory()
-        toolkit.approver = self._ask if self.approvals else None
+        toolkit.approver = approvals.ask if self.approvals else None
         self.toolkits.append(toolkit)
         return toolkit
 
@@ -231,7 +186,7 @@ class McpTools:
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
                         ) -> types.CallToolResult | types.InputRequiredResult:
         arguments = dict(params.arguments or {})
-        state = _request_state(params)
+        state = approvals.request_state(params)
         try:
             sandbox = await self.sandbox(ctx, arguments, state)
         except SandboxRefused as exc:
@@ -240,7 +195,7 @@ class McpTools:
         sandbox.busy += 1
         try:
             result = await self._run(ctx, params.name, arguments, sandbox,
-                                     self._given_answers(sandbox, params, state))
+                                     approvals.given_answers(sandbox, params, state))
         finally:
             sandbox.busy -= 1
             sandbox.last_used = time.monotonic()
@@ -253,45 +208,18 @@ class McpTools:
                    ) -> ToolResult | types.InputRequiredResult:
         outbox: asyncio.Queue[OutputEvent | None] = asyncio.Queue()
         sender = asyncio.ensure_future(self._send_output(ctx, outbox))
-        tokens = _request.set(ctx), _given.set(given)
+        tokens = approvals.request.set(ctx), approvals.given.set(given)
         try:
             return await sandbox.toolkit.call(name, arguments, on_output=outbox.put_nowait)
         except HostError as exc:  # an unknown tool, a closed session: the client's mistake
             return ToolResult(output=f"{name}: {exc}", is_error=True, metadata={"error": exc.code})
-        except _NeedsApproval as needed:
-            return self._input_required(sandbox, needed.question)
+        except approvals.NeedsApproval as needed:
+            return approvals.input_required(sandbox, needed.question)
         finally:
-            _request.reset(tokens[0])
-            _given.reset(tokens[1])
+            approvals.request.reset(tokens[0])
+            approvals.given.reset(tokens[1])
             outbox.put_nowait(None)
             await sender  # every output notification goes out before the result
-
-    @staticmethod
-    def _input_required(sandbox: Sandbox, question: ReadQuestion) -> types.InputRequiredResult:
-        """Ask this client; remember the question so only its answer counts, once."""
-        while len(sandbox.asked) >= MOST_PENDING_QUESTIONS:
-            del sandbox.asked[next(iter(sandbox.asked))]
-        nonce = secrets.token_urlsafe(16)
-        sandbox.asked[nonce] = question.path
-        message, schema = _approval_request(question)
-        request = types.ElicitRequest(params=types.ElicitRequestFormParams(
-            message=message, requested_schema=schema))
-        state = {"path": question.path, "nonce": nonce, SANDBOX_ARG: sandbox.handle}
-        return types.InputRequiredResult(input_requests={APPROVAL_KEY: request},
-                                         request_state=json.dumps(state))
-
-    @staticmethod
-    def _given_answers(sandbox: Sandbox, params: types.CallToolRequestParams,
-                       state: dict[str, Any]) -> dict[str, Answer]:
-        """The answer a retried call carries — only to a question this sandbox asked and has not
-        had answered yet; an approval the client sent unasked counts for nothing."""
-        nonce, path = state.get("nonce"), state.get("path")
-        if not isinstance(nonce, str) or not isinstance(path, str):
-            return {}
-        if sandbox.asked.get(nonce) != path:
-            return {}
-        del sandbox.asked[nonce]
-        return {path: _answer((params.input_responses or {}).get(APPROVAL_KEY))}
 
     @staticmethod
     def _with_handle(result: types.CallToolResult, sandbox: Sandbox) -> types.CallToolResult:
@@ -325,24 +253,6 @@ class McpTools:
                 warnings.simplefilter("ignore")
                 await ctx.session.send_log_message("info", event.text, logger=event.stream,
                                                    related_request_id=ctx.request_id)
-
-    async def _ask(self, question: ReadQuestion) -> Answer:
-        given = _given.get({})
-        if question.path in given:
-            return given.pop(question.path)
-        ctx = _request.get(None)
-        if ctx is None or not ctx.session.check_client_capability(
-                types.ClientCapabilities(elicitation=types.ElicitationCapability())):
-            return "deny"  # a client that cannot be asked: the read is refused
-        if not ctx.session.can_send_request:
-            raise _NeedsApproval(question)
-        message, schema = _approval_request(question)
-        try:
-            reply = await ctx.session.elicit(message, schema, related_request_id=ctx.request_id)
-        except Exception:  # noqa: BLE001 - a client that failed to answer: refuse, never hang
-            return "deny"
-        return _answer(reply)
-
 
 def build_server(factory: ToolkitFactory, approvals: bool = False, shared: bool = False,
                  one_client: bool = False) -> tuple[Server[Any], McpTools]:
