@@ -159,3 +159,50 @@ async def test_inspect_sandbox_cleanup_removes_every_container_and_workspace() -
         assert isinstance(env, ToolseamSandboxEnvironment)
         assert not os.path.exists(env.workspace)
         await env.close()  # the sample's own cleanup after the CLI's: no error
+
+
+TEXT_EDITOR_TASK = '''
+from inspect_ai import Task, eval, task
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ModelOutput, ModelUsage, get_model
+from inspect_ai.scorer import includes
+from inspect_ai.solver import generate, use_tools
+from inspect_ai.tool import text_editor
+
+USAGE = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+
+
+def say(output):
+    return output.model_copy(update={"usage": USAGE})
+
+
+@task
+def edit() -> Task:
+    model = get_model("mockllm/model", custom_outputs=[
+        say(ModelOutput.for_tool_call("mockllm/model", "text_editor", {
+            "command": "create", "path": "/workspace/f.txt", "file_text": "hello"})),
+        say(ModelOutput.for_tool_call("mockllm/model", "text_editor", {
+            "command": "view", "path": "/workspace/f.txt"})),
+        say(ModelOutput.from_content("mockllm/model", "done")),
+    ])
+    return Task(dataset=[Sample(input="edit", target="done")],
+                solver=[use_tools(text_editor()), generate()], scorer=includes(),
+                sandbox=("toolseam", CONFIG), model=model)
+
+
+(log,) = eval(edit(), display="none")
+print(log.status, [m.text.splitlines()[-1] for m in log.samples[0].messages if m.role == "tool"])
+'''
+
+
+def test_inspects_injected_tools_work_in_a_container(tmp_path: Path) -> None:
+    """Regression: text_editor() installs inspect's tools into /var/tmp, which a read-only root
+    filesystem refused ("Read-only file system"); an eval switching from docker must not break."""
+    config = {"backend": "podman", "rootless": True, "image": IMAGE,
+              "endpoint": endpoint("podman-rootless")}
+    (tmp_path / "edit.py").write_text(f"CONFIG = {config!r}\n{TEXT_EDITOR_TASK}")
+    done = subprocess.run([sys.executable, "edit.py"], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "success ['File created successfully at: /workspace/f.txt', " \
+                          "'     1\\thello']\n"

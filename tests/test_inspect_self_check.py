@@ -6,10 +6,10 @@ Known failures, each because the backend truly cannot (xfail strict: a pass woul
 
 * host, as root: ``test_read_file_not_allowed`` — the host backend runs as this user, and root
   reads a file whatever its mode (CAP_DAC_OVERRIDE). inspect's ``local`` fails it too.
-* containers: ``test_exec_as_user`` — a toolseam container drops every capability and mounts its
-  root filesystem read-only, so ``adduser`` cannot write ``/etc/passwd`` and no command can be
-  switched to another user (``SandboxUserUnsupportedError``, which the check's nonexistent-user
-  twin accepts). inspect's ``local`` fails it too.
+* containers: ``test_exec_as_user`` — a toolseam container drops every capability (CAP_SETUID
+  and CAP_SETGID with the rest), so no command can be switched to another user
+  (``SandboxUserUnsupportedError``, which the check's nonexistent-user twin accepts). inspect's
+  ``local`` fails it too.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ BACKENDS = ("host", "podman", "podman-rootless", "docker")
 KNOWN_FAILURES = {
     "host": {"test_read_file_not_allowed": "root reads any file (CAP_DAC_OVERRIDE)"}
     if os.geteuid() == 0 else {},
-    "container": {"test_exec_as_user": "no capabilities and a read-only root filesystem: "
-                                       "adduser cannot write /etc/passwd, no user switch"},
+    "container": {"test_exec_as_user": "every capability dropped (CAP_SETUID too): "
+                                       "no command can switch user"},
 }
 
 

@@ -29,6 +29,10 @@ class ToolseamSandboxConfig(BaseModel):
         None, description="Container limits (memory, cpus, pids, network, tmpfs_size).")
     settings: dict[str, Any] = Field(
         default_factory=dict, description="A toolseam settings mapping (docs: Settings).")
+    read_only_root: bool = Field(
+        False, description="Mount the container's root filesystem read-only (toolseam's own "
+        "default). Off here: inspect's injected tools (text_editor, bash_session) install into "
+        "/var/tmp, and eval tasks expect to write outside the workspace, as under docker.")
     workspace_parent: str | None = Field(
         None, description="Where each sample's workspace dir is made; None: the temp dir.")
 

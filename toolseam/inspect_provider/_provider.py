@@ -96,13 +96,18 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     or copied), never the current directory."""
     if config.backend == "host":
         refused = [name for name in ("image", "endpoint") if getattr(config, name) is not None]
+        if "read_only_root" in config.model_fields_set:
+            refused.append("read_only_root")
         if config.rootless or config.workspace_mode != "auto":
             refused.append("rootless" if config.rootless else "workspace_mode")
         if refused:
             raise ConfigurationError(f"toolseam sandbox config: {', '.join(refused)} apply to a "
                                      "container backend, not host")
         return {}
-    options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace}
+    from ..backends._container_sandbox import Hardening
+
+    options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace,
+                               "hardening": Hardening(read_only_root=config.read_only_root)}
     if config.image is not None:
         options["image"] = config.image
     if config.endpoint is not None:
