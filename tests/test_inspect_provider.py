@@ -11,7 +11,12 @@ from pathlib import Path
 
 import psutil
 import pytest
-from inspect_ai.util import OutputLimitExceededError, SandboxEnvironmentSpec, SandboxUserUnsupportedError
+from inspect_ai.util import (
+    OutputLimitExceededError,
+    SandboxEnvironmentSpec,
+    SandboxUnavailableError,
+    SandboxUserUnsupportedError,
+)
 from inspect_ai.util._sandbox.limits import override_max_exec_output_size
 
 from toolseam.inspect_provider import ToolseamSandboxConfig, ToolseamSandboxEnvironment
@@ -206,3 +211,20 @@ def test_inspects_injected_tools_work_in_a_container(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout == "success ['File created successfully at: /workspace/f.txt', " \
                           "'     1\\thello']\n"
+
+
+async def test_a_sandbox_that_died_is_unavailable_not_a_result() -> None:
+    config = ToolseamSandboxConfig(backend="podman", image=IMAGE, endpoint=endpoint("podman"))
+    envs = await ToolseamSandboxEnvironment.sample_init("t", config, {})
+    env = envs["default"]
+    assert isinstance(env, ToolseamSandboxEnvironment)
+    try:
+        sandbox = env.toolkit.backend.sandbox  # type: ignore[attr-defined]
+        sandbox.engine.remove(sandbox.container)  # the engine kills it under the eval
+        with pytest.raises(SandboxUnavailableError):
+            await env.exec(["true"])
+        with pytest.raises(SandboxUnavailableError):
+            await env.read_file("anything")
+    finally:
+        await ToolseamSandboxEnvironment.sample_cleanup("t", config, envs, True)
+    assert not os.path.exists(env.workspace)
