@@ -153,3 +153,8 @@ def test_a_missing_workspace_stops_a_container_server(tmp_path: Path) -> None:
     env = {**os.environ, "TOOLSEAM_DOCKER_URL": "unix:///nonexistent/docker.sock"}
     assert_one_line_exit_2(run_mcp("--backend", "docker", "--workspace", str(tmp_path / "typo"),
                                    env=env), f"--workspace {tmp_path / 'typo'} does not exist")
+
+
+def test_a_token_without_http_is_a_usage_error(tmp_path: Path) -> None:
+    path = token_file(tmp_path, secrets.token_hex(32))
+    assert_one_line_exit_2(run_mcp("--auth-token-file", str(path)), "--auth-token-file needs --http")

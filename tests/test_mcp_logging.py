@@ -9,7 +9,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from .test_mcp import stdio_params
+from .test_mcp import start_http, stdio_params, stop
 
 
 @pytest.mark.filterwarnings("ignore:The logging capability is deprecated")  # what 2025 clients use
@@ -42,3 +42,19 @@ async def test_the_host_backend_is_described_as_what_it_is(tmp_path: Path, confi
     assert ("Only the file tools are confined to the base directory; bash is not." in said) is confine
     bash = next(tool for tool in listed.tools if tool.name == "bash")
     assert "runs directly on the host machine as the server's user" in (bash.description or "")
+
+
+@pytest.mark.parametrize("shared", [False, True])
+async def test_http_clients_are_told_whose_session_it_is(tmp_path: Path, shared: bool) -> None:
+    url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log",
+                              *(["--shared-sandbox"] if shared else []))
+    try:
+        async with Client(url) as client:
+            said = client.instructions or ""
+    finally:
+        stop(process)
+    assert "sandboxed" not in said and "directly on this machine" in said
+    if shared:
+        assert "one session (jobs, read approvals) shared by every client of this server" in said
+    else:
+        assert "a session of your own" in said and 'handle in "sandbox"' in said

@@ -69,18 +69,24 @@ def result_to_mcp(result: ToolResult) -> types.CallToolResult:
                                 structured_content={"metadata": result.metadata})
 
 
-def describe(toolkit: Toolkit) -> str:
+def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> str:
     """What the sandbox is, said plainly to the model (the server's instructions)."""
     tools = "The builtin tools of a coding agent (bash, read, write, edit, apply_patch, grep, glob). "
+    noun = "session" if toolkit.backend.name == "host" else "sandbox"  # the host sandboxes nothing
+    whose = (f"one {noun} (jobs, read approvals) shared by every client of this server" if shared
+             else f"a {noun} of your own (jobs, read approvals)")
+    if handles:
+        whose += (" (without a session, results carry its handle in \"sandbox\": pass it back to "
+                  "keep using it)")
     if toolkit.backend.name == "host":
         where = ("They run on the host backend: commands run directly on this machine as the user "
                  "running the server, with everything that user can reach (files, network, "
                  "processes); there is no container. ")
         paths = ("Only the file tools are confined to the base directory; bash is not."
                  if toolkit.confine else "Paths are not confined to the base directory.")
-        return tools + where + paths
-    return (tools + f"They run in a {toolkit.backend.name} container, one per client; commands "
-            "reach only what the container holds (its workspace, and the network if enabled).")
+        return f"{tools}{where}{paths} You get {whose}."
+    return (f"{tools}They run in a {toolkit.backend.name} container: {whose}; commands reach only "
+            "what the container holds (its workspace, and the network if enabled).")
 
 
 _HOST_BASH_NOTE = (" On this server bash runs directly on the host machine as the server's user, "
@@ -262,7 +268,7 @@ def build_server(factory: ToolkitFactory, approvals: bool = False, shared: bool 
         # the log notifications this server sends; declaring it is what the protocol asks.
         warnings.simplefilter("ignore")
         server: Server[Any] = Server("toolseam", version=__version__,
-                                     instructions=describe(tools.probe),
+                                     instructions=describe(tools.probe, shared, not tools.single),
                                      on_list_tools=tools.list_tools, on_call_tool=tools.call_tool,
                                      on_set_logging_level=tools.set_logging_level)
     # Seal requestState (AES-GCM, bound to the tool, its arguments and a deadline): a client can
