@@ -155,3 +155,19 @@ def test_a_refused_user_namespace_is_an_oserror_naming_it(monkeypatch: pytest.Mo
     with pytest.raises(OSError, match=r"unshare\(CLONE_NEWUSER\|CLONE_NEWNS\): Invalid argument"):
         userns.enter_own_user_namespace()
     assert os.readlink("/proc/self/ns/user") == before
+
+
+async def test_the_file_tools_never_open_through_a_proc_link(tk: Toolkit, tmp_path: Path) -> None:
+    """/proc/self/fd/N, /dev/stdin and /proc/self/cwd are this process's own files, pipes and
+    directory on the host backend; /proc/self/root leads out of any mount namespace."""
+    (tmp_path / "in.txt").write_text("inside\n")
+    (tmp_path / "to-fd").symlink_to("/proc/self/fd/0")
+    with open(tmp_path / "in.txt", encoding="utf-8") as held:
+        for path in (f"/proc/self/fd/{held.fileno()}", "/dev/stdin", "/dev/fd/0", "to-fd",
+                     f"/proc/self/root{tmp_path}/in.txt", f"/proc/{os.getpid()}/cwd/README.md"):
+            result = await tk.call("read", {"path": path})
+            assert result.is_error and "permission denied" in result.output, (path, result.output)
+    assert (await tk.call("read", {"path": "in.txt"})).output.startswith("00001| inside")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert "permission denied" not in (await tk.call("read", {"path": "loop"})).output

@@ -69,14 +69,18 @@ class _Openat2Refused(Exception):
     pass
 
 
-def _openat2(dir_fd: int, rel: str, flags: int, mode: int) -> int:
+_CONFINED = _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS
+_AT_FDCWD = -100
+
+
+def _openat2(dir_fd: int, rel: str, flags: int, mode: int, resolve: int = _CONFINED) -> int:
     global _openat2_usable
     if _openat2_usable is False:
         raise _Openat2Refused
     # O_TMPFILE holds O_DIRECTORY's bit: test it whole, or every directory open keeps a mode
     if not (flags & os.O_CREAT or flags & os.O_TMPFILE == os.O_TMPFILE):
         mode = 0  # openat2 refuses a mode it would not use (EINVAL)
-    how = _OpenHow(flags, mode, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    how = _OpenHow(flags, mode, resolve)
     fd = _libc.syscall(_SYS_OPENAT2, dir_fd, os.fsencode(rel), ctypes.byref(how), ctypes.sizeof(how))
     if fd >= 0:
         _openat2_usable = True
@@ -265,6 +269,28 @@ _PROCESS_SECRETS = re.compile(r"/proc/\d+/(?:task/\d+/)?(?:environ|mem)")
 _procfs_dev: list[int] = []
 
 
+def _open_unconfined(r: Resolved, flags: int, mode: int) -> int:
+    """A content open outside confinement, through no ``/proc`` magic link (``/proc/*/fd/*``,
+    ``/proc/*/root``, ``/proc/*/cwd``, hence ``/dev/stdin`` and ``/dev/fd/*``): on the host
+    backend those are the toolseam process's own files, pipes and directories. Where openat2 is
+    refused (old kernel, seccomp), a plain open: the ``_refuse_process_secrets`` check remains."""
+    try:
+        fd = _openat2(_AT_FDCWD, r.canonical, flags, mode, _RESOLVE_NO_MAGICLINKS)
+    except _Openat2Refused:
+        fd = os.open(r.canonical, flags, mode)
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        try:  # a real loop fails this too; a magic link does not (O_PATH reads nothing)
+            os.close(os.open(r.canonical, os.O_PATH | os.O_CLOEXEC))
+        except OSError:
+            raise exc from None
+        raise FsError(PERMISSION, r.given, "the file tools do not open through /proc links "
+                      "(/proc/*/fd, /proc/*/root, /proc/*/cwd, /dev/stdin)") from None
+    _refuse_process_secrets(fd, r)
+    return fd
+
+
 def _refuse_process_secrets(fd: int, r: Resolved) -> None:
     """Called on a fd opened for content: close it and refuse when it is a ``_PROCESS_SECRETS``
     entry (checked on the open file, so no symlink or ``/proc/self`` spelling gets around it)."""
@@ -284,10 +310,9 @@ def open_path(r: Resolved, flags: int, mode: int = 0o666) -> int:
     """Open the resolved path; under confinement the kernel re-checks every component."""
     try:
         if not r.confined:
-            fd = os.open(r.canonical, flags | os.O_CLOEXEC, mode)
-            if not flags & os.O_PATH:
-                _refuse_process_secrets(fd, r)
-            return fd
+            if flags & os.O_PATH:  # metadata only
+                return os.open(r.canonical, flags | os.O_CLOEXEC, mode)
+            return _open_unconfined(r, flags | os.O_CLOEXEC, mode)
         rel = "/".join(r.parts) or "."
         try:
             return _openat2(r.anchor_fd, rel, flags | os.O_CLOEXEC, mode)
