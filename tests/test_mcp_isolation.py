@@ -158,3 +158,27 @@ async def test_an_answer_counts_once(approvals_server: tuple[str, Path]) -> None
                                                request_state=asked.request_state,
                                                allow_input_required=True)
         assert not (isinstance(replay, types.CallToolResult) and not replay.is_error), replay
+
+
+async def test_sessionless_clients_never_see_each_others_files_in_containers(
+        tmp_path: Path) -> None:
+    """docker, copy mode: each client's container has its own copy of the workspace and /tmp."""
+    from .engines import IMAGE, endpoint
+
+    url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log", "--backend",
+                              "docker", "--endpoint", endpoint("docker"), "--image", IMAGE,
+                              "--pull", "never", "--workspace-mode", "copy", "--workspace",
+                              str(tmp_path), confine=False)
+    try:
+        async with Client(url) as alice, Client(url) as mallory:
+            wrote = await alice.call_tool("bash", {"command": "echo mine > /tmp/alice.secret && "
+                                                              "echo draft > alice-draft.txt"})
+            assert not wrote.is_error, text(wrote)
+            looked = await mallory.call_tool("bash", {"command": "cat /tmp/alice.secret; ls"})
+            assert "mine" not in text(looked) and "alice-draft" not in text(looked), text(looked)
+            mine = wrote.structured_content["sandbox"]  # type: ignore[index]
+            again = await alice.call_tool("bash", {"command": "cat /tmp/alice.secret",
+                                                   "sandbox": mine})
+            assert text(again) == "mine\n"
+    finally:
+        stop(process)
