@@ -13,8 +13,9 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +26,7 @@ from toolseam.cli import main
 from .engines import backend, endpoint, remove_shared, shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
+KeptSession = Callable[[str], tuple[dict[str, Any], list[str]]]
 
 # A session in its own process, as the CLI makes one per call: the sandbox writes more than
 # the copy limit lets home, so close keeps the container and says how to recover it.
@@ -57,6 +59,28 @@ def workspace() -> Iterator[Path]:
     remove_shared(path)
 
 
+@pytest.fixture
+def kept_session(workspace: Path) -> Iterator[KeptSession]:
+    """Runs a session that fails its copy-back; returns what it printed and the recover
+    command its error named. Whatever a test leaves kept is removed after it."""
+    commands: list[list[str]] = []
+
+    def run(engine: str) -> tuple[dict[str, Any], list[str]]:
+        done = subprocess.run([sys.executable, "-c", _SESSION, str(REPO), engine,
+                               str(workspace)], capture_output=True, text=True, check=True)
+        outcome = json.loads(done.stdout)
+        message = outcome["error"]
+        assert "Recover the work with: " in message, message
+        command = shlex.split(message.split("Recover the work with: ", 1)[1].split(" --to DIR")[0])
+        commands.append(command)
+        return outcome, command
+
+    yield run
+    for command in commands:
+        if command[-1] in _cli(*command[1:-1], "--list")[1]:
+            _cli(*command[1:], "--remove")
+
+
 def _cli(*argv: str) -> tuple[int, str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
@@ -66,15 +90,12 @@ def _cli(*argv: str) -> tuple[int, str]:
 
 @pytest.mark.parametrize("engine", ["docker", "podman"])
 async def test_kept_work_survives_the_next_session_and_is_recovered(
-        engine: str, workspace: Path, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _SESSION, str(REPO), engine, str(workspace)],
-                          capture_output=True, text=True, check=True)
-    outcome = json.loads(done.stdout)
+        engine: str, workspace: Path, tmp_path: Path, kept_session: KeptSession) -> None:
+    outcome, command = kept_session(engine)
     message = outcome["error"]
     assert "copy limit" in message and "kept for 7 days" in message, message
     assert outcome["client"] is False  # the engine client was closed all the same
     assert not (workspace / "note.txt").exists()
-    command = shlex.split(message.split("Recover the work with: ", 1)[1].split(" --to DIR")[0])
     assert command[:2] == ["toolseam", "recover"]
 
     # the next session on this engine runs the janitor; the kept owner process has exited
@@ -99,11 +120,9 @@ async def test_kept_work_survives_the_next_session_and_is_recovered(
 
 
 @pytest.mark.parametrize("engine", ["docker"])
-async def test_kept_work_goes_after_its_retention(engine: str, workspace: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", _SESSION, str(REPO), engine, str(workspace)],
-                          capture_output=True, text=True, check=True)
-    message = json.loads(done.stdout)["error"]
-    command = shlex.split(message.split("Recover the work with: ", 1)[1].split(" --to DIR")[0])
+async def test_kept_work_goes_after_its_retention(engine: str, workspace: Path,
+                                                  kept_session: KeptSession) -> None:
+    _, command = kept_session(engine)
     tk = Toolkit(backend(engine, str(workspace)))
     sandbox_engine = tk.backend.sandbox.engine  # type: ignore[attr-defined]
     try:
