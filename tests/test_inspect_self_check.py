@@ -1,6 +1,7 @@
 """inspect_ai's own provider conformance suite (``inspect_ai.util._sandbox.self_check``, 44
-checks) against the ``toolseam`` sandbox provider on the host, podman rootful and rootless, and
-docker — each sandbox made and removed through the provider's ``sample_init``/``sample_cleanup``.
+checks) against the ``toolseam`` sandbox provider on the host, podman rootful and rootless,
+docker, and the two engines on "other machines" (copy mode: podman over tcp, docker over TLS) —
+each sandbox made and removed through the provider's ``sample_init``/``sample_cleanup``.
 
 Known failures, each because the backend truly cannot (xfail strict: a pass would be news):
 
@@ -24,11 +25,11 @@ from inspect_ai.util._sandbox.self_check import *  # noqa: F403
 
 from toolseam.inspect_provider import ToolseamSandboxConfig, ToolseamSandboxEnvironment
 
-from .engines import IMAGE, endpoint, shared_dir
+from .engines import IMAGE, endpoint, remote_image, required_env, shared_dir
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-BACKENDS = ("host", "podman", "podman-rootless", "docker")
+BACKENDS = ("host", "podman", "podman-rootless", "docker", "podman-remote", "docker-remote")
 KNOWN_FAILURES = {
     "host": {"test_read_file_not_allowed": "root reads any file (CAP_DAC_OVERRIDE)"}
     if os.geteuid() == 0 else {},
@@ -40,10 +41,12 @@ KNOWN_FAILURES = {
 def config_for(name: str) -> ToolseamSandboxConfig:
     if name == "host":
         return ToolseamSandboxConfig(backend="host")
-    engine = "docker" if name == "docker" else "podman"
-    return ToolseamSandboxConfig(backend=engine, image=IMAGE, endpoint=endpoint(name),
-                                 rootless=name == "podman-rootless",
-                                 workspace_parent=str(shared_dir()))
+    engine = "docker" if name.startswith("docker") else "podman"
+    remote = name.endswith("-remote")  # copy mode: engines in mount namespaces of their own
+    tls = required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", name) if name == "docker-remote" else None
+    return ToolseamSandboxConfig(backend=engine, image=remote_image() if remote else IMAGE,
+                                 endpoint=endpoint(name), rootless=name == "podman-rootless",
+                                 tls_cert_path=tls, workspace_parent=str(shared_dir()))
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module", params=BACKENDS)

@@ -21,6 +21,9 @@ class ToolseamSandboxConfig(BaseModel):
     rootless: bool = Field(False, description="podman: the unprivileged user's API service.")
     endpoint: str | None = Field(
         None, description="Engine address (unix://, tcp://, ssh://); None: the engine's default.")
+    tls_cert_path: str | None = Field(
+        None, description="docker over tcp://: a directory with ca.pem, cert.pem and key.pem "
+        "(as DOCKER_CERT_PATH); None: docker's own DOCKER_TLS_VERIFY/DOCKER_CERT_PATH.")
     workspace_mode: Literal["auto", "bind", "copy"] = Field(
         "auto", description="bind for a local engine, copy for one reached over the network.")
     pull: Literal["never", "missing", "always"] | None = Field(

@@ -95,7 +95,8 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     """The backend's options; a container's workspace is the sample's own dir (bind-mounted
     or copied), never the current directory."""
     if config.backend == "host":
-        refused = [name for name in ("image", "endpoint") if getattr(config, name) is not None]
+        refused = [name for name in ("image", "endpoint", "tls_cert_path")
+                   if getattr(config, name) is not None]
         if "read_only_root" in config.model_fields_set:
             refused.append("read_only_root")
         if config.rootless or config.workspace_mode != "auto":
@@ -112,6 +113,12 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
         options["image"] = config.image
     if config.endpoint is not None:
         options["endpoint"] = config.endpoint
+    if config.tls_cert_path is not None:
+        if config.backend != "docker":
+            raise ConfigurationError("toolseam sandbox config: tls_cert_path is a docker option")
+        from ..backends._attach import TlsFiles
+
+        options["tls"] = TlsFiles.from_dir(config.tls_cert_path)
     if config.rootless:
         if config.backend != "podman":
             raise ConfigurationError("toolseam sandbox config: rootless is a podman option")
