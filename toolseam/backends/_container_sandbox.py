@@ -51,6 +51,7 @@ from ._workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
 from .agent.setid_guard import MODE_VAR as GUARD_VAR
 from .boot import bundle_archive, bundle_command, bundle_digest, stage_bundle
 from .bundle_arch import select_bundle
+from .staging import staging_root
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
@@ -412,7 +413,9 @@ class ContainerSandbox:
             # they are separate processes. Hosts sharing an engine may still fill it twice:
             # the same bytes, and nobody uses the volume before "-ready" exists.
             key = _digest(self.engine.endpoint + name)
-            with open(os.path.join(tempfile.gettempdir(), f"toolseam-fill-{key}.lock"), "a") as lock:
+            # The lock lives in this user's staging root: a predictable name in the shared temp
+            # dir could be made first by another local user (and held, or made a symlink).
+            with open(os.path.join(staging_root(), f"fill-{key}.lock"), "a") as lock:
                 fcntl.flock(lock, fcntl.LOCK_EX)
                 if self.engine.volume_exists(ready):
                     return

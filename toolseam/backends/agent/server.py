@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import files, paths, procscan, userns, walk, wire
+from . import files, paths, procscan, setid_guard, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
@@ -179,7 +179,7 @@ class Agent:
             "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "uid": os.geteuid(),
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
-            "proc_locked": _proc_locked,
+            "proc_locked": _proc_locked, "setid_guard": setid_guard.status(),
         })
 
     def _op_start(self, rid: Any, request: dict[str, Any]) -> None:
