@@ -57,3 +57,29 @@ def test_only_idle_sandboxes_are_taken() -> None:
     with pytest.raises(SandboxRefused):
         handles.get(idle.handle)
     assert {box.handle for box in handles.take_all()} == {busy.handle, fresh.handle}
+
+
+async def test_one_failed_close_leaves_no_other_sandbox_open(capsys: pytest.CaptureFixture[str]
+                                                             ) -> None:
+    from toolseam.mcp_server import McpTools
+    from toolseam.seam.errors import CouldNotRunError
+
+    closed: list[str] = []
+
+    class Kept(Toolkit):
+        async def close(self) -> None:
+            closed.append("kept")
+            raise CouldNotRunError("the work is kept in container c1: toolseam recover …",
+                                   retryable=False)
+
+    class Plain(Toolkit):
+        async def close(self) -> None:
+            closed.append("plain")
+            await super().close()
+
+    made = iter([Plain("host"), Kept("host"), Plain("host")])  # the first is the probe
+    tools = McpTools(lambda: next(made))
+    tools.handles.mint(), tools.handles.mint()
+    await tools.close_all()
+    assert closed == ["kept", "plain"] and tools.toolkits == []
+    assert "closing a sandbox: " in capsys.readouterr().err

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -156,7 +157,11 @@ class McpTools:
     async def _close(self, toolkit: Toolkit) -> None:
         with contextlib.suppress(ValueError):
             self.toolkits.remove(toolkit)
-        await toolkit.close()
+        try:
+            await toolkit.close()
+        except Exception as exc:  # noqa: BLE001 - one failed close must not leave others open
+            # e.g. a copy-back that could not come home: the message says where the work is
+            print(f"toolseam mcp: closing a sandbox: {exc}", file=sys.stderr, flush=True)
 
     async def close_idle(self) -> None:
         for sandbox in self.handles.take_idle():
