@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from toolseam.backends.host import HostBackend
 from toolseam.seam.protocol import BuiltinExec
 from toolseam.testing.contract import RawContract
@@ -49,3 +51,22 @@ class TestPodmanRemoteRaw(_ContainerRaw):
 
 class TestDockerRemoteRaw(_ContainerRaw):
     engine = "docker-remote"
+
+
+async def test_the_fake_backend_runs_argv_and_refuses_what_it_cannot() -> None:
+    """The in-process fake (for tests above the seam) runs a raw argv as one statement of its
+    tiny shell and refuses stdin and users clearly, leaving no staged stdin file behind."""
+    from toolseam import Toolkit
+    from toolseam.raw import UserUnsupportedError
+    from toolseam.seam.errors import CouldNotRunError
+    from toolseam.testing.fake import FakeBackend
+
+    fake = FakeBackend("/workspace")
+    async with Toolkit(fake, tools={"bash": False}) as tk:
+        done = await tk.sandbox.exec(["echo", "a  b", "c"])
+        assert (done.stdout, done.exit_code) == ("a  b c\n", 0)
+        with pytest.raises(UserUnsupportedError, match="one user"):
+            await tk.sandbox.exec(["echo"], user="nobody")
+        with pytest.raises(CouldNotRunError, match="no stdin"):
+            await tk.sandbox.exec(["echo"], stdin="x")
+        assert not [f for f in fake.files if "toolseam-stdin" in f]

@@ -41,7 +41,7 @@ from ..seam.models import (
     TextPage,
     WriteResult,
 )
-from ..seam.protocol import OutputCallback
+from ..seam.protocol import ExecRequest, OutputCallback
 
 BOM = b"\xef\xbb\xbf"
 
@@ -297,6 +297,16 @@ class FakeBackend:
             raise HostError(f"job id {request.job!r} is in use")
         if request.cwd not in self.dirs:
             raise FileOpError("not_found", request.cwd, "working directory does not exist")
+        if isinstance(request, ExecRequest):  # the raw API's: no users, no stdin here
+            if request.stdin_file is not None:
+                self.files.pop(request.stdin_file, None)
+                raise CouldNotRunError("the fake backend's shell reads no stdin",
+                                       retryable=False)
+            if request.user is not None:
+                raise CouldNotRunError("user-unsupported: the fake backend has one user",
+                                       retryable=False)
+            # an argv, not a script: its words as one statement of the tiny shell
+            request = request.model_copy(update={"argv": [shlex.join(request.argv)]})
         job = _Job(request, time.time())
         self._jobs[request.job] = job
         job.task = asyncio.get_running_loop().create_task(self._run(job, on_output))
