@@ -18,7 +18,7 @@ Out:
 
 Every non-blank line read gets exactly one answer, whatever it holds (docs/stdio-protocol.md):
 a line is read with a bounded reader and refused unparsed above ``input_limits.line_bytes``
-(the rest of it skipped as it arrives, never held), its nesting is measured by a scan before
+(the rest of it skipped as it arrives, never held beyond the limit), its nesting is measured by a scan before
 ``json.loads`` ever recurses, and every line written is strict JSON in valid UTF-8.
 """
 

@@ -1,7 +1,8 @@
 """The JSON-lines wire of ``serve --stdio``, hardened for clients that are buggy or hostile.
 
-* ``read_lines``: lines of at most ``limit`` bytes; a longer line is skipped as it arrives (never
-  held whole: a 1 GiB line costs one buffer of reading) and reported as ``Oversized``.
+* ``read_lines``: lines of at most ``limit`` bytes; a longer line is skipped as it arrives (held
+  up to ``limit`` bytes, then dropped: a 1 GiB line never costs more) and reported as
+  ``Oversized``.
 * ``deeper_than``: the depth of arrays and objects in a line, by a scan that does not recurse, so a
   line nested 100 000 deep is refused before ``json.loads`` would raise ``RecursionError``.
 * ``loads``: strict JSON — ``NaN``, ``Infinity`` and ``-Infinity`` are not JSON and are refused.
