@@ -158,3 +158,7 @@ def test_a_missing_workspace_stops_a_container_server(tmp_path: Path) -> None:
 def test_a_token_without_http_is_a_usage_error(tmp_path: Path) -> None:
     path = token_file(tmp_path, secrets.token_hex(32))
     assert_one_line_exit_2(run_mcp("--auth-token-file", str(path)), "--auth-token-file needs --http")
+
+
+def test_a_port_out_of_range_is_one_line() -> None:
+    assert_one_line_exit_2(run_mcp("--http", "127.0.0.1:99999"), "a port is 0-65535")

@@ -136,6 +136,8 @@ def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: 
                                  f"{install_hint('mcp')}") from None
 
     host = host.removeprefix("[").removesuffix("]")
+    if not 0 <= port <= 65535:  # getaddrinfo would take 99999 as 34463
+        raise ConfigurationError(f"--http {host}:{port}: a port is 0-65535")
     token = read_token(token_file, environ)
     if token is None and not is_loopback(host):
         raise ConfigurationError(
