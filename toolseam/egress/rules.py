@@ -133,10 +133,10 @@ def parse_allow_rule(text: str, where: str) -> AllowRule:
         ports = (int(port_text),)
     host = normalize_host(host_text)
     address = parse_ip(host)
+    if raw.startswith("[") and not isinstance(address, ipaddress.IPv6Address):
+        raise bad(f"{host_text!r} in brackets is not an IPv6 address")
     if address is not None:
         return AllowRule(text, str(address), False, address, ports)
-    if raw.startswith("["):
-        raise bad(f"{host_text!r} in brackets is not an IPv6 address")
     wildcard = host.startswith("*.")
     name = host[2:] if wildcard else host
     if "*" in name:
@@ -296,9 +296,9 @@ class EgressPolicy(BaseModel):
             if rule.matches(name, port):
                 return Decision(True, f"allowed by egress_allow {rule.text!r}", rule=rule.text)
         if address is not None:
-            return Decision(False, f"{authority} is an IP address, which is reached only when "
-                            "listed literally in egress_allow", hint)
-        return Decision(False, f"{authority} is not in egress_allow", hint)
+            return Decision(False, "an IP address is reached only when listed literally in "
+                            "egress_allow", hint)
+        return Decision(False, "not in egress_allow", hint)
 
     def pinned(self, host: str) -> IPAddress | None:
         """The ``egress_resolve`` pin for ``host``, if any."""
