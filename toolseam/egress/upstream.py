@@ -68,7 +68,7 @@ async def _open(host: str, port: int, policy: EgressPolicy, tls: ssl.SSLContext 
             # An IP literal: the socket connects to exactly the address just checked.
             reader, writer = await asyncio.open_connection(
                 str(address), port, ssl=tls, server_hostname=host if tls else None,
-                limit=256 * 1024)
+                limit=1024 * 1024)
         except ssl.SSLCertVerificationError as error:
             raise bad_gateway(host, port, f"TLS verification failed at {address}: "
                               f"{error.verify_message} (trusted: the system store and "
