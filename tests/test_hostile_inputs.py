@@ -190,7 +190,7 @@ async def test_the_search_deadline_covers_compiling_the_pattern(engine: str, tmp
             remove_shared(workspace)
 
 
-SLOW_TO_COMPILE = "(?i)" + "[\u0100-\U0010ffff]a" * 600  # 5 404 characters, ~8 s to compile
+SLOW_TO_COMPILE = "(?i)" + "[\u0100-\U0010ffff]a" * 1500  # 13 504 characters, 10-25 s to compile
 
 
 @pytest.mark.parametrize("engine", ["host", "docker"])
