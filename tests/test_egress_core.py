@@ -605,6 +605,23 @@ async def test_one_request_per_connection_and_no_smuggled_second_request(web: in
     assert seen.paths == ["/first"]
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+async def test_request_bodies_pass_in_their_framing_with_100_continue(
+        chunked: bool, web: int, seen: Seen, tmp_path: Path) -> None:
+    payload = tmp_path / "payload"
+    payload.write_bytes(os.urandom(3 * 1024 * 1024))  # curl asks "Expect: 100-continue" above 1 MiB
+    proxy = EgressProxy(policy([f"web.test:{web}"], egress_private=True))
+    extra = ["-H", "Transfer-Encoding: chunked"] if chunked else []
+    async with running(proxy) as proxy_url:
+        code, out, err = await run("curl", "-sS", "-v", "--proxy", proxy_url, *extra, "--data-binary",
+                                   f"@{payload}", f"http://web.test:{web}/upload", env=client_env(tmp_path))
+    assert code == 0, err
+    assert out == f"got {3 * 1024 * 1024} bytes"
+    assert "Expect: 100-continue" in err and "HTTP/1.1 100 Continue" in err
+    [event] = proxy.events()
+    assert event.bytes_up > 3 * 1024 * 1024 and event.status == 200
+
+
 def test_the_redactor_replaces_every_value() -> None:
     redactor = Redactor(["abc", "abcdef"])
     assert redactor.scrub("x abcdef y abc") == f"x {REDACTED} y {REDACTED}"

@@ -109,8 +109,15 @@ def _web_handler(seen: Seen, secret_header: str | None, secret: str | None,
                 self._send(200, json.dumps({"path": self.path, "headers": names}).encode())
 
         def do_POST(self) -> None:
-            length = int(self.headers.get("content-length", "0"))
-            body = self.rfile.read(length)
+            if self.headers.get("transfer-encoding", "").lower() == "chunked":
+                body = b""
+                while size := int(self.rfile.readline().split(b";")[0], 16):
+                    body += self.rfile.read(size)
+                    self.rfile.readline()
+                while self.rfile.readline() not in (b"\r\n", b""):
+                    pass  # trailers
+            else:
+                body = self.rfile.read(int(self.headers.get("content-length", "0")))
             self._record()
             self._send(200, f"got {len(body)} bytes".encode())
 

@@ -146,10 +146,21 @@ async def _relay_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWri
                 if trailer == b"\r\n":
                     await writer.drain()
                     return
-        data = await reader.readexactly(size + 2)
-        writer.write(data)
-        count(len(data))
-        await writer.drain()
+        # In pieces: a chunk's declared size is the client's word, not a buffer to allocate.
+        remaining = size
+        while remaining:
+            data = await reader.read(min(CHUNK, remaining))
+            if not data:
+                raise BadRequest("the body ended inside a chunk")
+            remaining -= len(data)
+            writer.write(data)
+            count(len(data))
+            await writer.drain()
+        end = await reader.readexactly(2)
+        if end != b"\r\n":
+            raise BadRequest("a chunk not followed by CRLF")
+        writer.write(end)
+        count(2)
 
 
 REASONS = {400: "Bad Request", 403: "Forbidden", 421: "Misdirected Request", 502: "Bad Gateway",

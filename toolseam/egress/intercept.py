@@ -18,8 +18,6 @@ import ssl
 from collections.abc import Iterable
 from pathlib import Path
 
-from .._extras import install_hint
-
 try:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -55,8 +53,8 @@ class SessionCA:
     def __init__(self, hosts: Iterable[str], name: str = "toolseam egress session CA") -> None:
         if x509 is None:
             raise InterceptUnavailable(
-                "egress_credentials for HTTPS hosts need the cryptography package: "
-                + install_hint("egress"))
+                "egress_credentials need the cryptography package (the per-session CA): "
+                "pip install 'cryptography>=42'")
         self.hosts = sorted(set(hosts))
         self._key = ec.generate_private_key(ec.SECP256R1())
         subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
