@@ -352,7 +352,9 @@ async def test_upstream_down_gives_a_502_naming_the_reason(tmp_path: Path, test_
         assert f"could not reach down.test:{down}: could not connect (127.0.0.1: Connection refused)" in out
         answer = await raw_request(proxy_url, f"CONNECT down.test:{down} HTTP/1.1\r\n\r\n".encode())
         assert b"502 Bad Gateway" in answer and b"Connection refused" in answer
-    assert [(e.allowed, e.status) for e in proxy.events()] == [(False, 502)] * 2
+    # Allowed by the rules; the status and reason say what happened next.
+    assert [(e.allowed, e.status, e.address) for e in proxy.events()] == [(True, 502, None)] * 2
+    assert all("Connection refused" in e.reason for e in proxy.events())
     # An intercepted host whose certificate the proxy cannot verify (no egress_ca_file).
     with web_server(seen, tls=test_ca) as port:
         proxy = EgressProxy(policy([f"secure.test:{port}"], egress_private=True, egress_credentials=[
@@ -620,6 +622,56 @@ async def test_request_bodies_pass_in_their_framing_with_100_continue(
     assert "Expect: 100-continue" in err and "HTTP/1.1 100 Continue" in err
     [event] = proxy.events()
     assert event.bytes_up > 3 * 1024 * 1024 and event.status == 200
+
+
+async def _raw_upstream(answer: bytes) -> asyncio.Server:
+    """An upstream that reads one request head, writes ``answer`` and closes."""
+    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(answer)
+        await writer.drain()
+        writer.close()
+    return await asyncio.start_server(serve_one, "127.0.0.1", 0)
+
+
+async def test_a_response_cut_short_ends_the_connection_without_a_proxy_error_inside() -> None:
+    upstream = await _raw_upstream(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n0123456789")
+    port = upstream.sockets[0].getsockname()[1]
+    proxy = EgressProxy(policy([f"web.test:{port}"], egress_private=True))
+    async with running(proxy) as proxy_url:
+        answer = await raw_request(proxy_url, f"GET http://web.test:{port}/ HTTP/1.1\r\n\r\n".encode())
+    upstream.close()
+    assert answer.endswith(b"\r\n\r\n0123456789")  # what arrived, and nothing of the proxy's
+    assert b"toolseam" not in answer and answer.count(b"HTTP/1.1") == 1
+    [event] = proxy.events()
+    assert event.status == 200 and "ended: bad request: the body ended before its Content-Length" \
+        in event.reason
+
+
+async def test_a_chunked_response_and_hop_by_hop_headers() -> None:
+    body = b"5\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n"
+    upstream = await _raw_upstream(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n"
+                                   b"Connection: keep-alive, X-Private\r\nX-Private: 1\r\n"
+                                   b"Keep-Alive: timeout=5\r\nX-Kept: 2\r\n\r\n" + body + b"JUNK")
+    port = upstream.sockets[0].getsockname()[1]
+    proxy = EgressProxy(policy([f"web.test:{port}"], egress_private=True))
+    async with running(proxy) as proxy_url:
+        answer = await raw_request(proxy_url, f"GET http://web.test:{port}/ HTTP/1.1\r\n\r\n".encode())
+    upstream.close()
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert rest == body  # relayed in its framing; what followed it was not
+    assert b"X-Kept: 2" in head and b"Connection: close" in head
+    assert b"X-Private" not in head and b"Keep-Alive" not in head
+
+
+def test_the_egress_package_exports_exactly_its_all() -> None:
+    import importlib
+
+    import toolseam.egress as egress
+    assert all(hasattr(egress, name) for name in egress.__all__)
+    public = {n for n in dir(egress) if not n.startswith("_")
+              and not isinstance(getattr(egress, n), type(importlib))}
+    assert public - set(egress.__all__) - {"annotations"} == set()
 
 
 def test_the_redactor_replaces_every_value() -> None:

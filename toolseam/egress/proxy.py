@@ -30,6 +30,8 @@ class _Connection:
         self.writers = [writer]
         self.last = time.monotonic()
         self.ended_by: str | None = None
+        # Once the client has bytes of an answer, an error can only end the connection.
+        self.answered = False
         self.done = asyncio.Event()
 
     def touch(self) -> None:
@@ -102,10 +104,11 @@ class EgressProxy:
             else:
                 await self._http(connection, event, reader, writer, head, target)
         except ProxyRefusal as refusal:
-            await self._answer(writer, refusal.status, refusal.body, event, refusal.reason)
+            await self._answer(connection, writer, refusal.status, refusal.body, event,
+                               refusal.reason)
         except http1.BadRequest as error:
-            await self._answer(writer, 400, f"toolseam egress: bad request: {error}\n", event,
-                               f"bad request: {error}")
+            await self._answer(connection, writer, 400, f"toolseam egress: bad request: {error}\n",
+                               event, f"bad request: {error}")
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as error:
             if event is not None and not event.reason.startswith("ended"):
                 event.reason = f"{event.reason}; connection ended: {type(error).__name__}"
@@ -158,6 +161,7 @@ class EgressProxy:
         event.reason = decision.reason
         if not decision.allowed:
             raise refused(event.host, event.port, decision.reason, decision.hint)
+        event.allowed = True  # by the rules; an address refusal below takes it back
 
     async def _upstream(self, connection: _Connection, event: EgressEvent,
                         tls: ssl.SSLContext | None) -> Upstream:
@@ -174,7 +178,8 @@ class EgressProxy:
         intercept = bool(credentials) and self._ca is not None
         upstream = await self._upstream(connection, event,
                                         self._upstream_tls if intercept else None)
-        event.allowed, event.status, event.intercepted = True, 200, intercept
+        event.status, event.intercepted = 200, intercept
+        connection.answered = True
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await writer.drain()
         if not intercept:
@@ -182,6 +187,7 @@ class EgressProxy:
             return
         assert self._ca is not None
         await writer.start_tls(self._ca.server_context(event.host))
+        connection.answered = False  # a new layer: the client now awaits an HTTP answer in TLS
         head = await http1.read_head(reader)
         if head is None:
             return
@@ -201,7 +207,6 @@ class EgressProxy:
                     writer: asyncio.StreamWriter, head: http1.Head, target: str) -> None:
         self._decide(event)
         upstream = await self._upstream(connection, event, None)
-        event.allowed = True
         split = urlsplit(target)
         origin = (split.path or "/") + (f"?{split.query}" if split.query else "")
         method = head.start.split(" ", 1)[0]
@@ -246,6 +251,7 @@ class EgressProxy:
                 if status >= 200:
                     break
                 data = response.encode()  # 100 Continue and friends pass as they are
+                connection.answered = True
                 writer.write(data)
                 down(len(data))
             event.status = event.status or status
@@ -254,6 +260,7 @@ class EgressProxy:
             response.drop_hop_by_hop()
             response.headers.append(("Connection", "close"))
             data = response.encode()
+            connection.answered = True
             writer.write(data)
             down(len(data))
             await http1.relay_body(upstream.reader, writer, response_framing, down)
@@ -287,11 +294,15 @@ class EgressProxy:
                 await upward
 
     # -- helpers ----------------------------------------------------------------------------
-    async def _answer(self, writer: asyncio.StreamWriter, status: int, body: str,
-                      event: EgressEvent | None, reason: str) -> None:
+    async def _answer(self, connection: _Connection, writer: asyncio.StreamWriter, status: int,
+                      body: str, event: EgressEvent | None, reason: str) -> None:
+        if connection.answered:
+            # Mid-answer: the status the client already has stands; only the reason is kept.
+            if event is not None:
+                event.reason = f"{event.reason}; ended: {reason}"
+            return
         if event is not None:
             event.status, event.reason = status, reason
-            event.allowed = event.allowed and status < 400 and status != 403
             if status == 403:
                 event.allowed = False
         with contextlib.suppress(OSError, RuntimeError):
