@@ -429,6 +429,18 @@ async def test_credentials_are_injected_outside_and_never_seen_inside(
     assert bundle.read_text().count("BEGIN CERTIFICATE") == 2
 
 
+async def test_a_credential_goes_only_to_its_own_host(web: int, seen: Seen, tmp_path: Path) -> None:
+    proxy = EgressProxy(policy([f"web.test:{web}", f"other.test:{web}"], egress_private=True,
+                               egress_credentials=[{"host": "web.test", "header": "Authorization",
+                                                    "value_env": "EGRESS_TEST_TOKEN"}]))
+    async with running(proxy) as proxy_url:
+        for host in ("other.test", "web.test", "sub.web.test"):
+            await run("curl", "-sS", "--proxy", proxy_url, f"http://{host}:{web}/private",
+                      env=client_env(tmp_path))
+    assert [r.get("authorization") for r in seen.requests] == [None, SECRET]
+    assert [e.status for e in proxy.events()] == [401, 200, 403]  # 401: the upstream, uncredentialed
+
+
 async def test_a_tunnel_to_a_credential_host_serves_only_that_host(secure: int, seen: Seen,
                                                                    test_ca: UpstreamCA) -> None:
     proxy = EgressProxy(policy([f"secure.test:{secure}"], egress_private=True,
