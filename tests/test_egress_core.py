@@ -686,6 +686,50 @@ def test_the_egress_package_exports_exactly_its_all() -> None:
     assert public - set(egress.__all__) - {"annotations"} == set()
 
 
+async def _serve_bytes(proxy: EgressProxy, data: bytes) -> bytes:
+    """``data`` into ``handle`` over a socketpair (any stream pair will do); the answer back."""
+    import socket
+
+    inside, outside = socket.socketpair()
+    proxy_reader, proxy_writer = await asyncio.open_connection(sock=inside)
+    reader, writer = await asyncio.open_connection(sock=outside)
+    writer.write(data)
+    writer.write_eof()
+    await asyncio.wait_for(proxy.handle(proxy_reader, proxy_writer), 5)
+    answer = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    return answer
+
+
+_methods = st.sampled_from(["GET", "CONNECT", "POST", "get", "", "HEAD"])
+_targets = st.one_of(st.text(max_size=40), st.sampled_from(
+    ["http://web.test/", "web.test:443", "http://127.0.0.1/", "[::1]:443", "http://a@b/",
+     "https://web.test/", "http://web.test:99999/", "http://[fe80::1%25eth0]/", ":443", "/"]))
+_heads = st.builds(lambda m, t, v, h: f"{m} {t} {v}\r\n{h}\r\n".encode("utf-8", "surrogatepass"),
+                   _methods, _targets, st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/2", ""]),
+                   st.text(max_size=60))
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.one_of(st.binary(max_size=200), _heads,
+                      _heads.map(lambda head: head + b"\r\n")))
+def test_any_request_bytes_end_in_a_refusal_and_never_a_connect(data: bytes) -> None:
+    # Nothing is allowed, so whatever the bytes, no upstream may be reached and handle returns.
+    proxy = EgressProxy(policy([], egress_resolve={}))
+    answer = asyncio.run(_serve_bytes(proxy, data))
+    assert answer == b"" or answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 403 ")), answer[:80]
+    assert all(e.address is None and e.bytes_up == 0 for e in proxy.events())
+    assert proxy.active_connections == 0
+
+
+async def test_an_oversized_or_cut_head_is_a_400() -> None:
+    proxy = EgressProxy(policy([]))
+    long = b"GET http://web.test/ HTTP/1.1\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n"
+    assert (await _serve_bytes(proxy, long)).startswith(b"HTTP/1.1 400 ")
+    cut = await _serve_bytes(proxy, b"GET http://web.test/ HTTP/1.1\r\nHost: x")
+    assert cut.startswith(b"HTTP/1.1 400 ") and b"ended inside a request head" in cut
+
+
 def test_the_redactor_replaces_every_value() -> None:
     redactor = Redactor(["abc", "abcdef"])
     assert redactor.scrub("x abcdef y abc") == f"x {REDACTED} y {REDACTED}"
