@@ -8,6 +8,7 @@ never forwarded to that upstream.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -116,26 +117,35 @@ async def relay_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             count(len(data))
             await writer.drain()
     else:
-        remaining = int(framing)
-        while remaining:
-            data = await reader.read(min(CHUNK, remaining))
-            if not data:
-                raise BadRequest("the body ended before its Content-Length")
-            remaining -= len(data)
-            writer.write(data)
-            count(len(data))
-            await writer.drain()
+        await _relay_exactly(reader, writer, int(framing), count, "before its Content-Length")
+
+
+async def _relay_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int,
+                         count: Counter, where: str) -> None:
+    # In pieces: a declared size is the sender's word, not a buffer to allocate.
+    remaining = size
+    while remaining:
+        data = await reader.read(min(CHUNK, remaining))
+        if not data:
+            raise BadRequest(f"the body ended {where}")
+        remaining -= len(data)
+        writer.write(data)
+        count(len(data))
+        await writer.drain()
+
+
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 async def _relay_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                          count: Counter) -> None:
     while True:
         line = await reader.readuntil(b"\r\n")
-        size_text = line.split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise BadRequest(f"a bad chunk size {size_text[:20]!r}") from None
+        size_text = line[:-2].split(b";", 1)[0].strip(b" \t")
+        # Strict hex only ("0x5", "+5", "5_0" are what int() takes and a server may read otherwise).
+        if not _CHUNK_SIZE.fullmatch(size_text):
+            raise BadRequest(f"a bad chunk size {size_text[:20]!r}")
+        size = int(size_text, 16)
         writer.write(line)
         count(len(line))
         if size == 0:
@@ -146,16 +156,7 @@ async def _relay_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWri
                 if trailer == b"\r\n":
                     await writer.drain()
                     return
-        # In pieces: a chunk's declared size is the client's word, not a buffer to allocate.
-        remaining = size
-        while remaining:
-            data = await reader.read(min(CHUNK, remaining))
-            if not data:
-                raise BadRequest("the body ended inside a chunk")
-            remaining -= len(data)
-            writer.write(data)
-            count(len(data))
-            await writer.drain()
+        await _relay_exactly(reader, writer, size, count, "inside a chunk")
         end = await reader.readexactly(2)
         if end != b"\r\n":
             raise BadRequest("a chunk not followed by CRLF")

@@ -132,26 +132,21 @@ class EgressProxy:
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             raise http1.BadRequest(f"not an HTTP/1.x request line: {head.start[:100]!r}")
         method, target, _version = parts
-        kind: Kind
-        if method == "CONNECT":
-            kind = "connect"
-            split = urlsplit("//" + target)
-            default = None
-        elif target.lower().startswith("http://"):
-            kind = "http"
-            split = urlsplit(target)
-            default = 80
-        elif target.lower().startswith("https://"):
-            raise http1.BadRequest("an https:// URL must be reached with CONNECT")
-        else:
-            raise http1.BadRequest(f"{target[:100]!r} is not an absolute http:// URL or CONNECT target")
+        kind: Kind = "connect" if method == "CONNECT" else "http"
+        if kind == "http" and not target.lower().startswith("http://"):
+            raise http1.BadRequest(
+                "an https:// URL must be reached with CONNECT" if target.lower().startswith("https://")
+                else f"{target[:100]!r} is not an absolute http:// URL or CONNECT target")
         try:
-            port = split.port or default
-        except ValueError:
-            raise http1.BadRequest(f"a bad port in {target[:100]!r}") from None
-        if split.username is not None or split.password is not None:
+            # urlsplit and its properties raise ValueError for a bad bracket or port.
+            split = urlsplit("//" + target if kind == "connect" else target)
+            port = split.port or (80 if kind == "http" else None)
+            host = normalize_host(split.hostname or "")
+            userinfo = split.username is not None or split.password is not None
+        except ValueError as error:
+            raise http1.BadRequest(f"{target[:100]!r}: {error}") from None
+        if userinfo:
             raise http1.BadRequest("user information in the URL is not forwarded")
-        host = normalize_host(split.hostname or "")
         if not host or port is None:
             raise http1.BadRequest(f"{target[:100]!r} names no host and port")
         return EgressEvent(host=host, port=port, kind=kind), target
@@ -196,7 +191,10 @@ class EgressProxy:
         if not target.startswith("/"):
             raise ProxyRefusal(400, "not an origin-form request inside the tunnel",
                                "toolseam egress: expected an origin-form request\n")
-        host = normalize_host(urlsplit("//" + (head.get("host") or "")).hostname or "")
+        try:
+            host = normalize_host(urlsplit("//" + (head.get("host") or "")).hostname or "")
+        except ValueError:
+            host = ""
         if host != event.host:
             raise ProxyRefusal(421, f"Host {host!r} inside a tunnel to {event.host!r}",
                                f"toolseam egress: this tunnel leads to {event.host} only\n")
