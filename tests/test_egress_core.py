@@ -441,7 +441,8 @@ async def test_a_credential_goes_only_to_its_own_host(web: int, seen: Seen, tmp_
     assert [e.status for e in proxy.events()] == [401, 200, 403]  # 401: the upstream, uncredentialed
 
 
-async def test_a_tunnel_to_a_credential_host_serves_only_that_host(secure: int, seen: Seen,
+@pytest.mark.parametrize("host", ["other.test", "[", ""])
+async def test_a_tunnel_to_a_credential_host_serves_only_that_host(host: str, secure: int, seen: Seen,
                                                                    test_ca: UpstreamCA) -> None:
     proxy = EgressProxy(policy([f"secure.test:{secure}"], egress_private=True,
                                egress_ca_file=str(test_ca.ca_file), egress_credentials=[
@@ -453,7 +454,7 @@ async def test_a_tunnel_to_a_credential_host_serves_only_that_host(secure: int, 
         assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
         context = ssl.create_default_context(cadata=proxy.ca_bundle_pem())
         await writer.start_tls(context, server_hostname="secure.test")
-        writer.write(b"GET /private HTTP/1.1\r\nHost: other.test\r\n\r\n")
+        writer.write(f"GET /private HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
         answer = await asyncio.wait_for(reader.read(), 10)
         writer.close()
     assert answer.startswith(b"HTTP/1.1 421")
