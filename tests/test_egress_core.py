@@ -41,7 +41,7 @@ from tests.helpers.egress_servers import (
 )
 from toolseam.egress import EgressEvent, EgressPolicy, EgressProxy, address_class
 from toolseam.egress.audit import REDACTED, Redactor
-from toolseam.egress.rules import EgressRuleError, parse_allow_rule
+from toolseam.egress.patterns import EgressRuleError, parse_allow_rule
 
 SECRET = "Bearer tok-3c1b9e7f-never-inside"
 PINS = {"web.test": "127.0.0.1", "secure.test": "127.0.0.1", "git.test": "127.0.0.1",

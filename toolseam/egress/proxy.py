@@ -19,28 +19,9 @@ from urllib.parse import urlsplit
 from . import http1
 from .audit import AuditLog, EgressEvent, Kind, Redactor
 from .intercept import SessionCA, ca_bundle, upstream_context
+from .relay import Connection, forward, tunnel
 from .rules import EgressPolicy, normalize_host
-from .upstream import ProxyRefusal, Upstream, bad_gateway, open_upstream, refused
-
-
-class _Connection:
-    """One client connection's streams, for the idle watchdog and ``close()``."""
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writers = [writer]
-        self.last = time.monotonic()
-        self.ended_by: str | None = None
-        # Once the client has bytes of an answer, an error can only end the connection.
-        self.answered = False
-        self.done = asyncio.Event()
-
-    def touch(self) -> None:
-        self.last = time.monotonic()
-
-    def abort(self, why: str) -> None:
-        self.ended_by = self.ended_by or why
-        for writer in self.writers:
-            writer.transport.abort()
+from .upstream import ProxyRefusal, Upstream, open_upstream, refused
 
 
 class EgressProxy:
@@ -55,7 +36,7 @@ class EgressProxy:
         self._ca = SessionCA(hosts) if hosts else None
         self._upstream_tls: ssl.SSLContext | None = (
             upstream_context(policy.egress_ca_file) if hosts else None)
-        self._active: set[_Connection] = set()
+        self._active: set[Connection] = set()
         self._closed = False
 
     def ca_bundle_pem(self, roots: Iterable[str] = ()) -> str:
@@ -84,7 +65,7 @@ class EgressProxy:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one inbound connection until it ends; never raises for a client's doing."""
         began = time.monotonic()
-        connection = _Connection(writer)
+        connection = Connection(writer)
         over = self._closed or len(self._active) >= self.policy.max_connections
         self._active.add(connection)
         watchdog = asyncio.create_task(self._watch(connection))
@@ -158,7 +139,7 @@ class EgressProxy:
             raise refused(event.host, event.port, decision.reason, decision.hint)
         event.allowed = True  # by the rules; an address refusal below takes it back
 
-    async def _upstream(self, connection: _Connection, event: EgressEvent,
+    async def _upstream(self, connection: Connection, event: EgressEvent,
                         tls: ssl.SSLContext | None) -> Upstream:
         upstream = await open_upstream(event.host, event.port, self.policy, tls)
         connection.writers.append(upstream.writer)
@@ -166,7 +147,7 @@ class EgressProxy:
         connection.touch()
         return upstream
 
-    async def _connect(self, connection: _Connection, event: EgressEvent,
+    async def _connect(self, connection: Connection, event: EgressEvent,
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._decide(event)
         credentials = self.policy.credentials_for(event.host)
@@ -178,7 +159,7 @@ class EgressProxy:
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await writer.drain()
         if not intercept:
-            await self._tunnel(connection, event, reader, writer, upstream)
+            await tunnel(connection, event, reader, writer, upstream)
             return
         assert self._ca is not None
         await writer.start_tls(self._ca.server_context(event.host))
@@ -198,10 +179,10 @@ class EgressProxy:
         if host != event.host:
             raise ProxyRefusal(421, f"Host {host!r} inside a tunnel to {event.host!r}",
                                f"toolseam egress: this tunnel leads to {event.host} only\n")
-        await self._forward(connection, event, reader, writer, head, f"{method} {target}",
+        await forward(connection, event, reader, writer, head, f"{method} {target}",
                             upstream, credentials)
 
-    async def _http(self, connection: _Connection, event: EgressEvent, reader: asyncio.StreamReader,
+    async def _http(self, connection: Connection, event: EgressEvent, reader: asyncio.StreamReader,
                     writer: asyncio.StreamWriter, head: http1.Head, target: str) -> None:
         self._decide(event)
         upstream = await self._upstream(connection, event, None)
@@ -210,89 +191,11 @@ class EgressProxy:
         method = head.start.split(" ", 1)[0]
         head.remove("host")
         head.headers.insert(0, ("Host", split.netloc.rsplit("@", 1)[-1]))
-        await self._forward(connection, event, reader, writer, head, f"{method} {origin}", upstream,
+        await forward(connection, event, reader, writer, head, f"{method} {origin}", upstream,
                             self.policy.credentials_for(event.host))
 
-    # -- relaying ---------------------------------------------------------------------------
-    async def _forward(self, connection: _Connection, event: EgressEvent,
-                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: http1.Head,
-                       request_line: str, upstream: Upstream,
-                       credentials: tuple[tuple[str, str], ...]) -> None:
-        """One request upstream (credentials added), its response back, then the end."""
-        def up(n: int) -> None:
-            event.bytes_up += n
-            connection.touch()
-
-        def down(n: int) -> None:
-            event.bytes_down += n
-            connection.touch()
-
-        head.start = f"{request_line} HTTP/1.1"
-        head.drop_hop_by_hop()
-        head.remove(*(name for name, _ in credentials))
-        head.headers.extend(credentials)
-        head.headers.append(("Connection", "close"))
-        framing = http1.body_framing(head)
-        data = head.encode()
-        upstream.writer.write(data)
-        up(len(data))
-        body = asyncio.create_task(http1.relay_body(reader, upstream.writer, framing, up))
-        try:
-            while True:
-                response = await http1.read_head(upstream.reader)
-                if response is None:
-                    raise bad_gateway(event.host, event.port, "the upstream closed without a response")
-                status_text = response.start.split(" ", 2)[1:2]
-                status = int(status_text[0]) if status_text and status_text[0].isdigit() else 0
-                if not 100 <= status < 600 or status == 101:
-                    raise bad_gateway(event.host, event.port, f"a bad status line {response.start[:60]!r}")
-                if status >= 200:
-                    break
-                data = response.encode()  # 100 Continue and friends pass as they are
-                connection.answered = True
-                writer.write(data)
-                down(len(data))
-            event.status = event.status or status
-            response_framing = http1.body_framing(response, response_to=request_line.split(" ")[0],
-                                                  status=status)
-            response.drop_hop_by_hop()
-            response.headers.append(("Connection", "close"))
-            data = response.encode()
-            connection.answered = True
-            writer.write(data)
-            down(len(data))
-            await http1.relay_body(upstream.reader, writer, response_framing, down)
-            await writer.drain()
-        finally:
-            body.cancel()
-            with contextlib.suppress(BaseException):
-                await body
-
-    async def _tunnel(self, connection: _Connection, event: EgressEvent, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, upstream: Upstream) -> None:
-        """Bytes both ways until the upstream ends (the client's EOF only half-closes upstream)."""
-        async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, upward: bool) -> None:
-            while data := await source.read(http1.CHUNK):
-                sink.write(data)
-                if upward:
-                    event.bytes_up += len(data)
-                else:
-                    event.bytes_down += len(data)
-                connection.touch()
-                await sink.drain()
-            if sink.can_write_eof():
-                sink.write_eof()
-
-        upward = asyncio.create_task(pump(reader, upstream.writer, True))
-        try:
-            await pump(upstream.reader, writer, False)
-        finally:
-            upward.cancel()
-            with contextlib.suppress(BaseException):
-                await upward
-
     # -- helpers ----------------------------------------------------------------------------
-    async def _answer(self, connection: _Connection, writer: asyncio.StreamWriter, status: int,
+    async def _answer(self, connection: Connection, writer: asyncio.StreamWriter, status: int,
                       body: str, event: EgressEvent | None, reason: str) -> None:
         if connection.answered:
             # Mid-answer: the status the client already has stands; only the reason is kept.
@@ -307,7 +210,7 @@ class EgressProxy:
             writer.write(http1.error_response(status, self._redactor.scrub(body)))
             await writer.drain()
 
-    async def _watch(self, connection: _Connection) -> None:
+    async def _watch(self, connection: Connection) -> None:
         idle = self.policy.idle_timeout_s
         while True:
             remaining = connection.last + idle - time.monotonic()
