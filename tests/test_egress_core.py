@@ -110,7 +110,7 @@ def shape(event: EgressEvent) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def test_ca(tmp_path_factory: pytest.TempPathFactory) -> UpstreamCA:
+def upstream_ca(tmp_path_factory: pytest.TempPathFactory) -> UpstreamCA:
     return make_test_ca(tmp_path_factory.mktemp("ca"), ["secure.test", "git.test"])
 
 
@@ -126,8 +126,8 @@ def web(seen: Seen) -> Iterator[int]:
 
 
 @pytest.fixture
-def secure(seen: Seen, test_ca: UpstreamCA) -> Iterator[int]:
-    with web_server(seen, tls=test_ca, secret_header="Authorization", secret=SECRET) as port:
+def secure(seen: Seen, upstream_ca: UpstreamCA) -> Iterator[int]:
+    with web_server(seen, tls=upstream_ca, secret_header="Authorization", secret=SECRET) as port:
         yield port
 
 
@@ -341,7 +341,7 @@ async def test_a_name_pinned_to_a_non_public_address_is_refused_before_any_conne
     assert seen.paths == []
 
 
-async def test_upstream_down_gives_a_502_naming_the_reason(tmp_path: Path, test_ca: UpstreamCA,
+async def test_upstream_down_gives_a_502_naming_the_reason(tmp_path: Path, upstream_ca: UpstreamCA,
                                                            seen: Seen) -> None:
     down = closed_port()
     proxy = EgressProxy(policy([f"down.test:{down}"], egress_private=True))
@@ -356,7 +356,7 @@ async def test_upstream_down_gives_a_502_naming_the_reason(tmp_path: Path, test_
     assert [(e.allowed, e.status, e.address) for e in proxy.events()] == [(True, 502, None)] * 2
     assert all("Connection refused" in e.reason for e in proxy.events())
     # An intercepted host whose certificate the proxy cannot verify (no egress_ca_file).
-    with web_server(seen, tls=test_ca) as port:
+    with web_server(seen, tls=upstream_ca) as port:
         proxy = EgressProxy(policy([f"secure.test:{port}"], egress_private=True, egress_credentials=[
             {"host": "secure.test", "header": "Authorization", "value_env": "EGRESS_TEST_TOKEN"}]))
         async with running(proxy) as proxy_url:
@@ -366,17 +366,17 @@ async def test_upstream_down_gives_a_502_naming_the_reason(tmp_path: Path, test_
 
 
 async def test_an_https_host_without_credentials_is_a_plain_tunnel(
-        secure: int, seen: Seen, test_ca: UpstreamCA, tmp_path: Path) -> None:
+        secure: int, seen: Seen, upstream_ca: UpstreamCA, tmp_path: Path) -> None:
     proxy = EgressProxy(policy([f"secure.test:{secure}"], egress_private=True))
     async with running(proxy) as proxy_url:
         # The client verifies against the TEST CA alone: it sees the server's own certificate.
-        code, out, err = await run("curl", "-sS", "--cacert", str(test_ca.ca_file), "--proxy", proxy_url,
+        code, out, err = await run("curl", "-sS", "--cacert", str(upstream_ca.ca_file), "--proxy", proxy_url,
                                    f"https://secure.test:{secure}/tunnelled", env=client_env(tmp_path))
         assert code == 0, err
         assert '"path": "/tunnelled"' in out
 
         def fetch() -> bytes:
-            context = ssl.create_default_context(cafile=str(test_ca.ca_file))
+            context = ssl.create_default_context(cafile=str(upstream_ca.ca_file))
             port = int(proxy_url.rsplit(":", 1)[1])
             connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
             connection.set_tunnel("secure.test", secure)
@@ -392,17 +392,17 @@ async def test_an_https_host_without_credentials_is_a_plain_tunnel(
 
 
 async def test_credentials_are_injected_outside_and_never_seen_inside(
-        secure: int, web: int, seen: Seen, test_ca: UpstreamCA, tmp_path: Path,
+        secure: int, web: int, seen: Seen, upstream_ca: UpstreamCA, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG, logger="toolseam.egress")
     received: list[EgressEvent] = []
     proxy = EgressProxy(policy([f"secure.test:{secure}", f"web.test:{web}"], egress_private=True,
-                               egress_ca_file=str(test_ca.ca_file), egress_credentials=[
+                               egress_ca_file=str(upstream_ca.ca_file), egress_credentials=[
         {"host": "secure.test", "header": "Authorization", "value_env": "EGRESS_TEST_TOKEN"},
         {"host": "web.test", "header": "Authorization", "value_env": "EGRESS_TEST_TOKEN"}]),
         on_event=received.append)
     bundle = tmp_path / "bundle.pem"
-    bundle.write_text(proxy.ca_bundle_pem([test_ca.ca_file.read_text()]))
+    bundle.write_text(proxy.ca_bundle_pem([upstream_ca.ca_file.read_text()]))
     async with running(proxy) as proxy_url:
         # The client sends a forged credential of its own: it is replaced, not added to.
         code, out, err = await run("curl", "-sS", "-v", "--cacert", str(bundle), "--proxy", proxy_url,
@@ -415,7 +415,7 @@ async def test_credentials_are_injected_outside_and_never_seen_inside(
                                    f"http://web.test:{web}/private", env=client_env(tmp_path))
         assert out == "authorized\n"
         # Trusting only the image's roots (not the session CA), the interception is visible.
-        code, _, err = await run("curl", "-sS", "--cacert", str(test_ca.ca_file), "--proxy", proxy_url,
+        code, _, err = await run("curl", "-sS", "--cacert", str(upstream_ca.ca_file), "--proxy", proxy_url,
                                  f"https://secure.test:{secure}/private", env=client_env(tmp_path))
         assert code != 0 and "certificate" in err
     assert [r.get("authorization") for r in seen.requests] == [SECRET, SECRET]
@@ -443,9 +443,9 @@ async def test_a_credential_goes_only_to_its_own_host(web: int, seen: Seen, tmp_
 
 @pytest.mark.parametrize("host", ["other.test", "[", ""])
 async def test_a_tunnel_to_a_credential_host_serves_only_that_host(host: str, secure: int, seen: Seen,
-                                                                   test_ca: UpstreamCA) -> None:
+                                                                   upstream_ca: UpstreamCA) -> None:
     proxy = EgressProxy(policy([f"secure.test:{secure}"], egress_private=True,
-                               egress_ca_file=str(test_ca.ca_file), egress_credentials=[
+                               egress_ca_file=str(upstream_ca.ca_file), egress_credentials=[
         {"host": "secure.test", "header": "Authorization", "value_env": "EGRESS_TEST_TOKEN"}]))
     async with running(proxy) as proxy_url:
         port = int(proxy_url.rsplit(":", 1)[1])
@@ -461,18 +461,19 @@ async def test_a_tunnel_to_a_credential_host_serves_only_that_host(host: str, se
     assert seen.paths == []
 
 
-async def test_git_clone_over_https_with_the_injected_credential(test_ca: UpstreamCA, tmp_path: Path) -> None:
+async def test_git_clone_over_https_with_the_injected_credential(upstream_ca: UpstreamCA,
+                                                                 tmp_path: Path) -> None:
     repo_root = tmp_path / "served"
     make_bare_repo(repo_root)
     basic = "Basic " + base64.b64encode(b"git:s3cr3t-git-pass").decode()
     env = client_env(tmp_path)
-    with serve(git_handler(repo_root, "Authorization", basic), tls=test_ca) as port:
+    with serve(git_handler(repo_root, "Authorization", basic), tls=upstream_ca) as port:
         url = f"https://git.test:{port}/repo.git"
-        settings_ = {"egress_private": True, "egress_ca_file": str(test_ca.ca_file)}
+        settings_ = {"egress_private": True, "egress_ca_file": str(upstream_ca.ca_file)}
         bare = EgressProxy(policy([f"git.test:{port}"], **settings_))
         async with running(bare) as proxy_url:
             code, _, err = await run("git", "-c", f"http.proxy={proxy_url}", "-c",
-                                     f"http.sslCAInfo={test_ca.ca_file}", "clone", url,
+                                     f"http.sslCAInfo={upstream_ca.ca_file}", "clone", url,
                                      str(tmp_path / "without"), env=env)
         assert code != 0 and ("401" in err or "terminal prompts disabled" in err), err
         proxy = EgressProxy(EgressPolicy.from_settings(
