@@ -491,12 +491,12 @@ async def test_git_clone_over_https_with_the_injected_credential(upstream_ca: Up
             code, out, err = await run("git", "-c", f"http.proxy={proxy_url}", "-c",
                                        f"http.sslCAInfo={bundle}", "clone", url,
                                        str(tmp_path / "with"), env=env)
-    assert code == 0, err
+    assert code == 0, (err, proxy.events())
     assert (tmp_path / "with" / "README").read_text() == "hello egress\n"
     assert basic not in out + err and "s3cr3t" not in repr(proxy.events())
     assert not (tmp_path / "with" / ".git" / "config").read_text().count("s3cr3t")
     events = proxy.events()
-    assert events and all(e.intercepted and e.allowed and e.status == 200 for e in events)
+    assert events and all(e.intercepted and e.allowed and e.status == 200 for e in events), events
 
 
 async def test_pip_download_from_a_local_index_through_the_proxy(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from .relay import Connection, forward, tunnel
 from .rules import EgressPolicy, normalize_host
 from .upstream import ProxyRefusal, Upstream, open_upstream, refused
 
+_CLOSED_READ_S = 1.0
+
 
 class EgressProxy:
     """Decides, resolves, connects and audits; see the module docstring."""
@@ -66,7 +68,15 @@ class EgressProxy:
         """Serve one inbound connection until it ends; never raises for a client's doing."""
         began = time.monotonic()
         connection = Connection(writer)
-        over = self._closed or len(self._active) >= self.policy.max_connections
+        if self._closed:
+            # The head is read (briefly) only so that closing does not reset the answer away.
+            with contextlib.suppress(TimeoutError, OSError, ValueError, asyncio.IncompleteReadError):
+                async with asyncio.timeout(_CLOSED_READ_S):
+                    await http1.read_head(reader)
+            writer.write(http1.error_response(503, "toolseam egress: the proxy is closed"))
+            await connection.release()
+            return
+        over = len(self._active) >= self.policy.max_connections
         self._active.add(connection)
         watchdog = asyncio.create_task(self._watch(connection))
         event: EgressEvent | None = None
@@ -76,8 +86,7 @@ class EgressProxy:
                 return
             event, target = self._event_for(head)
             if over:
-                why = ("the proxy is closed" if self._closed else
-                       f"more than max_connections = {self.policy.max_connections} connections "
+                why = (f"more than max_connections = {self.policy.max_connections} connections "
                        "at once; wait, or raise max_connections")
                 raise ProxyRefusal(503, why, f"toolseam egress: {why}\n")
             if event.kind == "connect":
@@ -95,11 +104,7 @@ class EgressProxy:
                 event.reason = f"{event.reason}; connection ended: {type(error).__name__}"
         finally:
             watchdog.cancel()
-            for stream in connection.writers:
-                if connection.ended_by:
-                    stream.transport.abort()
-                else:
-                    stream.close()
+            await connection.release()
             self._active.discard(connection)
             connection.done.set()
             if event is not None:

@@ -9,6 +9,8 @@ from . import http1
 from .audit import EgressEvent
 from .upstream import Upstream, bad_gateway
 
+_FLUSH_TIMEOUT_S = 5.0
+
 
 class Connection:
     """One client connection's streams, for the idle watchdog and ``close()``."""
@@ -25,6 +27,22 @@ class Connection:
 
     def touch(self) -> None:
         self.last = time.monotonic()
+
+    async def release(self) -> None:
+        """Close every stream before the handler returns, so no transport outlives it (a TLS
+        close left to finish later is a socket nobody owns once the loop ends)."""
+        client, *upstreams = self.writers
+        for stream in upstreams:  # the answer is in or the connection failed: nothing to flush
+            stream.transport.abort()
+        if self.ended_by:
+            client.transport.abort()
+            return
+        client.close()  # flushes what the client has not read yet
+        try:
+            async with asyncio.timeout(_FLUSH_TIMEOUT_S):
+                await client.wait_closed()
+        except (TimeoutError, OSError):
+            client.transport.abort()
 
     def abort(self, why: str) -> None:
         if not self.finished:
@@ -79,7 +97,7 @@ async def forward(connection: Connection, event: EgressEvent,
             connection.answered = True
             writer.write(data)
             down(len(data))
-        event.status = event.status or status
+        event.status = status  # inside an intercepted tunnel: the answer, not the 200 to CONNECT
         response_framing = http1.body_framing(response, response_to=request_line.split(" ")[0],
                                               status=status)
         response.drop_hop_by_hop()
