@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..seam.errors import CouldNotRunError
-from ._channel import AgentChannel
+from .agentlink.channel import AgentChannel
 
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT, _STDERR = 1, 2

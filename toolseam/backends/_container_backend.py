@@ -16,7 +16,6 @@ from ..policy.environment import CONTAINER_BASE_ENV
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.models import SandboxInfo, SyncReport
-from ._channel import AgentChannel
 from ._container_sandbox import (
     GO_MODE_SYMLINK,
     WORKSPACE,
@@ -26,9 +25,11 @@ from ._container_sandbox import (
     Hardening,
     WorkspaceMode,
 )
-from ._parts import AgentExec, AgentFiles, ComposedBackend
 from ._pull import PULL_POLICIES, PullCallback, PullPolicy
 from ._workspace_copy import DEFAULT_COPY_LIMIT
+from .agentlink.channel import AgentChannel
+from .agentlink.parts import AgentExec, AgentFiles
+from .composed import ComposedBackend
 
 # A public, widely cached base any engine can pull: the agent brings its own runtime, so the
 # image needs no python; Debian slim has bash and the usual tools commands expect.

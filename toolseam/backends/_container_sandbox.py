@@ -40,15 +40,16 @@ from typing import IO, Any, Literal, Protocol, TypeVar
 import psutil
 import requests
 
+from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
+
 from ..policy.limits import size_bytes
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo, SyncReport
 from ._attach import EngineAddress, attach_channel
-from ._channel import AgentChannel
 from ._pull import PullCallback, PullPolicy
 from ._retry import transient_retry
 from ._workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
-from .agent.setid_guard import MODE_VAR as GUARD_VAR
+from .agentlink.channel import AgentChannel
 from .boot import bundle_archive, bundle_command, bundle_digest, stage_bundle
 from .bundle_arch import select_bundle
 from .staging import staging_root
@@ -279,7 +280,7 @@ class ContainerSandbox:
         bundle = select_bundle(await self._call(self._engine_arch), bundle, self.agent_bundles)
         if self.mode == "bind":
             hello = await self._start_bound(bundle, labels)
-            # an agent that reports its set-id guard (agent/server.py's hello) says so at open;
+            # an agent that reports its set-id guard (toolseam_agent/server.py's hello) says so at open;
             # one that does not refuses each command instead (setid_guard "require")
             guard = str(hello.get("setid_guard", ""))
             if guard.startswith("unavailable"):
@@ -347,7 +348,7 @@ class ContainerSandbox:
                 raise await self.explain(None, starting=True) from None
             raise exc from None
         assert self.channel is not None
-        return await self.channel.call("hello")
+        return await self.channel.hello()
 
     async def _attach(self) -> None:
         assert self.container is not None
@@ -527,7 +528,7 @@ class ContainerSandbox:
                                        f"in {self.image!r}", retryable=True)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
-        return await self.channel.call("hello")
+        return await self.channel.hello()
 
     async def _state(self) -> ContainerState | None:
         if self.container is None:

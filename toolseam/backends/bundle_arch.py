@@ -25,13 +25,13 @@ import tempfile
 from pathlib import Path
 
 from ..seam.errors import ConfigurationError, CouldNotRunError
+from .agentlink.launch import stage_agent
 from .boot import (
     LOADER_NAME,
     RUNTIME_DIR,
     copy_interpreter,
     lay_out_agent,
     seal_bundle,
-    stage_agent,
 )
 
 # Debian architecture -> (multiarch triplet, the dynamic loader's name)
