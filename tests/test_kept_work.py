@@ -45,8 +45,7 @@ async def session():
         await tk.close()
     except CouldNotRunError as exc:
         engine = tk.backend.sandbox.engine
-        client = vars(engine).get("_client") or vars(engine).get("_sdk")  # podman's is a property
-        print(json.dumps({"error": exc.reason, "client": client is not None}))
+        print(json.dumps({"error": exc.reason, "client": engine.connected}))
 
 asyncio.run(session())
 """

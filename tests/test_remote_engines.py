@@ -424,7 +424,7 @@ async def test_an_engine_over_ssh(engine: str, base: Path) -> None:
     async with Toolkit(made) as tk:
         result = await tk.call("bash", {"command": "cat in.txt; echo back > out.txt"})
         assert result.output == "over ssh\n", result
-        tunnel = made.sandbox.engine._tunnel
+        tunnel = made.sandbox.engine.tunnel
         assert tunnel is not None and os.path.exists(tunnel.local_socket)
     assert (base / "out.txt").read_text() == "back\n"
     assert not os.path.exists(tunnel.local_socket)

@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Protocol, TypeVar
 
 import psutil
-import requests
 
 from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
 
@@ -145,40 +144,6 @@ class Engine(Protocol):
     def remove(self, container: str) -> None: ...
     def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
     def close(self) -> None: ...
-
-
-# Engine answers that say the request itself is wrong, whatever HTTP status the engine chose:
-# asking again cannot help. One failure, one verdict on every engine (podman answers a missing
-# bind source with 500 "statfs …: no such file or directory", docker with 400 "bind source
-# path does not exist").
-PERMANENT_ENGINE_ERRORS = (
-    "no such file or directory",  # a bind source (workspace) that does not exist
-    "bind source path does not exist",
-    "not a directory",
-    "invalid mount config",
-    "invalid reference format",
-    "invalid argument",
-)
-
-
-def map_engine_error(engine: str, endpoint: str, exc: Exception,
-                     not_found: tuple[type[Exception], ...], api_error: type[Exception]
-                     ) -> CouldNotRunError:
-    """Every SDK / transport failure as the one could-not-run it means (mapped once, here)."""
-    transport = isinstance(exc, requests.exceptions.ConnectionError | FileNotFoundError |
-                           ConnectionError)
-    # docker's client constructor wraps a refused socket in a bare DockerException
-    if transport or (not isinstance(exc, api_error) and "connection" in str(exc).lower()):
-        return CouldNotRunError(f"{engine} engine unreachable at {endpoint}: {exc}", retryable=True)
-    if isinstance(exc, not_found):
-        return CouldNotRunError(f"{engine} at {endpoint}: not found: {exc}", retryable=False)
-    if isinstance(exc, api_error):
-        status = getattr(exc, "status_code", None) or 0
-        explanation = getattr(exc, "explanation", None) or exc
-        permanent = any(words in str(explanation).lower() for words in PERMANENT_ENGINE_ERRORS)
-        return CouldNotRunError(f"{engine} at {endpoint}: {explanation}",
-                                retryable=status >= 500 and not permanent)
-    return CouldNotRunError(f"{engine} at {endpoint}: {exc}", retryable=True)
 
 
 GO_MODE_SYMLINK = 1 << 27  # os.ModeSymlink in the engines' path stat (Go's FileMode)
@@ -307,6 +272,9 @@ class ContainerSandbox:
                              hardening=self.hardening, **parts)
 
     async def _start_bound(self, bundle: str, labels: dict[str, str]) -> dict[str, Any]:
+        if not os.path.isdir(self.workspace):  # one verdict, before any engine says it its way
+            raise CouldNotRunError(f"the workspace {self.workspace} does not exist or is not a "
+                                   "directory", retryable=False)
         self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
         owner = _socket_owner(self.engine.endpoint)
         if os.geteuid() == 0 and owner not in (None, 0):
