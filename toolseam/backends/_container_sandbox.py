@@ -2,19 +2,12 @@
 
 The container runs the sandbox agent (the staged bundle of ``boot.stage_bundle``) as its main
 process: pid 1 of the container, which no command can kill. Every call is a line on one
-channel to it — about a millisecond, never an engine ``exec`` per call. Two ways to get there
-(``WorkspaceMode``, chosen by ``resolve_mode``):
-
-* **bind** (a local engine): the workspace, the bundle and a socket directory are bind mounts;
-  the agent listens on a unix socket the host connects to.
-* **copy** (an engine that shares no filesystem with the host — another machine): nothing of
-  the host's is mounted. The bundle goes once into a volume per engine and agent version, the
-  base dir is copied in through the engine's archive API before the start and copied back on
-  ``sync`` and at close (``_workspace_copy``), and the channel is the engine's attach stream
-  to the agent's stdin/stdout (``_attach``).
-
-Engines differ only in how a container is created, inspected and removed: that is the
-``Engine`` protocol each backend implements with its own SDK.
+channel to it — about a millisecond, never an engine ``exec`` per call. Two ways to get there,
+each a mode object chosen once (``_container_backend.MODES``): ``containers/bind.py`` (a local
+engine: bind mounts, a unix socket) and ``containers/copy.py`` (an engine on another machine:
+the base dir copied in and back, the engine's attach stream). ``ContainerSandbox`` holds the
+lifecycle they share; the ``Engine`` protocol is what the sandbox asks of an engine
+(``containers/engine.py:SdkEngine`` implements it once, over a dialect per SDK).
 """
 
 from __future__ import annotations
@@ -22,14 +15,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import fcntl
-import hashlib
 import json
-import os
-import shutil
 import socket
-import tarfile
-import tempfile
 import time
 import uuid
 from collections import deque
@@ -44,14 +31,12 @@ from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
 from ..policy.limits import size_bytes
 from ..seam.errors import CouldNotRunError
 from ..seam.models import SandboxInfo, SyncReport
-from ._attach import EngineAddress, attach_channel
+from ._attach import EngineAddress
 from ._pull import PullCallback, PullPolicy
-from ._retry import transient_retry
-from ._workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
 from .agentlink.channel import AgentChannel
-from .boot import bundle_archive, bundle_command, bundle_digest, stage_bundle
+from .boot import stage_bundle
 from .bundle_arch import select_bundle
-from .staging import staging_root
+from .composed import Liveness
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
@@ -157,10 +142,6 @@ def decode_path_stat(header: str | None) -> dict[str, Any]:
     return dict(json.loads(base64.b64decode(header)))
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def owner_label() -> str:
     """host:pid:start-time — a pid alone could be reused by an unrelated process."""
     me = psutil.Process()
@@ -194,24 +175,41 @@ def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
         probe.close()
 
 
-def _socket_owner(endpoint: str) -> int | None:
-    """The uid container root maps to: the owner of a local engine socket (rootless podman)."""
-    if not endpoint.startswith("unix://"):
-        return None
-    try:
-        return os.stat(endpoint.removeprefix("unix://")).st_uid
-    except OSError:
-        return None
+class WorkspaceModeImpl(Protocol):
+    """How the sandbox gets its workspace and its channel: ``containers/bind.py`` or
+    ``containers/copy.py``, chosen once (``_container_backend.MODES``)."""
+
+    @property
+    def name(self) -> Literal["bind", "copy"]: ...
+    @property
+    def guard(self) -> str: ...  # the agent's set-id guard setting (toolseam_agent/setid_guard.py)
+    last_sync: SyncReport | None  # what the last copy-back brought home
+    copy_back_error: CouldNotRunError | None  # close could not bring the work home
+    agent_stderr: deque[str] | None  # the agent's stderr, where the engine keeps no log
+
+    def liveness(self, sandbox: ContainerSandbox) -> Liveness: ...
+    async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
+                    ) -> dict[str, Any]: ...
+    def exit_reason(self, exit_code: int | None) -> str | None: ...
+    def pack_upload(self, local: str, name: str, archive: IO[bytes]) -> None: ...
+    def uploaded(self, archive: str, parent: str) -> None: ...
+    async def sync(self, sandbox: ContainerSandbox) -> SyncReport: ...
+    async def finish(self, sandbox: ContainerSandbox) -> None: ...
+    async def clean_up(self, sandbox: ContainerSandbox) -> None: ...
 
 
 @dataclass
 class ContainerSandbox:
+    """The lifecycle both modes share: engine checks, image, bundle, the container's spec,
+    launch and limits, what happened to it, the janitor and the end of the session."""
+
     engine: Engine
     engine_name: str
     image: str
     workspace: str
     hardening: Hardening
     environment: dict[str, str]
+    mode: WorkspaceModeImpl
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     container: str | None = None
     channel: AgentChannel | None = None
@@ -219,17 +217,16 @@ class ContainerSandbox:
     pull_policy: PullPolicy = "missing"
     registry_auth: dict[str, str] | None = None  # None: the engine's own credentials
     on_pull_progress: PullCallback | None = None
-    mode: Literal["bind", "copy"] = "bind"
-    copy_limit: int = DEFAULT_COPY_LIMIT
-    keep_group_write: bool = False  # copy mode: group/other write bits come home (not by default)
-    copy: WorkspaceCopy | None = None  # copy mode: what the sandbox was given
-    last_sync: SyncReport | None = None
-    copy_back_error: CouldNotRunError | None = None  # close never raises: kept for the caller
     agent_bundles: dict[str, str] = field(default_factory=dict)  # arch -> bundle dir
-    exited: bool = False  # copy mode: the engine reported the container stopped
-    _socket_dir: str | None = None
-    _workspace_volume: str | None = None
-    _agent_stderr: deque[str] | None = None  # copy mode: the engine keeps no log of it
+    started: bool = False  # open succeeded
+
+    @property
+    def last_sync(self) -> SyncReport | None:
+        return self.mode.last_sync
+
+    @property
+    def copy_back_error(self) -> CouldNotRunError | None:
+        return self.mode.copy_back_error
 
     async def _call(self, func: Callable[[], T]) -> T:
         return await asyncio.to_thread(func)
@@ -243,52 +240,23 @@ class ContainerSandbox:
         labels = {OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id}
         bundle = await self._call(stage_bundle)
         bundle = select_bundle(await self._call(self._engine_arch), bundle, self.agent_bundles)
-        if self.mode == "bind":
-            hello = await self._start_bound(bundle, labels)
-            # an agent that reports its set-id guard (toolseam_agent/server.py's hello) says so at open;
-            # one that does not refuses each command instead (setid_guard "require")
-            guard = str(hello.get("setid_guard", ""))
-            if guard.startswith("unavailable"):
-                raise CouldNotRunError(
-                    f"the sandbox's set-id guard is {guard}: in bind mode a command could "
-                    f"leave a set-id program in {self.workspace} (docs/security.md); refusing "
-                    "to start (copy mode does without it)", retryable=False)
-        else:
-            hello = await self._start_copied(bundle, labels)
+        hello = await self.mode.start(self, bundle, labels)
+        self.started = True
         return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,
                            base_env=dict(self.environment),
                            pid_namespace=True, agent_pid=int(hello["pid"]),
                            cold_start_ms=int((time.monotonic() - started) * 1000))
 
-    def _spec(self, command: list[str], labels: dict[str, str], **parts: Any) -> ContainerSpec:
-        # The agent's own environment (commands get the host's, never this): in bind mode no
-        # command may start without the set-id guard — a rootful engine's root writes the host
-        # dir directly; in copy mode the copy-back's mode mask is the boundary, the guard a
-        # second line (docs/security.md).
-        guard = {GUARD_VAR: "require" if self.mode == "bind" else "try"}
+    def spec(self, command: list[str], labels: dict[str, str], **parts: Any) -> ContainerSpec:
+        """The session's container: the agent's own environment (commands get the host's,
+        never this) carries the mode's set-id guard setting."""
         return ContainerSpec(image=self.image, name=f"toolseam-{self.session_id}",
                              command=command, labels=labels,
-                             environment={**self.environment, **guard},
+                             environment={**self.environment, GUARD_VAR: self.mode.guard},
                              hardening=self.hardening, **parts)
 
-    async def _start_bound(self, bundle: str, labels: dict[str, str]) -> dict[str, Any]:
-        if not os.path.isdir(self.workspace):  # one verdict, before any engine says it its way
-            raise CouldNotRunError(f"the workspace {self.workspace} does not exist or is not a "
-                                   "directory", retryable=False)
-        self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
-        owner = _socket_owner(self.engine.endpoint)
-        if os.geteuid() == 0 and owner not in (None, 0):
-            os.chown(self._socket_dir, owner, owner)
-        os.chmod(self._socket_dir, 0o700)
-        command = [*bundle_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
-        spec = self._spec(command, labels, binds=[
-            (self.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
-            (self._socket_dir, SOCKET_MOUNT, False)])
-        await self._launch(spec)
-        return await self._connect()
-
-    async def _launch(self, spec: ContainerSpec, before_start: Callable[[], None] | None = None
-                      ) -> None:
+    async def launch(self, spec: ContainerSpec, before_start: Callable[[], None] | None = None
+                     ) -> None:
         """Create the container, run ``before_start`` (a copy into its volumes), start it, and
         check that the engine applied the limits the host set."""
         self.container = await self._call(lambda: self.engine.create(spec))
@@ -298,149 +266,15 @@ class ContainerSandbox:
         if self.enforce_limits:
             await self._check_limits(self.container)
 
-    async def _start_copied(self, bundle: str, labels: dict[str, str]) -> dict[str, Any]:
-        agent_volume = await self._agent_volume(bundle)
-        self._workspace_volume = f"toolseam-ws-{self.session_id}"
-        await self._call(lambda: self.engine.create_volume(self._workspace_volume or "", labels))
-        spec = self._spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
-                          volumes=[(agent_volume, AGENT_MOUNT, True),
-                                   (self._workspace_volume, WORKSPACE, False)])
-        self.copy = WorkspaceCopy(self.workspace, self.copy_limit,
-                                  keep_group_write=self.keep_group_write)
-        await self._launch(spec, before_start=self._copy_in)
-        try:
-            await self._attach()
-        except CouldNotRunError as exc:
-            state = await self._state()
-            if state is not None and not state.running:
-                raise await self.explain(None, starting=True) from None
-            raise exc from None
-        assert self.channel is not None
-        return await self.channel.hello()
-
-    async def _attach(self) -> None:
-        assert self.container is not None
-        old = self.channel
-        self.channel, self._agent_stderr = await attach_channel(
-            self.engine.address, self.engine.attach_path(self.container),
-            f"{self.engine_name} container {self.container}")
-        if old is not None:  # jobs that outlived a dropped stream keep their live output
-            self.channel.adopt_listeners(old)
-
-    async def after_drop(self, failure: CouldNotRunError) -> CouldNotRunError:
-        """Copy mode: the attach stream closed mid-call. The call's answer is lost either way;
-        whether the session is depends on the container, as the engine reports it."""
-        state = await self._state()
-        if state is not None and not state.running:
-            self.exited = True
-            return await self.explain(failure)
-        where = f"the {self.engine_name} engine at {self.engine.endpoint}"
-        if state is None:
-            return CouldNotRunError(f"lost the connection to {where} ({failure.reason}); the "
-                                    "sandbox may still run: the next call reconnects",
-                                    retryable=True)
-        return CouldNotRunError(f"the connection to the sandbox through {where} dropped during "
-                                f"the call ({failure.reason}); the next call reconnects",
-                                retryable=True)
-
-    async def reattach(self) -> None:
-        """Copy mode: a new attach stream to the same agent (jobs kept running meanwhile)."""
-        state = await self._state()
-        if state is None:
-            raise CouldNotRunError(f"the {self.engine_name} engine at {self.engine.endpoint} is "
-                                   "unreachable; the sandbox may still run", retryable=True)
-        if not state.running:
-            self.exited = True
-            return
-        await self._attach()
-
-    def _copy_in(self) -> None:
-        assert self.copy is not None and self.container is not None
-        with tempfile.TemporaryFile(prefix="toolseam-copy-in-") as archive:
-            self.copy.pack(archive)
-            archive.seek(0)
-            self.engine.put_archive(self.container, WORKSPACE, archive)
-
     def _engine_arch(self) -> str:
         """Asked once per engine endpoint and process (``info`` is not free)."""
         if self.engine.endpoint not in _ENGINE_ARCH:
             _ENGINE_ARCH[self.engine.endpoint] = self.engine.arch()
         return _ENGINE_ARCH[self.engine.endpoint]
 
-    async def _agent_volume(self, bundle: str) -> str:
-        """The bundle in a volume, filled once per engine and bundle (its digest is in the
-        name). A second, empty volume marks the fill complete: a fill cut short is redone."""
-        name = f"toolseam-agent-{await self._call(lambda: bundle_digest(bundle))}"
-        ready = f"{name}-ready"
-        if await self._call(lambda: self.engine.volume_exists(ready)):
-            return name
-
-        def fill() -> None:
-            labels = {AGENT_VOLUME_LABEL: name}
-            # Sessions of every process on this host that meet the same empty engine fill it
-            # one at a time (the first fills, the others find it ready); an fcntl lock, since
-            # they are separate processes. Hosts sharing an engine may still fill it twice:
-            # the same bytes, and nobody uses the volume before "-ready" exists.
-            key = _digest(self.engine.endpoint + name)
-            # The lock lives in this user's staging root: a predictable name in the shared temp
-            # dir could be made first by another local user (and held, or made a symlink).
-            with open(os.path.join(staging_root(), f"fill-{key}.lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if self.engine.volume_exists(ready):
-                    return
-                if not self.engine.volume_exists(name):
-                    self.engine.create_volume(name, labels)
-                helper = self.engine.create(ContainerSpec(
-                    image=self.image, name=f"toolseam-fill-{self.session_id}",
-                    command=["/opt/toolseam/never-started"], labels=labels, environment={},
-                    binds=[], hardening=self.hardening, volumes=[(name, AGENT_MOUNT, False)]))
-                try:
-                    with bundle_archive(bundle) as archive:
-                        self.engine.put_archive(helper, AGENT_MOUNT, archive)
-                finally:
-                    self.engine.remove(helper)
-                self.engine.create_volume(ready, labels)
-
-        await self._call(fill)
-        return name
-
-    async def _wait_stopped(self, timeout_s: float = 10.0) -> None:
-        """After the agent's shutdown: the archive of a container that is still stopping can
-        fail (podman joins the mount namespace of a process that is exiting)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            state = await self._state()
-            if state is None or not state.running:
-                return
-            await asyncio.sleep(0.05)
-
     async def sync(self) -> SyncReport:
         """Bring the sandbox's changes to the base dir home (copy mode); bind mode has none."""
-        if self.copy is None or self.container is None:
-            return SyncReport()
-        return await self._call(self._copy_back_retried)
-
-    def _copy_back(self) -> SyncReport:
-        assert self.copy is not None and self.container is not None
-        source = (f"the {self.engine_name} container {self.container[:12]} (volume "
-                  f"{self._workspace_volume})")
-        try:
-            with self.engine.get_archive(self.container, WORKSPACE) as chunks:
-                spool = self.copy.spool(chunks, "the sandbox's workspace")
-            with spool:
-                return self.copy.apply(spool, source=source)
-        except (tarfile.TarError, EOFError) as exc:
-            # an archive the engine cut short (a file changing while it is read); the copy
-            # applies all or nothing, so asking again is safe
-            raise CouldNotRunError(f"the {self.engine_name} engine's archive of the sandbox's "
-                                   f"workspace was unreadable ({type(exc).__name__}: {exc}); "
-                                   "nothing was copied back", retryable=True) from None
-
-    def _copy_back_retried(self) -> SyncReport:
-        """A copy-back, asked again (bounded) while it fails in a way that may pass: an archive
-        read while a build writes can come back cut short."""
-        return transient_retry(self._copy_back,
-                               lambda e: isinstance(e, CouldNotRunError) and e.retryable)
+        return await self.mode.sync(self)
 
     async def _ensure_image(self) -> None:
         """The image, by the pull policy: never pulled, pulled when missing, or always."""
@@ -475,30 +309,7 @@ class ContainerSandbox:
                 f"limits {', '.join(missing)} (rootless podman ignores resource limits on "
                 "cgroups v1); refusing an unlimited sandbox", retryable=False)
 
-    async def _connect(self) -> dict[str, Any]:
-        assert self._socket_dir is not None
-        path = os.path.join(self._socket_dir, "agent.sock")
-        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
-        delay = 0.002
-        while True:
-            if os.path.exists(path):
-                try:
-                    self.channel = await AgentChannel.connect(
-                        path, f"{self.engine_name} container {self.container}")
-                    break
-                except OSError:
-                    pass
-            state = await self._state()
-            if state is not None and not state.running:
-                raise await self.explain(None, starting=True)
-            if time.monotonic() > deadline:
-                raise CouldNotRunError(f"the sandbox agent did not start within {_CONNECT_TIMEOUT_S:.0f} s "
-                                       f"in {self.image!r}", retryable=True)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-        return await self.channel.hello()
-
-    async def _state(self) -> ContainerState | None:
+    async def state(self) -> ContainerState | None:
         if self.container is None:
             return None
         try:
@@ -509,23 +320,21 @@ class ContainerSandbox:
     async def explain(self, failure: CouldNotRunError | None, starting: bool = False
                       ) -> CouldNotRunError:
         """Turn "the channel closed" into what happened to the container, from the engine's API."""
-        state = await self._state()
+        state = await self.state()
         if state is None:
             return failure or CouldNotRunError("the sandbox container is gone", retryable=True)
         logs = ""
         with contextlib.suppress(CouldNotRunError):
             logs = (await self._call(lambda: self.engine.logs(self.container or ""))).strip()
-        if not logs and self._agent_stderr:
-            logs = "\n".join(self._agent_stderr)
+        if not logs and self.mode.agent_stderr:
+            logs = "\n".join(self.mode.agent_stderr)
         if state.running:
             detail = f": {logs.splitlines()[-1]}" if logs else ""
             return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
                                     retryable=True)
-        if self.mode == "copy" and state.exit_code == 0 and not starting:
-            return CouldNotRunError(
-                "the sandbox ended when its attach stream closed: the engine closed the "
-                "agent's input (podman does whenever an attach ends, even on a dropped "
-                "connection); its changes come home at close", retryable=False)
+        reason = None if starting else self.mode.exit_reason(state.exit_code)
+        if reason is not None:
+            return CouldNotRunError(reason, retryable=False)
         if starting and state.exit_code not in (137, None):
             # The agent brings its own runtime: an exit at start is the agent's own failure
             # (an image for another CPU architecture, a kernel without what it needs).
@@ -546,10 +355,9 @@ class ContainerSandbox:
         return await self._call(lambda: janitor(self.engine))
 
     async def stop(self) -> None:
-        """End the session. In copy mode the changes come home first, after the agent has
-        ended every job (the archive API reads a stopped container as well). If they cannot
-        come home, the container and its volume are kept and ``copy_back_error`` names them
-        (``Toolkit.close`` raises it)."""
+        """End the session: the agent ends every job, the mode finishes (copy mode brings the
+        changes home, or keeps the container and says so in ``copy_back_error``), the
+        container goes, then what the mode made for it."""
         try:
             await self._stop()
         finally:  # whatever failed above: no engine client (an ssh tunnel) outlives the session
@@ -559,48 +367,12 @@ class ContainerSandbox:
         channel, self.channel = self.channel, None
         if channel is not None:
             await channel.shutdown(drain_s=5)
-        if self.copy is not None and self.container is not None:
-            try:
-                await self._wait_stopped()
-                self.last_sync = await self._call(self._copy_back_retried)
-            except Exception as exc:  # noqa: BLE001 - any failure keeps the work, and says so
-                reason = exc.reason if isinstance(exc, CouldNotRunError) else \
-                    f"{type(exc).__name__}: {exc}"
-                self.copy_back_error = CouldNotRunError(
-                    f"the sandbox's changes were not copied back to {self.workspace}: "
-                    f"{reason}. {await self._keep()}", retryable=False)
-                self.container = self._workspace_volume = self.copy = None
+        await self.mode.finish(self)
         if self.container is not None:
             with contextlib.suppress(CouldNotRunError):
                 await self._call(lambda: self.engine.remove(self.container or ""))
             self.container = None
-        if self._workspace_volume is not None:
-            with contextlib.suppress(CouldNotRunError):
-                await self._call(lambda: self.engine.remove_volume(self._workspace_volume or ""))
-            self._workspace_volume = None
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
-            self._socket_dir = None
-
-    async def _keep(self) -> str:
-        """Mark the container and its workspace volume kept; the sentence that says how to
-        get the work out."""
-        from .recover import recover_command
-
-        container, volume = self.container or "", self._workspace_volume or ""
-        labels = {KEPT_LABEL: str(int(time.time())), KEPT_CONTAINER_LABEL: container,
-                  KEPT_VOLUME_LABEL: volume, KEPT_WORKSPACE_LABEL: self.workspace,
-                  SESSION_LABEL: self.session_id}
-        try:
-            await self._call(lambda: self.engine.create_volume(
-                f"toolseam-kept-{self.session_id}", labels))
-            kept = f"kept for {KEPT_RETENTION_S // 86400} days"
-        except CouldNotRunError as exc:
-            kept = (f"not removed, but could not be marked kept ({exc.reason}): the next "
-                    "session's janitor may remove them, recover now")
-        command = recover_command(self.engine_name, self.engine.endpoint, container)
-        return (f"The container {container[:12]} and its workspace volume are {kept}. Recover "
-                f"the work with: {command} --to DIR   (then: {command} --remove)")
+        await self.mode.clean_up(self)
 
 
 def _kept_sessions(engine: Engine, now: float) -> tuple[set[str], list[tuple[str, dict[str, str]]]]:

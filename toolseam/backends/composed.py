@@ -5,7 +5,7 @@ backend is. A subclass brings its sandbox up and down, and says how to tell it i
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import ParamSpec, Protocol, TypeVar
 
 from ..seam.errors import CouldNotRunError, SessionClosedError
 from ..seam.models import (
@@ -33,8 +33,44 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 
+class Liveness(Protocol):
+    """Whether a backend's sandbox is still there, asked around every call — one object per
+    kind of sandbox (the host's agent, a bind-mode or a copy-mode container)."""
+
+    def check(self) -> None:
+        """A cheap check before each call; raises CouldNotRunError when the session is over."""
+
+    async def reconnect(self) -> CouldNotRunError | None:
+        """Before each call: a channel that can drop without its sandbox dying (an engine over
+        the network) is got back here; a failure raises and the session lives. Returns why
+        the session is over when the sandbox turned out gone."""
+
+    async def explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        """A call's could-not-run, replaced with what happened to the sandbox if it is known."""
+
+    def gone(self) -> bool:
+        """Whether the sandbox is gone for good (after a call failed)."""
+
+
+class AlwaysThere:
+    """A sandbox that outlives every call (a test's backend, or one that cannot tell)."""
+
+    def check(self) -> None:
+        return None
+
+    async def reconnect(self) -> CouldNotRunError | None:
+        return None
+
+    async def explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        return failure
+
+    def gone(self) -> bool:
+        return False
+
+
 class ComposedBackend:
-    """Forwards the seam to a file part and an exec part; subclasses bring them up and down."""
+    """Forwards the seam to a file part and an exec part; subclasses bring them up and down,
+    and set ``liveness``."""
 
     name = "composed"
 
@@ -44,6 +80,7 @@ class ComposedBackend:
         self._info: SandboxInfo | None = None
         self._closed = False
         self._over: CouldNotRunError | None = None  # the sandbox died: every call says so
+        self.liveness: Liveness = AlwaysThere()
 
     def _check_open(self) -> None:
         if self._closed:
@@ -59,10 +96,6 @@ class ComposedBackend:
     def info(self) -> SandboxInfo | None:
         return self._info
 
-    async def _explain(self, failure: CouldNotRunError) -> CouldNotRunError:
-        """A container backend replaces "the channel closed" with what the engine says."""
-        return failure
-
     def _session_over(self, why: CouldNotRunError) -> CouldNotRunError:
         """The sandbox is gone for good (killed, OOM, its agent crashed): no call of this
         session can succeed again, so every one says so, not retryable — a host starts a new
@@ -73,31 +106,23 @@ class ComposedBackend:
                 retryable=False)
         return self._over
 
-    def _sandbox_gone(self) -> bool:
-        """Whether the sandbox's agent is gone (its channel closed)."""
-        return False
-
-    def _check_sandbox(self) -> None:
-        """A backend's cheap check before each call (raises CouldNotRunError)."""
-
-    async def _reconnect(self) -> None:
-        """Before each call: a backend whose channel can drop without its sandbox dying (an
-        engine over the network) gets it back here; a failure raises, the session lives."""
-
     async def _run(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         self._check_open()
         if self._over is not None:
             raise self._over
+        live = self.liveness
         try:
-            self._check_sandbox()
+            live.check()
         except CouldNotRunError as why:
             raise self._session_over(why) from None
-        await self._reconnect()
+        over = await live.reconnect()
+        if over is not None:
+            raise self._session_over(over)
         try:
             return await call(*args, **kwargs)
         except CouldNotRunError as failure:
-            explained = await self._explain(failure)
-            if self._sandbox_gone():
+            explained = await live.explain(failure)
+            if live.gone():
                 raise self._session_over(explained) from None
             raise explained from None
 

@@ -17,10 +17,11 @@ except ModuleNotFoundError as exc:
 
 from ..policy.limits import SandboxLimits
 from ._attach import TlsFiles
-from ._container_backend import DEFAULT_IMAGE, ContainerBackend
+from ._container_backend import ContainerBackend
 from ._container_sandbox import Hardening, WorkspaceMode
 from ._pull import PullCallback, PullPolicy
 from .containers.engine import SdkEngine
+from .containers.options import DEFAULT_IMAGE, ContainerOptions
 
 
 class DockerEngine(SdkEngine):
@@ -60,9 +61,13 @@ class DockerBackend(ContainerBackend):
         ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket.
         ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
         they are dropped; set-id and sticky bits never come)."""
-        super().__init__(docker_engine(endpoint, tls), "docker", image, os.path.abspath(workspace),
-                         hardening, limits, pull, auth, on_pull_progress, workspace_mode,
-                         copy_limit, agent_bundles, copy_keep_group_write)
+        options = ContainerOptions(
+            image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
+            on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
+            copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
+            copy_keep_group_write=copy_keep_group_write)
+        super().__init__(docker_engine(endpoint, tls), "docker", os.path.abspath(workspace),
+                         options)
 
 
 __all__ = ["DockerBackend", "DockerEngine", "Hardening"]

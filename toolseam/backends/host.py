@@ -34,7 +34,7 @@ from ..seam.models import SandboxInfo, SyncReport
 from .agentlink.channel import AgentChannel
 from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
-from .composed import ComposedBackend
+from .composed import AlwaysThere, ComposedBackend
 
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
@@ -53,10 +53,8 @@ class HostBackend(ComposedBackend):
         self._want_namespace = pid_namespace
         self.agent = LocalAgent(python or sys.executable)
         self._opening: asyncio.Lock | None = None
+        self.liveness = _HostLiveness(self)
 
-    def _sandbox_gone(self) -> bool:
-        channel = self.agent.channel
-        return self._info is not None and (channel is None or not channel.alive)
 
     async def _opened_agent(self) -> AgentChannel:
         await self.open()
@@ -106,6 +104,10 @@ class HostBackend(ComposedBackend):
         await self.agent.stop()
 
     # --- transfer: the workspace is the host dir itself ----------------------------------
+    @property
+    def copy_back_error(self) -> CouldNotRunError | None:
+        return None  # nothing is ever copied back
+
     async def sync(self) -> SyncReport:
         return SyncReport()  # nothing to bring home: commands work in the host dir
 
@@ -132,6 +134,17 @@ def _copy(source: str, target: str, what: str) -> None:
         shutil.copytree(source, target, symlinks=True)
     else:
         shutil.copy2(source, target, follow_symlinks=False)
+
+
+class _HostLiveness(AlwaysThere):
+    """The host's sandbox is gone when its agent's channel is."""
+
+    def __init__(self, backend: HostBackend) -> None:
+        self._backend = backend
+
+    def gone(self) -> bool:
+        channel = self._backend.agent.channel
+        return self._backend.info is not None and (channel is None or not channel.alive)
 
 
 class LocalAgent:

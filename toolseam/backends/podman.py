@@ -20,10 +20,11 @@ except ModuleNotFoundError as exc:
                              f"{install_hint('podman')}") from None
 
 from ..policy.limits import SandboxLimits
-from ._container_backend import DEFAULT_IMAGE, ContainerBackend
+from ._container_backend import ContainerBackend
 from ._container_sandbox import Hardening, WorkspaceMode
 from ._pull import PullCallback, PullPolicy
 from .containers.engine import SdkEngine
+from .containers.options import DEFAULT_IMAGE, ContainerOptions
 
 
 def default_endpoint(rootless: bool) -> str:
@@ -62,11 +63,14 @@ class PodmanBackend(ContainerBackend):
         ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``).
         ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
         they are dropped; set-id and sticky bits never come)."""
+        options = ContainerOptions(
+            image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
+            on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
+            copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
+            copy_keep_group_write=copy_keep_group_write)
         super().__init__(podman_engine(endpoint, rootless),
-                         "podman-rootless" if rootless else "podman", image,
-                         os.path.abspath(workspace), hardening, limits, pull, auth,
-                         on_pull_progress, workspace_mode, copy_limit, agent_bundles,
-                         copy_keep_group_write)
+                         "podman-rootless" if rootless else "podman",
+                         os.path.abspath(workspace), options)
 
 
 __all__ = ["Hardening", "PodmanBackend", "PodmanEngine"]

@@ -11,6 +11,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+from collections import deque
 from typing import IO, Any, Literal
 
 from ...seam.errors import CouldNotRunError
@@ -60,6 +61,9 @@ class BindMode:
     def __init__(self) -> None:
         self.workspace_id: tuple[int, int] | None = None
         self._socket_dir: str | None = None
+        self.last_sync: SyncReport | None = None  # nothing is ever copied back
+        self.copy_back_error: CouldNotRunError | None = None
+        self.agent_stderr: deque[str] | None = None  # the engine keeps the agent's log
 
     def liveness(self, sandbox: ContainerSandbox) -> BindLiveness:
         return BindLiveness(self, sandbox)

@@ -8,6 +8,7 @@ stdin/stdout (``_attach``), which can drop without the sandbox dying.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import hashlib
 import os
@@ -259,10 +260,8 @@ class CopyMode:
     async def clean_up(self, sandbox: ContainerSandbox) -> None:
         volume, self.workspace_volume = self.workspace_volume, None
         if volume is not None:
-            try:
+            with contextlib.suppress(CouldNotRunError):
                 await asyncio.to_thread(sandbox.engine.remove_volume, volume)
-            except CouldNotRunError:
-                pass
 
     async def _keep(self, sandbox: ContainerSandbox) -> str:
         """Mark the container and its workspace volume kept; the sentence that says how to
