@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from toolseam import ConfigurationError, CouldNotRunError, Toolkit
-from toolseam.backends._container_sandbox import Hardening
+from toolseam.backends.containers.sandbox import Hardening
 
 from .conftest import host_survivors
 from .engines import (

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from toolseam import Settings, Toolkit
-from toolseam.backends._attach import TlsFiles
-from toolseam.backends._container_backend import resolve_mode
-from toolseam.backends._container_sandbox import OWNER_LABEL, Hardening
+from toolseam.backends.containers.attach import TlsFiles
+from toolseam.backends.containers.backend import resolve_mode
+from toolseam.backends.containers.sandbox import OWNER_LABEL, Hardening
 from toolseam.backends.docker import DockerBackend, DockerEngine
 from toolseam.backends.podman import PodmanBackend, PodmanEngine
 from toolseam.builtins._base import OutputEvent

@@ -20,11 +20,11 @@ except ModuleNotFoundError as exc:
                              f"{install_hint('podman')}") from None
 
 from ..policy.limits import SandboxLimits
-from ._container_backend import ContainerBackend
-from ._container_sandbox import Hardening, WorkspaceMode
-from ._pull import PullCallback, PullPolicy
+from .containers.backend import ContainerBackend
 from .containers.engine import SdkEngine
 from .containers.options import DEFAULT_IMAGE, ContainerOptions
+from .containers.pull import PullCallback, PullPolicy
+from .containers.sandbox import Hardening, WorkspaceMode
 
 
 def default_endpoint(rootless: bool) -> str:

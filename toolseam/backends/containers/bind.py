@@ -16,9 +16,9 @@ from typing import IO, Any, Literal
 
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SyncReport
-from .._container_sandbox import AGENT_MOUNT, SOCKET_MOUNT, WORKSPACE, ContainerSandbox
 from ..agentlink.channel import AgentChannel
-from ..boot import bundle_command
+from .bundle import bundle_command
+from .sandbox import AGENT_MOUNT, SOCKET_MOUNT, WORKSPACE, ContainerSandbox
 
 _CONNECT_TIMEOUT_S = 15.0
 

@@ -1,8 +1,8 @@
 """Copy mode (an engine that shares no filesystem with the host — another machine): nothing of
 the host's is mounted. The bundle goes once into a volume per engine and bundle, the base dir
 is copied in through the engine's archive API before the start and copied back on ``sync`` and
-at close (``_workspace_copy``), and the channel is the engine's attach stream to the agent's
-stdin/stdout (``_attach``), which can drop without the sandbox dying.
+at close (``workspace_copy``), and the channel is the engine's attach stream to the agent's
+stdin/stdout (``attach``), which can drop without the sandbox dying.
 """
 
 from __future__ import annotations
@@ -20,8 +20,11 @@ from typing import IO, Any, Literal
 
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SyncReport
-from .._attach import attach_channel
-from .._container_sandbox import (
+from ..staging import staging_root
+from .attach import attach_channel
+from .bundle import bundle_archive, bundle_command, bundle_digest
+from .retry import transient_retry
+from .sandbox import (
     AGENT_MOUNT,
     AGENT_VOLUME_LABEL,
     KEPT_CONTAINER_LABEL,
@@ -33,11 +36,9 @@ from .._container_sandbox import (
     WORKSPACE,
     ContainerSandbox,
     ContainerSpec,
+    recover_command,
 )
-from .._retry import transient_retry
-from .._workspace_copy import WorkspaceCopy
-from ..boot import bundle_archive, bundle_command, bundle_digest
-from ..staging import staging_root
+from .workspace_copy import WorkspaceCopy
 
 
 class CopyLiveness:
@@ -266,8 +267,6 @@ class CopyMode:
     async def _keep(self, sandbox: ContainerSandbox) -> str:
         """Mark the container and its workspace volume kept; the sentence that says how to
         get the work out."""
-        from ..recover import recover_command
-
         container, volume = sandbox.container or "", self.workspace_volume or ""
         labels = {KEPT_LABEL: str(int(time.time())), KEPT_CONTAINER_LABEL: container,
                   KEPT_VOLUME_LABEL: volume, KEPT_WORKSPACE_LABEL: sandbox.workspace,

@@ -1,7 +1,7 @@
 """``SdkEngine``: the ONE engine implementation, over a ``Dialect`` per SDK.
 
 Everything engines share lives here: the lazy client (an ssh endpoint's tunnel comes up at first
-use), bounded retries of transient failures (``_retry``), the one error map (``errors``), the
+use), bounded retries of transient failures (``retry``), the one error map (``errors``), the
 archive API (the same REST calls on docker and podman), what a missing container or volume
 means, the state of a container as the sandbox reads it. A dialect says only what its SDK spells
 differently: how to make a client, create a container, pull, list, inspect and remove.
@@ -13,12 +13,12 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Protocol, TypeVar
 
-from .._attach import EngineAddress, TlsFiles
-from .._container_sandbox import ContainerSpec, ContainerState, decode_path_stat
-from .._pull import PullCallback, follow_pull, split_reference
-from .._retry import transient_retry
-from .._ssh import SshTunnel
+from .attach import EngineAddress, TlsFiles
 from .errors import EngineError, EngineNotFound, EngineUnreachable, SdkErrors, map_engine_error
+from .pull import PullCallback, follow_pull, split_reference
+from .retry import transient_retry
+from .sandbox import ContainerSpec, ContainerState, decode_path_stat
+from .ssh import SshTunnel
 
 T = TypeVar("T")
 
@@ -102,7 +102,7 @@ class SdkEngine:
     def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
              ) -> None:
         """Pull through the engine API, reporting progress; a failure names image and registry.
-        Not retried here, and its failures have their own kinds (``_pull``)."""
+        Not retried here, and its failures have their own kinds (``pull``)."""
         repository, tag = split_reference(image)
         client = self.client
         follow_pull(self.dialect.name, self.endpoint, image,

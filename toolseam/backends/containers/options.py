@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from ...policy.limits import SandboxLimits
 from ...seam.errors import ConfigurationError
-from .._container_sandbox import WORKSPACE_MODES, Hardening, WorkspaceMode
-from .._pull import PULL_POLICIES, PullCallback, PullPolicy
-from .._workspace_copy import DEFAULT_COPY_LIMIT
+from .pull import PULL_POLICIES, PullCallback, PullPolicy
+from .sandbox import WORKSPACE_MODES, Hardening, WorkspaceMode
+from .workspace_copy import DEFAULT_COPY_LIMIT
 
 # A public, widely cached base any engine can pull: the agent brings its own runtime, so the
 # image needs no python; Debian slim has bash and the usual tools commands expect.

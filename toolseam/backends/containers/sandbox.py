@@ -1,9 +1,9 @@
 """What the podman and docker backends share, by composition: one warm container per session.
 
-The container runs the sandbox agent (the staged bundle of ``boot.stage_bundle``) as its main
+The container runs the sandbox agent (the staged bundle of ``bundle.stage_bundle``) as its main
 process: pid 1 of the container, which no command can kill. Every call is a line on one
 channel to it — about a millisecond, never an engine ``exec`` per call. Two ways to get there,
-each a mode object chosen once (``_container_backend.MODES``): ``containers/bind.py`` (a local
+each a mode object chosen once (``backend.MODES``): ``containers/bind.py`` (a local
 engine: bind mounts, a unix socket) and ``containers/copy.py`` (an engine on another machine:
 the base dir copied in and back, the engine's attach stream). ``ContainerSandbox`` holds the
 lifecycle they share; the ``Engine`` protocol is what the sandbox asks of an engine
@@ -16,6 +16,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import shlex
 import socket
 import time
 import uuid
@@ -28,15 +29,15 @@ import psutil
 
 from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
 
-from ..policy.limits import size_bytes
-from ..seam.errors import CouldNotRunError
-from ..seam.models import SandboxInfo, SyncReport
-from ._attach import EngineAddress
-from ._pull import PullCallback, PullPolicy
-from .agentlink.channel import AgentChannel
-from .boot import stage_bundle
+from ...policy.limits import size_bytes
+from ...seam.errors import CouldNotRunError
+from ...seam.models import SandboxInfo, SyncReport
+from ..agentlink.channel import AgentChannel
+from ..composed import Liveness
+from .attach import EngineAddress
+from .bundle import stage_bundle
 from .bundle_arch import select_bundle
-from .composed import Liveness
+from .pull import PullCallback, PullPolicy
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
@@ -177,7 +178,7 @@ def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
 
 class WorkspaceModeImpl(Protocol):
     """How the sandbox gets its workspace and its channel: ``containers/bind.py`` or
-    ``containers/copy.py``, chosen once (``_container_backend.MODES``)."""
+    ``containers/copy.py``, chosen once (``backend.MODES``)."""
 
     @property
     def name(self) -> Literal["bind", "copy"]: ...
@@ -373,6 +374,14 @@ class ContainerSandbox:
                 await self._call(lambda: self.engine.remove(self.container or ""))
             self.container = None
         await self.mode.clean_up(self)
+
+
+def recover_command(engine_name: str, endpoint: str, container: str) -> str:
+    """The command line that names this kept container on this engine."""
+    backend = "docker" if engine_name.startswith("docker") else "podman"
+    rootless = " --rootless" if engine_name == "podman-rootless" else ""
+    return (f"toolseam recover --backend {backend}{rootless} --endpoint {shlex.quote(endpoint)} "
+            f"{container[:12]}")
 
 
 def _kept_sessions(engine: Engine, now: float) -> tuple[set[str], list[tuple[str, dict[str, str]]]]:

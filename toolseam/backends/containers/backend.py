@@ -12,10 +12,16 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, Literal
 
-from ..policy.environment import CONTAINER_BASE_ENV
-from ..seam.errors import ConfigurationError, CouldNotRunError
-from ..seam.models import SandboxInfo, SyncReport
-from ._container_sandbox import (
+from ...policy.environment import CONTAINER_BASE_ENV
+from ...seam.errors import ConfigurationError, CouldNotRunError
+from ...seam.models import SandboxInfo, SyncReport
+from ..agentlink.channel import AgentChannel
+from ..agentlink.parts import AgentExec, AgentFiles
+from ..composed import ComposedBackend
+from .bind import BindMode
+from .copy import CopyMode
+from .options import DEFAULT_IMAGE, ContainerOptions
+from .sandbox import (
     GO_MODE_SYMLINK,
     WORKSPACE,
     ContainerSandbox,
@@ -23,12 +29,6 @@ from ._container_sandbox import (
     WorkspaceMode,
     WorkspaceModeImpl,
 )
-from .agentlink.channel import AgentChannel
-from .agentlink.parts import AgentExec, AgentFiles
-from .composed import ComposedBackend
-from .containers.bind import BindMode
-from .containers.copy import CopyMode
-from .containers.options import DEFAULT_IMAGE, ContainerOptions
 
 __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 
