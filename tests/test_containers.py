@@ -456,7 +456,11 @@ async def test_sync_while_a_build_writes_is_retried_never_raw(engine: str, works
                 assert exc.retryable, exc.reason
                 outcomes.append("retryable")
         await writer
-    assert outcomes.count("ok") * 2 >= len(outcomes), outcomes
+        # once nothing writes, the work comes home (a ratio of ok syncs under the writer was
+        # tried here and proved a measure of the machine's load, not of the code)
+        await made.sync()  # type: ignore[attr-defined]
+    assert outcomes and set(outcomes) <= {"ok", "retryable"}, outcomes
+    assert sorted(p.name for p in (workspace / "out").iterdir()) == ["f1", "f2", "f3"]
 
 
 @pytest.mark.parametrize("keep", [False, True])

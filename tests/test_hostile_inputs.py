@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from toolseam import Toolkit
-from toolseam.policy.limits import MAX_ARG_STRLEN, InputLimits, oversized
+from toolseam.policy.limits import MAX_ARG_STRLEN, InputLimits, not_text, oversized
 from toolseam.policy.settings import Settings, parse_settings
 from toolseam.seam.errors import FileOpError
 from toolseam.seam.models import PathRef
@@ -69,6 +69,22 @@ async def test_every_argument_over_its_limit_is_a_tool_error(toolkit: Toolkit) -
         assert result.output.startswith(f"{tool}: {name} is too long ("), result.output[:200]
         assert f"input_limits.{setting}" in result.output
         assert time.monotonic() - started < 2, (tool, name)  # refused before any work
+
+
+async def test_a_lone_surrogate_is_a_tool_error_naming_the_argument(toolkit: Toolkit) -> None:
+    """No encoding carries U+D800 to a process or a file system: a path holding one raised
+    UnicodeEncodeError out of ``Toolkit.call``, a command holding one was could-not-run."""
+    for tool, args, name in (("bash", {"command": "echo \ud800"}, "command"),
+                             ("write", {"path": "w\ud800", "content": "x"}, "path"),
+                             ("read", {"path": "\udfffr"}, "path"),
+                             ("grep", {"pattern": "é\udbff"}, "pattern"),
+                             ("write", {"path": "w", "content": "x\ud800"}, "content")):
+        result = await toolkit.call(tool, args)
+        assert result.is_error and result.metadata == {"invalidArgument": name}, result
+        assert result.output.startswith(f"{tool}: {name} holds a lone surrogate (U+"), result
+    # U+DC80..U+DCFF stand for undecodable bytes (names as a listing shows them): still usable
+    assert not (await toolkit.call("write", {"path": "w\udcff", "content": "x"})).is_error
+    assert (await toolkit.call("glob", {"pattern": "w*"})).output == "w\\xff"  # shown escaped
 
 
 async def test_at_the_limit_runs(toolkit: Toolkit) -> None:
@@ -174,7 +190,7 @@ async def test_the_search_deadline_covers_compiling_the_pattern(engine: str, tmp
             remove_shared(workspace)
 
 
-SLOW_TO_COMPILE = "(?i)" + "[\u0100-\U0010ffff]a" * 600  # 5 404 characters, ~8 s to compile
+SLOW_TO_COMPILE = "(?i)" + "[\u0100-\U0010ffff]a" * 1500  # 13 504 characters, 10-25 s to compile
 
 
 @pytest.mark.parametrize("engine", ["host", "docker"])
@@ -207,3 +223,14 @@ async def test_a_pattern_slow_to_compile_stops_at_the_search_timeout(tmp_path: P
         result = await toolkit.call("grep", {"pattern": SLOW_TO_COMPILE})
         assert time.monotonic() - started < 4
         assert result.is_error and "took longer than 1000 ms" in result.output
+
+
+@given(st.text(max_size=30))
+@settings(max_examples=500, deadline=None)
+def test_not_text_is_exactly_what_surrogateescape_cannot_encode(text: str) -> None:
+    try:
+        text.encode("utf-8", "surrogateescape")
+        encodable = True
+    except UnicodeEncodeError:
+        encodable = False
+    assert (not_text("x", text) is None) == encodable

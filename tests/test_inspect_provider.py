@@ -4,6 +4,7 @@ leaving no container, volume, workspace or process, and inspect's exec error typ
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -150,20 +151,49 @@ async def test_task_cleanup_closes_what_an_interrupted_task_left() -> None:
     assert not os.path.exists(env.workspace)
 
 
-async def test_inspect_sandbox_cleanup_removes_every_container_and_workspace() -> None:
+_ENDED_EVAL = """
+import asyncio, json, os, sys
+from toolseam.inspect_provider import ToolseamSandboxConfig, ToolseamSandboxEnvironment
+
+async def main():
+    made = []
+    for text in sys.argv[1:]:
+        env = (await ToolseamSandboxEnvironment.sample_init(
+            "t", ToolseamSandboxConfig.model_validate_json(text), {}))["default"]
+        made.append([env.toolkit.session_id, env.workspace])
+    print(json.dumps(made), flush=True)
+    os._exit(0)  # an eval that ended without its cleanup (--no-sandbox-cleanup, a crash)
+
+asyncio.run(main())
+"""
+
+
+async def test_inspect_sandbox_cleanup_removes_what_ended_evals_left_and_spares_a_live_one(
+        ) -> None:
     configs = [_podman_rootless(),
                ToolseamSandboxConfig(backend="docker", image=IMAGE, endpoint=endpoint("docker"))]
-    made = [(await ToolseamSandboxEnvironment.sample_init("t", c, {}))["default"] for c in configs]
-    sessions = {e.toolkit.session_id for e in made if isinstance(e, ToolseamSandboxEnvironment)}
-    assert sessions <= {s for _, s in _ours_on_engines()}
-    done = subprocess.run([INSPECT, "sandbox", "cleanup", "toolseam"], capture_output=True,
-                          text=True, timeout=300, env=os.environ)
-    assert done.returncode == 0, done.stderr
-    assert sessions.isdisjoint({s for _, s in _ours_on_engines()})
-    for env in made:
-        assert isinstance(env, ToolseamSandboxEnvironment)
-        assert not os.path.exists(env.workspace)
-        await env.close()  # the sample's own cleanup after the CLI's: no error
+    # the live sample first: its open runs the janitor, which would remove the ended eval's
+    # containers itself (their owner is gone) before the command is even tried
+    live = (await ToolseamSandboxEnvironment.sample_init("t", configs[1], {}))["default"]
+    assert isinstance(live, ToolseamSandboxEnvironment)
+    ended = subprocess.run([sys.executable, "-c", _ENDED_EVAL,
+                            *(c.model_dump_json() for c in configs)],
+                           capture_output=True, text=True, timeout=300, check=True)
+    left = {session: workspace for session, workspace in
+            json.loads(ended.stdout.strip().splitlines()[-1])}
+    try:
+        assert set(left) | {live.toolkit.session_id} <= {s for _, s in _ours_on_engines()}
+        done = subprocess.run([INSPECT, "sandbox", "cleanup", "toolseam"], capture_output=True,
+                              text=True, timeout=300, env=os.environ)
+        assert done.returncode == 0, done.stderr
+        remaining = {s for _, s in _ours_on_engines()}
+        assert set(left).isdisjoint(remaining)
+        assert not any(os.path.exists(workspace) for workspace in left.values())
+        # a running eval's sample (this process) is spared, and still answers
+        assert live.toolkit.session_id in remaining and os.path.isdir(live.workspace)
+        assert (await live.exec(["echo", "still here"])).stdout == "still here\n"
+    finally:
+        await live.close()
 
 
 TEXT_EDITOR_TASK = '''

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -188,12 +189,21 @@ async def test_proc_cwd_and_fd_lead_where_they_lead(root: Path) -> None:
     # The host backend reads in this process: its cwd and its fds are what /proc/self shows.
     approver = Approver(["deny", "deny"])
     target = root / "home" / "other" / "b" / "f.txt"
-    with target.open() as held:
-        async with toolkit(root, approver) as tk:
-            by_fd = await tk.call("read", {"path": f"/proc/self/fd/{held.fileno()}"})
-            by_cwd = await tk.call("read", {"path": f"/proc/{os.getpid()}/cwd/pyproject.toml"})
+    # a process whose cwd is outside the scope (not this one's: a checkout under /tmp, where
+    # CI may clone, is inside the temp-dir prefix and would never be asked about)
+    elsewhere = subprocess.Popen(["sleep", "60"], cwd=target.parent)
+    try:
+        with target.open() as held:
+            async with toolkit(root, approver) as tk:
+                paths = [f"/proc/self/fd/{held.fileno()}", f"/proc/{elsewhere.pid}/cwd/f.txt"]
+                by_fd = await tk.call("read", {"path": paths[0]})
+                by_cwd = await tk.call("read", {"path": paths[1]})
+    finally:
+        elsewhere.kill()
+        elsewhere.wait()
     assert by_fd.is_error and f"(which is {target})" in by_fd.output
-    assert by_cwd.is_error and len(approver.asked) == 2
+    assert by_cwd.is_error and f"(which is {target})" in by_cwd.output
+    assert [q.path for q in approver.asked] == paths
 
 
 async def test_a_symlink_bash_made_in_the_base_dir_leads_where_it_leads(root: Path) -> None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, PrivateAttr, Valida
 
 from ..model_text import ModelHints, render
 from ..policy.jobs import JobRegistry
-from ..policy.limits import oversized
+from ..policy.limits import not_text, oversized
 from ..policy.refusal import Refusal
 from ..policy.settings import Settings
 from ..policy.shells import ShellChoice
@@ -210,9 +210,14 @@ class Builtin(ABC, Generic[InputT]):
         # over its limit is the model's mistake to fix, not a sandbox that could not run.
         limits = ctx.services.settings.input_limits
         for name, value in args.items():
-            problem = oversized(name, value, limits) if isinstance(value, str) else None
+            if not isinstance(value, str):
+                continue
+            problem = oversized(name, value, limits)
             if problem:
                 return error(f"{self.name}: {problem}", inputLimit=name)
+            problem = not_text(name, value)  # it could never be encoded for the sandbox
+            if problem:
+                return error(f"{self.name}: {problem}", invalidArgument=name)
         try:
             parsed = self.Input.model_validate(args)
         except ValidationError as exc:

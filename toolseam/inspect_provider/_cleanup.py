@@ -1,6 +1,11 @@
 """Finding and removing what the provider made: containers and volumes labelled with a session
 id of ours (``inspect-…``) on the engines this machine names, and the samples' workspace dirs.
 
+A session id names the process that made it (``inspect-PID-STARTTIME-RANDOM``), so
+``inspect sandbox cleanup toolseam`` without an id removes what evals that have ended left
+behind (``--no-sandbox-cleanup``, a crash) and spares the sandboxes of an eval still running on
+this machine — another eval's samples must not die because somebody cleaned up.
+
 ``inspect sandbox cleanup toolseam`` has no eval config, so it looks at the engines a config
 would most likely have used: each local engine socket (podman rootful and rootless, docker —
 the ``TOOLSEAM_PODMAN_URL``, ``TOOLSEAM_PODMAN_ROOTLESS_URL``, ``TOOLSEAM_DOCKER_URL`` or
@@ -17,7 +22,10 @@ import logging
 import os
 import shutil
 import tempfile
+import uuid
 from typing import Any
+
+import psutil
 
 from ..seam.errors import CouldNotRunError
 
@@ -25,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 SESSION_PREFIX = "inspect-"
 WORKSPACE_PREFIX = "toolseam-"
-_OWNER_LABEL, _SESSION_LABEL = "toolseam.owner", "toolseam.session"  # _container_sandbox.py
+_OWNER_LABEL, _SESSION_LABEL = "toolseam.owner", "toolseam.session"  # containers/sandbox.py
 
 
 def _local_engines() -> list[Any]:
@@ -51,9 +59,29 @@ def _socket_exists(url: str) -> bool:
     return url.startswith("unix://") and os.path.exists(url.removeprefix("unix://"))
 
 
+def new_session() -> str:
+    """A session id that names this process (pid and start time: a pid alone is reused)."""
+    me = psutil.Process()
+    return f"{SESSION_PREFIX}{me.pid}-{int(me.create_time() * 1000)}-{uuid.uuid4().hex[:8]}"
+
+
+def _owner_alive(session: str) -> bool:
+    """Whether the process that made ``session`` still runs (an id of another form: no)."""
+    pid, _, rest = session.removeprefix(SESSION_PREFIX).partition("-")
+    started = rest.partition("-")[0]
+    if not (pid.isdigit() and started.isdigit()):
+        return False
+    try:
+        return int(psutil.Process(int(pid)).create_time() * 1000) == int(started)
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _ours(labels: dict[str, str], session: str | None) -> bool:
     name = labels.get(_SESSION_LABEL, "")
-    return name.startswith(SESSION_PREFIX) and (session is None or name == session)
+    if not name.startswith(SESSION_PREFIX):
+        return False
+    return name == session if session is not None else not _owner_alive(name)
 
 
 def _clean_engine(engine: Any, session: str | None) -> int:
@@ -82,5 +110,8 @@ async def remove_everything(session: str | None) -> int:
         removed += await asyncio.to_thread(_clean_engine, engine, session)
     pattern = f"{WORKSPACE_PREFIX}{session or SESSION_PREFIX + '*'}-*"
     for path in glob.glob(os.path.join(tempfile.gettempdir(), pattern)):
+        name = os.path.basename(path).removeprefix(WORKSPACE_PREFIX)
+        if session is None and _owner_alive(name):
+            continue  # a running eval's sample
         shutil.rmtree(path, ignore_errors=True)
     return removed

@@ -26,7 +26,6 @@ import logging
 import os
 import shutil
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -180,7 +179,7 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
                           metadata: dict[str, str]) -> dict[str, SandboxEnvironment]:
         chosen = resolve_config(config)
         settings = session_settings(chosen)
-        session = f"{SESSION_PREFIX}{uuid.uuid4().hex[:12]}"
+        session = _cleanup.new_session()
         workspace = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{session}-",
                                      dir=chosen.workspace_parent)
         _give_to_engine_user(workspace, chosen)

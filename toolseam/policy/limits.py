@@ -109,3 +109,20 @@ _HINTS = {
     "path_bytes": "",
     "content_bytes": ": send the text in smaller pieces (write a part, then edit or append)",
 }
+
+
+# A surrogate that ``surrogateescape`` cannot turn back into a byte: no encoding can carry it to
+# a process or a file system. U+DC80..U+DCFF can (a name with undecodable bytes, as a listing
+# shows it), so those stay usable.
+_NOT_TEXT = re.compile("[\ud800-\udc7f\udd00-\udfff]")
+
+
+def not_text(name: str, value: str) -> str | None:
+    """The problem with a string that holds a lone surrogate no byte stands for, or None."""
+    if value.isascii():
+        return None
+    found = _NOT_TEXT.search(value)
+    if found is None:
+        return None
+    return (f"{name} holds a lone surrogate (U+{ord(found.group()):04X} at character "
+            f"{found.start()}), which is not text: send valid Unicode")

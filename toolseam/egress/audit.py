@@ -1,0 +1,81 @@
+"""Audit: one event per connection attempt through the proxy.
+
+Events carry no header, no request line and no body — only the destination, the verdict and the
+byte counts — and every text that leaves the proxy (an event's ``reason``, a log line, an error
+response) passes :meth:`Redactor.scrub`, so a credential value cannot reach the sandbox, a log or
+a result even when an upstream echoes it into an error message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+log = logging.getLogger("toolseam.egress")
+
+Kind = Literal["connect", "http"]
+REDACTED = "[redacted]"
+
+
+class Redactor:
+    """Replaces every known credential value in a text."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        # Longest first, so a value containing another is replaced whole.
+        self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def scrub(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, REDACTED)
+        return text
+
+
+@dataclass
+class EgressEvent:
+    """One attempt: where to, allowed or refused and why, bytes each way, how long."""
+
+    host: str
+    port: int
+    kind: Kind
+    """``connect`` (a CONNECT tunnel, intercepted or not) or ``http`` (an absolute-URI request)."""
+    allowed: bool = False
+    reason: str = ""
+    """Why refused (or which rule allowed it); for an allowed attempt that failed, the failure."""
+    status: int = 0
+    """The status the proxy answered the client with (200 for an established tunnel)."""
+    address: str | None = None
+    """The address connected to, when a connection was made."""
+    intercepted: bool = False
+    """TLS was terminated by the proxy to add credentials."""
+    bytes_up: int = 0
+    """Bytes from the sandbox to the upstream (after the proxy's request line and headers)."""
+    bytes_down: int = 0
+    """Bytes from the upstream to the sandbox."""
+    started: float = field(default_factory=time.time)
+    duration_s: float = 0.0
+
+
+class AuditLog:
+    """Collects events, calls the listener, logs one line per event."""
+
+    def __init__(self, redactor: Redactor, listener: Callable[[EgressEvent], None] | None) -> None:
+        self._redactor = redactor
+        self._listener = listener
+        self._events: list[EgressEvent] = []
+
+    def record(self, event: EgressEvent, began: float) -> None:
+        event.duration_s = round(time.monotonic() - began, 6)
+        event.reason = self._redactor.scrub(event.reason)
+        self._events.append(event)
+        verdict = "allowed" if event.allowed else "refused"
+        log.info("egress %s %s:%s %s (%s) status=%s up=%d down=%d%s", event.kind, event.host,
+                 event.port, verdict, event.reason, event.status, event.bytes_up, event.bytes_down,
+                 " intercepted" if event.intercepted else "")
+        if self._listener is not None:
+            self._listener(event)
+
+    def events(self) -> list[EgressEvent]:
+        return list(self._events)

@@ -1,0 +1,220 @@
+"""The egress proxy: serves one inbound connection at a time from any asyncio stream pair.
+
+``handle(reader, writer)`` is all a transport calls — a TCP listener in tests, the tunnel over a
+session's channel later. It serves ``CONNECT host:port`` (a plain tunnel, or for a host with
+credentials a TLS termination that adds them) and absolute-URI plain HTTP requests
+(``GET http://host/path``), one request per client connection (``Connection: close``), so every
+request is decided, and credentials are added to exactly the requests meant for their host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import Callable, Iterable
+from urllib.parse import urlsplit
+
+from . import http1
+from .audit import AuditLog, EgressEvent, Kind, Redactor
+from .intercept import SessionCA, ca_bundle, upstream_context
+from .relay import Connection, forward, tunnel
+from .rules import EgressPolicy, normalize_host
+from .upstream import ProxyRefusal, Upstream, open_upstream, refused
+
+
+class EgressProxy:
+    """Decides, resolves, connects and audits; see the module docstring."""
+
+    def __init__(self, policy: EgressPolicy, *,
+                 on_event: Callable[[EgressEvent], None] | None = None) -> None:
+        self.policy = policy
+        self._redactor = Redactor(policy.secret_values())
+        self._audit = AuditLog(self._redactor, on_event)
+        hosts = policy.credential_hosts()
+        self._ca = SessionCA(hosts) if hosts else None
+        self._upstream_tls: ssl.SSLContext | None = (
+            upstream_context(policy.egress_ca_file) if hosts else None)
+        self._active: set[Connection] = set()
+        self._closed = False
+
+    def ca_bundle_pem(self, roots: Iterable[str] = ()) -> str:
+        """The PEM the sandbox must trust: ``roots`` (the image's own) then the session CA, or
+        just ``roots`` when no host has credentials (nothing is intercepted)."""
+        if self._ca is None:
+            return "".join(root.strip() + "\n" for root in roots if root.strip())
+        return ca_bundle(self._ca.ca_pem(), roots)
+
+    def events(self) -> list[EgressEvent]:
+        """Every attempt so far, oldest first."""
+        return self._audit.events()
+
+    @property
+    def active_connections(self) -> int:
+        return len(self._active)
+
+    async def close(self) -> None:
+        """Refuse new connections and end every open one (tunnels included)."""
+        self._closed = True
+        for connection in list(self._active):
+            connection.abort("the proxy was closed")
+        for connection in list(self._active):
+            await connection.done.wait()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve one inbound connection until it ends; never raises for a client's doing."""
+        began = time.monotonic()
+        connection = Connection(writer)
+        over = self._closed or len(self._active) >= self.policy.max_connections
+        self._active.add(connection)
+        watchdog = asyncio.create_task(self._watch(connection))
+        event: EgressEvent | None = None
+        try:
+            head = await http1.read_head(reader)
+            if head is None:
+                return
+            event, target = self._event_for(head)
+            if over:
+                why = ("the proxy is closed" if self._closed else
+                       f"more than max_connections = {self.policy.max_connections} connections "
+                       "at once; wait, or raise max_connections")
+                raise ProxyRefusal(503, why, f"toolseam egress: {why}\n")
+            if event.kind == "connect":
+                await self._connect(connection, event, reader, writer)
+            else:
+                await self._http(connection, event, reader, writer, head, target)
+        except ProxyRefusal as refusal:
+            await self._answer(connection, writer, refusal.status, refusal.body, event,
+                               refusal.reason)
+        except http1.BadRequest as error:
+            await self._answer(connection, writer, 400, f"toolseam egress: bad request: {error}\n",
+                               event, f"bad request: {error}")
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as error:
+            if event is not None and not event.reason.startswith("ended"):
+                event.reason = f"{event.reason}; connection ended: {type(error).__name__}"
+        finally:
+            watchdog.cancel()
+            for stream in connection.writers:
+                if connection.ended_by:
+                    stream.transport.abort()
+                else:
+                    stream.close()
+            self._active.discard(connection)
+            connection.done.set()
+            if event is not None:
+                if connection.ended_by:
+                    event.reason = f"{event.reason}; ended: {connection.ended_by}"
+                self._audit.record(event, began)
+
+    # -- the two request kinds -------------------------------------------------------------
+    def _event_for(self, head: http1.Head) -> tuple[EgressEvent, str]:
+        parts = head.start.split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise http1.BadRequest(f"not an HTTP/1.x request line: {head.start[:100]!r}")
+        method, target, _version = parts
+        kind: Kind = "connect" if method == "CONNECT" else "http"
+        if kind == "http" and not target.lower().startswith("http://"):
+            raise http1.BadRequest(
+                "an https:// URL must be reached with CONNECT" if target.lower().startswith("https://")
+                else f"{target[:100]!r} is not an absolute http:// URL or CONNECT target")
+        try:
+            # urlsplit and its properties raise ValueError for a bad bracket or port.
+            split = urlsplit("//" + target if kind == "connect" else target)
+            port = split.port or (80 if kind == "http" else None)
+            host = normalize_host(split.hostname or "")
+            userinfo = split.username is not None or split.password is not None
+        except ValueError as error:
+            raise http1.BadRequest(f"{target[:100]!r}: {error}") from None
+        if userinfo:
+            raise http1.BadRequest("user information in the URL is not forwarded")
+        if not host or port is None:
+            raise http1.BadRequest(f"{target[:100]!r} names no host and port")
+        return EgressEvent(host=host, port=port, kind=kind), target
+
+    def _decide(self, event: EgressEvent) -> None:
+        decision = self.policy.decide(event.host, event.port)
+        event.reason = decision.reason
+        if not decision.allowed:
+            raise refused(event.host, event.port, decision.reason, decision.hint)
+        event.allowed = True  # by the rules; an address refusal below takes it back
+
+    async def _upstream(self, connection: Connection, event: EgressEvent,
+                        tls: ssl.SSLContext | None) -> Upstream:
+        upstream = await open_upstream(event.host, event.port, self.policy, tls)
+        connection.writers.append(upstream.writer)
+        event.address = upstream.address
+        connection.touch()
+        return upstream
+
+    async def _connect(self, connection: Connection, event: EgressEvent,
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._decide(event)
+        credentials = self.policy.credentials_for(event.host)
+        intercept = bool(credentials) and self._ca is not None
+        upstream = await self._upstream(connection, event,
+                                        self._upstream_tls if intercept else None)
+        event.status, event.intercepted = 200, intercept
+        connection.answered = True
+        writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
+        await writer.drain()
+        if not intercept:
+            await tunnel(connection, event, reader, writer, upstream)
+            return
+        assert self._ca is not None
+        await writer.start_tls(self._ca.server_context(event.host))
+        connection.answered = False  # a new layer: the client now awaits an HTTP answer in TLS
+        head = await http1.read_head(reader)
+        if head is None:
+            return
+        method, _, target = head.start.partition(" ")
+        target = target.rsplit(" ", 1)[0]
+        if not target.startswith("/"):
+            raise ProxyRefusal(400, "not an origin-form request inside the tunnel",
+                               "toolseam egress: expected an origin-form request\n")
+        try:
+            host = normalize_host(urlsplit("//" + (head.get("host") or "")).hostname or "")
+        except ValueError:
+            host = ""
+        if host != event.host:
+            raise ProxyRefusal(421, f"Host {host!r} inside a tunnel to {event.host!r}",
+                               f"toolseam egress: this tunnel leads to {event.host} only\n")
+        await forward(connection, event, reader, writer, head, f"{method} {target}",
+                            upstream, credentials)
+
+    async def _http(self, connection: Connection, event: EgressEvent, reader: asyncio.StreamReader,
+                    writer: asyncio.StreamWriter, head: http1.Head, target: str) -> None:
+        self._decide(event)
+        upstream = await self._upstream(connection, event, None)
+        split = urlsplit(target)
+        origin = (split.path or "/") + (f"?{split.query}" if split.query else "")
+        method = head.start.split(" ", 1)[0]
+        head.remove("host")
+        head.headers.insert(0, ("Host", split.netloc.rsplit("@", 1)[-1]))
+        await forward(connection, event, reader, writer, head, f"{method} {origin}", upstream,
+                            self.policy.credentials_for(event.host))
+
+    # -- helpers ----------------------------------------------------------------------------
+    async def _answer(self, connection: Connection, writer: asyncio.StreamWriter, status: int,
+                      body: str, event: EgressEvent | None, reason: str) -> None:
+        if connection.answered:
+            # Mid-answer: the status the client already has stands; only the reason is kept.
+            if event is not None:
+                event.reason = f"{event.reason}; ended: {reason}"
+            return
+        if event is not None:
+            event.status, event.reason = status, reason
+            if status == 403:
+                event.allowed = False
+        with contextlib.suppress(OSError, RuntimeError):
+            writer.write(http1.error_response(status, self._redactor.scrub(body)))
+            await writer.drain()
+
+    async def _watch(self, connection: Connection) -> None:
+        idle = self.policy.idle_timeout_s
+        while True:
+            remaining = connection.last + idle - time.monotonic()
+            if remaining <= 0:
+                connection.abort(f"no bytes either way for idle_timeout_s = {idle:g} seconds")
+                return
+            await asyncio.sleep(remaining)

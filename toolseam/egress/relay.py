@@ -1,0 +1,112 @@
+"""Relaying one connection's bytes: one HTTP request and its response, or a tunnel."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from . import http1
+from .audit import EgressEvent
+from .upstream import Upstream, bad_gateway
+
+
+class Connection:
+    """One client connection's streams, for the idle watchdog and ``close()``."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writers = [writer]
+        self.last = time.monotonic()
+        self.ended_by: str | None = None
+        # Once the client has bytes of an answer, an error can only end the connection.
+        self.answered = False
+        self.done = asyncio.Event()
+
+    def touch(self) -> None:
+        self.last = time.monotonic()
+
+    def abort(self, why: str) -> None:
+        self.ended_by = self.ended_by or why
+        for writer in self.writers:
+            writer.transport.abort()
+
+
+async def _reap(task: asyncio.Task[None]) -> None:
+    """Stop a helper task; its error (the client went away) ends the connection as EOF would."""
+    task.cancel()
+    await asyncio.wait([task])
+    if not task.cancelled():
+        task.exception()  # retrieved: not logged as "never retrieved"
+
+
+async def forward(connection: Connection, event: EgressEvent,
+                  reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: http1.Head,
+                  request_line: str, upstream: Upstream,
+                  credentials: tuple[tuple[str, str], ...]) -> None:
+    """One request upstream (credentials added), its response back, then the end."""
+    def up(n: int) -> None:
+        event.bytes_up += n
+        connection.touch()
+
+    def down(n: int) -> None:
+        event.bytes_down += n
+        connection.touch()
+
+    head.start = f"{request_line} HTTP/1.1"
+    head.drop_hop_by_hop()
+    head.remove(*(name for name, _ in credentials))
+    head.headers.extend(credentials)
+    head.headers.append(("Connection", "close"))
+    framing = http1.body_framing(head)
+    data = head.encode()
+    upstream.writer.write(data)
+    up(len(data))
+    body = asyncio.create_task(http1.relay_body(reader, upstream.writer, framing, up))
+    try:
+        while True:
+            response = await http1.read_head(upstream.reader)
+            if response is None:
+                raise bad_gateway(event.host, event.port, "the upstream closed without a response")
+            status_text = response.start.split(" ", 2)[1:2]
+            status = int(status_text[0]) if status_text and status_text[0].isdigit() else 0
+            if not 100 <= status < 600 or status == 101:
+                raise bad_gateway(event.host, event.port, f"a bad status line {response.start[:60]!r}")
+            if status >= 200:
+                break
+            data = response.encode()  # 100 Continue and friends pass as they are
+            connection.answered = True
+            writer.write(data)
+            down(len(data))
+        event.status = event.status or status
+        response_framing = http1.body_framing(response, response_to=request_line.split(" ")[0],
+                                              status=status)
+        response.drop_hop_by_hop()
+        response.headers.append(("Connection", "close"))
+        data = response.encode()
+        connection.answered = True
+        writer.write(data)
+        down(len(data))
+        await http1.relay_body(upstream.reader, writer, response_framing, down)
+        await writer.drain()
+    finally:
+        await _reap(body)
+
+async def tunnel(connection: Connection, event: EgressEvent, reader: asyncio.StreamReader,
+              writer: asyncio.StreamWriter, upstream: Upstream) -> None:
+    """Bytes both ways until the upstream ends (the client's EOF only half-closes upstream)."""
+    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, upward: bool) -> None:
+        while data := await source.read(http1.CHUNK):
+            sink.write(data)
+            if upward:
+                event.bytes_up += len(data)
+            else:
+                event.bytes_down += len(data)
+            connection.touch()
+            await sink.drain()
+        if sink.can_write_eof():
+            sink.write_eof()
+
+    upward = asyncio.create_task(pump(reader, upstream.writer, True))
+    try:
+        await pump(upstream.reader, writer, False)
+    finally:
+        await _reap(upward)
