@@ -19,13 +19,16 @@ class Connection:
         self.ended_by: str | None = None
         # Once the client has bytes of an answer, an error can only end the connection.
         self.answered = False
+        # The whole answer was relayed: an abort now (close()) cuts nothing.
+        self.finished = False
         self.done = asyncio.Event()
 
     def touch(self) -> None:
         self.last = time.monotonic()
 
     def abort(self, why: str) -> None:
-        self.ended_by = self.ended_by or why
+        if not self.finished:
+            self.ended_by = self.ended_by or why
         for writer in self.writers:
             writer.transport.abort()
 
@@ -86,6 +89,7 @@ async def forward(connection: Connection, event: EgressEvent,
         writer.write(data)
         down(len(data))
         await http1.relay_body(upstream.reader, writer, response_framing, down)
+        connection.finished = True
         await writer.drain()
     finally:
         await _reap(body)
