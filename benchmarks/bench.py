@@ -258,7 +258,7 @@ def _agent_process(tk: Toolkit) -> psutil.Process:
     pid namespace the agent knows itself as pid 1, so its own answer cannot name it)."""
     launcher = psutil.Process(tk.backend.agent.launcher_pid)  # type: ignore[attr-defined]
     agents = [process for process in [launcher, *launcher.children(recursive=True)]
-              if "agent.server" in " ".join(process.cmdline())]
+              if "--toolseam-agent" in " ".join(process.cmdline())]
     return agents[-1]
 
 

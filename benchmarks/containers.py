@@ -64,10 +64,7 @@ def _exec_per_call(name: str, small: str) -> float | None:
     try:
         loop.run_until_complete(backend.open())
         container_id = backend.sandbox.container
-        if name == "docker":
-            container = spec_engine.client.containers.get(container_id)
-        else:
-            container = spec_engine._client.containers.get(container_id)
+        container = spec_engine.client.containers.get(container_id)
         return time_sync(lambda: container.exec_run(["sh", "-c", "true"]), 30, warmup=2)
     finally:
         loop.run_until_complete(backend.close())

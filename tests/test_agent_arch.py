@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends._channel import AgentChannel
-from toolseam.backends._parts import AgentExec, AgentFiles, ComposedBackend
-from toolseam.backends.boot import LocalAgent
-from toolseam.backends.bundle_arch import build, fetch_sysroot, host_arch, select_bundle
+from toolseam.backends.agentlink.channel import AgentChannel
+from toolseam.backends.agentlink.parts import AgentExec, AgentFiles
+from toolseam.backends.composed import ComposedBackend
+from toolseam.backends.containers.bundle_arch import build, fetch_sysroot, host_arch, select_bundle
+from toolseam.backends.host import LocalAgent
 from toolseam.seam.errors import CouldNotRunError
 from toolseam.seam.models import SandboxInfo
 
@@ -68,7 +69,7 @@ def test_the_bundle_is_arm64(arm64_bundle: Path) -> None:
     for binary in (arm64_bundle / "rt/bin/python3", arm64_bundle / "rt/lib/ld.so"):
         header = binary.read_bytes()[:20]
         assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183  # EM_AARCH64
-    assert (arm64_bundle / "agent/server.py").exists()
+    assert (arm64_bundle / "toolseam_agent/server.py").exists()
     assert list((arm64_bundle / "rt/lib/python3.11/lib-dynload").glob("*aarch64*.so"))
 
 
@@ -98,6 +99,6 @@ def test_an_engine_of_another_cpu_gets_its_bundle_or_a_clear_error(tmp_path: Pat
     with pytest.raises(CouldNotRunError, match="is incomplete"):
         select_bundle(other, local, {other: str(tmp_path / "empty")})
     with pytest.raises(CouldNotRunError, match=f"runs {other}.*python -m "
-                                               f"toolseam.backends.bundle_arch {other}") as caught:
+                                               f"toolseam.backends.containers.bundle_arch {other}") as caught:
         select_bundle(other, local, {})
     assert not caught.value.retryable

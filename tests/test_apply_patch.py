@@ -10,7 +10,7 @@ import pytest
 import pytest_asyncio
 
 from toolseam import Toolkit
-from toolseam.backends.agent import files as agent_files
+from toolseam_agent import files as agent_files
 
 
 def patch(*body: str) -> dict[str, str]:

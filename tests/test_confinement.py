@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolseam import Toolkit
-from toolseam.backends.agent import paths
-from toolseam.backends.agent.errors import FsError
+from toolseam_agent import paths
+from toolseam_agent.errors import FsError
 
 COMPONENTS = ["a", "b", "..", ".", "", "in-link", "out-link", "abs-in", "new"]
 

@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from toolseam import ConfigurationError, CouldNotRunError, Toolkit
-from toolseam.backends._container_sandbox import Hardening
+from toolseam.backends.containers.sandbox import Hardening
 
 from .conftest import host_survivors
 from .engines import (
@@ -72,7 +72,7 @@ async def test_timeout_leaves_only_the_agent(toolkit: Toolkit) -> None:
     assert result.metadata["timedOut"] and result.metadata["killedTree"]
     processes = _container_processes(toolkit)
     assert len(processes) == 1, processes  # the agent, pid 1 of the container
-    assert "agent.server" in processes[0]
+    assert "--toolseam-agent" in processes[0]
     assert host_survivors(f"sleep {marker}") == []
 
 

@@ -7,6 +7,7 @@ cannot slip through the mapping as an unhandled exception.
 from __future__ import annotations
 
 import inspect
+import os
 import subprocess
 import sys
 import warnings
@@ -18,10 +19,24 @@ import pytest
 import requests
 
 from toolseam import CouldNotRunError
-from toolseam.backends import docker as docker_backend
-from toolseam.backends import podman as podman_backend
-from toolseam.backends._container_sandbox import map_engine_error
-from toolseam.backends._retry import is_transient
+from toolseam.backends.containers.docker_dialect import DockerDialect
+from toolseam.backends.containers.errors import (
+    EngineConflict,
+    EngineError,
+    EngineNotFound,
+    EnginePermanent,
+    EngineUnreachable,
+    SdkErrors,
+    map_engine_error,
+)
+from toolseam.backends.containers.podman_dialect import PodmanDialect
+from toolseam.backends.containers.retry import is_transient
+from toolseam.backends.docker import DockerEngine
+from toolseam.backends.podman import PodmanEngine
+
+from .engines import ENGINES, IMAGE, endpoint
+
+DOCKER, PODMAN = DockerDialect.errors, PodmanDialect.errors
 
 
 def _instance(cls: type[Exception]) -> Exception:
@@ -48,30 +63,78 @@ def _classes(module: Any) -> list[type[Exception]]:
             if issubclass(c, Exception) and c.__module__.startswith(module.__name__.split(".")[0])]
 
 
-@pytest.mark.parametrize(("sdk", "module", "not_found", "api_error"), [
-    ("docker", docker.errors, docker_backend._NOT_FOUND, docker.errors.APIError),
-    ("podman", podman.errors, podman_backend._NOT_FOUND, podman.errors.APIError),
-])
-def test_every_sdk_exception_is_mapped(sdk: str, module: Any, not_found: tuple[type[Exception], ...],
-                                       api_error: type[Exception]) -> None:
+@pytest.mark.parametrize(("sdk", "module", "errors"), [
+    ("docker", docker.errors, DOCKER), ("podman", podman.errors, PODMAN)])
+def test_every_sdk_exception_is_mapped(sdk: str, module: Any, errors: SdkErrors) -> None:
     classes = _classes(module)
     assert len(classes) > 10
     for cls in classes:
-        mapped = map_engine_error(sdk, "unix:///e.sock", _instance(cls), not_found, api_error)
-        assert isinstance(mapped, CouldNotRunError), cls
+        mapped = map_engine_error(sdk, "unix:///e.sock", _instance(cls), errors)
+        assert isinstance(mapped, EngineError) and isinstance(mapped, CouldNotRunError), cls
         assert sdk in mapped.reason and "unix:///e.sock" in mapped.reason, cls
-        if issubclass(cls, not_found):
-            assert mapped.retryable is False, cls
+        if issubclass(cls, errors.not_found):
+            assert isinstance(mapped, EngineNotFound) and mapped.retryable is False, cls
 
 
 def test_transport_failures_are_unreachable_and_retryable() -> None:
     for exc in (requests.exceptions.ConnectionError("refused"), FileNotFoundError(2, "missing"),
-                ConnectionRefusedError(111, "refused"),
-                docker.errors.DockerException("Error while fetching server API version: Connection aborted")):
-        mapped = map_engine_error("docker", "unix:///e.sock", exc, docker_backend._NOT_FOUND,
-                                  docker.errors.APIError)
+                ConnectionRefusedError(111, "refused")):
+        mapped = map_engine_error("docker", "unix:///e.sock", exc, DOCKER)
+        assert isinstance(mapped, EngineUnreachable)
         assert mapped.reason.startswith("docker engine unreachable at unix:///e.sock")
         assert mapped.retryable is True
+    # docker's client constructor wraps a refused socket in a bare DockerException: what was
+    # being done says it, not the words of the message
+    bare = docker.errors.DockerException("Error while fetching server API version")
+    assert isinstance(map_engine_error("docker", "unix:///e.sock", bare, DOCKER, connecting=True),
+                      EngineUnreachable)
+
+
+def _http_error(status: int, text: str) -> requests.HTTPError:
+    response = requests.Response()
+    response.status_code = status
+    return requests.HTTPError(text, response=response)
+
+
+@pytest.mark.parametrize(("status", "kind", "retryable"), [
+    (404, EngineNotFound, False), (409, EngineConflict, False), (400, EnginePermanent, False),
+    (403, EnginePermanent, False), (500, EngineError, True), (503, EngineError, True)])
+def test_the_status_decides_the_kind_never_the_message(status: int, kind: type[EngineError],
+                                                       retryable: bool) -> None:
+    for text in ("no such container: not found", "bind source path does not exist", "conflict"):
+        mapped = map_engine_error("podman", "tcp://e:1", _http_error(status, text), PODMAN)
+        assert type(mapped) is kind and mapped.retryable is retryable, (status, text)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_engine_answers_each_kind_typed(engine: str) -> None:
+    """On the real engines: a missing container or volume is ``EngineNotFound`` (and removing
+    one is no failure); a name in use is ``EngineConflict`` where the engine says 409."""
+    from toolseam.backends.containers.sandbox import ContainerSpec, Hardening
+
+    url = endpoint(engine)
+    made = DockerEngine(url) if engine == "docker" else PodmanEngine(url)
+    try:
+        with pytest.raises(EngineNotFound):
+            made.state("toolseam-test-no-such-container")
+        assert made.volume_exists("toolseam-test-no-such-volume") is False
+        assert made.image_exists("localhost/toolseam-no-such-image:none") is False
+        made.remove("toolseam-test-no-such-container")
+        made.remove_volume("toolseam-test-no-such-volume")
+        spec = ContainerSpec(image=IMAGE, name=f"toolseam-test-conflict-{os.getpid()}",
+                             command=["true"], labels={}, environment={}, binds=[],
+                             hardening=Hardening())
+        first = made.create(spec)
+        try:
+            with pytest.raises(EngineError) as caught:
+                made.create(spec)
+            assert spec.name in caught.value.reason
+            if engine == "docker":  # libpod answers a name in use with a 500, not a 409
+                assert isinstance(caught.value, EngineConflict) and not caught.value.retryable
+        finally:
+            made.remove(first)
+    finally:
+        made.close()
 
 
 def test_only_transient_engine_errors_are_retried() -> None:

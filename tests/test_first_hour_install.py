@@ -24,8 +24,9 @@ def test_a_wheel_built_from_the_checkout_installs_and_runs_elsewhere(tmp_path: P
     # setuptools writes build/ and *.egg-info into the tree it builds: build a copy of what
     # the wheel is made of, never the checkout itself
     source = tmp_path / "source"
-    shutil.copytree(ROOT / "toolseam", source / "toolseam",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("toolseam", "toolseam_agent"):
+        shutil.copytree(ROOT / package, source / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
     dist = tmp_path / "dist"
@@ -35,9 +36,10 @@ def test_a_wheel_built_from_the_checkout_installs_and_runs_elsewhere(tmp_path: P
     assert built.returncode == 0, built.stderr
     (wheel,) = dist.glob("toolseam-*-py3-none-any.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "toolseam/py.typed" in names and "toolseam/backends/agent/server.py" in names
+    assert "toolseam/py.typed" in names and "toolseam_agent/server.py" in names
     assert not [n for n in names if n.startswith(("tests/", "benchmarks/", "docs/"))]
-    assert {n.split("/")[0] for n in names if not n.startswith("toolseam-")} == {"toolseam"}
+    assert {n.split("/")[0] for n in names if not n.startswith("toolseam-")} == {"toolseam",
+                                                                                 "toolseam_agent"}
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)

@@ -16,6 +16,8 @@ import pytest
 import pytest_asyncio
 
 from toolseam import Toolkit
+from toolseam.backends.host import HostBackend
+from toolseam.seam.errors import CouldNotRunError
 
 SECRET = "s3cr3t-value-that-must-not-leak"
 
@@ -147,7 +149,7 @@ async def test_the_file_tools_never_read_a_process_environment(tk: Toolkit, tmp_
 
 def test_a_refused_user_namespace_is_an_oserror_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The agent then goes on in its pid namespace (better than none) and says so in `hello`."""
-    from toolseam.backends.agent import userns
+    from toolseam_agent import userns
 
     before = os.readlink("/proc/self/ns/user")
     monkeypatch.setattr(userns, "_CLONE_NEWUSER", 0x1)  # not a namespace flag: EINVAL
@@ -171,3 +173,19 @@ async def test_the_file_tools_never_open_through_a_proc_link(tk: Toolkit, tmp_pa
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
     assert "permission denied" not in (await tk.call("read", {"path": "loop"})).output
+
+
+async def test_an_agent_of_another_protocol_is_could_not_run_naming_both(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host checks the protocol version the agent's hello carries (issue 20)."""
+    from toolseam.backends.agentlink import channel
+    from toolseam_agent.wire import PROTOCOL_VERSION
+
+    monkeypatch.setattr(channel, "PROTOCOL_VERSION", PROTOCOL_VERSION + 1)
+    backend = HostBackend(str(tmp_path))
+    with pytest.raises(CouldNotRunError) as caught:
+        await backend.open()
+    await backend.close()
+    said = str(caught.value)
+    assert f"protocol {PROTOCOL_VERSION}," in said and f"protocol {PROTOCOL_VERSION + 1}" in said
+    assert not caught.value.retryable

@@ -36,7 +36,7 @@ async def test_session_close_leaves_no_process(tmp_path: Path) -> None:
     await tk.close()
     assert host_survivors(f"sleep {marker}") == []
     assert [p for p in psutil.Process().children(recursive=True)
-            if "agent.server" in " ".join(p.cmdline())] == []
+            if "--toolseam-agent" in " ".join(p.cmdline())] == []
 
 
 async def test_sigkilled_host_leaves_no_process(tmp_path: Path) -> None:
@@ -60,7 +60,7 @@ async def test_flood_keeps_both_sides_bounded(tmp_path: Path) -> None:
     before = me.memory_info().rss
     async with Toolkit("host", base_dir=str(tmp_path)) as tk:
         result = await tk.call("bash", {"command": "yes", "timeout": 2500})
-        agents = [p for p in me.children(recursive=True) if "agent.server" in " ".join(p.cmdline())]
+        agents = [p for p in me.children(recursive=True) if "--toolseam-agent" in " ".join(p.cmdline())]
         agent_rss = max(p.memory_info().rss for p in agents)
     assert result.metadata["stdoutBytes"] > 200 * (1 << 20)  # far more than was kept
     assert result.metadata["stdoutTruncated"] is True
@@ -114,7 +114,7 @@ async def test_agent_killed_from_outside_ends_the_session_plainly(tmp_path: Path
     async with Toolkit("host", base_dir=str(tmp_path)) as tk:
         launcher = tk.backend.agent.launcher_pid  # type: ignore[attr-defined]  # unshare
         agents = psutil.Process(launcher).children()
-        assert len(agents) == 1 and "agent.server" in " ".join(agents[0].cmdline())
+        assert len(agents) == 1 and "--toolseam-agent" in " ".join(agents[0].cmdline())
         agents[0].kill()  # NOT tk.info.agent_pid: that is the pid inside the namespace (1)
         await asyncio.sleep(0.2)
         results = [await tk.call("bash", {"command": "true"}) for _ in range(3)]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends import _parts
+from toolseam.backends.agentlink import parts
 
 
 def make_deep_tree(root: Path, depth: int = 12, files_per_dir: int = 20) -> None:
@@ -41,7 +41,7 @@ async def ticks_during(call: asyncio.Future[object] | asyncio.Task[object]) -> i
 async def test_other_tasks_run_while_a_walk_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  tool: str, args: dict[str, str]) -> None:
     make_deep_tree(tmp_path)
-    monkeypatch.setattr(_parts, "WALK_SLICE_S", 0.0)  # give way at every step
+    monkeypatch.setattr(parts, "WALK_SLICE_S", 0.0)  # give way at every step
     async with Toolkit("host", base_dir=str(tmp_path)) as tk:
         call = asyncio.ensure_future(tk.call(tool, args))
         ticks = await ticks_during(call)
@@ -55,7 +55,7 @@ async def test_other_tasks_run_while_a_walk_runs(tmp_path: Path, monkeypatch: py
 async def test_cancelled_walk_closes_every_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                      tool: str, args: dict[str, str]) -> None:
     make_deep_tree(tmp_path)
-    monkeypatch.setattr(_parts, "WALK_SLICE_S", 0.0)
+    monkeypatch.setattr(parts, "WALK_SLICE_S", 0.0)
     async with Toolkit("host", base_dir=str(tmp_path)) as tk:
         await tk.open()
         before = open_fds()

@@ -19,11 +19,11 @@ from hypothesis import strategies as st
 from mcp import Client
 
 from toolseam import Toolkit
-from toolseam.backends.agent.searcher import TIMEOUT
 from toolseam.policy.limits import MAX_ARG_STRLEN, InputLimits, not_text, oversized
 from toolseam.policy.settings import Settings, parse_settings
 from toolseam.seam.errors import FileOpError
 from toolseam.seam.models import PathRef
+from toolseam_agent.searcher import TIMEOUT
 
 from .engines import backend, remove_shared, shared_dir
 from .test_mcp import stdio_params

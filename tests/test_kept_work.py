@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends._container_sandbox import KEPT_RETENTION_S, janitor
+from toolseam.backends.containers.sandbox import KEPT_RETENTION_S, janitor
 from toolseam.cli import main
 
 from .engines import backend, endpoint, remove_shared, shared_dir
@@ -45,8 +45,7 @@ async def session():
         await tk.close()
     except CouldNotRunError as exc:
         engine = tk.backend.sandbox.engine
-        client = vars(engine).get("_client") or vars(engine).get("_sdk")  # podman's is a property
-        print(json.dumps({"error": exc.reason, "client": client is not None}))
+        print(json.dumps({"error": exc.reason, "client": engine.connected}))
 
 asyncio.run(session())
 """
@@ -151,7 +150,7 @@ def test_recover_needs_a_container_or_list() -> None:
 
 
 def test_close_message_names_the_engine() -> None:
-    from toolseam.backends.recover import recover_command
+    from toolseam.backends.containers.sandbox import recover_command
 
     assert recover_command("podman-rootless", "unix:///run/user/1001/podman/podman.sock",
                            "0123456789abcdef") == (

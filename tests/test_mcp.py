@@ -189,7 +189,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes], 
 
 def agents_of(process: subprocess.Popen[bytes]) -> list[psutil.Process]:
     return [p for p in psutil.Process(process.pid).children(recursive=True)
-            if "agent.server" in " ".join(p.cmdline()) and p.name() != "unshare"]
+            if "--toolseam-agent" in " ".join(p.cmdline()) and p.name() != "unshare"]
 
 
 async def test_http_lists_and_calls_all_seven(http_server: tuple[str, Any, Path]) -> None:

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolseam import ToolResult
-from toolseam.backends.agent.capture import OutputCapture
 from toolseam.model_text import Gap, ModelHints, mark_gaps, render
 from toolseam.seam.models import CaptureGap
+from toolseam_agent.capture import OutputCapture
 
 MARK = re.compile(r"\[… [^\n]*?…\]")
 

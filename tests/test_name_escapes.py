@@ -9,7 +9,7 @@ import tempfile
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolseam.backends.agent import files, walk
+from toolseam_agent import files, walk
 
 # Any byte but "/" and NUL; "." and ".." are not names of files.
 names = st.binary(min_size=1, max_size=24).filter(

@@ -1,4 +1,5 @@
-"""The public surface: __all__ is exact, and the distribution installs one top-level package."""
+"""The public surface: __all__ is exact, and the distribution installs two top-level packages:
+``toolseam`` and the in-sandbox agent, ``toolseam_agent``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 import toolseam
 import toolseam.seam
+import toolseam_agent
 
 
 def test_all_names_exist_and_nothing_public_is_missing() -> None:
@@ -19,9 +21,10 @@ def test_all_names_exist_and_nothing_public_is_missing() -> None:
         assert public - set(module.__all__) - {"annotations"} == set(), module.__name__
 
 
-def test_only_toolseam_is_installed_at_top_level() -> None:
+def test_only_toolseam_and_its_agent_are_installed_at_top_level() -> None:
     config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == ["toolseam*"]
+    assert config["tool"]["setuptools"]["packages"]["find"]["include"] == [
+        "toolseam", "toolseam.*", "toolseam_agent"]
     top = {p.name for p in Path(toolseam.__file__).parent.iterdir() if p.is_dir()
            and (p / "__init__.py").exists()}
     assert {"seam", "backends", "listing", "builtins", "policy", "testing"} <= top
@@ -31,7 +34,7 @@ def test_the_agent_imports_only_the_standard_library() -> None:
     import ast
     import sys
 
-    agent = Path(toolseam.__file__).parent / "backends" / "agent"
+    agent = Path(toolseam_agent.__file__).parent
     for source in agent.glob("*.py"):
         for node in ast.walk(ast.parse(source.read_text())):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends._pull import PullProgress, registry_of, split_reference
+from toolseam.backends.containers.pull import PullProgress, registry_of, split_reference
 
 from .engines import ENGINES, backend, endpoint, remove_shared, required_env, shared_dir
 
@@ -168,7 +168,7 @@ async def test_the_default_image_is_a_public_one_pulled_on_demand(engine: str,
     """No image named: Debian's public slim image. Where Docker Hub is reachable it is pulled
     and serves the session; where it is not (these machines), the first call is could-not-run,
     retryable, naming the image and the registry."""
-    from toolseam.backends._container_backend import DEFAULT_IMAGE
+    from toolseam.backends.containers.backend import DEFAULT_IMAGE
 
     assert DEFAULT_IMAGE == "docker.io/library/debian:bookworm-slim"
     tk = Toolkit(backend(engine, str(workspace), image=DEFAULT_IMAGE))

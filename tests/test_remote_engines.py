@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 
 from toolseam import Settings, Toolkit
-from toolseam.backends._attach import TlsFiles
-from toolseam.backends._container_backend import resolve_mode
-from toolseam.backends._container_sandbox import OWNER_LABEL, Hardening
+from toolseam.backends.containers.attach import TlsFiles
+from toolseam.backends.containers.backend import resolve_mode
+from toolseam.backends.containers.sandbox import OWNER_LABEL, Hardening
 from toolseam.backends.docker import DockerBackend, DockerEngine
 from toolseam.backends.podman import PodmanBackend, PodmanEngine
 from toolseam.builtins._base import OutputEvent
@@ -424,7 +424,7 @@ async def test_an_engine_over_ssh(engine: str, base: Path) -> None:
     async with Toolkit(made) as tk:
         result = await tk.call("bash", {"command": "cat in.txt; echo back > out.txt"})
         assert result.output == "over ssh\n", result
-        tunnel = made.sandbox.engine._tunnel
+        tunnel = made.sandbox.engine.tunnel
         assert tunnel is not None and os.path.exists(tunnel.local_socket)
     assert (base / "out.txt").read_text() == "back\n"
     assert not os.path.exists(tunnel.local_socket)

@@ -1,5 +1,5 @@
 """Bind mode never leaves a set-id program on the host (issue 18, point 8): the agent's seccomp
-filter (``agent/setid_guard.py``), checked three ways — its BPF program against a reference
+filter (``toolseam_agent/setid_guard.py``), checked three ways — its BPF program against a reference
 rule for every arch, the real kernel on this machine, and commands in containers on a bind
 mount of a host dir, where a rootful engine's commands run as uid 0."""
 
@@ -19,11 +19,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolseam import Toolkit
-from toolseam.backends.agent import setid_guard as guard
+from toolseam_agent import setid_guard as guard
 
 from .engines import ENGINES, backend, remove_shared, shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
+_AGENT_ONLY = {"PYTHONPATH": str(REPO)}  # the checkout's toolseam_agent, for a bare interpreter
 
 
 # --- the BPF program, run by a small classic-BPF interpreter ---------------------------------
@@ -132,10 +133,9 @@ def test_the_tables_match_this_machines_headers() -> None:
 # --- the real kernel, in a child process of this machine -------------------------------------
 _PROBE = r"""
 import errno, os, sys
-sys.path.insert(0, sys.argv[1])
-from toolseam.backends.agent import setid_guard
+from toolseam_agent import setid_guard
 setid_guard.install()
-os.chdir(sys.argv[2])
+os.chdir(sys.argv[1])
 open("f", "w").close()
 def attempt(name, call):
     try:
@@ -157,7 +157,7 @@ attempt("mknod fifo", lambda: os.mkfifo("p"))
 
 
 def test_the_kernel_refuses_set_id_modes_under_the_filter(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-c", _PROBE, str(REPO), str(tmp_path)],
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(tmp_path)],
                          capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == [
         "chmod 4755 EPERM", "chmod 2755 EPERM", "fchmod 6755 EPERM", "chmod 755 ok",
@@ -204,9 +204,8 @@ async def test_no_set_id_file_reaches_the_host(engine: str, workspace: Path) -> 
 
 # --- where the filter cannot be installed: qemu-user refuses seccomp ---------------------------
 _SPAWN = r"""
-import os, sys
-sys.path.insert(0, sys.argv[1])
-from agent import jobs
+import os
+from toolseam_agent import jobs
 try:
     pid, _ = jobs.spawn(["/bin/true"], "/", {})
     print("started", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
@@ -224,9 +223,8 @@ def test_without_the_filter_require_starts_nothing(mode: str) -> None:
         if os.environ.get("TOOLSEAM_REQUIRE_ENGINES"):
             pytest.fail(f"{qemu} is missing (scripts/setup-cross.sh installs qemu-user)")
         pytest.skip(f"{qemu} is missing")
-    out = subprocess.run([qemu, sys.executable, "-I", "-c", _SPAWN,
-                          str(REPO / "toolseam" / "backends")],
-                         env={guard.MODE_VAR: mode, "PATH": "/usr/bin:/bin"},
+    out = subprocess.run([qemu, sys.executable, "-s", "-c", _SPAWN],
+                         env={guard.MODE_VAR: mode, "PATH": "/usr/bin:/bin", **_AGENT_ONLY},
                          capture_output=True, text=True, check=True).stdout.strip()
     if mode == "try":
         assert out == "started 0"
@@ -247,16 +245,15 @@ async def test_the_guard_runs_in_copy_mode_too(engine: str, workspace: Path) -> 
 
 def test_the_guard_reports_its_state_before_any_command() -> None:
     """What the agent's hello carries: known before the first command."""
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from agent import setid_guard; "
-             "print(setid_guard.status())")
-    here = str(REPO / "toolseam" / "backends")
+    probe = "from toolseam_agent import setid_guard; print(setid_guard.status())"
     for mode, said in (("off", "off"), ("require", "active")):
-        out = subprocess.run([sys.executable, "-I", "-c", probe, here], env={guard.MODE_VAR: mode},
+        out = subprocess.run([sys.executable, "-s", "-c", probe],
+                             env={guard.MODE_VAR: mode, **_AGENT_ONLY},
                              capture_output=True, text=True, check=True).stdout.strip()
         assert out == said
     qemu = "/usr/bin/qemu-x86_64-static"
     if os.path.exists(qemu):
-        out = subprocess.run([qemu, sys.executable, "-I", "-c", probe, here],
-                             env={guard.MODE_VAR: "require"}, capture_output=True, text=True,
+        out = subprocess.run([qemu, sys.executable, "-s", "-c", probe],
+                             env={guard.MODE_VAR: "require", **_AGENT_ONLY}, capture_output=True, text=True,
                              check=True).stdout.strip()
         assert out == "unavailable: prctl(PR_SET_SECCOMP): Invalid argument"

@@ -17,7 +17,8 @@ import pytest
 
 from toolseam import Toolkit
 from toolseam.backends import staging
-from toolseam.backends.boot import AGENT_PARENT, stage_bundle
+from toolseam.backends.agentlink.launch import AGENT_PACKAGE, AGENT_SOURCE
+from toolseam.backends.containers.bundle import stage_bundle
 
 from . import engines
 
@@ -46,8 +47,8 @@ def shared_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def _plant(genuine: Path, target: Path) -> None:
     """A copy of a genuine bundle with one line added to the agent, owned by nobody."""
     shutil.copytree(genuine, target)
-    shutil.rmtree(target / "agent" / "__pycache__", ignore_errors=True)
-    with open(target / "agent" / "server.py", "a", encoding="utf-8") as server:
+    shutil.rmtree(target / AGENT_PACKAGE / "__pycache__", ignore_errors=True)
+    with open(target / AGENT_PACKAGE / "server.py", "a", encoding="utf-8") as server:
         server.write(PLANT)
     for path in [target, *target.rglob("*")]:
         os.lchown(path, NOBODY, NOBODY)
@@ -55,7 +56,7 @@ def _plant(genuine: Path, target: Path) -> None:
 
 def _old_names() -> tuple[str, str]:
     """The names the shared temp dir used to hold: computable by anyone from the package."""
-    sources = sorted(Path(AGENT_PARENT, "agent").glob("*.py"))
+    sources = sorted(AGENT_SOURCE.glob("*.py"))
     agent = "toolseam-agent-" + hashlib.sha256(
         b"".join(p.name.encode() + p.read_bytes() for p in sources)).hexdigest()[:16]
     key = f"2:{os.path.realpath(sys.executable)}:{sys.version}:{agent}"
@@ -80,12 +81,12 @@ async def test_a_bundle_planted_at_the_old_shared_name_never_runs(shared_tmp: Pa
     agent, bundle = _old_names()
     genuine = Path(os.environ["TOOLSEAM_TEST_GENUINE_BUNDLE"])
     _plant(genuine, shared_tmp / bundle)
-    shutil.copytree(genuine / "agent", shared_tmp / agent / "agent")
+    shutil.copytree(genuine / AGENT_PACKAGE, shared_tmp / agent / AGENT_PACKAGE)
     subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(shared_tmp / agent)], check=True)
     assert not await _session_plants(engine)
     staged = Path(stage_bundle())
     assert staged.parent == shared_tmp / f"toolseam-{os.geteuid()}"
-    assert PLANT not in (staged / "agent" / "server.py").read_text()
+    assert PLANT not in (staged / AGENT_PACKAGE / "server.py").read_text()
 
 
 async def test_a_staging_root_another_user_made_is_never_used(shared_tmp: Path) -> None:
@@ -104,7 +105,7 @@ async def test_a_staging_root_another_user_made_is_never_used(shared_tmp: Path) 
 
 
 def _edit(bundle: Path) -> None:
-    with open(bundle / "agent" / "server.py", "a", encoding="utf-8") as server:
+    with open(bundle / AGENT_PACKAGE / "server.py", "a", encoding="utf-8") as server:
         server.write(PLANT)
 
 
@@ -113,11 +114,11 @@ def _give_away(bundle: Path) -> None:
 
 
 def _group_writable(bundle: Path) -> None:
-    (bundle / "agent").chmod(0o775)
+    (bundle / AGENT_PACKAGE).chmod(0o775)
 
 
 def _symlink(bundle: Path) -> None:
-    (bundle / "agent" / "extra.py").symlink_to("/etc/hostname")
+    (bundle / AGENT_PACKAGE / "extra.py").symlink_to("/etc/hostname")
 
 
 def _drop(bundle: Path) -> None:
@@ -136,9 +137,9 @@ def test_a_staged_bundle_is_reused_only_as_sealed(shared_tmp: Path,
     again = Path(stage_bundle())
     assert again == first
     assert runtime[0] in (again / staging.MANIFEST).read_text().splitlines()
-    for source in Path(AGENT_PARENT, "agent").glob("*.py"):
-        assert (again / "agent" / source.name).read_bytes() == source.read_bytes()
-    assert not (again / "agent" / "extra.py").exists()
+    for source in AGENT_SOURCE.glob("*.py"):
+        assert (again / AGENT_PACKAGE / source.name).read_bytes() == source.read_bytes()
+    assert not (again / AGENT_PACKAGE / "extra.py").exists()
     assert staging.verified(again)
     assert [p.name for p in again.parent.iterdir() if p.name.startswith(".")] == []
 

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolseam.backends._workspace_copy import CONFLICT_SUFFIX, CopyLimitError, WorkspaceCopy
+from toolseam.backends.containers.workspace_copy import CONFLICT_SUFFIX, CopyLimitError, WorkspaceCopy
 from toolseam.seam.errors import CouldNotRunError
 
 

@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
     try:
-        from .backends.recover import add_parser as add_recover_parser
+        from .backends.containers.recover import add_parser as add_recover_parser
     except ModuleNotFoundError as exc:  # recover talks to engines: no container extra, no recover
         stub = commands.add_parser("recover", help="work kept after a failed copy-back (needs "
                                    "the podman or docker extra)", add_help=False,
@@ -307,7 +307,7 @@ def _main(argv: list[str] | None) -> int:
                 raise BackendUnavailable(
                     f"toolseam recover needs the {args.recover_missing!r} package: "
                     f"{install_hint('podman')}, or the same for docker")
-            from .backends.recover import run as run_recover
+            from .backends.containers.recover import run as run_recover
 
             return run_recover(args)
         return asyncio.run(_serve(args))

@@ -41,8 +41,8 @@ from .seam.protocol import ExecRequest
 if TYPE_CHECKING:
     from .toolkit import Toolkit
 
-_USER_UNKNOWN, _USER_UNSUPPORTED = "user-unknown:", "user-unsupported:"  # agent/spawn_as.py
-_SPAWN_FAILED = "could not start the command:"  # _channel.py's reason for a spawn error
+_USER_UNKNOWN, _USER_UNSUPPORTED = "user-unknown:", "user-unsupported:"  # toolseam_agent/spawn_as.py
+_SPAWN_FAILED = "could not start the command:"  # agentlink/errors.py's reason for a spawn error
 NOT_FOUND_EXIT = 127  # what a shell answers for a program that is not there
 
 

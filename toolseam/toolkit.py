@@ -252,7 +252,8 @@ class Toolkit:
                 await self.services.jobs.close()
         finally:
             await self.backend.close()
-        failure = getattr(self.backend, "copy_back_error", None)
+        failure = (self.backend.copy_back_error if isinstance(self.backend, WorkspaceTransfer)
+                   else None)
         if failure is not None:  # the container is kept; say so rather than lose the work
             raise failure
 

@@ -6,7 +6,7 @@ namespace (``unshare --pid --fork --mount-proc``; ``--user --map-current-user`` 
 
 * commands cannot see the host's processes, so no ``/proc/<ancestor>/environ`` leaks the
   host's secrets — the agent (pid 1 there) was started with an empty environment;
-* nor uncover them: the agent then enters a user namespace of its own (``agent/userns.py``)
+* nor uncover them: the agent then enters a user namespace of its own (``toolseam_agent/userns.py``)
   whose mounts are locked, so not even a root host's commands can unmount that ``/proc``;
 * every orphan (``setsid``, double fork) is re-parented to the agent, which kills whole jobs;
 * when the host dies, the channel closes, the agent kills every job, and the kernel kills
@@ -20,18 +20,24 @@ command, but commands can see other processes. ``SandboxInfo.pid_namespace`` say
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shutil
+import socket
 import sys
+from collections import deque
+from typing import Any
 
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.models import SandboxInfo, SyncReport
-from ._channel import AgentChannel
-from ._parts import AgentExec, ComposedBackend, LocalFiles
-from .boot import LocalAgent
+from .agentlink.channel import AgentChannel
+from .agentlink.launch import agent_command, stage_agent
+from .agentlink.parts import AgentExec, LocalFiles
+from .composed import AlwaysThere, ComposedBackend
 
 _log = logging.getLogger("toolseam")
+_START_TIMEOUT_S = 10.0
 
 
 class HostBackend(ComposedBackend):
@@ -47,10 +53,8 @@ class HostBackend(ComposedBackend):
         self._want_namespace = pid_namespace
         self.agent = LocalAgent(python or sys.executable)
         self._opening: asyncio.Lock | None = None
+        self.liveness = _HostLiveness(self)
 
-    def _sandbox_gone(self) -> bool:
-        channel = self.agent.channel
-        return self._info is not None and (channel is None or not channel.alive)
 
     async def _opened_agent(self) -> AgentChannel:
         await self.open()
@@ -100,6 +104,10 @@ class HostBackend(ComposedBackend):
         await self.agent.stop()
 
     # --- transfer: the workspace is the host dir itself ----------------------------------
+    @property
+    def copy_back_error(self) -> CouldNotRunError | None:
+        return None  # nothing is ever copied back
+
     async def sync(self) -> SyncReport:
         return SyncReport()  # nothing to bring home: commands work in the host dir
 
@@ -126,3 +134,93 @@ def _copy(source: str, target: str, what: str) -> None:
         shutil.copytree(source, target, symlinks=True)
     else:
         shutil.copy2(source, target, follow_symlinks=False)
+
+
+class _HostLiveness(AlwaysThere):
+    """The host's sandbox is gone when its agent's channel is."""
+
+    def __init__(self, backend: HostBackend) -> None:
+        self._backend = backend
+
+    def gone(self) -> bool:
+        channel = self._backend.agent.channel
+        return self._backend.info is not None and (channel is None or not channel.alive)
+
+
+class LocalAgent:
+    """The host backend's agent process and its channel."""
+
+    def __init__(self, python: str) -> None:
+        self._python = python
+        self.channel: AgentChannel | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._stderr_tail: deque[str] = deque(maxlen=20)
+        self._stderr_task: asyncio.Task[None] | None = None
+
+    @property
+    def stderr_tail(self) -> list[str]:
+        """The agent's last lines on stderr."""
+        return list(self._stderr_tail)
+
+    @property
+    def launcher_pid(self) -> int | None:
+        """The process this machine started (``unshare``, or the agent before it daemonised)."""
+        return None if self._process is None else self._process.pid
+
+    async def start(self, namespace: bool) -> dict[str, Any]:
+        """Start the agent; returns its ``hello`` answer (raises CouldNotRunError)."""
+        boot = [self._python, *agent_command(await asyncio.to_thread(stage_agent))]
+        if namespace:
+            # The agent then enters a user namespace of its own, so no command can unmount
+            # this /proc and look at the host's (toolseam_agent/userns.py).
+            user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
+            argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", "--kill-child", *boot,
+                    "--own-user-namespace"]
+        else:
+            argv = [*boot, "--daemonize"]
+        # The agent is an ancestor of every command: it must carry no host secret.
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+        # One socketpair carries the protocol both ways (the agent's stdin and stdout): a
+        # round trip over a socket is measurably cheaper than over two pipes.
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                *argv, stdin=theirs.fileno(), stdout=theirs.fileno(), stderr=asyncio.subprocess.PIPE,
+                env=env, close_fds=True)
+        except OSError as exc:
+            ours.close()
+            raise CouldNotRunError(f"{argv[0]}: {exc.strerror}", retryable=False) from None
+        finally:
+            theirs.close()
+        assert self._process.stderr
+        self._stderr_task = asyncio.get_running_loop().create_task(
+            self._collect_stderr(self._process.stderr))
+        self.channel = await AgentChannel.over_socket(ours, "host agent")
+        try:
+            return await asyncio.wait_for(self.channel.hello(), _START_TIMEOUT_S)
+        except (CouldNotRunError, TimeoutError) as exc:
+            if isinstance(exc, CouldNotRunError) and self.channel.alive:
+                raise  # it answered, in another protocol: its stderr says nothing more
+            detail = " | ".join(self._stderr_tail) or str(exc)
+            raise CouldNotRunError(detail, retryable=False) from None
+
+    async def _collect_stderr(self, stream: asyncio.StreamReader) -> None:
+        while line := await stream.readline():
+            self._stderr_tail.append(line.decode("utf-8", "replace").rstrip())
+
+    async def stop(self) -> None:
+        """Shut the agent down (it kills every job first) and reap its process."""
+        channel, process, stderr_task = self.channel, self._process, self._stderr_task
+        self.channel = self._process = self._stderr_task = None
+        if channel is not None:
+            await channel.shutdown()
+        if process is not None:
+            try:
+                await asyncio.wait_for(process.wait(), 5)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()  # --kill-child takes the namespace down with it
+                await process.wait()
+        if stderr_task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stderr_task, 5)

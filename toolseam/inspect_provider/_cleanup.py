@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 SESSION_PREFIX = "inspect-"
 WORKSPACE_PREFIX = "toolseam-"
-_OWNER_LABEL, _SESSION_LABEL = "toolseam.owner", "toolseam.session"  # _container_sandbox.py
+_OWNER_LABEL, _SESSION_LABEL = "toolseam.owner", "toolseam.session"  # containers/sandbox.py
 
 
 def _local_engines() -> list[Any]:

@@ -104,7 +104,7 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
             raise ConfigurationError(f"toolseam sandbox config: {', '.join(refused)} apply to a "
                                      "container backend, not host")
         return {}
-    from ..backends._container_sandbox import Hardening
+    from ..backends.containers.sandbox import Hardening
 
     options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace,
                                "hardening": Hardening(read_only_root=config.read_only_root)}
@@ -115,7 +115,7 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     if config.tls_cert_path is not None:
         if config.backend != "docker":
             raise ConfigurationError("toolseam sandbox config: tls_cert_path is a docker option")
-        from ..backends._attach import TlsFiles
+        from ..backends.containers.attach import TlsFiles
 
         options["tls"] = TlsFiles.from_dir(config.tls_cert_path)
     if config.rootless:

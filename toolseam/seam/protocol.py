@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import Field
 
+from .errors import CouldNotRunError
 from .models import (
     ByteContent,
     ChangeSet,
@@ -195,3 +196,8 @@ class WorkspaceTransfer(Protocol):
 
     async def download(self, src: str, local: str) -> None:
         """Copy a workspace file or directory to ``local`` on the host (must not exist)."""
+
+    @property
+    def copy_back_error(self) -> CouldNotRunError | None:
+        """Why close could not bring the changes home (the work is kept; this says how to
+        recover it); None otherwise. ``Toolkit.close`` raises it."""

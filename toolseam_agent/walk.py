@@ -21,6 +21,7 @@ from typing import Any
 
 from .errors import NOT_REGULAR, FsError
 from .files import bounded_lines, decode_line, read_whole
+from .names import escape_name
 from .paths import open_path, resolve
 
 PRUNED_DIRS = frozenset({".git", "node_modules"})
@@ -38,22 +39,6 @@ _FIRST_READ = 1 << 14  # most source files fit; a bigger buffer costs its alloca
 WHOLE_READ_MAX = 8 << 20
 LINE_BYTES_CAP = 1 << 20
 HIT_TEXT_CAP = 4096
-
-
-def escape_name(name: str) -> str:
-    r"""The one display form of a file name: undecodable bytes become ``\xNN``.
-
-    ``os.scandir`` hands back names with undecodable bytes as lone surrogates
-    (``surrogateescape``); those can cross neither JSON strictly nor a model's context.
-    """
-    if name.isascii():
-        return name
-    try:
-        name.encode("utf-8")
-        return name
-    except UnicodeEncodeError:
-        return "".join(f"\\x{ord(c) - 0xDC00:02x}" if 0xDC80 <= ord(c) <= 0xDCFF else c
-                       for c in name)
 
 
 def _walk(root_fd: int, unreadable: list[int]

@@ -246,7 +246,7 @@ _ESCAPED_BYTE = re.compile(r"\\x([89a-fA-F][0-9a-fA-F])")
 
 
 def _unescaped_if_named(full: str) -> str:
-    r"""A listing shows a name's undecodable bytes as ``\xNN`` (``walk.escape_name``); the same
+    r"""A listing shows a name's undecodable bytes as ``\xNN`` (``names.escape_name``); the same
     text, given back as a path, names that file. A name that literally holds ``\xNN`` and
     exists wins over the escaped reading; otherwise the escaped reading is taken when it exists.
     """

@@ -1,30 +1,25 @@
-"""The host side of the agent protocol over a unix socket (a socketpair or a listening agent).
-
-Also the one place where the agent's error answers become seam exceptions, so every backend
-that talks to an agent maps failures the same way.
+"""The host side of the agent protocol over a unix socket (a socketpair, a listening agent, or
+an engine's attach stream): requests by id, answers to their callers, live output to listeners.
+An error answer becomes a seam exception through ``errors.map_agent_error``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import errno
 import itertools
 import json
 import socket
 from typing import Any
 
-from ..seam.errors import CouldNotRunError, FileOpError, HostError
-from ..seam.models import JobStatus, OutputChunk
-from ..seam.protocol import OutputCallback
-from .agent.wire import OUTPUT_EVENT, SHUTDOWN, ErrorKind
+from toolseam_agent.wire import HELLO, OUTPUT_EVENT, PROTOCOL_VERSION, SHUTDOWN
+
+from ...seam.errors import CouldNotRunError
+from ...seam.models import JobStatus, OutputChunk
+from ...seam.protocol import OutputCallback
+from .errors import map_agent_error
 
 _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent to catch up
-
-
-class UnknownJobError(HostError):
-    code = "UNKNOWN_JOB"
 
 
 class AgentChannel(asyncio.Protocol):
@@ -151,6 +146,18 @@ class AgentChannel(asyncio.Protocol):
             self._can_write = None
 
     # --- lifecycle ------------------------------------------------------------------------
+    async def hello(self) -> dict[str, Any]:
+        """The agent's ``hello`` answer, once its protocol is known to be this host's: an agent
+        staged by another toolseam version is could-not-run, naming both versions."""
+        answer = await self.call(HELLO)
+        theirs = answer.get("protocol")
+        if theirs != PROTOCOL_VERSION:
+            raise CouldNotRunError(
+                f"the sandbox agent at {self.endpoint} speaks protocol {theirs!r}, this toolseam "
+                f"speaks protocol {PROTOCOL_VERSION}: stage the agent of this toolseam version",
+                retryable=False)
+        return answer
+
     def _die(self, reason: str) -> None:
         if self.death is None:
             self.death = CouldNotRunError(reason, retryable=True)
@@ -182,29 +189,9 @@ class AgentChannel(asyncio.Protocol):
             await self._lost
 
 
-def map_agent_error(error: dict[str, Any]) -> Exception:
-    """The agent's error answer as the seam exception it stands for."""
-    kind = error.get("kind")
-    message = str(error.get("message", ""))
-    if kind == ErrorKind.FS:
-        return FileOpError(str(error.get("code")), str(error.get("path", "")),
-                           str(error.get("detail", "")))
-    if kind == ErrorKind.SPAWN:
-        if error.get("in_cwd"):
-            return FileOpError("not_found", "", "working directory does not exist")
-        transient = error.get("errno") in (errno.EAGAIN, errno.ENOMEM)
-        return CouldNotRunError(f"could not start the command: {message}", retryable=transient)
-    if kind == ErrorKind.UNKNOWN_JOB:
-        return UnknownJobError(message)
-    return CouldNotRunError(f"sandbox agent fault: {message}", retryable=True)
-
-
 def job_status(raw: dict[str, Any]) -> JobStatus:
     """An agent status answer as the seam model."""
     fields = dict(raw)
     fields["chunks"] = [{"stream": s, "text": t} for s, t in raw["chunks"]]
     return JobStatus.model_validate(fields)
 
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")

@@ -1,7 +1,7 @@
 """``toolseam recover``: the work a failed copy-back kept, listed, copied out, removed.
 
 When close cannot bring a copy-mode sandbox's changes home, the container and its workspace
-volume are kept and marked (``_container_sandbox.KEPT_*``); the janitor leaves them for
+volume are kept and marked (``sandbox.KEPT_*``); the janitor leaves them for
 ``KEPT_RETENTION_S``. This copies the kept ``/workspace`` out through the engine's archive
 API (it reads a stopped container) into a new directory — never over the base dir, whose
 state the failed copy-back left as it was — by the same rule as every copy-back: regular
@@ -15,15 +15,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shlex
 import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
 from typing import IO
 
-from ..seam.errors import ConfigurationError
-from ._container_sandbox import (
+from ...seam.errors import ConfigurationError
+from .sandbox import (
     KEPT_CONTAINER_LABEL,
     KEPT_LABEL,
     KEPT_RETENTION_S,
@@ -33,14 +32,6 @@ from ._container_sandbox import (
     WORKSPACE,
     Engine,
 )
-
-
-def recover_command(engine_name: str, endpoint: str, container: str) -> str:
-    """The command line that names this kept container on this engine."""
-    backend = "docker" if engine_name.startswith("docker") else "podman"
-    rootless = " --rootless" if engine_name == "podman-rootless" else ""
-    return (f"toolseam recover --backend {backend}{rootless} --endpoint {shlex.quote(endpoint)} "
-            f"{container[:12]}")
 
 
 @dataclass(frozen=True)
@@ -170,11 +161,11 @@ def run(args: argparse.Namespace) -> int:
                                  "--remove")
     engine: Engine
     if args.backend == "docker":
-        from .docker import docker_engine
+        from ..docker import docker_engine
 
         engine = docker_engine(args.endpoint)
     else:
-        from .podman import podman_engine
+        from ..podman import podman_engine
 
         engine = podman_engine(args.endpoint, args.rootless)
     try:

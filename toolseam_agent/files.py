@@ -32,6 +32,7 @@ from .errors import (
     FsError,
     from_os_error,
 )
+from .names import escape_name
 from .paths import Resolved, open_parent, open_path, resolve
 
 # Every rename goes through this name so a test can inject an OS failure mid-commit.
@@ -248,8 +249,6 @@ def decode_line(raw: bytes, was_cut: bool, path: str) -> str:
 def list_dir(base: str, path: str, confine: bool, cap: int) -> dict[str, Any]:
     """The directory's entries (a ``/`` after directories), at most ``cap`` of them, unsorted:
     the listing rule above the seam sorts and caps what the model sees."""
-    from .walk import escape_name  # walk imports this module
-
     r = resolve(base, path, confine, canonical_needed=False)
     fd = open_path(r, os.O_RDONLY | os.O_DIRECTORY)
     entries: list[str] = []

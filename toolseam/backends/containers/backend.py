@@ -1,77 +1,62 @@
 """The backend both container engines present: a ``ContainerSandbox`` composed with the
-agent's exec and file parts. Podman and docker differ only in the ``Engine`` they pass in."""
+agent's exec and file parts, its workspace mode chosen once (``MODES``) from the options
+(``containers/options.py``). Podman and docker differ only in the ``Engine`` they pass in."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import posixpath
 import tarfile
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any, Literal
 
-from ..policy.environment import CONTAINER_BASE_ENV
-from ..policy.limits import SandboxLimits
-from ..seam.errors import ConfigurationError, CouldNotRunError
-from ..seam.models import SandboxInfo, SyncReport
-from ._channel import AgentChannel
-from ._container_sandbox import (
+from ...policy.environment import CONTAINER_BASE_ENV
+from ...seam.errors import ConfigurationError, CouldNotRunError
+from ...seam.models import SandboxInfo, SyncReport
+from ..agentlink.channel import AgentChannel
+from ..agentlink.parts import AgentExec, AgentFiles
+from ..composed import ComposedBackend
+from .bind import BindMode
+from .copy import CopyMode
+from .options import DEFAULT_IMAGE, ContainerOptions
+from .sandbox import (
     GO_MODE_SYMLINK,
     WORKSPACE,
-    WORKSPACE_MODES,
     ContainerSandbox,
     Engine,
-    Hardening,
     WorkspaceMode,
+    WorkspaceModeImpl,
 )
-from ._parts import AgentExec, AgentFiles, ComposedBackend
-from ._pull import PULL_POLICIES, PullCallback, PullPolicy
-from ._workspace_copy import DEFAULT_COPY_LIMIT
 
-# A public, widely cached base any engine can pull: the agent brings its own runtime, so the
-# image needs no python; Debian slim has bash and the usual tools commands expect.
-DEFAULT_IMAGE = "docker.io/library/debian:bookworm-slim"
+__all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
+
+# The workspace modes, by name: a third is one new module in containers/ and one row here.
+MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
+    "bind": lambda options: BindMode(),
+    "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write),
+}
 
 
 class ContainerBackend(ComposedBackend):
     """One warm container per session. A configured container backend that cannot start fails
     the session (``CouldNotRunError``); it never falls back to the host."""
 
-    def __init__(self, engine: Engine, engine_name: str, image: str, workspace: str,
-                 hardening: Hardening | None, limits: SandboxLimits | None = None,
-                 pull: PullPolicy = "missing", auth: dict[str, str] | None = None,
-                 on_pull_progress: PullCallback | None = None,
-                 workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
-                 agent_bundles: Mapping[str, str] | None = None,
-                 copy_keep_group_write: bool = False) -> None:
-        if pull not in PULL_POLICIES:
-            raise ConfigurationError(f"pull policy must be one of {', '.join(PULL_POLICIES)}, "
-                                     f"got {pull!r}")
-        if workspace_mode not in WORKSPACE_MODES:
-            raise ConfigurationError(f"workspace_mode must be one of {', '.join(WORKSPACE_MODES)}, "
-                                     f"got {workspace_mode!r}")
-        if copy_limit is not None and copy_limit <= 0:
-            raise ConfigurationError(f"copy_limit must be a positive number of bytes, got {copy_limit}")
+    def __init__(self, engine: Engine, engine_name: str, workspace: str,
+                 options: ContainerOptions) -> None:
         super().__init__(AgentFiles(self._agent), AgentExec(self._agent))
         self.name = engine_name
-        hardening = hardening or Hardening()
-        if limits is not None:
-            hardening = dataclasses.replace(
-                hardening, memory=limits.memory, cpus=limits.cpus, pids_limit=limits.pids,
-                network=limits.network, tmpfs_size=limits.tmpfs_size)
-        self.sandbox = ContainerSandbox(engine, engine_name, image, workspace, hardening,
-                                        dict(CONTAINER_BASE_ENV),
-                                        enforce_limits=limits is not None and not limits.is_default,
-                                        pull_policy=pull, registry_auth=auth,
-                                        on_pull_progress=on_pull_progress,
-                                        mode=resolve_mode(workspace_mode, engine),
-                                        copy_limit=copy_limit or DEFAULT_COPY_LIMIT,
-                                        keep_group_write=copy_keep_group_write,
-                                        agent_bundles=dict(agent_bundles or {}))
+        self.options = options
+        mode = MODES[resolve_mode(options.workspace_mode, engine)](options)
+        self.sandbox = ContainerSandbox(engine, engine_name, options.image, workspace,
+                                        options.sandbox_hardening, dict(CONTAINER_BASE_ENV), mode,
+                                        enforce_limits=options.enforce_limits,
+                                        pull_policy=options.pull, registry_auth=options.auth,
+                                        on_pull_progress=options.on_pull_progress,
+                                        agent_bundles=dict(options.agent_bundles))
+        self.liveness = mode.liveness(self.sandbox)
         self._opening = asyncio.Lock()
-        self._workspace_id: tuple[int, int] | None = None
 
     def _agent(self) -> AgentChannel:
         channel = self.sandbox.channel
@@ -86,7 +71,7 @@ class ContainerBackend(ComposedBackend):
 
     @property
     def workspace_mode(self) -> Literal["bind", "copy"]:
-        return self.sandbox.mode
+        return self.sandbox.mode.name
 
     async def sync(self) -> SyncReport:
         """Bring the sandbox's changes home to the base dir now (copy mode; bind mode shares
@@ -108,18 +93,12 @@ class ContainerBackend(ComposedBackend):
         assert container is not None
 
         def put() -> None:
-            copy = sandbox.copy
             with tempfile.NamedTemporaryFile(prefix="toolseam-upload-") as archive:
-                if copy is not None:
-                    copy.pack_upload(local, name, archive)
-                else:
-                    with tarfile.open(fileobj=archive, mode="w") as tar:
-                        tar.add(local, arcname=name)
+                sandbox.mode.pack_upload(local, name, archive)
                 archive.flush()
                 sandbox.engine.put_archive(container, parent, archive)
-                if copy is not None:
-                    copy.remember_uploaded(archive.name, posixpath.relpath(parent, WORKSPACE)
-                                           if parent != WORKSPACE else "")
+                sandbox.mode.uploaded(archive.name, posixpath.relpath(parent, WORKSPACE)
+                                      if parent != WORKSPACE else "")
         await asyncio.to_thread(put)
 
     async def download(self, src: str, local: str) -> None:
@@ -165,44 +144,10 @@ class ContainerBackend(ComposedBackend):
             raise CouldNotRunError(f"the {self.name} sandbox is not running", retryable=True)
         return full
 
-    def _check_sandbox(self) -> None:
-        """The workspace is a bind mount: it pins the directory the sandbox started with. If the
-        host's workspace path now names another directory (renamed away, recreated), the
-        sandbox would go on writing into the old one — fail closed instead."""
-        if self.sandbox.mode == "copy":
-            return  # the sandbox has its own copy; the base dir is only written at sync
-        if self._workspace_id is not None and _identity(self.sandbox.workspace) != self._workspace_id:
-            raise CouldNotRunError(f"the workspace {self.sandbox.workspace} was renamed, removed or "
-                                   "replaced since the sandbox started", retryable=False)
-
-    def _sandbox_gone(self) -> bool:
-        if self.sandbox.mode == "copy":
-            return self.sandbox.exited  # a dropped attach stream is not a dead sandbox
-        channel = self.sandbox.channel
-        return self._info is not None and (channel is None or not channel.alive)
-
-    async def _explain(self, failure: CouldNotRunError) -> CouldNotRunError:
-        channel = self.sandbox.channel
-        if channel is not None and not channel.alive:
-            if self.sandbox.mode == "copy":
-                return await self.sandbox.after_drop(failure)
-            return await self.sandbox.explain(failure)
-        return failure
-
-    async def _reconnect(self) -> None:
-        channel = self.sandbox.channel
-        if self.sandbox.mode == "copy" and self._info is not None and (
-                channel is None or not channel.alive):
-            await self.sandbox.reattach()
-            if self.sandbox.exited:
-                raise self._session_over(await self.sandbox.explain(None))
-
     async def open(self) -> SandboxInfo:
         self._check_open()
         async with self._opening:
             if self._info is None:
-                # None when missing: the engine will say what is wrong with it
-                self._workspace_id = _identity(self.sandbox.workspace)
                 try:
                     self._info = await self.sandbox.start()
                 except BaseException:
@@ -248,12 +193,3 @@ def resolve_mode(requested: WorkspaceMode, engine: Engine) -> Literal["bind", "c
     if requested != "auto":
         return requested
     return "bind" if engine.address.is_local else "copy"
-
-
-def _identity(path: str) -> tuple[int, int] | None:
-    """Which directory a path names now (device, inode); None when it names nothing."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino

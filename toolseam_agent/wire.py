@@ -1,5 +1,5 @@
-"""The agent's wire, in one module both ends import: the agent inside the sandbox (as
-``agent.wire``) and the host (as ``toolseam.backends.agent.wire``). Standard library only.
+"""The agent's wire, in one module both ends import as ``toolseam_agent.wire``: the agent
+inside the sandbox and the host. Standard library only.
 
 One JSON object per line, UTF-8, over one socket:
 
@@ -22,8 +22,7 @@ PROTOCOL_VERSION = 1
 # --- operations -----------------------------------------------------------------------------
 HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", "release", "shutdown"
 GREP = "grep"  # a file operation, searched in a killable child process
-FILE_OPS = ("stat", "read_text", "read_bytes", "read_page", "list_dir", "write", "commit",
-            "list_files")
+# The other file operations: the keys of ops.FILE_OPS.
 OUTPUT_EVENT = "output"
 
 

@@ -21,26 +21,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import files, paths, procscan, setid_guard, userns, walk, wire
+from . import ops, paths, procscan, setid_guard, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
 from .searcher import Search
 from .wire import ErrorKind
 
-_FS_OPS: dict[str, Callable[..., dict[str, Any]]] = {
-    "stat": files.stat_path,
-    "read_text": files.read_text,
-    "read_bytes": files.read_bytes,
-    "read_page": files.read_page,
-    "list_dir": files.list_dir,
-    "write": files.write_file,
-    "commit": files.commit,
-    "list_files": walk.list_files,
-}
-
-
-_INLINE_FS_OPS = frozenset({"stat", "write", "read_page"})  # bounded by their caps
 _ENVS_KEPT = 4
 _READ_SIZE = 1 << 16
 # One encoder for every message: json.dumps with non-default separators builds a new one per call.
@@ -139,12 +126,12 @@ class Agent:
             self.send(wire.failure(None, ErrorKind.PROTOCOL, str(exc)))
             return
         args = request.get("args") or {}
-        if op in _INLINE_FS_OPS or (op == "read_text" and args.get("offset") is None
+        if op in ops.INLINE or (op == "read_text" and args.get("offset") is None
                                     and args.get("refuse_above_bytes") is not None):
             # bounded point operations: a thread hand-off would cost more than they do
             self._file_op(rid, op, args)
             return
-        if op in _FS_OPS:  # walks may take seconds: they must not hold up job output and deadlines
+        if op in ops.FILE_OPS:  # walks may take seconds: they must not hold up job output and deadlines
             self._pool.submit(self._file_op, rid, op, args)
             return
         handler: Callable[[Any, dict[str, Any]], None] | None = getattr(self, f"_op_{op}", None)
@@ -164,7 +151,7 @@ class Agent:
 
     def _file_op(self, rid: Any, op: str, args: dict[str, Any]) -> None:
         try:
-            result = _FS_OPS[op](**_decode_bytes(args))
+            result = ops.FILE_OPS[op](**_decode_bytes(args))
         except FsError as exc:
             self._fail(rid, ErrorKind.FS, str(exc), **exc.to_wire())
             return

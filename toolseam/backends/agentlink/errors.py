@@ -1,0 +1,44 @@
+"""The one map from the agent's error answers to seam exceptions.
+
+Every failure the agent reports — over a channel, or raised by its file code run in this
+process — becomes a seam exception here, so every backend maps failures the same way.
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Mapping
+from typing import Any
+
+from toolseam_agent.errors import FsError
+from toolseam_agent.wire import ErrorKind
+
+from ...seam.errors import CouldNotRunError, FileOpError, HostError
+
+SPAWN_FAILED = "could not start the command:"  # the reason's start for a spawn error
+
+
+class UnknownJobError(HostError):
+    code = "UNKNOWN_JOB"
+
+
+def map_agent_error(error: Mapping[str, Any]) -> Exception:
+    """The agent's error answer as the seam exception it stands for."""
+    kind = error.get("kind")
+    message = str(error.get("message", ""))
+    if kind == ErrorKind.FS:
+        return FileOpError(str(error.get("code")), str(error.get("path", "")),
+                           str(error.get("detail", "")))
+    if kind == ErrorKind.SPAWN:
+        if error.get("in_cwd"):
+            return FileOpError("not_found", "", "working directory does not exist")
+        transient = error.get("errno") in (errno.EAGAIN, errno.ENOMEM)
+        return CouldNotRunError(f"{SPAWN_FAILED} {message}", retryable=transient)
+    if kind == ErrorKind.UNKNOWN_JOB:
+        return UnknownJobError(message)
+    return CouldNotRunError(f"sandbox agent fault: {message}", retryable=True)
+
+
+def from_fs_error(exc: FsError) -> Exception:
+    """The agent's file error raised in this process, through the same map."""
+    return map_agent_error({"kind": ErrorKind.FS, **exc.to_wire()})

@@ -1,0 +1,173 @@
+"""The seam, forwarded to a file part and an exec part (``agentlink/parts.py``): what every
+backend is. A subclass brings its sandbox up and down, and says how to tell it is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, Protocol, TypeVar
+
+from ..seam.errors import CouldNotRunError, SessionClosedError
+from ..seam.models import (
+    ByteContent,
+    ChangeSet,
+    CommitResult,
+    DirListing,
+    FileListing,
+    FileStat,
+    GlobMatch,
+    GrepListing,
+    JobStatus,
+    PageRequest,
+    PathRef,
+    SandboxInfo,
+    SpawnRequest,
+    TextContent,
+    TextPage,
+    WriteResult,
+)
+from ..seam.protocol import OutputCallback
+from .agentlink.parts import AgentExec, FileMethods
+
+T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class Liveness(Protocol):
+    """Whether a backend's sandbox is still there, asked around every call — one object per
+    kind of sandbox (the host's agent, a bind-mode or a copy-mode container)."""
+
+    def check(self) -> None:
+        """A cheap check before each call; raises CouldNotRunError when the session is over."""
+
+    async def reconnect(self) -> CouldNotRunError | None:
+        """Before each call: a channel that can drop without its sandbox dying (an engine over
+        the network) is got back here; a failure raises and the session lives. Returns why
+        the session is over when the sandbox turned out gone."""
+
+    async def explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        """A call's could-not-run, replaced with what happened to the sandbox if it is known."""
+
+    def gone(self) -> bool:
+        """Whether the sandbox is gone for good (after a call failed)."""
+
+
+class AlwaysThere:
+    """A sandbox that outlives every call (a test's backend, or one that cannot tell)."""
+
+    def check(self) -> None:
+        return None
+
+    async def reconnect(self) -> CouldNotRunError | None:
+        return None
+
+    async def explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        return failure
+
+    def gone(self) -> bool:
+        return False
+
+
+class ComposedBackend:
+    """Forwards the seam to a file part and an exec part; subclasses bring them up and down,
+    and set ``liveness``."""
+
+    name = "composed"
+
+    def __init__(self, files: FileMethods, exec_part: AgentExec) -> None:
+        self._files = files
+        self._exec = exec_part
+        self._info: SandboxInfo | None = None
+        self._closed = False
+        self._over: CouldNotRunError | None = None  # the sandbox died: every call says so
+        self.liveness: Liveness = AlwaysThere()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(f"the {self.name} backend was closed")
+
+    async def open(self) -> SandboxInfo:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def info(self) -> SandboxInfo | None:
+        return self._info
+
+    def _session_over(self, why: CouldNotRunError) -> CouldNotRunError:
+        """The sandbox is gone for good (killed, OOM, its agent crashed): no call of this
+        session can succeed again, so every one says so, not retryable — a host starts a new
+        session (on the same workspace) rather than retrying into a dead one."""
+        if self._over is None:
+            self._over = CouldNotRunError(
+                f"{why.reason}; this session is over (its sandbox is gone): start a new one",
+                retryable=False)
+        return self._over
+
+    async def _run(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        self._check_open()
+        if self._over is not None:
+            raise self._over
+        live = self.liveness
+        try:
+            live.check()
+        except CouldNotRunError as why:
+            raise self._session_over(why) from None
+        over = await live.reconnect()
+        if over is not None:
+            raise self._session_over(over)
+        try:
+            return await call(*args, **kwargs)
+        except CouldNotRunError as failure:
+            explained = await live.explain(failure)
+            if live.gone():
+                raise self._session_over(explained) from None
+            raise explained from None
+
+    async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
+                    ) -> JobStatus:
+        self._check_open()
+        await self.open()
+        return await self._run(self._exec.start, request, on_output)
+
+    async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
+        return await self._run(self._exec.wait, job, wait_ms)
+
+    async def kill(self, job: str) -> JobStatus:
+        return await self._run(self._exec.kill, job)
+
+    async def release(self, job: str) -> None:
+        if not self._closed:
+            await self._run(self._exec.release, job)
+
+    async def stat(self, ref: PathRef) -> FileStat:
+        return await self._run(self._files.stat, ref)
+
+    async def read_text(self, ref: PathRef, offset: int | None = None, limit: int | None = None,
+                        refuse_above_bytes: int | None = None) -> TextContent:
+        return await self._run(self._files.read_text, ref, offset, limit, refuse_above_bytes)
+
+    async def read_bytes(self, ref: PathRef, refuse_above_bytes: int | None = None
+                         ) -> ByteContent:
+        return await self._run(self._files.read_bytes, ref, refuse_above_bytes)
+
+    async def read_page(self, ref: PathRef, page: PageRequest) -> TextPage:
+        return await self._run(self._files.read_page, ref, page)
+
+    async def list_dir(self, ref: PathRef, cap: int) -> DirListing:
+        return await self._run(self._files.list_dir, ref, cap)
+
+    async def write(self, ref: PathRef, data: bytes, keep_bom: bool = False) -> WriteResult:
+        return await self._run(self._files.write, ref, data, keep_bom)
+
+    async def commit(self, change: ChangeSet) -> CommitResult:
+        return await self._run(self._files.commit, change)
+
+    async def list_files(self, ref: PathRef, match: GlobMatch | None = None) -> FileListing:
+        return await self._run(self._files.list_files, ref, match)
+
+    async def grep(self, ref: PathRef, pattern: str, include: GlobMatch | None = None,
+                   deadline_ms: int | None = None) -> GrepListing:
+        return await self._run(self._files.grep, ref, pattern, include, deadline_ms)

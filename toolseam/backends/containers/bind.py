@@ -1,0 +1,162 @@
+"""Bind mode (a local engine): the workspace, the bundle and a socket directory are bind mounts,
+and the agent listens on a unix socket the host connects to. Everything bind mode does that copy
+mode does not is here; ``ContainerSandbox`` holds the lifecycle both share.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from collections import deque
+from typing import IO, Any, Literal
+
+from ...seam.errors import CouldNotRunError
+from ...seam.models import SyncReport
+from ..agentlink.channel import AgentChannel
+from .bundle import bundle_command
+from .sandbox import AGENT_MOUNT, SOCKET_MOUNT, WORKSPACE, ContainerSandbox
+
+_CONNECT_TIMEOUT_S = 15.0
+
+
+class BindLiveness:
+    """Bind mode's sandbox is gone when its channel is; the workspace a bind mount pins must
+    still be the directory it started with."""
+
+    def __init__(self, mode: BindMode, sandbox: ContainerSandbox) -> None:
+        self._mode, self._sandbox = mode, sandbox
+
+    def check(self) -> None:
+        """If the host's workspace path now names another directory (renamed away, recreated),
+        the sandbox would go on writing into the old one — fail closed instead."""
+        started = self._mode.workspace_id
+        if started is not None and identity(self._sandbox.workspace) != started:
+            raise CouldNotRunError(f"the workspace {self._sandbox.workspace} was renamed, removed "
+                                   "or replaced since the sandbox started", retryable=False)
+
+    async def reconnect(self) -> CouldNotRunError | None:
+        return None  # a unix socket on this machine does not drop while the agent lives
+
+    async def explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        channel = self._sandbox.channel
+        if channel is not None and not channel.alive:
+            return await self._sandbox.explain(failure)
+        return failure
+
+    def gone(self) -> bool:
+        channel = self._sandbox.channel
+        return self._sandbox.started and (channel is None or not channel.alive)
+
+
+class BindMode:
+    name: Literal["bind"] = "bind"
+    # no command may start without the set-id guard: a rootful engine's root writes the host
+    # dir directly (docs/security.md)
+    guard = "require"
+
+    def __init__(self) -> None:
+        self.workspace_id: tuple[int, int] | None = None
+        self._socket_dir: str | None = None
+        self.last_sync: SyncReport | None = None  # nothing is ever copied back
+        self.copy_back_error: CouldNotRunError | None = None
+        self.agent_stderr: deque[str] | None = None  # the engine keeps the agent's log
+
+    def liveness(self, sandbox: ContainerSandbox) -> BindLiveness:
+        return BindLiveness(self, sandbox)
+
+    async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
+                    ) -> dict[str, Any]:
+        self.workspace_id = identity(sandbox.workspace)
+        if self.workspace_id is None or not os.path.isdir(sandbox.workspace):
+            # one verdict, before any engine says it its own way
+            raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
+                                   "a directory", retryable=False)
+        self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
+        owner = _socket_owner(sandbox.engine.endpoint)
+        if os.geteuid() == 0 and owner not in (None, 0):
+            os.chown(self._socket_dir, owner, owner)
+        os.chmod(self._socket_dir, 0o700)
+        command = [*bundle_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
+        spec = sandbox.spec(command, labels, binds=[
+            (sandbox.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
+            (self._socket_dir, SOCKET_MOUNT, False)])
+        await sandbox.launch(spec)
+        hello = await self._connect(sandbox)
+        # an agent that reports its set-id guard (toolseam_agent/server.py's hello) says so at
+        # open; one that does not refuses each command instead (setid_guard "require")
+        guard = str(hello.get("setid_guard", ""))
+        if guard.startswith("unavailable"):
+            raise CouldNotRunError(
+                f"the sandbox's set-id guard is {guard}: in bind mode a command could "
+                f"leave a set-id program in {sandbox.workspace} (docs/security.md); refusing "
+                "to start (copy mode does without it)", retryable=False)
+        return hello
+
+    async def _connect(self, sandbox: ContainerSandbox) -> dict[str, Any]:
+        assert self._socket_dir is not None
+        path = os.path.join(self._socket_dir, "agent.sock")
+        deadline = time.monotonic() + _CONNECT_TIMEOUT_S
+        delay = 0.002
+        while True:
+            if os.path.exists(path):
+                try:
+                    sandbox.channel = await AgentChannel.connect(
+                        path, f"{sandbox.engine_name} container {sandbox.container}")
+                    break
+                except OSError:
+                    pass
+            state = await sandbox.state()
+            if state is not None and not state.running:
+                raise await sandbox.explain(None, starting=True)
+            if time.monotonic() > deadline:
+                raise CouldNotRunError(f"the sandbox agent did not start within "
+                                       f"{_CONNECT_TIMEOUT_S:.0f} s in {sandbox.image!r}",
+                                       retryable=True)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        return await sandbox.channel.hello()
+
+    def exit_reason(self, exit_code: int | None) -> str | None:
+        """Nothing but a crash or a kill ends a bind-mode agent: no sentence of its own."""
+        return None
+
+    def pack_upload(self, local: str, name: str, archive: IO[bytes]) -> None:
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            tar.add(local, arcname=name)
+
+    def uploaded(self, archive: str, parent: str) -> None:
+        """The workspace is the host dir: nothing to remember."""
+
+    async def sync(self, sandbox: ContainerSandbox) -> SyncReport:
+        return SyncReport()  # the sandbox works in the host dir itself
+
+    async def finish(self, sandbox: ContainerSandbox) -> None:
+        """Nothing to bring home."""
+
+    async def clean_up(self, sandbox: ContainerSandbox) -> None:
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
+
+
+def identity(path: str) -> tuple[int, int] | None:
+    """Which directory a path names now (device, inode); None when it names nothing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _socket_owner(endpoint: str) -> int | None:
+    """The uid container root maps to: the owner of a local engine socket (rootless podman)."""
+    if not endpoint.startswith("unix://"):
+        return None
+    try:
+        return os.stat(endpoint.removeprefix("unix://")).st_uid
+    except OSError:
+        return None

@@ -1,0 +1,65 @@
+"""What a container backend is configured with: one frozen, keyword-only object, validated once
+when it is made, and read — never re-checked — by everything after."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from ...policy.limits import SandboxLimits
+from ...seam.errors import ConfigurationError
+from .pull import PULL_POLICIES, PullCallback, PullPolicy
+from .sandbox import WORKSPACE_MODES, Hardening, WorkspaceMode
+from .workspace_copy import DEFAULT_COPY_LIMIT
+
+# A public, widely cached base any engine can pull: the agent brings its own runtime, so the
+# image needs no python; Debian slim has bash and the usual tools commands expect.
+DEFAULT_IMAGE = "docker.io/library/debian:bookworm-slim"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContainerOptions:
+    """A container backend's options (the engine and the workspace aside)."""
+
+    image: str = DEFAULT_IMAGE
+    hardening: Hardening | None = None  # None: the defaults (CONTRACT §9)
+    limits: SandboxLimits | None = None  # the host's limits: override hardening's, and enforced
+    pull: PullPolicy = "missing"
+    auth: dict[str, str] | None = None  # None: the engine's own credentials
+    on_pull_progress: PullCallback | None = None
+    workspace_mode: WorkspaceMode = "auto"
+    copy_limit: int | None = None  # None: DEFAULT_COPY_LIMIT
+    agent_bundles: Mapping[str, str] = field(default_factory=dict)  # arch -> bundle dir
+    copy_keep_group_write: bool = False  # copy mode brings group/other write bits home
+
+    def __post_init__(self) -> None:
+        if self.pull not in PULL_POLICIES:
+            raise ConfigurationError(f"pull policy must be one of {', '.join(PULL_POLICIES)}, "
+                                     f"got {self.pull!r}")
+        if self.workspace_mode not in WORKSPACE_MODES:
+            raise ConfigurationError(f"workspace_mode must be one of {', '.join(WORKSPACE_MODES)}, "
+                                     f"got {self.workspace_mode!r}")
+        if self.copy_limit is not None and self.copy_limit <= 0:
+            raise ConfigurationError(
+                f"copy_limit must be a positive number of bytes, got {self.copy_limit}")
+
+    @property
+    def sandbox_hardening(self) -> Hardening:
+        """The hardening the container gets: the host's limits over the defaults."""
+        hardening = self.hardening or Hardening()
+        if self.limits is None:
+            return hardening
+        return dataclasses.replace(
+            hardening, memory=self.limits.memory, cpus=self.limits.cpus,
+            pids_limit=self.limits.pids, network=self.limits.network,
+            tmpfs_size=self.limits.tmpfs_size)
+
+    @property
+    def enforce_limits(self) -> bool:
+        """The host set limits: refuse a sandbox the engine left unlimited."""
+        return self.limits is not None and not self.limits.is_default
+
+    @property
+    def copy_bytes(self) -> int:
+        return self.copy_limit or DEFAULT_COPY_LIMIT
