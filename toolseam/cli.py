@@ -203,7 +203,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    from .mcp_server import serve_http, serve_stdio
+    from .mcp_http import serve_http
+    from .mcp_server import serve_stdio
 
     # A typo in a client's config must stop the server, not make every tool call fail later.
     container = args.backend != "host"

@@ -293,11 +293,3 @@ async def serve_stdio(factory: ToolkitFactory, approvals: bool = False,
             await server.run(read_stream, write_stream, server.create_initialization_options())
     finally:
         await tools.close_all()
-
-
-def serve_http(factory: ToolkitFactory, host: str, port: int, approvals: bool = False, *,
-               token_file: str | None = None, shared: bool = False) -> None:
-    """Streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted (``mcp_http``)."""
-    from .mcp_http import serve_http as serve
-
-    serve(factory, host, port, approvals, token_file=token_file, shared=shared)

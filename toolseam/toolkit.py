@@ -18,9 +18,15 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from .backends import backend_for
-from .builtins import BUILTIN_NAMES, CallContext, OutputEvent, ToolResult, all_builtins
-from .builtins._base import could_not_run_result
-from .builtins._spill import remove_spills
+from .builtins import (
+    BUILTIN_NAMES,
+    CallContext,
+    OutputEvent,
+    ToolResult,
+    all_builtins,
+    could_not_run_result,
+    remove_spills,
+)
 from .declarations import Format, declare
 from .policy.environment import command_environment
 from .policy.readscope import Approver, ReadScope

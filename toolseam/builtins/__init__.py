@@ -1,6 +1,7 @@
 """The seven builtins, above the seam: they import only ``seam``, ``listing`` and ``policy``."""
 
-from ._base import Builtin, CallContext, OutputEvent, SessionView, ToolResult
+from ._base import Builtin, CallContext, OutputEvent, SessionView, ToolResult, could_not_run_result
+from ._spill import remove_spills
 from .apply_patch import ApplyPatch
 from .bash import Bash
 from .files import Edit, Read, Write
@@ -15,4 +16,4 @@ def all_builtins() -> dict[str, Builtin]:  # type: ignore[type-arg]
 
 
 __all__ = ["BUILTIN_NAMES", "Builtin", "CallContext", "OutputEvent", "SessionView", "ToolResult",
-           "all_builtins"]
+           "all_builtins", "could_not_run_result", "remove_spills"]
