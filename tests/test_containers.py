@@ -21,6 +21,7 @@ import pytest_asyncio
 
 from toolseam import ConfigurationError, CouldNotRunError, Toolkit
 from toolseam.backends.containers.sandbox import Hardening
+from toolseam.policy.limits import SandboxLimits
 
 from .conftest import host_survivors
 from .engines import (
@@ -157,7 +158,8 @@ FOREIGN_IMAGES = ("localhost/toolseam-nopython:latest", "localhost/toolseam-debi
 
 @pytest.mark.parametrize("engine", ["podman", "docker"])  # rootless on cgroups v1 has no limits
 async def test_memory_hog_is_ran_with_an_oom_indicator(engine: str, workspace: Path) -> None:
-    sandbox = backend(engine, str(workspace), hardening=Hardening(memory="160m"))
+    sandbox = backend(engine, str(workspace),
+                      hardening=Hardening(limits=SandboxLimits(memory="160m")))
     async with Toolkit(sandbox) as tk:
         hog = await tk.call("bash", {"command": "python3 -c \"x = b'a' * (600 << 20)\"; echo after"})
         assert hog.metadata.get("oomKilled") is True, hog

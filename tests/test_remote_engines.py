@@ -30,6 +30,7 @@ from toolseam.backends.containers.sandbox import OWNER_LABEL, Hardening
 from toolseam.backends.docker import DockerBackend, DockerEngine
 from toolseam.backends.podman import PodmanBackend, PodmanEngine
 from toolseam.builtins._base import OutputEvent
+from toolseam.policy.limits import SandboxLimits
 from toolseam.seam.errors import CouldNotRunError
 
 from .engines import REMOTE_ENGINES, backend, endpoint, remove_shared, required_env, shared_dir
@@ -356,7 +357,7 @@ def test_serve_with_a_remote_engine_leaves_the_base_dir_as_the_session_left_it(
 
 @pytest.mark.parametrize("engine", REMOTE_ENGINES)
 async def test_oom_is_reported_remotely(engine: str, base: Path) -> None:
-    made = backend(engine, str(base), hardening=Hardening(memory="160m"))
+    made = backend(engine, str(base), hardening=Hardening(limits=SandboxLimits(memory="160m")))
     async with Toolkit(made) as tk:
         hog = await tk.call("bash", {"command": "python3 -c \"x = b'a' * (600 << 20)\"; "
                                                 "echo after"})

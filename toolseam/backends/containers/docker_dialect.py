@@ -59,17 +59,17 @@ class DockerDialect:
         mounts += [Mount(target=dst, source=name, type="volume", read_only=ro, no_copy=True)
                    for name, dst, ro in spec.volumes]
         host: dict[str, Any] = {
-            "network_mode": h.network, "read_only": h.read_only_root,
-            "tmpfs": {"/tmp": f"rw,size={h.tmpfs_size},mode=1777"}, "init": h.init,
-            "mounts": mounts, "pids_limit": h.pids_limit, "mem_limit": h.memory,
+            "network_mode": h.limits.network, "read_only": h.read_only_root,
+            "tmpfs": {"/tmp": f"rw,size={h.limits.tmpfs_size},mode=1777"}, "init": h.init,
+            "mounts": mounts, "pids_limit": h.limits.pids, "mem_limit": h.limits.memory,
             "ulimits": [Ulimit(name="nofile", soft=h.nofile, hard=h.nofile),
                         Ulimit(name="nproc", soft=h.nproc, hard=h.nproc)],
         }
         if spec.stdin_open:
             # the channel is the container's stdout: the engine must not keep a log of it
             host["log_config"] = LogConfig(type=LogConfig.types.NONE)
-        if h.cpus is not None:
-            host["nano_cpus"] = int(h.cpus * 1e9)
+        if h.limits.cpus is not None:
+            host["nano_cpus"] = int(h.limits.cpus * 1e9)
         if h.drop_all_capabilities:
             host["cap_drop"] = ["ALL"]
         if h.no_new_privileges:

@@ -50,10 +50,7 @@ class ContainerOptions:
         hardening = self.hardening or Hardening()
         if self.limits is None:
             return hardening
-        return dataclasses.replace(
-            hardening, memory=self.limits.memory, cpus=self.limits.cpus,
-            pids_limit=self.limits.pids, network=self.limits.network,
-            tmpfs_size=self.limits.tmpfs_size)
+        return dataclasses.replace(hardening, limits=self.limits)
 
     @property
     def enforce_limits(self) -> bool:

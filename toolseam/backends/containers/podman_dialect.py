@@ -53,24 +53,24 @@ class PodmanDialect:
         mounts = [{"type": "bind", "source": src, "target": dst, "read_only": ro}
                   for src, dst, ro in spec.binds]
         mounts.append({"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
-                       "size": h.tmpfs_size, "mode": "1777"})
+                       "size": h.limits.tmpfs_size, "mode": "1777"})
         # nocopy: an empty volume must stay empty, whatever the image has at that path
         volumes = {name: {"bind": dst, "mode": "ro" if ro else "rw", "extended_mode": ["nocopy"]}
                    for name, dst, ro in spec.volumes}
         options: dict[str, Any] = {
             "name": spec.name, "labels": spec.labels, "environment": spec.environment,
-            "working_dir": "/workspace", "network_mode": h.network, "read_only": h.read_only_root,
+            "working_dir": "/workspace", "network_mode": h.limits.network, "read_only": h.read_only_root,
             "read_write_tmpfs": False, "mounts": mounts, "volumes": volumes, "init": h.init,
-            "runtime": "runc", "pids_limit": h.pids_limit, "mem_limit": h.memory,
+            "runtime": "runc", "pids_limit": h.limits.pids, "mem_limit": h.limits.memory,
             "ulimits": [{"Name": "nofile", "Soft": h.nofile, "Hard": h.nofile},
                         {"Name": "nproc", "Soft": h.nproc, "Hard": h.nproc}],
         }
         if spec.stdin_open:
             # the channel is the container's stdout: the engine must not keep a log of it
             options.update(stdin_open=True, log_config={"Type": "none"})
-        if h.cpus is not None:  # podman-py refuses nano_cpus: the same as a quota per period
+        if h.limits.cpus is not None:  # podman-py refuses nano_cpus: the same as a quota per period
             options["cpu_period"] = 100_000
-            options["cpu_quota"] = int(h.cpus * 100_000)
+            options["cpu_quota"] = int(h.limits.cpus * 100_000)
         if h.drop_all_capabilities:
             options["cap_drop"] = ["all"]
         if h.no_new_privileges:

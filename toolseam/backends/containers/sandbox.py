@@ -29,7 +29,7 @@ import psutil
 
 from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
 
-from ...policy.limits import size_bytes
+from ...policy.limits import SandboxLimits, size_bytes
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SandboxInfo, SyncReport
 from ..agentlink.channel import AgentChannel
@@ -62,16 +62,14 @@ _ENGINE_ARCH: dict[str, str] = {}
 
 @dataclass(frozen=True)
 class Hardening:
-    """The sandbox's defaults (CONTRACT §9); every one can be overridden by the host."""
+    """The sandbox's defaults (CONTRACT §9); every one can be overridden by the host. What it
+    may use (memory, CPUs, processes, network, /tmp) is the one limits type, ``SandboxLimits``:
+    written once, here and in settings alike."""
 
-    network: str = "none"
+    limits: SandboxLimits = field(default_factory=SandboxLimits)
     read_only_root: bool = True
-    tmpfs_size: str = "512m"
     drop_all_capabilities: bool = True
     no_new_privileges: bool = True
-    pids_limit: int = 1024
-    memory: str = "2g"
-    cpus: float | None = None
     nofile: int = 1024  # below the hard limit: the engine cannot raise rlimits here
     nproc: int = 4096
     # No engine init: the agent itself is pid 1 (it reaps every orphan), because the kernel
@@ -293,12 +291,12 @@ class ContainerSandbox:
         """The engine's own record must show the limits: rootless podman on cgroups v1, for
         one, accepts them and then ignores them ("Resource limits are not supported")."""
         host = await self._call(lambda: self.engine.host_config(container))
-        h = self.hardening
+        h = self.hardening.limits
         missing = []
         if host.get("Memory") != size_bytes(h.memory):
             missing.append(f"memory={h.memory}")
-        if host.get("PidsLimit") != h.pids_limit:
-            missing.append(f"pids={h.pids_limit}")
+        if host.get("PidsLimit") != h.pids:
+            missing.append(f"pids={h.pids}")
         if h.cpus is not None:
             quota, period = host.get("CpuQuota") or 0, host.get("CpuPeriod") or 0
             applied = (host.get("NanoCpus") or 0) / 1e9 or (quota / period if period else 0)
