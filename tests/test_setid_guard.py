@@ -257,3 +257,22 @@ def test_the_guard_reports_its_state_before_any_command() -> None:
                              env={guard.MODE_VAR: "require", **_AGENT_ONLY}, capture_output=True, text=True,
                              check=True).stdout.strip()
         assert out == "unavailable: prctl(PR_SET_SECCOMP): Invalid argument"
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman", "podman-rootless"])
+async def test_a_rootful_bind_mode_open_says_commands_act_as_host_root(
+        engine: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 18 point 8: where the engine cannot map container root to another uid, the open
+    says so (never silently host root); rootless podman's root is the unprivileged user."""
+    base = shared_dir()
+    try:
+        with caplog.at_level("WARNING", logger="toolseam.backends.containers.bind"):
+            async with Toolkit(backend(engine, str(base), workspace_mode="bind")):
+                pass
+        said = [r.getMessage() for r in caplog.records if "host root" in r.getMessage()]
+        if engine == "podman-rootless":
+            assert said == []
+        else:
+            assert len(said) == 1 and str(base) in said[0] and "rootless podman" in said[0]
+    finally:
+        remove_shared(base)

@@ -6,6 +6,7 @@ mode does not is here; ``ContainerSandbox`` holds the lifecycle both share.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import tarfile
@@ -52,6 +53,9 @@ class BindLiveness:
         return self._sandbox.started and (channel is None or not channel.alive)
 
 
+logger = logging.getLogger(__name__)
+
+
 class BindMode:
     name: Literal["bind"] = "bind"
     # no command may start without the set-id guard: a rootful engine's root writes the host
@@ -94,6 +98,14 @@ class BindMode:
                 f"the sandbox's set-id guard is {guard}: in bind mode a command could "
                 f"leave a set-id program in {sandbox.workspace} (docs/security.md); refusing "
                 "to start (copy mode does without it)", retryable=False)
+        if owner == 0 and hello.get("uid") == 0:
+            # Never silently host root: neither engine maps container root to another uid here
+            # (docs/decisions.md 45), so say so at every such open.
+            logger.warning(
+                "%s container %s: commands run as host root on %s (a rootful engine in bind "
+                "mode: the set-id guard refuses set-id files, but what they make is root's); "
+                "rootless podman or workspace_mode='copy' avoid it (docs/security.md)",
+                sandbox.engine_name, sandbox.container, sandbox.workspace)
         return hello
 
     async def _connect(self, sandbox: ContainerSandbox) -> dict[str, Any]:
