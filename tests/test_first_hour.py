@@ -305,3 +305,15 @@ def test_call_reads_json_args_from_stdin_with_a_dash(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "w.txt").read_text() == content
+
+
+async def test_arguments_text_too_deep_or_not_strict_json_is_a_tool_error(tmp_path: Path) -> None:
+    """A model's arguments text nested 100 000 deep raised RecursionError out of the call, and
+    NaN was taken as a number: both are text the builtin refuses in its own words."""
+    async with Toolkit("host", base_dir=str(tmp_path)) as tk:
+        deep = await tk.call("bash", "[" * 100_000)
+        nan = await tk.call("bash", '{"command": "echo hi", "timeout": NaN}')
+        fine = await tk.call("bash", '{"command": "echo hi"}')
+    assert deep.is_error and "JSON object" in deep.output
+    assert nan.is_error and "JSON object" in nan.output
+    assert not fine.is_error and fine.output == "hi\n"

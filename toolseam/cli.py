@@ -203,7 +203,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def _mcp(args: argparse.Namespace) -> int:
-    from .mcp_http import serve_http
+    # mcp_server first: without the mcp extra it raises the error naming the install line
     from .mcp_server import serve_stdio
 
     # A typo in a client's config must stop the server, not make every tool call fail later.
@@ -222,6 +222,8 @@ def _mcp(args: argparse.Namespace) -> int:
         host, _, port = args.http.rpartition(":")
         if not host or not port.isdigit():
             raise ConfigurationError(f"--http takes HOST:PORT, got {args.http!r}")
+        from .mcp_http import serve_http
+
         serve_http(factory, host, int(port), approvals=args.approvals,
                    token_file=args.auth_token_file, shared=args.shared_sandbox)
     elif args.auth_token_file:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import posixpath
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from . import stdio_wire
 from .backends import backend_for
 from .builtins import (
     BUILTIN_NAMES,
@@ -45,12 +45,16 @@ from .seam.models import PathRef, SandboxInfo, SyncReport
 from .seam.protocol import BuiltinExec, WorkspaceTransfer
 
 
-def _json_object(text: str | bytes) -> Any:
-    """A provider's JSON arguments text as the object it holds; other text is left as it is,
-    for the builtin to refuse in its own words."""
+def _json_object(text: str | bytes, depth_limit: int) -> Any:
+    """A provider's JSON arguments text as the object it holds; other text (too deeply nested,
+    NaN or Infinity, not an object) is left as it is, for the builtin to refuse in its own
+    words — never a RecursionError out of the call."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if stdio_wire.deeper_than(raw, depth_limit):
+        return text
     try:
-        decoded = json.loads(text)
-    except ValueError:
+        decoded = stdio_wire.loads(raw)
+    except (ValueError, RecursionError):
         return text
     return decoded if isinstance(decoded, dict) else text
 
@@ -329,7 +333,7 @@ class Toolkit:
         deliver it (OpenAI's ``function.arguments``); anything else is a tool failure the
         model reads ("arguments must be a JSON object")."""
         if isinstance(args, str | bytes):
-            args = _json_object(args)
+            args = _json_object(args, self.settings.input_limits.json_depth)
         if self._closed:
             raise SessionClosedError("the toolkit was closed")
         if self.info is not None:
