@@ -212,8 +212,6 @@ async def test_an_invalid_pattern_is_reported_by_the_search_process(engine: str,
             remove_shared(workspace)
 
 
-@pytest.mark.xfail(strict=True, reason="needs the host-side re.compile in builtins/search.py "
-                   "removed: request from H5 in /work/notes/requests.md")
 async def test_a_pattern_slow_to_compile_stops_at_the_search_timeout(tmp_path: Path) -> None:
     """The search timeout bounds the whole search, compiling the pattern included: the
     compile happens in the search process only, never on the host's event loop."""

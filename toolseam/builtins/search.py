@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from pydantic import StrictStr
 
 from ..listing import GlobSyntaxError, compile_glob, sort_and_cap
@@ -44,10 +42,8 @@ class Grep(Builtin[GrepInput]):
     }, ["pattern"], bounds={"limit": (1, None)})
 
     async def run(self, args: GrepInput, ctx: CallContext) -> ToolResult:
-        try:
-            re.compile(args.pattern)
-        except re.error as exc:
-            return error(f"grep: invalid pattern {args.pattern!r}: {exc}")
+        # The pattern is compiled by the search itself, under its deadline (a pattern can take
+        # seconds to compile); one that does not compile comes back as bad_pattern.
         try:
             include = _glob_match(args.include) if args.include is not None else None
         except GlobSyntaxError as exc:

@@ -271,7 +271,10 @@ class FakeBackend:
                    deadline_ms: int | None = None) -> GrepListing:
         self._guard()
         root, found = self._walk(ref)
-        regex = re.compile(pattern)
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:  # as the agent's search reports it
+            raise FileOpError("bad_pattern", pattern, str(exc)) from None
         hits: list[tuple[str, int, str]] = []
         binary = 0
         for path in found:
