@@ -131,3 +131,25 @@ def test_non_utf8_names_are_escaped_not_fatal() -> None:
     assert outputs["plain"][0] == "bad\\xff\\xfe.txt\nok.txt"
     assert outputs["plain"][2] == "bad\\xff\\xfe.txt:1:needle\nok.txt:1:needle"
     assert all(v == outputs["plain"] for v in outputs.values())
+
+
+def test_many_stars_do_not_backtrack_for_ever() -> None:
+    """``*a*a*a*a*ab`` against a long name of a's took 20 s on the host's event loop (each star
+    retried every split); a star before a fixed chunk now commits to its first occurrence."""
+    import time
+
+    started = time.monotonic()
+    for name in ("a" * 400, "a" * 399 + "b", "xa" * 200 + "ab"):
+        expected = fnmatch.fnmatchcase(name, "*a*a*a*a*ab")
+        assert compile_glob("*a*a*a*a*ab").matches(name) == expected
+        assert compile_glob("d/*a*a*a*a*ab").matches("d/" + name) == expected
+    assert time.monotonic() - started < 5  # before: far beyond (exponential in the stars)
+
+
+@given(st.lists(st.sampled_from(["*", "a", "b", "?", "[ab]", "ab"]), min_size=1, max_size=9),
+       st.text("ab", max_size=12))
+@settings(max_examples=800)
+def test_star_heavy_segments_match_like_fnmatch(pieces: list[str], name: str) -> None:
+    pattern = "".join(pieces)
+    assert compile_glob(pattern).matches(name) == fnmatch.fnmatchcase(name, pattern), pattern
+    assert compile_glob("d/" + pattern).matches("d/" + name) == fnmatch.fnmatchcase(name, pattern)

@@ -8,6 +8,7 @@ Hand-written because ``fnmatch`` has neither ``**`` nor braces and lets ``*`` cr
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass
 
@@ -59,7 +60,7 @@ def compile_glob(pattern: str) -> CompiledGlob:
     return CompiledGlob(pattern, regex, basename, suffix)
 
 
-def _translate(p: str) -> str:
+def _translate(p: str, top: bool = True) -> str:
     out: list[str] = []
     i, n = 0, len(p)
     while i < n:
@@ -92,7 +93,8 @@ def _translate(p: str) -> str:
                 out.append(re.escape(c))
             else:
                 alternatives = _split_top_level(p[i + 1 : end])
-                out.append("(?:" + "|".join(_translate(a) if a else "" for a in alternatives) + ")")
+                out.append("(?:" + "|".join(_translate(a, False) if a else "" for a in alternatives)
+                           + ")")
                 i = end
         elif c == "\\" and i + 1 < n:
             i += 1
@@ -100,7 +102,38 @@ def _translate(p: str) -> str:
         else:
             out.append(re.escape(c))
         i += 1
-    return "".join(out)
+    return "".join(_commit_stars(out) if top else out)
+
+
+_STAR = "[^/]*"
+
+
+def _commit_stars(tokens: list[str]) -> list[str]:
+    """``*a*a*a*ab`` against a long name backtracks exponentially (20 s on the host's loop for
+    11 characters). Within one path component a star followed by a fixed-length chunk and
+    another star may take the chunk's first occurrence and never look back — the rule
+    CPython's fnmatch applies with atomic groups. It holds only where every token is of fixed
+    length and none but the separators can match ``/`` (a subject component is then exactly a
+    pattern segment), so patterns with ``**`` or braces are left as they are."""
+    if any(t.startswith("(?") or t == ".*" or (t != "/" and t != _STAR and re.fullmatch(t, "/"))
+           for t in tokens):
+        return tokens
+    result: list[str] = []
+    segment: list[str] = []
+    for token in [*tokens, None]:
+        if token is None or token == "/":
+            stars = [k for k, t in enumerate(segment) if t == _STAR]
+            for here, nxt in itertools.pairwise(stars):
+                segment[here] = "(?>[^/]*?" + "".join(segment[here + 1:nxt]) + ")"
+                for k in range(here + 1, nxt):
+                    segment[k] = ""
+            result += [t for t in segment if t]
+            if token is not None:
+                result.append(token)
+            segment = []
+        else:
+            segment.append(token)
+    return result
 
 
 def _char_class(p: str, start: int) -> tuple[int, str]:
