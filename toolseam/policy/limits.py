@@ -27,7 +27,9 @@ class SandboxLimits(BaseModel):
     memory: str = Field("2g", description="Memory limit, e.g. 256m or 2g (at least 6m).")
     cpus: float | None = Field(None, gt=0, le=1024, description="CPUs, e.g. 0.5; None: no limit.")
     pids: int = Field(1024, ge=8, le=4_194_304, description="Most processes at once.")
-    network: Literal["none", "bridge"] = Field("none", description="'none': loopback only.")
+    network: Literal["none", "bridge", "egress"] = Field("none", description=(
+        "'none': loopback only; 'bridge': the engine's network; 'egress': loopback only, and "
+        "the hosts egress_allow names through the session's proxy (docs/network.md)."))
     tmpfs_size: str = Field("512m", description="Size of the sandbox's writable /tmp.")
 
     @field_validator("memory")
@@ -47,6 +49,12 @@ class SandboxLimits(BaseModel):
     @property
     def is_default(self) -> bool:
         return self == SandboxLimits()
+
+    @property
+    def engine_network(self) -> str:
+        """The network the engine gives the container: in egress mode none at all (the proxy,
+        reached over the session's channel, is the only way out)."""
+        return "none" if self.network == "egress" else self.network
 
 
 # Linux refuses one argv string longer than MAX_ARG_STRLEN (32 pages) with E2BIG: a bash

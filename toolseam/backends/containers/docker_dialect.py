@@ -59,7 +59,7 @@ class DockerDialect:
         mounts += [Mount(target=dst, source=name, type="volume", read_only=ro, no_copy=True)
                    for name, dst, ro in spec.volumes]
         host: dict[str, Any] = {
-            "network_mode": h.limits.network, "read_only": h.read_only_root,
+            "network_mode": h.limits.engine_network, "read_only": h.read_only_root,
             "tmpfs": {"/tmp": f"rw,size={h.limits.tmpfs_size},mode=1777"}, "init": h.init,
             "mounts": mounts, "pids_limit": h.limits.pids, "mem_limit": h.limits.memory,
             "ulimits": [Ulimit(name="nofile", soft=h.nofile, hard=h.nofile),
