@@ -58,6 +58,11 @@ class ContainerBackend(ComposedBackend):
         self.liveness = mode.liveness(self.sandbox)
         self._opening = asyncio.Lock()
 
+    @property
+    def network(self) -> str:  # type: ignore[override]
+        """The sandbox's network mode (the engine's network is ``limits.engine_network``)."""
+        return self.sandbox.hardening.limits.network
+
     def _agent(self) -> AgentChannel:
         channel = self.sandbox.channel
         if channel is None:
