@@ -14,7 +14,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from . import stdio_wire
 from .backends import backend_for
@@ -43,6 +43,10 @@ from .seam.errors import (
 )
 from .seam.models import PathRef, SandboxInfo, SyncReport
 from .seam.protocol import BuiltinExec, WorkspaceTransfer
+
+if TYPE_CHECKING:
+    from .egress.audit import EgressEvent
+    from .egress.session import SessionEgress
 
 
 def _json_object(text: str | bytes, depth_limit: int) -> Any:
@@ -182,6 +186,9 @@ class Toolkit:
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sandbox = RawSandbox(self)  # argv exec with stdin/user, whole-file bytes (raw.py)
+        self._egress: SessionEgress | None = None
+        # Called with each egress event as its connection ends (serve and MCP stream them).
+        self.on_egress: Callable[[EgressEvent], None] | None = None
 
     def _same_loop(self) -> None:
         """Refuse a second event loop with a sentence saying what to do: the agent channel,
@@ -206,6 +213,7 @@ class Toolkit:
         self._same_loop()
         if self.info is not None:
             return self.info
+        self._check_network()
         info = await self.backend.open()
         base = self._base_dir_option or info.workspace
         if info.local:
@@ -219,6 +227,8 @@ class Toolkit:
             source = os.environ if info.base_env is None else info.base_env
         self.services.command_env = command_environment(source, self.settings.env_allow,
                                                         self._env_extra)
+        if self.settings.limits.network == "egress":
+            await self._start_egress()
         if self.settings.read_scope is not None:
             scope = ReadScope(self.settings.read_scope, base, self.approver, self.backend,
                               home=self.services.command_env.get("HOME"),
@@ -230,6 +240,40 @@ class Toolkit:
                 info.platform, self._executable_exists, self.services.command_env))
         self.info = info
         return info
+
+    def _check_network(self) -> None:
+        """The settings and a backend made by the caller must agree on egress mode."""
+        made = getattr(self.backend, "network", None)
+        wanted = self.settings.limits.network
+        if made is None or (made == "egress") == (wanted == "egress"):
+            return
+        raise ConfigurationError(
+            f"the {self.backend.name} backend was made with network {made!r} but the settings "
+            f"say limits.network = {wanted!r}: egress mode needs both (the settings' egress_* "
+            "say what it may reach)")
+
+    async def _start_egress(self) -> None:
+        """The session's proxy, reached through the agent; its variables win over any other
+        source (a sandbox in egress mode has no other way out). On failure nothing is left."""
+        from .egress.session import SessionEgress  # loaded only for egress sessions
+
+        def on_event(event: EgressEvent) -> None:
+            if self.on_egress is not None:
+                self.on_egress(event)
+
+        try:
+            self._egress = await SessionEgress.start(self.settings.egress_table(), self.backend,
+                                                     on_event)
+        except BaseException:
+            self._closed = True
+            await self.backend.close()
+            raise
+        self.services.command_env.update(self._egress.environment)
+
+    def egress_log(self) -> list[EgressEvent]:
+        """Every connection attempt through this session's egress proxy, oldest first (empty
+        unless ``limits.network`` is ``"egress"``)."""
+        return [] if self._egress is None else self._egress.events()
 
     async def _check_base_dir(self, base: str) -> None:
         """A missing base dir is the host's typo, not the model's: refuse it at open, naming
@@ -260,6 +304,8 @@ class Toolkit:
             if self.info is not None:
                 await remove_spills(self.backend, self.services)  # the host's /tmp outlives us
                 await self.services.jobs.close()
+            if self._egress is not None:
+                await self._egress.close()  # every tunnel ends; new connections are refused
         finally:
             await self.backend.close()
         failure = (self.backend.copy_back_error if isinstance(self.backend, WorkspaceTransfer)
@@ -354,7 +400,14 @@ class Toolkit:
         ctx = CallContext(self.backend, self.base_dir, self.confine, self.session_id,
                           call_id or f"call-{next(self._call_ids)}", self.services,
                           on_output or self.on_output)
-        return await tool(args, ctx)
+        if self._egress is None:
+            return await tool(args, ctx)
+        mark = self._egress.mark()
+        result = await tool(args, ctx)
+        made = self._egress.since(mark)  # the connections that ended during the call
+        if not made:
+            return result
+        return result.model_copy(update={"metadata": {**result.metadata, "egress": made}})
 
     async def call_stream(self, name: str, args: Any, *, call_id: str | None = None
                           ) -> AsyncIterator[OutputEvent | ToolResult]:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import ops, paths, procscan, setid_guard, userns, walk, wire
+from . import ops, paths, procscan, setid_guard, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
@@ -65,6 +65,7 @@ class Agent:
         self._closing = False
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
+        self.tunnels = tunnel.Tunnels(self.send)  # egress: listening only once asked to
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         wake_r, wake_w = os.pipe()
@@ -167,7 +168,16 @@ class Agent:
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
             "proc_locked": _proc_locked, "setid_guard": setid_guard.status(),
+            "interfaces": userns.interfaces(),
         })
+
+    def _op_egress_listen(self, rid: Any, request: dict[str, Any]) -> None:
+        """Egress mode: listen on 127.0.0.1 for the commands' proxy (``tunnel.py``)."""
+        self._answer(rid, self.tunnels.listen(request.get("ca_pem")))
+
+    def _op_tun(self, _rid: Any, request: dict[str, Any]) -> None:
+        """A tunnel frame from the host: no answer (``tunnel.py``)."""
+        self.tunnels.from_host(request)
 
     def _op_start(self, rid: Any, request: dict[str, Any]) -> None:
         if self._closing:
@@ -289,6 +299,7 @@ class Agent:
     def shut_down(self) -> None:
         """Kill every job; the loop stops once none is left."""
         self._closing = True
+        self.tunnels.close()
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
             job.kill("shutdown")
@@ -324,7 +335,9 @@ def main(argv: list[str] | None = None) -> None:
     if "--own-user-namespace" in args:  # the host backend's agent, pid 1 of its pid namespace
         global _proc_locked
         try:
-            userns.enter_own_user_namespace()
+            # --own-network (egress mode): commands get only loopback; the host checks the
+            # interfaces hello reports and refuses the session if more are seen
+            userns.enter_own_user_namespace(network="--own-network" in args)
             _proc_locked = True
         except OSError as exc:  # still better than no pid namespace at all: go on, and say so
             print(f"the agent cannot lock its /proc in a user namespace: {exc}", file=sys.stderr)

@@ -21,10 +21,15 @@ The map of a new user namespace must be written from the outer one: a short-live
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import os
+import socket
+import struct
 
 _CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
 _CLONE_NEWUSER = 0x10000000
+_SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 
 
 def _identity(kind: str) -> str:
@@ -56,8 +61,9 @@ def _map_parent(go: int, uid_map: str, gid_map: str) -> int:
     return 0
 
 
-def enter_own_user_namespace() -> None:
-    """Move this process into a new user and mount namespace, ids mapped to themselves.
+def enter_own_user_namespace(network: bool = False) -> None:
+    """Move this process into a new user and mount namespace, ids mapped to themselves; with
+    ``network``, into a network namespace of its own too, holding only loopback (brought up).
     Raises OSError naming what failed."""
     uid_map, gid_map = _identity("uid"), _identity("gid")
     go_read, go_write = os.pipe()
@@ -71,12 +77,31 @@ def enter_own_user_namespace() -> None:
             os._exit(status)
     os.close(go_read)
     libc = ctypes.CDLL(None, use_errno=True)
-    failed = libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0
+    flags = _CLONE_NEWUSER | _CLONE_NEWNS | (_CLONE_NEWNET if network else 0)
+    failed = libc.unshare(flags) != 0
     err = ctypes.get_errno()
     os.write(go_write, b"0" if failed else b"1")
     os.close(go_write)
     _, status = os.waitpid(child, 0)
     if failed:
-        raise OSError(err, f"unshare(CLONE_NEWUSER|CLONE_NEWNS): {os.strerror(err)}")
+        what = "CLONE_NEWUSER|CLONE_NEWNS" + ("|CLONE_NEWNET" if network else "")
+        raise OSError(err, f"unshare({what}): {os.strerror(err)}")
     if status != 0:
         raise OSError(f"could not write the id maps of the agent's user namespace ({uid_map!r})")
+    if network:
+        loopback_up()
+
+
+def loopback_up() -> None:
+    """Bring ``lo`` up in this (new) network namespace: the stdlib has no netlink, and the two
+    ioctls ``ip link set lo up`` makes are all it takes (struct ifreq: name, then flags)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, _SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, _SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | _IFF_UP))
+
+
+def interfaces() -> list[str]:
+    """The network interfaces this process sees (``/proc/net/dev``)."""
+    with open("/proc/net/dev", encoding="ascii") as table:
+        return [line.split(":", 1)[0].strip() for line in table.readlines()[2:]]

@@ -8,7 +8,8 @@ One JSON object per line, UTF-8, over one socket:
 * answer (agent → host):   ``{"id": ID, "ok": true, "result": {...}}`` or
   ``{"id": ID, "ok": false, "error": {"kind": KIND, "message": TEXT, ...}}``
 * event (agent → host):    ``{"ev": "output", "job": JOB, "stream": "stdout"|"stderr",
-  "data": TEXT}`` — live output, before the job's answer.
+  "data": TEXT}`` — live output, before the job's answer; ``{"ev": "tun", "c": N, ...}`` — an
+  egress connection's frame (``tunnel.py``).
 
 Bytes travel as base64 under keys ending in ``_b64``.
 """
@@ -24,6 +25,11 @@ HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", 
 GREP = "grep"  # a file operation, searched in a killable child process
 # The other file operations: the keys of ops.FILE_OPS.
 OUTPUT_EVENT = "output"
+# Egress (``tunnel.py``): the agent listens for the commands' proxy; each connection is a stream
+# of TUNNEL frames both ways — host → agent as ``op`` with id 0 and no answer, agent → host as
+# an ``ev``.
+EGRESS_LISTEN, TUNNEL = "egress_listen", "tun"
+TUNNEL_EVENT = TUNNEL
 
 
 # --- error kinds: the one table (the host maps each to a seam exception in _channel.py) -------

@@ -58,9 +58,13 @@ def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
     if name == "host":
         if base_dir:
             chosen.setdefault("workspace", os.path.expanduser(base_dir))
+        if limits.network == "egress":  # the one limit the host enforces (namespaces)
+            chosen.setdefault("network", "egress")
+            limits = limits.model_copy(update={"network": "none"})
         if not limits.is_default:
             raise ConfigurationError("limits (memory, cpus, pids, network, tmpfs_size) are "
-                                     "enforced by a container engine; the host backend has none")
+                                     "enforced by a container engine; the host backend has none "
+                                     "(its one network mode besides the host's is 'egress')")
     else:
         chosen.setdefault("limits", limits)
         chosen.setdefault("pull", pull)

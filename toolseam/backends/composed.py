@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, Protocol, TypeVar
 
+from toolseam_agent.wire import EGRESS_LISTEN, HELLO
+
 from ..seam.errors import CouldNotRunError, SessionClosedError
 from ..seam.models import (
     ByteContent,
@@ -27,7 +29,9 @@ from ..seam.models import (
     WriteResult,
 )
 from ..seam.protocol import OutputCallback
+from .agentlink.channel import AgentChannel
 from .agentlink.parts import AgentExec, FileMethods
+from .agentlink.tunnel import Serve, TunnelMux
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -73,6 +77,7 @@ class ComposedBackend:
     and set ``liveness``."""
 
     name = "composed"
+    network = "none"  # what commands can reach: "none", "bridge", "egress" (or "host")
 
     def __init__(self, files: FileMethods, exec_part: AgentExec) -> None:
         self._files = files
@@ -88,6 +93,29 @@ class ComposedBackend:
 
     async def open(self) -> SandboxInfo:
         raise NotImplementedError
+
+    def _agent(self) -> AgentChannel:
+        """The channel to the sandbox's agent now (a reconnect may replace it)."""
+        raise NotImplementedError
+
+    async def open_egress(self, serve: Serve, ca_pem: str | None) -> dict[str, object]:
+        """Egress mode: the agent listens on 127.0.0.1 inside, and each connection it accepts
+        is served here by ``serve`` (the session's proxy). Refused unless the sandbox sees no
+        network interface but loopback — never silently unenforced. Returns the agent's
+        ``port`` and the ``ca_file`` it wrote (``ca_pem`` after the image's own roots)."""
+        await self.open()
+        return await self._run(self._start_egress, serve, ca_pem)
+
+    async def _start_egress(self, serve: Serve, ca_pem: str | None) -> dict[str, object]:
+        channel = self._agent()
+        seen = (await channel.call(HELLO)).get("interfaces")
+        if seen != ["lo"]:
+            raise CouldNotRunError(
+                f"network 'egress': the {self.name} sandbox sees the network interfaces {seen}, "
+                "not loopback alone, so commands could go around the proxy; refusing to start "
+                "(docs/network.md)", retryable=False)
+        channel.carry_tunnels(TunnelMux(serve, channel.send_frame))
+        return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem)
 
     async def close(self) -> None:
         raise NotImplementedError

@@ -42,15 +42,25 @@ _START_TIMEOUT_S = 10.0
 
 class HostBackend(ComposedBackend):
     """Runs on this machine. ``pid_namespace``: True requires one, False never tries,
-    None (default) uses one when the system allows it."""
+    None (default) uses one when the system allows it. ``network``: ``"host"`` (default)
+    leaves commands this machine's network; ``"egress"`` gives them a network namespace of
+    their own with loopback alone, and the session's proxy as the only way out (it requires the
+    namespaces: refused at open where the host cannot make them)."""
 
     name = "host"
 
     def __init__(self, workspace: str | None = None, *, pid_namespace: bool | None = None,
-                 python: str | None = None) -> None:
+                 python: str | None = None, network: str = "host") -> None:
         super().__init__(LocalFiles(self._opened_agent), AgentExec(self._agent))
         self.workspace = os.path.abspath(workspace or os.getcwd())
-        self._want_namespace = pid_namespace
+        if network not in ("host", "egress"):
+            raise ConfigurationError(f"host backend: network {network!r} is not 'host' or "
+                                     "'egress' (the host has no engine to give 'none' or 'bridge')")
+        if network == "egress" and pid_namespace is False:
+            raise ConfigurationError("host backend: network 'egress' needs the agent's "
+                                     "namespaces; pid_namespace=False cannot have it")
+        self.network = network
+        self._want_namespace = True if network == "egress" else pid_namespace
         self.agent = LocalAgent(python or sys.executable)
         self._opening: asyncio.Lock | None = None
         self.liveness = _HostLiveness(self)
@@ -83,7 +93,7 @@ class HostBackend(ComposedBackend):
         failure = ""
         for namespace in attempts:
             try:
-                hello = await self.agent.start(namespace)
+                hello = await self.agent.start(namespace, own_network=self.network == "egress")
             except CouldNotRunError as exc:
                 failure = exc.reason
                 await self.agent.stop()
@@ -95,6 +105,9 @@ class HostBackend(ComposedBackend):
             return SandboxInfo(backend=self.name, workspace=self.workspace, local=True,
                                pid_namespace=bool(hello.get("pid_namespace")),
                                agent_pid=int(hello["pid"]))
+        if self.network == "egress":
+            failure += ("; network 'egress' needs a user, pid and network namespace for the "
+                        "agent (unshare), which this host does not allow")
         raise CouldNotRunError(f"cannot start the host agent: {failure}", retryable=False)
 
     async def close(self) -> None:
@@ -167,15 +180,16 @@ class LocalAgent:
         """The process this machine started (``unshare``, or the agent before it daemonised)."""
         return None if self._process is None else self._process.pid
 
-    async def start(self, namespace: bool) -> dict[str, Any]:
-        """Start the agent; returns its ``hello`` answer (raises CouldNotRunError)."""
+    async def start(self, namespace: bool, own_network: bool = False) -> dict[str, Any]:
+        """Start the agent; returns its ``hello`` answer (raises CouldNotRunError). With
+        ``own_network`` its namespace gets a network namespace of its own (egress mode)."""
         boot = [self._python, *agent_command(await asyncio.to_thread(stage_agent))]
         if namespace:
             # The agent then enters a user namespace of its own, so no command can unmount
             # this /proc and look at the host's (toolseam_agent/userns.py).
             user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
             argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", "--kill-child", *boot,
-                    "--own-user-namespace"]
+                    "--own-user-namespace", *(["--own-network"] if own_network else [])]
         else:
             argv = [*boot, "--daemonize"]
         # The agent is an ancestor of every command: it must carry no host secret.

@@ -51,6 +51,12 @@ class SandboxLimits(BaseModel):
         return self == SandboxLimits()
 
     @property
+    def sets_resources(self) -> bool:
+        """Memory, CPUs, processes or /tmp differ from the defaults (what an engine must be
+        seen to apply; the network mode is no resource limit)."""
+        return self.model_copy(update={"network": "none"}) != SandboxLimits()
+
+    @property
     def engine_network(self) -> str:
         """The network the engine gives the container: in egress mode none at all (the proxy,
         reached over the session's channel, is the only way out)."""

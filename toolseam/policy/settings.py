@@ -75,6 +75,25 @@ class Settings(BaseModel):
         "(command, pattern, path, content; line size and nesting depth).")
     write_requires_read: bool = Field(
         False, description="Refuse write over an existing file not read in this session.")
+    # Egress (docs/network.md): only with limits.network = "egress"; checked whole at open.
+    egress_allow: list[str] = Field(default_factory=list, description=(
+        "Hosts a sandbox in egress mode may reach: HOST, HOST:PORT, *.DOMAIN[:PORT], IP[:PORT]; "
+        "without a port, 80 and 443."))
+    egress_private: bool = Field(False, description=(
+        "Egress may reach loopback, private and link-local addresses (mirrors on the LAN)."))
+    egress_resolve: dict[str, str] = Field(default_factory=dict, description=(
+        "Egress: name -> address pins used instead of DNS (air-gapped mirrors, tests)."))
+    egress_credentials: list[dict[str, str]] = Field(default_factory=list, description=(
+        "Egress: {host, header, value_env} — the header added outside the sandbox to requests "
+        "to that host, its value read from the toolseam process's environment at open."))
+    egress_ca_file: str | None = Field(None, description=(
+        "Egress: extra PEM roots for verifying upstreams whose TLS the proxy terminates."))
+    egress_max_connections: int = Field(64, ge=1, le=4096, description=(
+        "Egress: connections at once per session; more are answered 503."))
+    egress_idle_timeout_s: float = Field(300.0, gt=0, le=86400, description=(
+        "Egress: a connection with no bytes either way this long is closed."))
+    egress_connect_timeout_s: float = Field(15.0, gt=0, le=600, description=(
+        "Egress: resolving and connecting upstream must finish within this."))
 
     @field_validator("timeout_range_ms", mode="before")
     @classmethod
@@ -97,13 +116,53 @@ class Settings(BaseModel):
                 raise ValueError(f"default timeout {default} ms is outside timeout_range_ms")
         if self.shell is not None and self.shell_id is not None:
             raise ValueError("set shell (an argv prefix) or shell_id, not both")
+        self._check_egress()
         return self
+
+    def egress_table(self) -> dict[str, Any]:
+        """The ``egress_*`` settings as ``EgressPolicy`` takes them."""
+        table = {name: getattr(self, name) for name in _EGRESS_RULE_FIELDS}
+        table.update({name.removeprefix("egress_"): getattr(self, name)
+                      for name in _EGRESS_LIMIT_FIELDS})
+        return table
+
+    def _check_egress(self) -> None:
+        given = sorted(name for name in (*_EGRESS_RULE_FIELDS, *_EGRESS_LIMIT_FIELDS)
+                       if getattr(self, name) != Settings.model_fields[name].get_default(
+                           call_default_factory=True))
+        if self.limits.network != "egress":
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)}: for a sandbox whose network is 'egress' only (this "
+                    f"one's is {self.limits.network!r}): set limits.network = \"egress\" "
+                    "(--network egress), or remove them")
+            return
+        from ..egress.rules import EgressPolicy  # the egress package loads only when used
+
+        try:  # the shape of every rule now; the credentials' values are read at open
+            EgressPolicy.model_validate(self.egress_table(), context={"environ": _Unread()})
+        except ValidationError as exc:
+            raise ValueError(describe_validation_error(exc)) from None
 
     @property
     def effective_default_timeout_ms(self) -> int:
         if self.default_timeout_ms is not None:
             return self.default_timeout_ms
         return KILL_DEFAULT_TIMEOUT_MS if self.timeout_policy == "kill" else DETACH_DEFAULT_TIMEOUT_MS
+
+
+_EGRESS_RULE_FIELDS = ("egress_allow", "egress_private", "egress_resolve", "egress_credentials",
+                       "egress_ca_file")
+_EGRESS_LIMIT_FIELDS = ("egress_max_connections", "egress_idle_timeout_s",
+                        "egress_connect_timeout_s")
+
+
+class _Unread(dict[str, str]):
+    """An environment in which every variable is set: checks a credential rule's shape without
+    reading (or needing) its secret."""
+
+    def get(self, key: str, default: object = None) -> str:
+        return "unread"
 
 
 def parse_settings(data: dict[str, Any], source: str = "settings") -> Settings:

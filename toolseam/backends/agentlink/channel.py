@@ -12,12 +12,13 @@ import json
 import socket
 from typing import Any
 
-from toolseam_agent.wire import HELLO, OUTPUT_EVENT, PROTOCOL_VERSION, SHUTDOWN
+from toolseam_agent.wire import HELLO, OUTPUT_EVENT, PROTOCOL_VERSION, SHUTDOWN, TUNNEL_EVENT
 
 from ...seam.errors import CouldNotRunError
 from ...seam.models import JobStatus, OutputChunk
 from ...seam.protocol import OutputCallback
 from .errors import map_agent_error
+from .tunnel import TunnelMux
 
 _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent to catch up
 
@@ -42,6 +43,7 @@ class AgentChannel(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._lost: asyncio.Future[None] = self._loop.create_future()
         self.death: CouldNotRunError | None = None
+        self.tunnels: TunnelMux | None = None  # egress mode: the session's proxied connections
 
     @classmethod
     async def over_socket(cls, sock: socket.socket, endpoint: str) -> AgentChannel:
@@ -65,7 +67,22 @@ class AgentChannel(asyncio.Protocol):
         self._listeners[job] = callback
 
     def adopt_listeners(self, old: AgentChannel) -> None:
+        """After a reconnect: live output and egress go on over this channel (connections that
+        were open ended with the old one — their bytes in flight are lost)."""
         self._listeners.update(old._listeners)
+        if old.tunnels is not None:
+            tunnels, old.tunnels = old.tunnels, None
+            tunnels.end_all()
+            self.carry_tunnels(tunnels)
+
+    def carry_tunnels(self, tunnels: TunnelMux) -> None:
+        self.tunnels = tunnels
+        tunnels.send_frame = self.send_frame
+
+    def send_frame(self, message: dict[str, Any]) -> None:
+        """A message that has no answer (a tunnel frame); dropped once the channel is dead."""
+        if self.death is None and self._transport is not None:
+            self._transport.write((json.dumps(message) + "\n").encode())
 
     def unlisten(self, job: str) -> None:
         self._listeners.pop(job, None)
@@ -115,10 +132,15 @@ class AgentChannel(asyncio.Protocol):
             self._transport.abort()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
-        if message.get("ev") == OUTPUT_EVENT:
+        event = message.get("ev")
+        if event == OUTPUT_EVENT:
             listener = self._listeners.get(message.get("job"))  # type: ignore[arg-type]
             if listener is not None:
                 listener(OutputChunk(stream=message["stream"], text=message["data"]))
+            return
+        if event == TUNNEL_EVENT:
+            if self.tunnels is not None:
+                self.tunnels.event(message)
             return
         future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
         if future is not None and not future.done():
@@ -131,6 +153,8 @@ class AgentChannel(asyncio.Protocol):
         if exc is not None:
             self._die(f"lost the channel to the sandbox agent at {self.endpoint}: {exc}")
         self._die(f"the sandbox agent at {self.endpoint} exited")
+        if self.tunnels is not None:
+            self.tunnels.end_all()
         self.resume_writing()
         if not self._lost.done():
             self._lost.set_result(None)

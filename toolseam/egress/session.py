@@ -1,0 +1,84 @@
+"""A session's egress: its policy and proxy, the tunnel through its backend, and what the
+session's commands are told (the proxy variables and the CA bundle).
+
+``Toolkit.open`` starts it when ``limits.network`` is ``"egress"``; the rules are checked whole
+here, with the credentials' values read from this process's environment.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from ..seam.errors import ConfigurationError
+from .audit import EgressEvent
+from .proxy import EgressProxy
+from .rules import EgressPolicy, EgressRuleError
+
+# Every variable a common client reads for its proxy or its trusted roots.
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
+NO_PROXY = "localhost,127.0.0.1"
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+                "GIT_SSL_CAINFO", "PIP_CERT")
+
+
+class EgressCapable(Protocol):
+    """A backend that can carry egress over its agent channel (``ComposedBackend``)."""
+
+    name: str
+
+    async def open_egress(self, serve: Callable[..., Awaitable[None]], ca_pem: str | None
+                          ) -> dict[str, object]: ...
+
+
+def event_record(event: EgressEvent) -> dict[str, Any]:
+    """An event as plain data (result metadata, ``serve``, MCP)."""
+    return dataclasses.asdict(event)
+
+
+class SessionEgress:
+    """Built by :meth:`start`; ``environment`` goes into every command's environment."""
+
+    def __init__(self, proxy: EgressProxy, environment: dict[str, str]) -> None:
+        self.proxy = proxy
+        self.environment = environment
+
+    @classmethod
+    async def start(cls, table: dict[str, Any], backend: object,
+                    on_event: Callable[[EgressEvent], None] | None = None) -> SessionEgress:
+        open_egress = getattr(backend, "open_egress", None)
+        if open_egress is None:
+            raise ConfigurationError(
+                f"network 'egress': the {getattr(backend, 'name', type(backend).__name__)} "
+                "backend has no agent channel to carry it")
+        try:
+            policy = EgressPolicy.from_settings(table)
+        except (EgressRuleError, ValueError) as exc:
+            raise ConfigurationError(f"egress settings: {exc}") from None
+        proxy = EgressProxy(policy, on_event=on_event)
+        ca_pem = proxy.ca_bundle_pem() if policy.credential_hosts() else None
+        try:
+            where = await open_egress(proxy.handle, ca_pem)
+        except BaseException:
+            await proxy.close()
+            raise
+        url = f"http://127.0.0.1:{where['port']}"
+        environment = dict.fromkeys(PROXY_VARIABLES, url)
+        environment.update(NO_PROXY=NO_PROXY, no_proxy=NO_PROXY)
+        if where.get("ca_file"):
+            environment.update(dict.fromkeys(CA_VARIABLES, str(where["ca_file"])))
+        return cls(proxy, environment)
+
+    def events(self) -> list[EgressEvent]:
+        return self.proxy.events()
+
+    def mark(self) -> int:
+        """Where the log stands now: ``since(mark)`` is what happened after."""
+        return len(self.proxy.events())
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        return [event_record(e) for e in self.proxy.events()[mark:]]
+
+    async def close(self) -> None:
+        await self.proxy.close()
