@@ -3,6 +3,7 @@
 from importlib import metadata as _metadata
 
 from .backends import BACKENDS, create_backend
+from .backends.containers.pool import SandboxPool
 from .backends.host import HostBackend
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
 from .policy.limits import SandboxLimits
@@ -33,7 +34,7 @@ except _metadata.PackageNotFoundError:  # a source tree that was never installed
 __all__ = [
     "BACKENDS", "BUILTIN_NAMES", "BackendUnavailable", "BuiltinExec", "ConfigurationError",
     "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool", "OutputEvent",
-    "ReadQuestion", "SandboxLimits", "SessionClosedError", "Settings", "ShellChangedError",
+    "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError", "Settings", "ShellChangedError",
     "ShellNotFound", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownShellError", "UnknownToolError",
     "__version__", "create_backend", "load_settings", "parse_settings",

@@ -75,6 +75,11 @@ class ContainerBackend(ComposedBackend):
         return self.sandbox.copy_back_error
 
     @property
+    def closed(self) -> bool:
+        """Whether the session ended (its sandbox is gone: a sandbox serves one session)."""
+        return self._closed
+
+    @property
     def workspace_mode(self) -> Literal["bind", "copy"]:
         return self.sandbox.mode.name
 

@@ -19,7 +19,8 @@ from ...seam.errors import CouldNotRunError
 from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
 from .bundle import bundle_command
-from .sandbox import AGENT_MOUNT, SOCKET_MOUNT, WORKSPACE, ContainerSandbox
+from .pool_mounts import bind_onto, release_slot
+from .sandbox import AGENT_MOUNT, SOCKET_MOUNT, WORKSPACE, ContainerSandbox, in_engine_thread
 
 _CONNECT_TIMEOUT_S = 15.0
 
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 class BindMode:
     name: Literal["bind"] = "bind"
+    shares_host_dir = True  # the sandbox works in the host's directory itself
     # no command may start without the set-id guard: a rootful engine's root writes the host
     # dir directly (docs/security.md)
     guard = "require"
@@ -68,6 +70,8 @@ class BindMode:
         self.last_sync: SyncReport | None = None  # nothing is ever copied back
         self.copy_back_error: CouldNotRunError | None = None
         self.agent_stderr: deque[str] | None = None  # the engine keeps the agent's log
+        self._host_root = False  # commands act as host root on the workspace
+        self._slot: str | None = None  # a pool's slot the workspace is mounted onto
 
     def liveness(self, sandbox: ContainerSandbox) -> BindLiveness:
         return BindLiveness(self, sandbox)
@@ -80,14 +84,16 @@ class BindMode:
             raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
                                    "a directory", retryable=False)
         self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
-        owner = _socket_owner(sandbox.engine.endpoint)
+        owner = socket_owner(sandbox.engine.endpoint)
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
         command = [*bundle_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
+        # a pool's sandbox binds its slot, onto which the base dir is mounted at hand-out
         spec = sandbox.spec(command, labels, binds=[
             (sandbox.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
-            (self._socket_dir, SOCKET_MOUNT, False)])
+            (self._socket_dir, SOCKET_MOUNT, False)],
+            slave_binds=(WORKSPACE,) if sandbox.awaiting_workspace else ())
         await sandbox.launch(spec)
         hello = await self._connect(sandbox)
         # an agent that reports its set-id guard (toolseam_agent/server.py's hello) says so at
@@ -98,7 +104,13 @@ class BindMode:
                 f"the sandbox's set-id guard is {guard}: in bind mode a command could "
                 f"leave a set-id program in {sandbox.workspace} (docs/security.md); refusing "
                 "to start (copy mode does without it)", retryable=False)
-        if owner == 0 and hello.get("uid") == 0:
+        self._host_root = owner == 0 and hello.get("uid") == 0
+        if not sandbox.awaiting_workspace:
+            self._warn_host_root(sandbox)
+        return hello
+
+    def _warn_host_root(self, sandbox: ContainerSandbox) -> None:
+        if self._host_root:
             # Never silently host root: neither engine maps container root to another uid here
             # (docs/decisions.md 45), so say so at every such open.
             logger.warning(
@@ -106,7 +118,20 @@ class BindMode:
                 "mode: the set-id guard refuses set-id files, but what they make is root's); "
                 "rootless podman or workspace_mode='copy' avoid it (docs/security.md)",
                 sandbox.engine_name, sandbox.container, sandbox.workspace)
-        return hello
+
+    async def adopt(self, sandbox: ContainerSandbox, workspace: str) -> None:
+        """A pool's hand-out: the base dir is bind-mounted onto the slot the running container
+        has at ``/workspace`` (slave propagation: it appears there at once). The pool checks
+        that the container sees it (``pool.py``)."""
+        if identity(workspace) is None or not os.path.isdir(workspace):
+            raise CouldNotRunError(f"the workspace {workspace} does not exist or is not a "
+                                   "directory", retryable=False)
+        slot = sandbox.workspace
+        await in_engine_thread(lambda: bind_onto(workspace, slot))
+        self._slot = slot
+        sandbox.workspace = workspace
+        self.workspace_id = identity(workspace)
+        self._warn_host_root(sandbox)
 
     async def _connect(self, sandbox: ContainerSandbox) -> dict[str, Any]:
         assert self._socket_dir is not None
@@ -150,6 +175,11 @@ class BindMode:
         """Nothing to bring home."""
 
     async def clean_up(self, sandbox: ContainerSandbox) -> None:
+        slot, self._slot = self._slot, None
+        if slot is None and sandbox.awaiting_workspace:
+            slot = sandbox.workspace  # never handed out: the empty slot
+        if slot is not None:
+            await in_engine_thread(lambda: release_slot(slot))
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None
@@ -164,7 +194,7 @@ def identity(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _socket_owner(endpoint: str) -> int | None:
+def socket_owner(endpoint: str) -> int | None:
     """The uid container root maps to: the owner of a local engine socket (rootless podman)."""
     if not endpoint.startswith("unix://"):
         return None

@@ -36,6 +36,7 @@ from .sandbox import (
     WORKSPACE,
     ContainerSandbox,
     ContainerSpec,
+    in_engine_thread,
     recover_command,
 )
 from .workspace_copy import WorkspaceCopy
@@ -71,6 +72,7 @@ class CopyLiveness:
 
 class CopyMode:
     name: Literal["copy"] = "copy"
+    shares_host_dir = False  # the sandbox works on a copy, brought home at sync and close
     # the copy-back's mode mask is the boundary; the set-id guard a second line
     guard = "try"
 
@@ -93,20 +95,12 @@ class CopyMode:
         engine = sandbox.engine
         agent_volume = await self._agent_volume(sandbox, bundle)
         volume = self.workspace_volume = f"toolseam-ws-{sandbox.session_id}"
-        await asyncio.to_thread(engine.create_volume, volume, labels)
+        await in_engine_thread(lambda: engine.create_volume(volume, labels))
         spec = sandbox.spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
                             volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
-        copy = self.copy = WorkspaceCopy(sandbox.workspace, self._copy_limit,
-                                         keep_group_write=self._keep_group_write)
-
-        def copy_in() -> None:
-            assert sandbox.container is not None
-            with tempfile.TemporaryFile(prefix="toolseam-copy-in-") as archive:
-                copy.pack(archive)
-                archive.seek(0)
-                engine.put_archive(sandbox.container, WORKSPACE, archive)
-
-        await sandbox.launch(spec, before_start=copy_in)
+        # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
+        await sandbox.launch(spec, before_start=None if sandbox.awaiting_workspace else
+                             lambda: self._copy_in(sandbox, sandbox.workspace))
         try:
             await self._attach(sandbox)
         except CouldNotRunError as exc:
@@ -116,6 +110,21 @@ class CopyMode:
             raise exc from None
         assert sandbox.channel is not None
         return await sandbox.channel.hello()
+
+    def _copy_in(self, sandbox: ContainerSandbox, workspace: str) -> None:
+        """The base dir, packed, into the container's workspace volume (stopped or running)."""
+        assert sandbox.container is not None
+        copy = WorkspaceCopy(workspace, self._copy_limit, keep_group_write=self._keep_group_write)
+        with tempfile.TemporaryFile(prefix="toolseam-copy-in-") as archive:
+            copy.pack(archive)
+            archive.seek(0)
+            sandbox.engine.put_archive(sandbox.container, WORKSPACE, archive)
+        self.copy = copy
+
+    async def adopt(self, sandbox: ContainerSandbox, workspace: str) -> None:
+        """A pool's hand-out: the base dir is copied into the running sandbox's workspace."""
+        await in_engine_thread(lambda: self._copy_in(sandbox, workspace))
+        sandbox.workspace = workspace
 
     async def _attach(self, sandbox: ContainerSandbox) -> None:
         assert sandbox.container is not None
@@ -130,9 +139,9 @@ class CopyMode:
         """The bundle in a volume, filled once per engine and bundle (its digest is in the
         name). A second, empty volume marks the fill complete: a fill cut short is redone."""
         engine = sandbox.engine
-        name = f"toolseam-agent-{await asyncio.to_thread(bundle_digest, bundle)}"
+        name = f"toolseam-agent-{await in_engine_thread(lambda: bundle_digest(bundle))}"
         ready = f"{name}-ready"
-        if await asyncio.to_thread(engine.volume_exists, ready):
+        if await in_engine_thread(lambda: engine.volume_exists(ready)):
             return name
 
         def fill() -> None:
@@ -161,7 +170,7 @@ class CopyMode:
                     engine.remove(helper)
                 engine.create_volume(ready, labels)
 
-        await asyncio.to_thread(fill)
+        await in_engine_thread(fill)
         return name
 
     # --- a dropped attach stream --------------------------------------------------------------

@@ -53,7 +53,8 @@ class DockerDialect:
     def create(self, client: docker.DockerClient, spec: ContainerSpec) -> str:
         h = spec.hardening
         api = client.api
-        mounts = [Mount(target=dst, source=src, type="bind", read_only=ro)
+        mounts = [Mount(target=dst, source=src, type="bind", read_only=ro,
+                        propagation="rslave" if dst in spec.slave_binds else None)
                   for src, dst, ro in spec.binds]
         # no_copy: an empty volume must stay empty, whatever the image has at that path
         mounts += [Mount(target=dst, source=name, type="volume", read_only=ro, no_copy=True)

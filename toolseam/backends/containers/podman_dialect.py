@@ -50,8 +50,10 @@ class PodmanDialect:
 
     def create(self, client: PodmanClient, spec: ContainerSpec) -> str:
         h = spec.hardening
-        mounts = [{"type": "bind", "source": src, "target": dst, "read_only": ro}
-                  for src, dst, ro in spec.binds]
+        mounts: list[dict[str, Any]] = [
+            {"type": "bind", "source": src, "target": dst, "read_only": ro,
+             **({"propagation": "rslave"} if dst in spec.slave_binds else {})}
+            for src, dst, ro in spec.binds]
         mounts.append({"type": "tmpfs", "source": "tmpfs", "target": "/tmp",
                        "size": h.limits.tmpfs_size, "mode": "1777"})
         # nocopy: an empty volume must stay empty, whatever the image has at that path

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import contextlib
 import json
 import shlex
@@ -56,8 +57,22 @@ WorkspaceMode = Literal["auto", "bind", "copy"]
 WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "bind", "copy")
 _CONNECT_TIMEOUT_S = 15.0
 
+POOL_LABEL = "toolseam.pool"  # the SandboxPool a pre-warmed sandbox belongs to (pool.py)
 T = TypeVar("T")
 _ENGINE_ARCH: dict[str, str] = {}
+# Engine calls block (the SDKs are synchronous): they run in threads of their own. asyncio's
+# default executor has min(32, CPUs + 4) threads — 6 on a 2-CPU machine — and 16 sessions
+# opening at once queued behind it (docs/pool.md, decision 113); an idle thread costs nothing.
+_ENGINE_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=64,
+                                                        thread_name_prefix="toolseam-engine")
+# One janitor pass per engine at a time: sessions opening together share the pass under way
+# instead of each listing every container and volume (decision 113).
+_JANITORS: dict[str, asyncio.Future[list[str]]] = {}
+
+
+async def in_engine_thread(func: Callable[[], T]) -> T:
+    """Run a blocking engine call in the engine threads."""
+    return await asyncio.get_running_loop().run_in_executor(_ENGINE_THREADS, func)
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,9 @@ class ContainerSpec:
     hardening: Hardening
     volumes: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, path, read only)
     stdin_open: bool = False  # the channel is the attach stream to the agent's stdin/stdout
+    # container paths of binds that receive mounts the host makes below them later (slave
+    # propagation): a pool's slot, onto which the base dir is mounted at hand-out
+    slave_binds: tuple[str, ...] = ()
 
 
 @dataclass
@@ -182,6 +200,8 @@ class WorkspaceModeImpl(Protocol):
     def name(self) -> Literal["bind", "copy"]: ...
     @property
     def guard(self) -> str: ...  # the agent's set-id guard setting (toolseam_agent/setid_guard.py)
+    @property
+    def shares_host_dir(self) -> bool: ...  # the host dir itself, not a copy (bind mode)
     last_sync: SyncReport | None  # what the last copy-back brought home
     copy_back_error: CouldNotRunError | None  # close could not bring the work home
     agent_stderr: deque[str] | None  # the agent's stderr, where the engine keeps no log
@@ -192,6 +212,7 @@ class WorkspaceModeImpl(Protocol):
     def exit_reason(self, exit_code: int | None) -> str | None: ...
     def pack_upload(self, local: str, name: str, archive: IO[bytes]) -> None: ...
     def uploaded(self, archive: str, parent: str) -> None: ...
+    async def adopt(self, sandbox: ContainerSandbox, workspace: str) -> None: ...
     async def sync(self, sandbox: ContainerSandbox) -> SyncReport: ...
     async def finish(self, sandbox: ContainerSandbox) -> None: ...
     async def clean_up(self, sandbox: ContainerSandbox) -> None: ...
@@ -218,6 +239,10 @@ class ContainerSandbox:
     on_pull_progress: PullCallback | None = None
     agent_bundles: dict[str, str] = field(default_factory=dict)  # arch -> bundle dir
     started: bool = False  # open succeeded
+    # A pool's pre-warmed sandbox (pool.py): started without the workspace, which arrives
+    # at hand-out (``adopt``); its labels name the pool.
+    awaiting_workspace: bool = False
+    extra_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def last_sync(self) -> SyncReport | None:
@@ -228,7 +253,7 @@ class ContainerSandbox:
         return self.mode.copy_back_error
 
     async def _call(self, func: Callable[[], T]) -> T:
-        return await asyncio.to_thread(func)
+        return await in_engine_thread(func)
 
     async def start(self) -> SandboxInfo:
         started = time.monotonic()
@@ -236,7 +261,8 @@ class ContainerSandbox:
         await self._call(self.engine.ping)
         await self.remove_orphans()
         await self._ensure_image()
-        labels = {OWNER_LABEL: owner_label(), SESSION_LABEL: self.session_id}
+        labels = {**self.extra_labels, OWNER_LABEL: owner_label(),
+                  SESSION_LABEL: self.session_id}
         bundle = await self._call(stage_bundle)
         bundle = select_bundle(await self._call(self._engine_arch), bundle, self.agent_bundles)
         hello = await self.mode.start(self, bundle, labels)
@@ -245,6 +271,14 @@ class ContainerSandbox:
                            base_env=dict(self.environment),
                            pid_namespace=True, agent_pid=int(hello["pid"]),
                            cold_start_ms=int((time.monotonic() - started) * 1000))
+
+    async def adopt(self, workspace: str) -> None:
+        """A pre-warmed sandbox takes its session's workspace (the pool's hand-out)."""
+        if not self.awaiting_workspace or not self.started:
+            raise CouldNotRunError("this sandbox was not started to await a workspace",
+                                   retryable=False)
+        await self.mode.adopt(self, workspace)
+        self.awaiting_workspace = False
 
     def spec(self, command: list[str], labels: dict[str, str], **parts: Any) -> ContainerSpec:
         """The session's container: the agent's own environment (commands get the host's,
@@ -350,8 +384,21 @@ class ContainerSandbox:
     async def remove_orphans(self) -> list[str]:
         """The janitor: remove containers and volumes whose owning process is gone — except
         work kept after a failed copy-back, which stays until the user removes it
-        (``toolseam recover --remove``) or ``KEPT_RETENTION_S`` has passed."""
-        return await self._call(lambda: janitor(self.engine))
+        (``toolseam recover --remove``) or ``KEPT_RETENTION_S`` has passed. Sessions opening
+        together share one pass per engine."""
+        running = _JANITORS.get(self.engine.endpoint)
+        if running is not None and not running.done() and \
+                running.get_loop() is asyncio.get_running_loop():
+            with contextlib.suppress(Exception):  # a pass whose session went away: run our own
+                return await asyncio.shield(running)
+        task = asyncio.ensure_future(self._call(lambda: janitor(self.engine)))
+        task.add_done_callback(lambda done: done.cancelled() or done.exception())
+        _JANITORS[self.engine.endpoint] = task
+        try:
+            return await asyncio.shield(task)
+        finally:
+            if _JANITORS.get(self.engine.endpoint) is task and task.done():
+                del _JANITORS[self.engine.endpoint]
 
     async def stop(self) -> None:
         """End the session: the agent ends every job, the mode finishes (copy mode brings the
@@ -399,7 +446,8 @@ def _kept_sessions(engine: Engine, now: float) -> tuple[set[str], list[tuple[str
 
 def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
-    is kept; and kept work past its retention. Returns the containers removed."""
+    is kept; and kept work past its retention; and the host mounts of pools whose process is
+    gone (``pool_mounts``). Returns the containers removed."""
     kept, expired = _kept_sessions(engine, time.time() if now is None else now)
     removed = []
     for marker, labels in expired:
@@ -420,4 +468,6 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove_volume(volume)
+    from .pool_mounts import sweep_dead_pools  # it reads the owner labels of this module
+    sweep_dead_pools()
     return removed

@@ -1,0 +1,303 @@
+"""``SandboxPool``: container sandboxes created, started and answering before a session asks.
+
+A pool holds ``size`` pre-warmed sandboxes of one backend class and one set of options (image,
+limits, endpoint …): each container is running and its agent has answered ``hello``. A hand-out
+gives one its session's workspace and returns it as an ordinary backend (or ``Toolkit``); the
+pool refills in the background, at most ``refill_concurrency`` starts at a time. A sandbox
+serves exactly one session and is destroyed when that session closes — never reused.
+
+How the workspace arrives (docs/pool.md, decision 110):
+
+* **bind** (a rootful engine on this machine, and this process may mount): the container was
+  started with an empty slot directory at ``/workspace``, mounted with slave propagation; the
+  base dir is bind-mounted onto the slot on the host (``pool_mounts``) and appears inside at
+  once. The pool checks that the container sees it before handing it out.
+* **copy** (everything else — rootless podman, whose mount namespace a host mount does not
+  reach; an engine on another machine; a process that may not mount): the base dir is copied
+  into the running container's workspace volume, and comes home at sync and close as in any
+  copy-mode session.
+
+A pool whose sandboxes cannot start says so at hand-out (``CouldNotRunError``, the engine's
+reason), after one attempt made for that hand-out — never a hang, never a silent retry loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from ...policy.limits import SandboxLimits
+from ...policy.settings import Settings, parse_settings
+from ...seam.errors import ConfigurationError, CouldNotRunError, HostError
+from ...seam.models import PathRef
+from .backend import ContainerBackend
+from .bind import socket_owner
+from .pool_mounts import can_mount, make_pool_dir, make_slot, remove_pool_dir, slot_marker
+from .sandbox import POOL_LABEL, WORKSPACE, in_engine_thread
+
+__all__ = ["SandboxPool"]
+
+BackendFactory = Callable[..., ContainerBackend]
+
+
+class SandboxPool:
+    """Pre-warmed container sandboxes for new sessions, one backend class and its options.
+
+    ``SandboxPool(PodmanBackend, size=16, image="my/sandbox:1", limits=SandboxLimits(...))``;
+    use it as ``async with SandboxPool(...) as pool:`` — leaving it removes every sandbox the
+    pool made, the ones handed out included — then ``await pool.toolkit(base_dir)`` per session.
+
+    Args:
+        backend_class: ``PodmanBackend``, ``DockerBackend`` (or a callable taking the workspace
+            and the options and returning a ``ContainerBackend``).
+        size: how many sandboxes to keep warm.
+        refill_concurrency: how many sandboxes may be starting at once.
+        **backend_options: the backend's keyword options (``image``, ``endpoint``,
+            ``rootless``, ``limits``, ``workspace_mode`` …). ``workspace_mode="bind"`` where
+            the pool cannot bind (see the module's docstring) is a ``ConfigurationError``.
+    """
+
+    def __init__(self, backend_class: BackendFactory, *, size: int = 4,
+                 refill_concurrency: int = 4, **backend_options: Any) -> None:
+        if size < 1:
+            raise ConfigurationError(f"pool size must be at least 1, got {size}")
+        if refill_concurrency < 1:
+            raise ConfigurationError(
+                f"refill_concurrency must be at least 1, got {refill_concurrency}")
+        self.size = size
+        self.refill_concurrency = refill_concurrency
+        self.pool_id = uuid.uuid4().hex[:12]
+        self._class = backend_class
+        self._options = dict(backend_options)
+        probe = backend_class(os.getcwd(), **self._options)  # validates the options; no I/O
+        self.engine_name = probe.name
+        self.limits: SandboxLimits | None = probe.options.limits
+        self._slots = False  # bind mode: slots the base dir is mounted onto (pool_mounts)
+        self.mode = self._choose_mode(probe)
+        self._options["workspace_mode"] = self.mode
+        self._dir: str | None = None
+        self._ready: deque[ContainerBackend] = deque()
+        self._handed: list[ContainerBackend] = []
+        self._warming = 0
+        self._waiting = 0  # hand-outs waiting for a sandbox
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._changed: asyncio.Condition | None = None
+        self._limit: asyncio.Semaphore | None = None
+        self._failure: CouldNotRunError | None = None
+        self._failures = 0  # how many starts failed: a waiter raises on one after it began
+        self._closed = False
+        self.started_count = 0  # sandboxes warmed since the pool started
+
+    def _choose_mode(self, probe: ContainerBackend) -> Literal["bind", "copy"]:
+        """Decision 110: the base dir mounted into a running container where the engine's
+        mode shares the host dir and this process can mount into its containers; else a copy."""
+        if not probe.sandbox.mode.shares_host_dir:
+            return probe.workspace_mode
+        why = None
+        if not can_mount():
+            why = "this process may not make bind mounts (it needs root)"
+        elif socket_owner(probe.sandbox.engine.endpoint) != 0:
+            why = (f"the {probe.name} engine does not run as root: a mount made on the host "
+                   "does not reach its containers (rootless podman has its own mount namespace)")
+        if why is None:
+            self._slots = True
+            return probe.workspace_mode
+        if self._options.get("workspace_mode", "auto") != "auto":
+            raise ConfigurationError(f"a pool cannot hand out bind-mode sandboxes here: {why}; "
+                                     "use workspace_mode='copy' (or 'auto')")
+        return "copy"
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> SandboxPool:
+        """Begin filling the pool (returns at once; ``wait_full`` waits). Idempotent."""
+        if self._closed:
+            raise HostError("the sandbox pool was closed")
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+            self._limit = asyncio.Semaphore(self.refill_concurrency)
+            self._dir = await in_engine_thread(lambda: make_pool_dir(self._slots))
+            self._top_up()
+        return self
+
+    async def wait_full(self) -> None:
+        """Until ``size`` sandboxes are warm; raises the failure if one could not start."""
+        await self.start()
+        assert self._changed is not None
+        failures = self._failures
+        async with self._changed:
+            while len(self._ready) < self.size:
+                if self._failures > failures and self._failure is not None:
+                    raise self._failure
+                await self._changed.wait()
+
+    async def close(self) -> None:
+        """Remove every sandbox the pool made — warm, starting or handed out — and the pool's
+        host directory (and its mounts)."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        backends = [*self._ready, *self._handed]
+        self._ready.clear()
+        self._handed.clear()
+        await asyncio.gather(*(b.close() for b in backends), return_exceptions=True)
+        if self._dir is not None:
+            directory, self._dir = self._dir, None
+            await in_engine_thread(lambda: remove_pool_dir(directory))
+
+    async def __aenter__(self) -> SandboxPool:
+        return await self.start()
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    @property
+    def warm(self) -> int:
+        """How many sandboxes are ready to hand out now."""
+        return len(self._ready)
+
+    # --- hand-out -----------------------------------------------------------------------
+    async def backend(self, base_dir: str | os.PathLike[str]) -> ContainerBackend:
+        """A warm sandbox with ``base_dir`` as its workspace: an open backend for one session
+        (``Toolkit(backend)``); closing it destroys the sandbox."""
+        workspace = os.path.abspath(os.path.expanduser(os.fspath(base_dir)))
+        if not os.path.isdir(workspace):
+            raise ConfigurationError(f"base_dir {workspace} does not exist or is not a directory")
+        backend = await self._take()
+        try:
+            await backend.sandbox.adopt(workspace)
+            if self._slots:
+                await self._check_mounted(backend)
+        except BaseException:
+            await asyncio.shield(backend.close())
+            raise
+        self._handed = [b for b in self._handed if not b.closed]
+        self._handed.append(backend)
+        return backend
+
+    async def toolkit(self, base_dir: str | os.PathLike[str], *,
+                      settings: Settings | Mapping[str, Any] | None = None,
+                      **toolkit_kwargs: Any) -> Any:
+        """An open ``Toolkit`` on a warm sandbox with ``base_dir`` as its workspace (at
+        ``/workspace`` inside); ``toolkit_kwargs`` are the Toolkit's other parameters
+        (``tools``, ``env_extra``, ``on_output`` …). ``settings.limits``, when set, must be the
+        pool's: a sandbox's limits are fixed when it starts."""
+        from ...toolkit import Toolkit  # the Toolkit imports the backends: import it late
+
+        for taken in ("backend", "backend_options"):
+            if taken in toolkit_kwargs:
+                raise ConfigurationError(f"pool.toolkit: {taken} is the pool's")
+        if settings is not None and not isinstance(settings, Settings):
+            settings = parse_settings(dict(settings))
+        if settings is not None and not settings.limits.is_default and \
+                settings.limits != (self.limits or SandboxLimits()):
+            raise ConfigurationError(
+                "settings.limits differ from the pool's: a pooled sandbox's limits are fixed "
+                "when it starts; give them to the pool (SandboxPool(..., limits=...))")
+        backend = await self.backend(base_dir)
+        tk = Toolkit(backend, settings=settings, **toolkit_kwargs)
+        try:
+            await tk.open()
+        except BaseException:
+            await asyncio.shield(backend.close())
+            raise
+        return tk
+
+    async def _check_mounted(self, backend: ContainerBackend) -> None:
+        """The container must see the base dir, not the empty slot: fail closed otherwise."""
+        marker = slot_marker(os.path.basename(self._slot_of(backend)))
+        found = await backend.stat(PathRef(base="/", path=f"{WORKSPACE}/{marker}", confine=False))
+        if found.kind != "missing":
+            raise CouldNotRunError(
+                f"the base dir mounted onto the pool's slot did not reach the {self.engine_name} "
+                "container (its engine runs in another mount namespace); use "
+                "workspace_mode='copy' for this pool", retryable=False)
+
+    @staticmethod
+    def _slot_of(backend: ContainerBackend) -> str:
+        mode = backend.sandbox.mode
+        return str(getattr(mode, "_slot", None) or backend.sandbox.workspace)
+
+    async def _take(self) -> ContainerBackend:
+        await self.start()
+        assert self._changed is not None
+        self._failure = None  # a new request tries again after a failure
+        failures = self._failures
+        self._waiting += 1
+        try:
+            self._top_up()
+            async with self._changed:
+                while True:
+                    if self._closed:
+                        raise HostError("the sandbox pool was closed")
+                    while self._ready:
+                        backend = self._ready.popleft()
+                        channel = backend.sandbox.channel
+                        if channel is not None and channel.alive:
+                            return backend
+                        self._spawn(backend.close())  # died while warm: never handed out
+                    if self._failures > failures and self._failure is not None:
+                        raise CouldNotRunError(f"the pool could not start a {self.engine_name} "
+                                               f"sandbox: {self._failure.reason}",
+                                               retryable=self._failure.retryable)
+                    await self._changed.wait()
+        finally:
+            self._waiting -= 1
+
+    # --- refill -------------------------------------------------------------------------
+    def _top_up(self) -> None:
+        """Start sandboxes until the ready and the starting ones cover the size and the
+        hand-outs waiting (each hand-out starts its replacement)."""
+        if self._closed or self._failure is not None:
+            return  # after a failure the pool waits for the next request to try again
+        for _ in range(self.size + self._waiting - len(self._ready) - self._warming):
+            self._warming += 1
+            self._spawn(self._warm_one())
+
+    def _spawn(self, work: Any) -> None:
+        task: asyncio.Task[None] = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _warm_one(self) -> None:
+        assert self._limit is not None and self._changed is not None and self._dir is not None
+        try:
+            async with self._limit:
+                backend = self._make()
+                try:
+                    await backend.open()
+                except asyncio.CancelledError:
+                    await asyncio.shield(backend.close())
+                    raise
+                except Exception as exc:  # noqa: BLE001 - any start failure is the pool's news
+                    await asyncio.shield(backend.close())
+                    self._failure = exc if isinstance(exc, CouldNotRunError) else \
+                        CouldNotRunError(f"{type(exc).__name__}: {exc}", retryable=False)
+                    self._failures += 1
+                    return
+                if self._closed:
+                    await asyncio.shield(backend.close())
+                    return
+                self._ready.append(backend)
+                self.started_count += 1
+        finally:
+            self._warming -= 1
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _make(self) -> ContainerBackend:
+        assert self._dir is not None
+        name = uuid.uuid4().hex[:12]
+        workspace = make_slot(self._dir, name) if self._slots else self._dir
+        backend = self._class(workspace, **self._options)
+        backend.sandbox.awaiting_workspace = True
+        backend.sandbox.extra_labels = {POOL_LABEL: self.pool_id}
+        return backend
+
