@@ -90,7 +90,12 @@ def _session_options(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--memory", help="memory limit, e.g. 256m (default 2g)")
     limits.add_argument("--cpus", type=float, help="CPUs, e.g. 0.5 (default: no limit)")
     limits.add_argument("--pids", type=int, help="most processes at once (default 1024)")
-    limits.add_argument("--network", choices=("none", "bridge"), help="default none")
+    limits.add_argument("--network", choices=("none", "bridge", "egress"),
+                        help="default none; egress: only the hosts --egress-allow names, "
+                        "through the session's proxy (every backend; docs/network.md)")
+    limits.add_argument("--egress-allow", action="append", metavar="HOST[:PORT]",
+                        help="with --network egress: a host the sandbox may reach (repeatable; "
+                        "*.DOMAIN for names below it; without a port, 80 and 443)")
     limits.add_argument("--tmpfs-size", help="size of /tmp (default 512m)")
 
 
@@ -100,7 +105,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         ("memory", getattr(args, "memory", None)), ("cpus", getattr(args, "cpus", None)),
         ("pids", getattr(args, "pids", None)), ("network", getattr(args, "network", None)),
         ("tmpfs_size", getattr(args, "tmpfs_size", None))) if value is not None}
-    if not given:
+    allow = getattr(args, "egress_allow", None) or []
+    if not given and not allow:
         return settings
     from pydantic import ValidationError
 
@@ -111,7 +117,14 @@ def _settings(args: argparse.Namespace) -> Settings:
     except ValidationError as exc:
         flags = describe_validation_error(exc).replace("tmpfs_size", "--tmpfs-size")
         raise ConfigurationError(f"invalid limit: {flags}") from None
-    return settings.model_copy(update={"limits": limits})
+    data = {**settings.model_dump(), "limits": limits,
+            "egress_allow": [*settings.egress_allow, *allow]}
+    try:  # validated whole: --egress-allow without --network egress is refused here
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        message = describe_validation_error(exc).replace("egress_allow", "--egress-allow")
+        raise ConfigurationError(message.replace('limits.network = "egress"', "--network egress")
+                                 ) from None
 
 
 def _toolkit(args: argparse.Namespace) -> Toolkit:

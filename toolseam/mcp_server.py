@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import mcp_types as types
@@ -45,6 +46,9 @@ from .mcp_sandboxes import Handles, Sandbox, SandboxRefused
 from .policy.readscope import Answer
 from .seam.errors import HostError
 from .toolkit import Toolkit
+
+if TYPE_CHECKING:
+    from .egress.audit import EgressEvent
 
 ToolkitFactory = Callable[[], Toolkit]
 
@@ -217,9 +221,12 @@ class McpTools:
     async def _run(self, ctx: ServerRequestContext[Any, Any], name: str, arguments: dict[str, Any],
                    sandbox: Sandbox, given: dict[str, Answer]
                    ) -> ToolResult | types.InputRequiredResult:
-        outbox: asyncio.Queue[OutputEvent | None] = asyncio.Queue()
+        outbox: asyncio.Queue[OutputEvent | EgressEvent | None] = asyncio.Queue()
         sender = asyncio.ensure_future(self._send_output(ctx, outbox))
         tokens = approvals.request.set(ctx), approvals.given.set(given)
+        # Egress mode: the connections that end during this call go out as log notifications
+        # on it (with concurrent calls on one sandbox, on the latest of them).
+        sandbox.toolkit.on_egress = outbox.put_nowait
         try:
             return await sandbox.toolkit.call(name, arguments, on_output=outbox.put_nowait)
         except HostError as exc:  # an unknown tool, a closed session: the client's mistake
@@ -248,22 +255,31 @@ class McpTools:
 
     @staticmethod
     async def _send_output(ctx: ServerRequestContext[Any, Any],
-                           outbox: asyncio.Queue[OutputEvent | None]) -> None:
+                           outbox: asyncio.Queue[OutputEvent | EgressEvent | None]) -> None:
         level = _connection(ctx).state.get(_LOG_LEVEL_KEY)  # set by the client's logging/setLevel
         log = level is None or LOG_LEVELS.index("info") >= LOG_LEVELS.index(level)
         sent = 0
         while (event := await outbox.get()) is not None:
+            if not isinstance(event, OutputEvent):  # an egress event: a log notification only
+                if log:
+                    await _log(ctx, dataclasses.asdict(event), "egress")
+                continue
             sent += len(event.text)
             with contextlib.suppress(Exception):  # notifications are advisory; never fail a call
                 await ctx.session.report_progress(sent, message=event.text)
-            if not log:
-                continue
-            # Log notifications too, for clients that opted in to them (deprecated by the
-            # 2026-07-28 protocol, still what many clients show; the SDK warns about that).
-            with warnings.catch_warnings(), contextlib.suppress(Exception):
-                warnings.simplefilter("ignore")
-                await ctx.session.send_log_message("info", event.text, logger=event.stream,
-                                                   related_request_id=ctx.request_id)
+            if log:
+                await _log(ctx, event.text, event.stream)
+
+
+async def _log(ctx: ServerRequestContext[Any, Any], data: Any, logger: str) -> None:
+    """A log notification, for clients that opted in to them (deprecated by the 2026-07-28
+    protocol, still what many clients show; the SDK warns about that). Advisory: never fails
+    a call."""
+    with warnings.catch_warnings(), contextlib.suppress(Exception):
+        warnings.simplefilter("ignore")
+        await ctx.session.send_log_message("info", data, logger=logger,
+                                           related_request_id=ctx.request_id)
+
 
 def build_server(factory: ToolkitFactory, approvals: bool = False, shared: bool = False,
                  one_client: bool = False) -> tuple[Server[Any], McpTools]:

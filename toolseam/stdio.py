@@ -13,6 +13,8 @@ Out:
   {"id": ID, "error": {"code", "message"}}        a host error (bad request, unknown tool …)
   {"op": "output", "id": ID, "stream": S, "data": TEXT}   with --stream, in arrival order
   {"op": "ask", "qid": Q, "path", "workdir", "tool", "choices": {...}}   with --approvals
+  {"op": "egress", "host", "port", "allowed", "reason", "status", ...}   network egress: each
+                                                  connection attempt, as it ends
   {"op": "end_turn", "killed_jobs": [...]}, {"op": "pinned", "shell": ...}, {"op": "noted"},
   {"op": "answered", "qid": Q}, {"op": "closed"}
 
@@ -26,16 +28,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import stdio_wire
 from .builtins import OutputEvent
 from .policy.readscope import ANSWERS, Answer, ReadQuestion
 from .seam.errors import HostError
 from .toolkit import Toolkit
+
+if TYPE_CHECKING:
+    from .egress.audit import EgressEvent
 
 MAX_ID_CHARS = 1024
 MAX_ID_INT = 2**63 - 1  # what every client language holds in a 64-bit integer
@@ -68,6 +74,11 @@ class StdioServer:
             toolkit.approver = self._ask
         self._out = sys.stdout.buffer
         self.limits = toolkit.settings.input_limits
+        toolkit.on_egress = self._egress
+
+    def _egress(self, event: EgressEvent) -> None:
+        """Egress mode: each connection attempt, as its connection ends."""
+        self.send({"op": "egress", **dataclasses.asdict(event)})
 
     def send(self, message: dict[str, Any]) -> None:
         self._out.write(stdio_wire.dumps(message))
