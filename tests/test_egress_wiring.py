@@ -1,0 +1,155 @@
+"""Egress reaches every surface: the CLI flags, ``serve --stdio``'s egress ops, MCP log
+notifications, and the checks at open (host backend; the in-sandbox behaviour on every backend
+is tests/test_egress_sandbox.py)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from toolseam import Toolkit
+from toolseam.backends.host import HostBackend
+from toolseam.seam.errors import ConfigurationError, CouldNotRunError
+
+from .test_cli_and_server import Server, run
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello through the tunnel\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def web() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _config(tmp_path: Path) -> Path:
+    """Egress mode with web.test pinned to this machine's loopback (the tests' upstream)."""
+    config = tmp_path / "egress.toml"
+    config.write_text('egress_private = true\negress_resolve = { "web.test" = "127.0.0.1" }\n'
+                      '[limits]\nnetwork = "egress"\n')
+    return config
+
+
+def _fetch(url: str) -> str:
+    """A command that fetches ``url`` through the proxy the environment names."""
+    return (f"python3 -c 'import urllib.request as u; print(u.urlopen(\"{url}\").read().decode(), "
+            "end=\"\")'")
+
+
+def test_egress_allow_without_network_egress_is_refused_naming_the_flag(tmp_path: Path) -> None:
+    done = run("call", "bash", '{"command": "true"}', "--base-dir", str(tmp_path),
+               "--egress-allow", "pypi.org")
+    assert done.returncode == 2, done.stderr
+    assert "--egress-allow: for a sandbox whose network is 'egress' only" in done.stderr
+    assert "set --network egress" in done.stderr
+    bad = run("call", "bash", '{"command": "true"}', "--base-dir", str(tmp_path),
+              "--network", "egress", "--egress-allow", "https://pypi.org")
+    assert bad.returncode == 2
+    assert "'https://pypi.org': a rule is HOST or HOST:PORT, not a URL" in bad.stderr
+
+
+def test_serve_streams_each_connection_as_an_egress_op(tmp_path: Path, web: int) -> None:
+    with Server("--base-dir", str(tmp_path), "--config", str(_config(tmp_path)),
+                "--network", "egress", "--egress-allow", f"web.test:{web}") as server:
+        server.send({"id": 1, "tool": "bash", "args": {"command": _fetch(f"http://web.test:{web}/")
+                                                       + "; " + _fetch(f"http://other.test:{web}/")
+                                                       + " 2>/dev/null; true"}})
+        seen = server.read_until(lambda m: m.get("id") == 1)
+        server.send({"op": "close"})
+        server.read_until(lambda m: m.get("op") == "closed")
+        assert server.finish() == 0
+    egress = [m for m in seen if m.get("op") == "egress"]
+    assert [(e["host"], e["port"], e["allowed"], e["status"]) for e in egress] == [
+        ("web.test", web, True, 200), ("other.test", web, False, 403)]
+    assert egress[1]["reason"] == "not in egress_allow"
+    result = seen[-1]["result"]
+    assert result["output"] == "hello through the tunnel\n"
+    assert [e["host"] for e in result["metadata"]["egress"]] == ["web.test", "other.test"]
+
+
+async def test_mcp_sends_egress_events_as_log_notifications(tmp_path: Path, web: int) -> None:
+    logs: list[types.LoggingMessageNotificationParams] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logs.append(params)
+
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "toolseam.cli", "mcp", "--base-dir", str(tmp_path), "--config",
+              str(_config(tmp_path)), "--egress-allow", f"web.test:{web}"],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    async with Client(params, logging_callback=on_log, log_level="info") as client:
+        result = await client.call_tool("bash", {"command": _fetch(f"http://web.test:{web}/")})
+    assert result.content[0].text == "hello through the tunnel\n"  # type: ignore[union-attr]
+    egress = [log for log in logs if log.logger == "egress"]
+    assert len(egress) == 1
+    assert isinstance(egress[0].data, dict)
+    assert (egress[0].data["host"], egress[0].data["status"]) == ("web.test", 200)
+    assert result.structured_content is not None
+    assert json.dumps(result.structured_content["metadata"]["egress"][0]["host"]) == '"web.test"'
+
+
+async def test_a_backend_made_for_another_network_is_refused_at_open(tmp_path: Path) -> None:
+    egress = {"limits": {"network": "egress"}}
+    with pytest.raises(ConfigurationError, match=re.escape(
+            "made with network 'host' but the settings say limits.network = 'egress'")):
+        await Toolkit(HostBackend(str(tmp_path)), settings=egress).open()
+    with pytest.raises(ConfigurationError, match=re.escape(
+            "made with network 'egress' but the settings say limits.network = 'none'")):
+        await Toolkit(HostBackend(str(tmp_path), network="egress")).open()
+    with pytest.raises(ConfigurationError, match="pid_namespace=False cannot have it"):
+        HostBackend(str(tmp_path), network="egress", pid_namespace=False)
+
+
+async def test_host_egress_without_namespaces_is_refused_never_unenforced(tmp_path: Path) -> None:
+    """A host that cannot make the namespaces (here: no ``unshare`` on PATH) refuses egress
+    at open, rather than run commands on the host's network."""
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    os.symlink(sys.executable, empty / "python3")
+    old = os.environ["PATH"]
+    os.environ["PATH"] = str(empty)
+    try:
+        tools = Toolkit("host", base_dir=tmp_path, settings={"limits": {"network": "egress"}})
+        with pytest.raises(CouldNotRunError, match="network 'egress' needs a user, pid and "
+                                                   "network namespace"):
+            await tools.open()
+    finally:
+        os.environ["PATH"] = old
+
+
+async def test_host_egress_commands_see_loopback_alone(tmp_path: Path, web: int) -> None:
+    settings = {"limits": {"network": "egress"}}
+    async with Toolkit("host", base_dir=tmp_path, settings=settings) as tools:
+        seen = await tools.call("bash", {"command": "cat /proc/net/dev"})
+        direct = await tools.call("bash", {"command": "python3 -c 'import socket; "
+                                  f"socket.create_connection((\"127.0.0.1\", {web}), 2)'"})
+        assert tools.egress_log() == []
+    interfaces = [line.split(":")[0].strip() for line in seen.output.splitlines()[2:]]
+    assert interfaces == ["lo"]
+    assert direct.is_error and "Connection refused" in direct.output
