@@ -55,7 +55,7 @@ class ContainerOptions:
     @property
     def enforce_limits(self) -> bool:
         """The host set limits: refuse a sandbox the engine left unlimited."""
-        return self.limits is not None and not self.limits.is_default
+        return self.limits is not None and self.limits.sets_resources
 
     @property
     def copy_bytes(self) -> int:
