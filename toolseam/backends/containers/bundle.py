@@ -20,6 +20,7 @@ import sys
 import sysconfig
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -37,7 +38,18 @@ _STDLIB_LEFT_OUT = ("*.opt-1.pyc", "*.opt-2.pyc", "test", "tests", "idlelib", "t
 _BUNDLE_FORMAT = 3  # part of the staged directory's name: a new layout is staged anew
 
 
+# Sessions opening together in one process stage (or verify: a hash of ~78 MB) once, not
+# once each: the first does it, the others wait and find it verified (decision 113).
+_STAGING = threading.Lock()
+
+
 def stage_bundle() -> str:
+    """One staging at a time in this process (``_stage_bundle``)."""
+    with _STAGING:
+        return _stage_bundle()
+
+
+def _stage_bundle() -> str:
     """A world-readable directory holding ``__main__.py``, ``toolseam_agent/`` and ``rt/``: this
     interpreter, the part of its standard library the agent can import, every shared library
     they load and the dynamic loader itself. Run through that loader, the agent needs nothing

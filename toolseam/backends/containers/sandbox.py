@@ -19,6 +19,7 @@ import contextlib
 import json
 import shlex
 import socket
+import threading
 import time
 import uuid
 from collections import deque
@@ -60,6 +61,7 @@ _CONNECT_TIMEOUT_S = 15.0
 POOL_LABEL = "toolseam.pool"  # the SandboxPool a pre-warmed sandbox belongs to (pool.py)
 T = TypeVar("T")
 _ENGINE_ARCH: dict[str, str] = {}
+_ENGINE_ARCH_LOCKS: dict[str, threading.Lock] = {}
 # Engine calls block (the SDKs are synchronous): they run in threads of their own. asyncio's
 # default executor has min(32, CPUs + 4) threads — 6 on a 2-CPU machine — and 16 sessions
 # opening at once queued behind it (docs/pool.md, decision 113); an idle thread costs nothing.
@@ -300,9 +302,11 @@ class ContainerSandbox:
             await self._check_limits(self.container)
 
     def _engine_arch(self) -> str:
-        """Asked once per engine endpoint and process (``info`` is not free)."""
-        if self.engine.endpoint not in _ENGINE_ARCH:
-            _ENGINE_ARCH[self.engine.endpoint] = self.engine.arch()
+        """Asked once per engine endpoint and process (``info`` is not free: podman's took
+        2.6 s with 16 sessions asking at once, so the others wait for the first)."""
+        with _ENGINE_ARCH_LOCKS.setdefault(self.engine.endpoint, threading.Lock()):
+            if self.engine.endpoint not in _ENGINE_ARCH:
+                _ENGINE_ARCH[self.engine.endpoint] = self.engine.arch()
         return _ENGINE_ARCH[self.engine.endpoint]
 
     async def sync(self) -> SyncReport:
