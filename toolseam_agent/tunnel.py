@@ -43,6 +43,16 @@ _END = object()
 _EOF = object()
 
 
+_NICE = 10
+
+
+def _yield_to_calls() -> None:
+    """This thread at a lower CPU priority than the agent's loop (tool calls, job output):
+    on a busy machine a download waits, not a call. Raising one's own nice needs no privilege."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+
+
 class _Connection:
     def __init__(self, tunnels: Tunnels, number: int, sock: socket.socket) -> None:
         self.tunnels, self.number, self.sock = tunnels, number, sock
@@ -62,6 +72,7 @@ class _Connection:
 
     def _read(self) -> None:
         """Client → host, within the credit the host grants."""
+        _yield_to_calls()
         while True:
             with self.credit:
                 while self.unacked >= WINDOW and not self.ended:
@@ -84,6 +95,7 @@ class _Connection:
 
     def _write(self) -> None:
         """Host → client, each piece acknowledged once the client's socket took it."""
+        _yield_to_calls()
         while True:
             item = self.outbox.get()
             if item is _END:
