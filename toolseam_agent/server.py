@@ -65,7 +65,7 @@ class Agent:
         self._closing = False
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
-        self.tunnels = tunnel.Tunnels(self.send)  # egress: listening only once asked to
+        self.tunnels = tunnel.Tunnels(self.send, self.send_bytes)  # egress: listening only once asked to
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         wake_r, wake_w = os.pipe()
@@ -82,7 +82,10 @@ class Agent:
 
     # --- channel ------------------------------------------------------------------------
     def send(self, message: Mapping[str, Any]) -> None:
-        data = (_encode(message) + "\n").encode()
+        self.send_bytes((_encode(message) + "\n").encode())
+
+    def send_bytes(self, data: bytes) -> None:
+        """One whole line (or several), written without interleaving another thread's."""
         with self._write_lock:
             view = memoryview(data)
             while view:
@@ -116,7 +119,7 @@ class Agent:
         self._inbuf += b"".join(chunks)
         *lines, self._inbuf = self._inbuf.split(b"\n")
         for line in lines:
-            if line.strip():
+            if line.strip() and not self.tunnels.from_host_line(line):
                 self._handle(line)
 
     def _handle(self, line: bytes) -> None:

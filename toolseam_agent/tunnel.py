@@ -18,7 +18,6 @@ must never stall the agent's loop (job output and deadlines live there).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import queue
@@ -28,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .wire import TUNNEL_EVENT
+from .wire import TO_AGENT, TO_HOST, TUNNEL_EVENT, tunnel_data, tunnel_number, tunnel_payload
 
 WINDOW = 512 * 1024  # unacknowledged bytes per connection and direction
 CHUNK = 64 * 1024
@@ -39,6 +38,7 @@ SYSTEM_ROOTS = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bun
                 "/etc/ssl/cert.pem", "/etc/ssl/ca-bundle.pem")
 
 Send = Callable[[dict[str, Any]], None]
+SendBytes = Callable[[bytes], None]
 _END = object()
 _EOF = object()
 
@@ -91,7 +91,7 @@ class _Connection:
                 return
             with self.credit:
                 self.unacked += len(data)
-            self._event(d=base64.b64encode(data).decode("ascii"))
+            self.tunnels.send_bytes(tunnel_data(TO_HOST, self.number, data))
 
     def _write(self) -> None:
         """Host → client, each piece acknowledged once the client's socket took it."""
@@ -105,11 +105,12 @@ class _Connection:
                     self.sock.shutdown(socket.SHUT_WR)
                     continue
                 assert isinstance(item, bytes)
-                self.sock.sendall(item)
-            except OSError:
+                data = tunnel_payload(item)  # decoded here, off the agent's loop thread
+                self.sock.sendall(data)
+            except (OSError, ValueError):  # the socket failed, or a frame was not base64
                 self.end(tell_host=True)
                 break
-            self._event(a=len(item))
+            self._event(a=len(data))
         # Everything the host sent is out: FIN, then a moment for the client to read it and
         # close — closing a socket with unread input resets it, and a reset can destroy the
         # answer still in flight to the client.
@@ -123,9 +124,7 @@ class _Connection:
         self.tunnels.forget(self.number)
 
     def from_host(self, frame: dict[str, Any]) -> None:
-        if "d" in frame:
-            self.outbox.put(base64.b64decode(frame["d"]))
-        elif "a" in frame:
+        if "a" in frame:
             with self.credit:
                 self.unacked -= int(frame["a"])
                 self.credit.notify()
@@ -150,8 +149,8 @@ class _Connection:
 class Tunnels:
     """The listener and its connections; ``send`` writes one message to the host."""
 
-    def __init__(self, send: Send) -> None:
-        self.send = send
+    def __init__(self, send: Send, send_bytes: SendBytes) -> None:
+        self.send, self.send_bytes = send, send_bytes
         self._server: socket.socket | None = None
         self._connections: dict[int, _Connection] = {}
         self._lock = threading.Lock()
@@ -217,6 +216,18 @@ class Tunnels:
             connection = self._connections.get(int(frame.get("c", 0)))
         if connection is not None:  # one that ended meanwhile: nothing to do
             connection.from_host(frame)
+
+    def from_host_line(self, line: bytes) -> bool:
+        """A data frame, queued undecoded for its connection's writer thread (the loop thread
+        only finds its number); False for any other line."""
+        found = tunnel_number(line, TO_AGENT)
+        if found is None or not found[1]:
+            return False
+        with self._lock:
+            connection = self._connections.get(found[0])
+        if connection is not None and not connection.ended:
+            connection.outbox.put(line)
+        return True
 
     def close(self) -> None:
         """Stop listening and end every connection (the session is closing)."""

@@ -12,7 +12,16 @@ import json
 import socket
 from typing import Any
 
-from toolseam_agent.wire import HELLO, OUTPUT_EVENT, PROTOCOL_VERSION, SHUTDOWN, TUNNEL_EVENT
+from toolseam_agent.wire import (
+    HELLO,
+    OUTPUT_EVENT,
+    PROTOCOL_VERSION,
+    SHUTDOWN,
+    TO_HOST,
+    TUNNEL_EVENT,
+    tunnel_number,
+    tunnel_payload,
+)
 
 from ...seam.errors import CouldNotRunError
 from ...seam.models import JobStatus, OutputChunk
@@ -79,10 +88,12 @@ class AgentChannel(asyncio.Protocol):
         self.tunnels = tunnels
         tunnels.send_frame = self.send_frame
 
-    def send_frame(self, message: dict[str, Any]) -> None:
-        """A message that has no answer (a tunnel frame); dropped once the channel is dead."""
+    def send_frame(self, message: dict[str, Any] | bytes) -> None:
+        """A message that has no answer (a tunnel frame; bytes: a whole line already made);
+        dropped once the channel is dead."""
         if self.death is None and self._transport is not None:
-            self._transport.write((json.dumps(message) + "\n").encode())
+            self._transport.write(message if isinstance(message, bytes)
+                                  else (json.dumps(message) + "\n").encode())
 
     def unlisten(self, job: str) -> None:
         self._listeners.pop(job, None)
@@ -125,6 +136,11 @@ class AgentChannel(asyncio.Protocol):
             self._partial.append(rest)
         try:
             for line in lines:
+                if self.tunnels is not None and line.startswith(TO_HOST):
+                    found = tunnel_number(line, TO_HOST)
+                    if found is not None and found[1]:  # data: no JSON codec on the hot path
+                        self.tunnels.data(found[0], tunnel_payload(line))
+                        continue
                 self._dispatch(json.loads(line.decode()))  # str: skips detect_encoding
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not our JSON lines
             self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")

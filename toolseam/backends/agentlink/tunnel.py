@@ -10,16 +10,15 @@ terminates TLS for hosts with credentials — layers on any transport that says 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolseam_agent.tunnel import WINDOW
-from toolseam_agent.wire import TUNNEL
+from toolseam_agent.wire import TO_AGENT, TUNNEL, tunnel_data
 
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-SendFrame = Callable[[dict[str, Any]], None]
+SendFrame = Callable[[dict[str, Any] | bytes], None]
 _READER_LIMIT = 1 << 16
 
 
@@ -45,7 +44,7 @@ class TunnelTransport(asyncio.Transport):
         data = bytes(data)
         for start in range(0, len(data), 1 << 16):
             piece = data[start:start + (1 << 16)]
-            self._mux.send({"c": self._number, "d": base64.b64encode(piece).decode("ascii")})
+            self._mux.send_frame(tunnel_data(TO_AGENT, self._number, piece))
             self._unacked += len(piece)
         if self._unacked >= WINDOW and not self._paused_writer:
             self._paused_writer = True
@@ -89,7 +88,7 @@ class TunnelTransport(asyncio.Transport):
             if item is None:
                 self._eof()
             else:
-                self._deliver(item)
+                self.deliver(item)
 
     def is_reading(self) -> bool:
         return self._reading
@@ -103,7 +102,7 @@ class TunnelTransport(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return {"peername": ("sandbox", self._number)}.get(name, default)
 
-    def _deliver(self, data: bytes) -> None:
+    def deliver(self, data: bytes) -> None:
         if not self._reading:
             self._held.append(data)
             return
@@ -112,10 +111,8 @@ class TunnelTransport(asyncio.Transport):
             self._mux.send({"c": self._number, "a": len(data)})  # credit back
 
     def frame(self, frame: dict[str, Any]) -> None:
-        """One frame from the agent for this connection."""
-        if "d" in frame:
-            self._deliver(base64.b64decode(frame["d"]))
-        elif "a" in frame:
+        """One frame (not data: ``data``) from the agent for this connection."""
+        if "a" in frame:
             self._unacked -= int(frame["a"])
             if self._paused_writer and self._unacked <= WINDOW // 2:
                 self._paused_writer = False
@@ -182,8 +179,16 @@ class TunnelMux:
     def open_connections(self) -> int:
         return len(self._open)
 
+    def data(self, number: int, data: bytes) -> None:
+        """A data frame from the agent (``channel.py`` decodes it without the JSON codec)."""
+        transport = self._open.get(number)
+        if transport is not None:
+            transport.deliver(data)
+        else:
+            self.send({"c": number, "o": "end"})  # one we ended already: tell it again
+
     def event(self, message: dict[str, Any]) -> None:
-        """A ``tun`` event from the agent."""
+        """A ``tun`` event (not data) from the agent."""
         number = int(message["c"])
         if message.get("o") == "open":
             self._accept(number)
