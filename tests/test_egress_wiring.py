@@ -153,3 +153,15 @@ async def test_host_egress_commands_see_loopback_alone(tmp_path: Path, web: int)
     interfaces = [line.split(":")[0].strip() for line in seen.output.splitlines()[2:]]
     assert interfaces == ["lo"]
     assert direct.is_error and "Connection refused" in direct.output
+
+
+def test_inspect_config_limits_and_settings_are_validated_whole() -> None:
+    from toolseam.inspect_provider._config import ToolseamSandboxConfig
+    from toolseam.inspect_provider._provider import session_settings
+
+    made = session_settings(ToolseamSandboxConfig(
+        backend="host", limits={"network": "egress"}, settings={"egress_allow": ["pypi.org"]}))
+    assert (made.limits.network, made.egress_allow) == ("egress", ["pypi.org"])
+    with pytest.raises(ConfigurationError, match="egress_allow: for a sandbox whose network is "):
+        session_settings(ToolseamSandboxConfig(backend="host",
+                                               settings={"egress_allow": ["pypi.org"]}))

@@ -81,13 +81,14 @@ def resolve_config(config: SandboxEnvironmentConfigType | None) -> ToolseamSandb
 
 
 def session_settings(config: ToolseamSandboxConfig) -> Settings:
-    settings = parse_settings(config.settings, "toolseam sandbox config: settings")
-    update: dict[str, Any] = {}
+    """The settings mapping with the config's own ``pull`` and ``limits`` over it, validated
+    whole (``limits: {network: egress}`` beside ``settings: {egress_allow: [...]}``)."""
+    data = dict(config.settings)
     if config.pull is not None:
-        update["pull"] = config.pull
+        data["pull"] = config.pull
     if config.limits is not None:
-        update["limits"] = config.limits
-    return settings.model_copy(update=update) if update else settings
+        data["limits"] = config.limits.model_dump()
+    return parse_settings(data, "toolseam sandbox config: settings")
 
 
 def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, Any]:
