@@ -165,3 +165,24 @@ def test_inspect_config_limits_and_settings_are_validated_whole() -> None:
     with pytest.raises(ConfigurationError, match="egress_allow: for a sandbox whose network is "):
         session_settings(ToolseamSandboxConfig(backend="host",
                                                settings={"egress_allow": ["pypi.org"]}))
+
+
+async def test_host_egress_hides_run_and_no_command_can_uncover_it(tmp_path: Path) -> None:
+    """A network namespace does not hide unix sockets: /run holds the engines' APIs (a command
+    could start a container on the host's network), D-Bus and the resolvers. In egress mode it
+    is an empty tmpfs that not even a root command can unmount."""
+    assert Path("/run").is_dir() and any(Path("/run").iterdir())  # the host's is not empty
+    async with Toolkit("host", base_dir=tmp_path,
+                       settings={"limits": {"network": "egress"}}) as tools:
+        listing = await tools.call("bash", {"command": "ls -A /run /var/run; echo done"})
+        uncover = await tools.call("bash", {"command": (
+            "umount -l /run 2>/dev/null; python3 -c 'import ctypes, os; libc = ctypes.CDLL(None, "
+            "use_errno=True); print(libc.umount2(b\"/run\", 2), os.strerror(ctypes.get_errno()))'"
+            "; ls -A /run")})
+        engine = await tools.call("bash", {"command": "python3 -c 'import socket; s = socket."
+                                  "socket(socket.AF_UNIX); s.connect(\"/var/run/docker.sock\")'"})
+    assert listing.output.splitlines() == ["/run:", "", "/var/run:", "done"]
+    refused, *left = uncover.output.splitlines()
+    assert refused in ("-1 Invalid argument", "-1 Operation not permitted")
+    assert set(left) <= {"mount"}  # util-linux's umount may leave its lock dir in our tmpfs
+    assert "FileNotFoundError" in engine.output

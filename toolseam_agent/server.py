@@ -171,7 +171,7 @@ class Agent:
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
             "proc_locked": _proc_locked, "setid_guard": setid_guard.status(),
-            "interfaces": userns.interfaces(),
+            "interfaces": userns.interfaces(), "run_hidden": _run_hidden,
         })
 
     def _op_egress_listen(self, rid: Any, request: dict[str, Any]) -> None:
@@ -329,6 +329,7 @@ def _daemonize() -> None:
 
 
 _proc_locked: bool | None = None  # host agent: whether commands can no longer unmount /proc
+_run_hidden = False  # host agent in egress mode: /run (engine sockets, D-Bus, resolvers) hidden
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -338,8 +339,15 @@ def main(argv: list[str] | None = None) -> None:
     if "--own-user-namespace" in args:  # the host backend's agent, pid 1 of its pid namespace
         global _proc_locked
         try:
-            # --own-network (egress mode): commands get only loopback; the host checks the
-            # interfaces hello reports and refuses the session if more are seen
+            # --own-network (egress mode): commands get only loopback and no /run; the host
+            # checks what hello reports and refuses the session unless both hold
+            if "--own-network" in args:
+                global _run_hidden
+                try:
+                    userns.hide_run()
+                    _run_hidden = True
+                except OSError as exc:
+                    print(f"the agent cannot hide /run: {exc}", file=sys.stderr)
             userns.enter_own_user_namespace(network="--own-network" in args)
             _proc_locked = True
         except OSError as exc:  # still better than no pid namespace at all: go on, and say so

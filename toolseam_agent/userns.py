@@ -92,6 +92,27 @@ def enter_own_user_namespace(network: bool = False) -> None:
         loopback_up()
 
 
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+
+
+def hide_run() -> None:
+    """An empty tmpfs over ``/run`` in this mount namespace (egress mode on the host backend).
+
+    A network namespace hides the host's interfaces but not its unix sockets, and ``/run`` holds
+    the ones that reach the network for a caller: the container engines' APIs (a command could
+    start a container on the host's network), D-Bus and the resolvers (names sent out as DNS
+    queries). Mounted before the agent's own user namespace is entered, the mount is locked
+    there: no command, root included, can unmount it. Raises OSError."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
+    # /var/run is a link to /run almost everywhere; where it is a directory of its own, it too
+    for path in dict.fromkeys(os.path.realpath(p) for p in ("/run", "/var/run")
+                              if os.path.isdir(p)):
+        if libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=755,size=1m") != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
+
+
 def loopback_up() -> None:
     """Bring ``lo`` up in this (new) network namespace: the stdlib has no netlink, and the two
     ioctls ``ip link set lo up`` makes are all it takes (struct ifreq: name, then flags)."""

@@ -98,6 +98,14 @@ class HostBackend(ComposedBackend):
                 failure = exc.reason
                 await self.agent.stop()
                 continue
+            if self.network == "egress" and not (hello.get("proc_locked")
+                                                 and hello.get("run_hidden")):
+                await self.agent.stop()
+                detail = " | ".join(self.agent.stderr_tail)
+                raise CouldNotRunError(
+                    "network 'egress': the host agent could not lock its namespace or hide "
+                    f"/run from commands ({detail}); refusing to run them unconfined",
+                    retryable=False)
             if namespace and hello.get("proc_locked") is False:
                 _log.warning("host agent: no user namespace could be had, so a command running "
                              "as root can unmount /proc and see this process: %s",
