@@ -186,3 +186,22 @@ async def test_host_egress_hides_run_and_no_command_can_uncover_it(tmp_path: Pat
     assert refused in ("-1 Invalid argument", "-1 Operation not permitted")
     assert set(left) <= {"mount"}  # util-linux's umount may leave its lock dir in our tmpfs
     assert "FileNotFoundError" in engine.output
+
+
+async def test_a_credential_variable_never_reaches_a_command(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The credential's variable (a name the secret filter does not know) and any variable
+    holding its value are dropped from the commands' environment, whatever their source."""
+    monkeypatch.setenv("UPSTREAM_HDR", "Bearer t0ken-5ecret-value")
+    monkeypatch.setenv("COPY_OF_IT", "x Bearer t0ken-5ecret-value y")
+    settings = {"limits": {"network": "egress"}, "egress_allow": ["web.test"],
+                "env_allow": ["COPY_OF_IT"],
+                "egress_credentials": [{"host": "web.test", "header": "Authorization",
+                                        "value_env": "UPSTREAM_HDR"}]}
+    async with Toolkit("host", base_dir=tmp_path, settings=settings,
+                       env_extra={"EXTRA": "Bearer t0ken-5ecret-value"}) as tools:
+        seen = await tools.call("bash", {"command": "env; cat /proc/*/environ 2>/dev/null | "
+                                         "tr '\\0' '\\n'"})
+        assert "CURL_CA_BUNDLE" in tools.services.command_env
+    assert "t0ken-5ecret" not in seen.output and "UPSTREAM_HDR" not in seen.output
+    assert "SSL_CERT_FILE=" in seen.output

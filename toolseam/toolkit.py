@@ -268,6 +268,7 @@ class Toolkit:
             self._closed = True
             await self.backend.close()
             raise
+        self._egress.scrub(self.services.command_env)  # the credentials never go inside
         self.services.command_env.update(self._egress.environment)
 
     def egress_log(self) -> list[EgressEvent]:

@@ -70,6 +70,19 @@ class SessionEgress:
             environment.update(dict.fromkeys(CA_VARIABLES, str(where["ca_file"])))
         return cls(proxy, environment)
 
+    def scrub(self, environment: dict[str, str]) -> list[str]:
+        """Remove from a command environment every credential's variable and every variable
+        whose value holds a credential value, wherever it came from (the host's environment,
+        ``env_allow``, ``env_extra``); returns the names removed. Credentials stay outside."""
+        policy = self.proxy.policy
+        names = {rule.value_env for rule in policy.egress_credentials}
+        secrets = policy.secret_values()
+        removed = [name for name, value in environment.items()
+                   if name in names or any(secret in value for secret in secrets)]
+        for name in removed:
+            del environment[name]
+        return removed
+
     def events(self) -> list[EgressEvent]:
         return self.proxy.events()
 
