@@ -56,13 +56,16 @@ class SandboxPool:
             and the options and returning a ``ContainerBackend``).
         size: how many sandboxes to keep warm.
         refill_concurrency: how many sandboxes may be starting at once.
+        refill: replace each sandbox handed out (default); ``False`` fills the pool once (a
+            known burst) and afterwards starts a sandbox only for a hand-out that finds none.
         **backend_options: the backend's keyword options (``image``, ``endpoint``,
             ``rootless``, ``limits``, ``workspace_mode`` …). ``workspace_mode="bind"`` where
             the pool cannot bind (see the module's docstring) is a ``ConfigurationError``.
     """
 
     def __init__(self, backend_class: BackendFactory, *, size: int = 4,
-                 refill_concurrency: int = 4, **backend_options: Any) -> None:
+                 refill_concurrency: int = 4, refill: bool = True,
+                 **backend_options: Any) -> None:
         if size < 1:
             raise ConfigurationError(f"pool size must be at least 1, got {size}")
         if refill_concurrency < 1:
@@ -70,6 +73,8 @@ class SandboxPool:
                 f"refill_concurrency must be at least 1, got {refill_concurrency}")
         self.size = size
         self.refill_concurrency = refill_concurrency
+        self.refill = refill
+        self._filled_once = False  # without refill: filled to size once, then on demand only
         self.pool_id = uuid.uuid4().hex[:12]
         self._class = backend_class
         self._options = dict(backend_options)
@@ -91,6 +96,7 @@ class SandboxPool:
         self._failures = 0  # how many starts failed: a waiter raises on one after it began
         self._closed = False
         self.started_count = 0  # sandboxes warmed since the pool started
+        self.handed_count = 0  # sandboxes handed out
 
     def _choose_mode(self, probe: ContainerBackend) -> Literal["bind", "copy"]:
         """Decision 110: the base dir mounted into a running container where the engine's
@@ -148,9 +154,25 @@ class SandboxPool:
         self._ready.clear()
         self._handed.clear()
         await asyncio.gather(*(b.close() for b in backends), return_exceptions=True)
+        if self._changed is not None:  # anything a cancelled start made after all, by label
+            await in_engine_thread(self._remove_labeled)
         if self._dir is not None:
             directory, self._dir = self._dir, None
             await in_engine_thread(lambda: remove_pool_dir(directory))
+
+    def _remove_labeled(self) -> None:
+        engine = self._class(os.getcwd(), **self._options).sandbox.engine
+        try:
+            for container, labels in engine.labeled(POOL_LABEL):
+                if labels.get(POOL_LABEL) == self.pool_id:
+                    engine.remove(container)
+            for volume, labels in engine.labeled_volumes(POOL_LABEL):
+                if labels.get(POOL_LABEL) == self.pool_id:
+                    engine.remove_volume(volume)
+        except CouldNotRunError:
+            pass  # the engine is gone: the janitor removes them once this process is
+        finally:
+            engine.close()
 
     async def __aenter__(self) -> SandboxPool:
         return await self.start()
@@ -162,6 +184,16 @@ class SandboxPool:
     def warm(self) -> int:
         """How many sandboxes are ready to hand out now."""
         return len(self._ready)
+
+    @property
+    def warm_containers(self) -> list[str]:
+        """The engine's ids of the sandboxes ready to hand out now."""
+        return [b.sandbox.container for b in self._ready if b.sandbox.container]
+
+    @property
+    def host_dir(self) -> str | None:
+        """The pool's directory on this machine (its slots in bind mode), once started."""
+        return self._dir
 
     # --- hand-out -----------------------------------------------------------------------
     async def backend(self, base_dir: str | os.PathLike[str]) -> ContainerBackend:
@@ -232,7 +264,6 @@ class SandboxPool:
         failures = self._failures
         self._waiting += 1
         try:
-            self._top_up()
             async with self._changed:
                 while True:
                     if self._closed:
@@ -241,15 +272,19 @@ class SandboxPool:
                         backend = self._ready.popleft()
                         channel = backend.sandbox.channel
                         if channel is not None and channel.alive:
+                            self.handed_count += 1
                             return backend
                         self._spawn(backend.close())  # died while warm: never handed out
                     if self._failures > failures and self._failure is not None:
                         raise CouldNotRunError(f"the pool could not start a {self.engine_name} "
                                                f"sandbox: {self._failure.reason}",
                                                retryable=self._failure.retryable)
+                    self._top_up()  # none ready: make sure one is starting for this request
                     await self._changed.wait()
         finally:
             self._waiting -= 1
+            if self.refill:
+                self._top_up()  # the replacement starts in the background
 
     # --- refill -------------------------------------------------------------------------
     def _top_up(self) -> None:
@@ -257,7 +292,12 @@ class SandboxPool:
         hand-outs waiting (each hand-out starts its replacement)."""
         if self._closed or self._failure is not None:
             return  # after a failure the pool waits for the next request to try again
-        for _ in range(self.size + self._waiting - len(self._ready) - self._warming):
+        if self.refill:  # the size, plus one ahead for each hand-out waiting
+            wanted = self.size + self._waiting
+        else:  # the first fill (less what was handed out meanwhile), then only who waits
+            first_fill = 0 if self._filled_once else max(0, self.size - self.handed_count)
+            wanted = max(first_fill, self._waiting)
+        for _ in range(wanted - len(self._ready) - self._warming):
             self._warming += 1
             self._spawn(self._warm_one())
 
@@ -287,6 +327,7 @@ class SandboxPool:
                     return
                 self._ready.append(backend)
                 self.started_count += 1
+                self._filled_once = self._filled_once or len(self._ready) >= self.size
         finally:
             self._warming -= 1
             async with self._changed:

@@ -294,7 +294,15 @@ class ContainerSandbox:
                      ) -> None:
         """Create the container, run ``before_start`` (a copy into its volumes), start it, and
         check that the engine applied the limits the host set."""
-        self.container = await self._call(lambda: self.engine.create(spec))
+        made = asyncio.ensure_future(self._call(lambda: self.engine.create(spec)))
+        try:
+            self.container = await asyncio.shield(made)
+        except asyncio.CancelledError:
+            # cancelled while the engine creates it (a pool closing): learn its id anyway, so
+            # stop() removes it instead of leaving it to a later janitor
+            with contextlib.suppress(Exception):
+                self.container = await made
+            raise
         if before_start is not None:
             await self._call(before_start)
         await self._call(lambda: self.engine.start(self.container or ""))

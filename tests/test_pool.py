@@ -1,0 +1,243 @@
+"""``SandboxPool`` on the real engines: one sandbox per session, never shared, never reused;
+nothing left after a crash (the janitor); an image that cannot start is could-not-run at
+hand-out, not a hang. The contract suite on pooled sessions is ``test_pool_contract.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolseam import (
+    ConfigurationError,
+    CouldNotRunError,
+    SandboxLimits,
+    SandboxPool,
+    SessionClosedError,
+    Toolkit,
+)
+from toolseam.backends import staging
+from toolseam.backends.containers import bundle, sandbox
+from toolseam.backends.containers.engine import SdkEngine
+from toolseam.backends.containers.sandbox import POOL_LABEL, janitor
+
+from .engines import ENGINES, backend, remove_shared, shared_dir
+from .test_pool_contract import pool_factory
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def workspaces() -> Any:
+    made: list[Path] = []
+
+    def make(files: dict[str, str] | None = None) -> Path:
+        path = shared_dir()
+        for name, text in (files or {}).items():
+            (path / name).write_text(text)
+        made.append(path)
+        return path
+    yield make
+    for path in made:
+        remove_shared(path)
+
+
+def _engine(engine: str, where: Path) -> Any:
+    return backend(engine, str(where)).sandbox.engine  # type: ignore[attr-defined]
+
+
+def _pool_containers(engine: str, where: Path, pool_id: str) -> list[str]:
+    return [c for c, labels in _engine(engine, where).labeled(POOL_LABEL)
+            if labels.get(POOL_LABEL) == pool_id]
+
+
+def _mounts_below(path: str) -> list[str]:
+    with open("/proc/self/mountinfo", encoding="utf-8") as info:
+        return [line.split()[4] for line in info if line.split()[4].startswith(path)]
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_sessions_never_share_a_sandbox_and_none_is_reused(engine: str, workspaces: Any
+                                                                  ) -> None:
+    """Three sessions from a pool of two: three containers, each seeing only its own base
+    dir and its own /tmp; a closed session's container is gone and never handed out again."""
+    dirs = [workspaces({f"only-{i}.txt": f"{i}\n"}) for i in range(3)]
+    async with SandboxPool(pool_factory(engine), size=2) as pool:
+        await pool.wait_full()
+        toolkits: list[Toolkit] = await asyncio.gather(*(pool.toolkit(d) for d in dirs))
+        containers = [tk.backend.sandbox.container for tk in toolkits]  # type: ignore[attr-defined]
+        assert len(set(containers)) == 3
+        for i, tk in enumerate(toolkits):
+            listed = await tk.call("bash", {"command": "ls; echo mine > /tmp/mark; hostname"})
+            assert listed.output.split() == [f"only-{i}.txt", containers[i][:12]], listed.output
+            wrote = await tk.call("write", {"path": "from-sandbox.txt", "content": f"s{i}\n"})
+            assert not wrote.is_error, wrote.output
+        for tk in toolkits[1:]:
+            # written by the first session's commands: not in any other sandbox's /tmp yet
+            seen = await tk.call("bash", {"command": "cat /tmp/mark"})
+            assert seen.output == "mine\n"
+        await toolkits[0].close()
+        assert containers[0] not in _pool_containers(engine, dirs[0], pool.pool_id)
+        later = await pool.toolkit(dirs[0])
+        assert later.backend.sandbox.container not in containers  # type: ignore[attr-defined]
+        assert (await later.call("bash", {"command": "ls /tmp"})).output == ""
+        await later.close()
+        for tk in toolkits[1:]:
+            await tk.close()
+    for i, d in enumerate(dirs):
+        assert (d / "from-sandbox.txt").read_text() == f"s{i}\n"  # copy mode brings it home
+    assert _pool_containers(engine, dirs[0], pool.pool_id) == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_leaving_the_pool_removes_every_sandbox_it_made(engine: str, workspaces: Any
+                                                              ) -> None:
+    work = workspaces()
+    async with SandboxPool(pool_factory(engine), size=2) as pool:
+        await pool.wait_full()
+        tk = await pool.toolkit(work)
+        assert (await tk.call("bash", {"command": "true"})).metadata["exitCode"] == 0
+        await pool.wait_full()
+        assert len(_pool_containers(engine, work, pool.pool_id)) == 3  # handed + two warm
+        await pool.toolkit(work)  # and leave while its replacement is starting
+        directory = pool.host_dir
+    assert directory is not None and not os.path.exists(directory)
+    assert _mounts_below(directory) == []
+    assert _pool_containers(engine, work, pool.pool_id) == []
+    with pytest.raises(SessionClosedError):  # its sandbox went with the pool
+        await tk.call("bash", {"command": "true"})
+    await tk.close()
+
+
+_CRASHING = textwrap.dedent("""
+    import asyncio, functools, json, sys
+    from toolseam import SandboxPool
+    from tests.engines import backend
+
+    async def main():
+        pool = await SandboxPool(functools.partial(backend, sys.argv[1]), size=2).start()
+        await pool.wait_full()
+        print(json.dumps({"pool": pool.pool_id, "dir": pool.host_dir,
+                          "containers": pool.warm_containers}), flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+""")
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_pool_killed_with_sigkill_leaves_nothing_after_the_janitor(engine: str,
+                                                                     workspaces: Any) -> None:
+    work = workspaces()
+    with subprocess.Popen([sys.executable, "-c", _CRASHING, engine], cwd=ROOT,
+                          stdout=subprocess.PIPE, text=True) as process:
+        try:
+            assert process.stdout is not None
+            made = json.loads(process.stdout.readline())
+        finally:
+            process.send_signal(signal.SIGKILL)
+            process.wait()
+    assert len(made["containers"]) == 2
+    assert sorted(_pool_containers(engine, work, made["pool"])) == sorted(made["containers"])
+    assert os.path.isdir(made["dir"])
+    janitor(_engine(engine, work))  # what every session's start runs
+    assert _pool_containers(engine, work, made["pool"]) == []
+    assert not os.path.exists(made["dir"])
+    assert _mounts_below(made["dir"]) == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_an_image_that_cannot_start_is_could_not_run_at_hand_out(engine: str,
+                                                                       workspaces: Any) -> None:
+    work = workspaces()
+    image = "localhost/toolseam-no-such-image:never"
+    async with SandboxPool(pool_factory(engine), size=2, image=image, pull="never") as pool:
+        for _ in range(2):  # each hand-out tries once more, then says why: never a hang
+            with pytest.raises(CouldNotRunError) as failed:
+                await asyncio.wait_for(pool.toolkit(work), 60)
+            assert image in failed.value.reason and not failed.value.retryable
+        with pytest.raises(CouldNotRunError):
+            await asyncio.wait_for(pool.wait_full(), 60)
+        assert _pool_containers(engine, work, pool.pool_id) == []
+
+
+async def test_host_mistakes_are_configuration_errors_before_any_sandbox_is_taken(
+        workspaces: Any) -> None:
+    with pytest.raises(ConfigurationError, match="size"):
+        SandboxPool(pool_factory("docker"), size=0)
+    with pytest.raises(ConfigurationError, match="refill_concurrency"):
+        SandboxPool(pool_factory("docker"), refill_concurrency=0)
+    with pytest.raises(ConfigurationError, match="rootless podman"):
+        SandboxPool(pool_factory("podman-rootless"), workspace_mode="bind")
+    pool = SandboxPool(pool_factory("docker"), size=1, limits=SandboxLimits(memory="256m"))
+    try:
+        with pytest.raises(ConfigurationError, match="limits"):
+            await pool.toolkit(workspaces(), settings={"limits": {"memory": "128m"}})
+        with pytest.raises(ConfigurationError, match="does not exist"):
+            await pool.toolkit("/nonexistent/toolseam-base")
+        assert pool.handed_count == 0
+    finally:
+        await pool.close()
+
+
+def test_rootless_podman_pools_copy_and_rootful_engines_mount(workspaces: Any) -> None:
+    """The mode rule (decision 110) as this root test process meets it."""
+    assert SandboxPool(pool_factory("podman-rootless")).mode == "copy"
+    for engine in ("podman", "docker"):
+        assert SandboxPool(pool_factory(engine)).mode == "bind"
+        assert SandboxPool(pool_factory(engine), workspace_mode="copy").mode == "copy"
+
+
+def test_concurrent_first_stagings_verify_the_bundle_once(monkeypatch: pytest.MonkeyPatch
+                                                          ) -> None:
+    """16 sessions opening at once each hashed the 78 MB bundle (3.2 s -> 14 s for a burst)."""
+    bundle.stage_bundle()
+    hashed: list[Path] = []
+    real = staging._sha256
+
+    def counting(path: Path) -> str:
+        hashed.append(path)
+        return real(path)
+    monkeypatch.setattr(staging, "_sha256", counting)
+    monkeypatch.setattr(staging, "_verified", {})
+    bundle.stage_bundle()
+    once = len(hashed)
+    assert once > 100
+    hashed.clear()
+    monkeypatch.setattr(staging, "_verified", {})
+    with concurrent.futures.ThreadPoolExecutor(4) as threads:
+        staged = set(threads.map(lambda _: bundle.stage_bundle(), range(4)))
+    assert len(staged) == 1 and len(hashed) == once
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+async def test_concurrent_opens_ask_the_engine_its_arch_once(engine: str, workspaces: Any,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Podman's ``info`` took 2.6 s each with 16 sessions asking at once."""
+    asked: list[float] = []
+    real = SdkEngine.arch
+
+    def counting(self: SdkEngine) -> str:
+        asked.append(time.monotonic())
+        time.sleep(0.2)  # slow, as under load: the others must wait, not ask too
+        return real(self)
+    monkeypatch.setattr(SdkEngine, "arch", counting)
+    monkeypatch.setattr(sandbox, "_ENGINE_ARCH", {})
+    work = workspaces()
+    toolkits = [Toolkit(backend(engine, str(work))) for _ in range(4)]
+    try:
+        await asyncio.gather(*(tk.open() for tk in toolkits))
+    finally:
+        await asyncio.gather(*(tk.close() for tk in toolkits))
+    assert len(asked) == 1

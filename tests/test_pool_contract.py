@@ -1,0 +1,62 @@
+"""A pooled session is indistinguishable from a fresh one: the container contract suite, run on
+sandboxes a ``SandboxPool`` started before the workspace existed and handed out afterwards.
+
+Rootful podman and docker hand out in bind mode (the base dir mounted onto the running
+container's slot), so the whole suite runs, host-dir cases included; rootless podman's pool
+copies (a host mount does not reach its mount namespace), so it skips the same cases as copy
+mode everywhere (``HOST_FILESYSTEM_CASES``).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest_asyncio
+
+from toolseam import SandboxPool
+from toolseam.backends.containers.backend import ContainerBackend
+from toolseam.testing.contract import Sandbox
+
+from .engines import backend
+from .test_contract_containers import _ContainerBinding, _CopyModeBinding
+
+
+def pool_factory(engine: str) -> Any:
+    """The pool's backend class for a test engine: ``engines.backend`` with its endpoint."""
+    return functools.partial(cast(Any, backend), engine)
+
+
+class _Pooled:
+    """Mixed in before a container binding, whose ``host_root`` and ``engine`` it uses."""
+
+    engine = ""
+    host_root: Any
+
+    @pytest_asyncio.fixture
+    async def sandbox(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
+        host_dir = self.host_root(tmp_path) / "ws"
+        host_dir.mkdir(parents=True)
+        host_dir.chmod(0o777)  # a rootless sandbox maps to another uid
+        # one sandbox per test, as the unpooled suite: started before the workspace exists
+        async with SandboxPool(pool_factory(self.engine), size=1, refill=False) as pool:
+            await pool.wait_full()
+            pooled: ContainerBackend = await pool.backend(host_dir)
+            try:
+                yield Sandbox(pooled, "/workspace", host_dir)
+            finally:
+                await pooled.close()
+
+
+class TestPooledPodman(_Pooled, _ContainerBinding):
+    engine = "podman"
+
+
+class TestPooledDocker(_Pooled, _ContainerBinding):
+    engine = "docker"
+
+
+class TestPooledPodmanRootless(_Pooled, _CopyModeBinding):
+    engine = "podman-rootless"
