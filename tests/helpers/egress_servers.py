@@ -6,15 +6,19 @@ Every server binds 127.0.0.1 only; names such as ``web.test`` reach them through
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import hashlib
 import http.server
 import ipaddress
 import json
 import shutil
 import socket
+import socketserver
 import ssl
 import subprocess
 import threading
+import time
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -273,3 +277,174 @@ def static_handler(directory: Path) -> type[http.server.BaseHTTPRequestHandler]:
             pass
 
     return Static
+
+
+# -- raw TCP upstreams for the in-sandbox tests (tests/test_egress_sandbox.py) ----------------
+class _Threaded(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+
+@contextmanager
+def _run_tcp(handler: type[socketserver.BaseRequestHandler],
+             server: type[socketserver.TCPServer] = _Threaded) -> Iterator[socketserver.TCPServer]:
+    made = server(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=made.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield made
+    finally:
+        made.shutdown()
+        made.server_close()
+        thread.join(5)
+
+
+def pattern(size: int) -> bytes:
+    """``size`` bytes that are not all alike (a cut or a reorder shows in a digest)."""
+    block = bytes(range(256)) * 256  # 64 KiB
+    return (block * (size // len(block) + 1))[:size]
+
+
+class _Sized(socketserver.BaseRequestHandler):
+    """``UP DOWN\\n`` then UP bytes in; the SHA-256 of those (64 hex bytes) and DOWN bytes of
+    ``pattern`` out; then the server closes its end (the answer is cut there, not framed)."""
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        head = b""
+        while not head.endswith(b"\n"):
+            byte = sock.recv(1)
+            if not byte:
+                return
+            head += byte
+        up, down = (int(part) for part in head.split())
+        digest = hashlib.sha256()
+        left = up
+        while left:
+            data = sock.recv(min(left, 1 << 16))
+            if not data:
+                return
+            digest.update(data)
+            left -= len(data)
+        with contextlib.suppress(OSError):  # a client may cut its read short on purpose
+            sock.sendall(digest.hexdigest().encode() + pattern(down))
+            sock.shutdown(socket.SHUT_WR)
+
+
+@contextmanager
+def sized_server() -> Iterator[int]:
+    """The ``UP DOWN`` protocol of ``_Sized`` on 127.0.0.1; yields the port."""
+    with _run_tcp(_Sized) as server:
+        yield server.server_address[1]
+
+
+@dataclass
+class Streams:
+    """What the streaming upstream saw: per connection, bytes sent and whether it ended."""
+
+    started: list[threading.Event] = field(default_factory=list)
+    ended: list[threading.Event] = field(default_factory=list)
+    sent: list[int] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _stream_handler(streams: Streams) -> type[socketserver.BaseRequestHandler]:
+    class Stream(socketserver.BaseRequestHandler):
+        """An HTTP GET answered with an endless body (``/stream``: 64 KiB every 20 ms) or
+        ``/stall``: 1 MiB, then nothing, until the connection ends."""
+
+        def handle(self) -> None:
+            sock: socket.socket = self.request
+            head = b""
+            while b"\r\n\r\n" not in head:
+                data = sock.recv(4096)
+                if not data:
+                    return
+                head += data
+            stall = b" /stall" in head.split(b"\r\n", 1)[0]
+            with streams.lock:
+                index = len(streams.ended)
+                streams.started.append(threading.Event())
+                streams.ended.append(threading.Event())
+                streams.sent.append(0)
+            try:
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                             b"Connection: close\r\n\r\n")
+                streams.started[index].set()
+                if stall:
+                    sock.sendall(pattern(1 << 20))
+                    streams.sent[index] += 1 << 20
+                    sock.settimeout(None)
+                    while sock.recv(4096):  # until the proxy ends the connection
+                        pass
+                    return
+                chunk = pattern(1 << 16)
+                while True:
+                    sock.sendall(chunk)
+                    streams.sent[index] += len(chunk)
+                    time.sleep(0.02)
+            except OSError:
+                return
+            finally:
+                streams.ended[index].set()
+
+    return Stream
+
+
+@contextmanager
+def stream_server(streams: Streams) -> Iterator[int]:
+    with _run_tcp(_stream_handler(streams)) as server:
+        yield server.server_address[1]
+
+
+@dataclass
+class Trap:
+    """A listener that must never be reached from inside a sandbox: it counts what arrives."""
+
+    port: int
+    hits: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def tcp_trap() -> Iterator[Trap]:
+    """A TCP listener on the host's 127.0.0.1 recording every connection it accepts."""
+    trap = Trap(0)
+
+    class Count(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            trap.hits.append(f"tcp from {self.client_address}")
+
+    with _run_tcp(Count) as server:
+        trap.port = server.server_address[1]
+        yield trap
+
+
+@contextmanager
+def udp_trap() -> Iterator[Trap]:
+    """A UDP socket on the host's 127.0.0.1 recording every datagram (a DNS server would
+    answer; this one only counts)."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    trap = Trap(sock.getsockname()[1])
+    stop = threading.Event()
+
+    def receive() -> None:
+        while not stop.is_set():
+            try:
+                data, peer = sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            trap.hits.append(f"udp {len(data)} bytes from {peer}")
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    try:
+        yield trap
+    finally:
+        stop.set()
+        thread.join(5)
+        sock.close()
