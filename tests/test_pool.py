@@ -28,10 +28,11 @@ from toolseam import (
 )
 from toolseam.backends import staging
 from toolseam.backends.containers import bundle, sandbox
+from toolseam.backends.containers import pool as pool_module
 from toolseam.backends.containers.engine import SdkEngine
 from toolseam.backends.containers.sandbox import POOL_LABEL, janitor
 
-from .engines import ENGINES, backend, remove_shared, shared_dir
+from .engines import ENGINES, backend, endpoint, remove_shared, shared_dir
 from .test_pool_contract import pool_factory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,8 +63,13 @@ def _pool_containers(engine: str, where: Path, pool_id: str) -> list[str]:
 
 
 def _mounts_below(path: str) -> list[str]:
-    with open("/proc/self/mountinfo", encoding="utf-8") as info:
-        return [line.split()[4] for line in info if line.split()[4].startswith(path)]
+    """Mounts below ``path`` here and in rootless podman's mount namespace."""
+    found = []
+    rootless = pool_module.rootless_namespace(endpoint("podman-rootless").removeprefix("unix://"))
+    for pid in ("self", *([str(rootless)] if rootless else [])):
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8") as info:
+            found += [line.split()[4] for line in info if line.split()[4].startswith(path)]
+    return found
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -177,8 +183,6 @@ async def test_host_mistakes_are_configuration_errors_before_any_sandbox_is_take
         SandboxPool(pool_factory("docker"), size=0)
     with pytest.raises(ConfigurationError, match="refill_concurrency"):
         SandboxPool(pool_factory("docker"), refill_concurrency=0)
-    with pytest.raises(ConfigurationError, match="rootless podman"):
-        SandboxPool(pool_factory("podman-rootless"), workspace_mode="bind")
     pool = SandboxPool(pool_factory("docker"), size=1, limits=SandboxLimits(memory="256m"))
     try:
         with pytest.raises(ConfigurationError, match="limits"):
@@ -190,12 +194,19 @@ async def test_host_mistakes_are_configuration_errors_before_any_sandbox_is_take
         await pool.close()
 
 
-def test_rootless_podman_pools_copy_and_rootful_engines_mount(workspaces: Any) -> None:
-    """The mode rule (decision 110) as this root test process meets it."""
-    assert SandboxPool(pool_factory("podman-rootless")).mode == "copy"
-    for engine in ("podman", "docker"):
+def test_every_engine_pools_by_mount_here_and_copies_where_it_cannot_mount(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mode rule (decisions 110, 114) as this root test process meets it."""
+    for engine in ENGINES:
         assert SandboxPool(pool_factory(engine)).mode == "bind"
         assert SandboxPool(pool_factory(engine), workspace_mode="copy").mode == "copy"
+    # rootless podman whose namespace cannot be found (or a process that may not mount): copy
+    monkeypatch.setattr(pool_module, "rootless_namespace", lambda socket: None)
+    assert SandboxPool(pool_factory("podman-rootless")).mode == "copy"
+    with pytest.raises(ConfigurationError, match="mount namespace"):
+        SandboxPool(pool_factory("podman-rootless"), workspace_mode="bind")
+    monkeypatch.setattr(pool_module, "can_mount", lambda: False)
+    assert SandboxPool(pool_factory("docker")).mode == "copy"
 
 
 def test_concurrent_first_stagings_verify_the_bundle_once(monkeypatch: pytest.MonkeyPatch

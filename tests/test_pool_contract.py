@@ -1,10 +1,10 @@
 """A pooled session is indistinguishable from a fresh one: the container contract suite, run on
 sandboxes a ``SandboxPool`` started before the workspace existed and handed out afterwards.
 
-Rootful podman and docker hand out in bind mode (the base dir mounted onto the running
-container's slot), so the whole suite runs, host-dir cases included; rootless podman's pool
-copies (a host mount does not reach its mount namespace), so it skips the same cases as copy
-mode everywhere (``HOST_FILESYSTEM_CASES``).
+Every engine hands out in bind mode here (the base dir mounted onto the running container's
+slot; rootless podman's inside its own mount namespace), so the whole suite runs, host-dir
+cases included; a pool made to copy skips the same cases as copy mode everywhere
+(``HOST_FILESYSTEM_CASES``).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ class _Pooled:
     """Mixed in before a container binding, whose ``host_root`` and ``engine`` it uses."""
 
     engine = ""
+    pool_options: dict[str, Any] = {}
     host_root: Any
 
     @pytest_asyncio.fixture
@@ -41,7 +42,8 @@ class _Pooled:
         host_dir.mkdir(parents=True)
         host_dir.chmod(0o777)  # a rootless sandbox maps to another uid
         # one sandbox per test, as the unpooled suite: started before the workspace exists
-        async with SandboxPool(pool_factory(self.engine), size=1, refill=False) as pool:
+        async with SandboxPool(pool_factory(self.engine), size=1, refill=False,
+                               **self.pool_options) as pool:
             await pool.wait_full()
             pooled: ContainerBackend = await pool.backend(host_dir)
             try:
@@ -58,5 +60,12 @@ class TestPooledDocker(_Pooled, _ContainerBinding):
     engine = "docker"
 
 
-class TestPooledPodmanRootless(_Pooled, _CopyModeBinding):
+class TestPooledPodmanRootless(_Pooled, _ContainerBinding):
     engine = "podman-rootless"
+
+
+class TestPooledPodmanRootlessCopy(_Pooled, _CopyModeBinding):
+    """Where the pool cannot mount (a process that is not root), rootless podman copies."""
+
+    engine = "podman-rootless"
+    pool_options = {"workspace_mode": "copy"}

@@ -19,7 +19,7 @@ from ...seam.errors import CouldNotRunError
 from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
 from .bundle import bundle_command
-from .pool_mounts import bind_onto, release_slot
+from .pool_mounts import HOST_SLOTS, SlotMounts, release_slot
 from .sandbox import AGENT_MOUNT, SOCKET_MOUNT, WORKSPACE, ContainerSandbox, in_engine_thread
 
 _CONNECT_TIMEOUT_S = 15.0
@@ -72,6 +72,7 @@ class BindMode:
         self.agent_stderr: deque[str] | None = None  # the engine keeps the agent's log
         self._host_root = False  # commands act as host root on the workspace
         self._slot: str | None = None  # a pool's slot the workspace is mounted onto
+        self.slots: SlotMounts = HOST_SLOTS  # where a pool's slot mounts are made (pool.py)
 
     def liveness(self, sandbox: ContainerSandbox) -> BindLiveness:
         return BindLiveness(self, sandbox)
@@ -127,7 +128,8 @@ class BindMode:
             raise CouldNotRunError(f"the workspace {workspace} does not exist or is not a "
                                    "directory", retryable=False)
         slot = sandbox.workspace
-        await in_engine_thread(lambda: bind_onto(workspace, slot))
+        slots = self.slots
+        await in_engine_thread(lambda: slots.bind(workspace, slot))
         self._slot = slot
         sandbox.workspace = workspace
         self.workspace_id = identity(workspace)
@@ -179,7 +181,8 @@ class BindMode:
         if slot is None and sandbox.awaiting_workspace:
             slot = sandbox.workspace  # never handed out: the empty slot
         if slot is not None:
-            await in_engine_thread(lambda: release_slot(slot))
+            slots = self.slots
+            await in_engine_thread(lambda: release_slot(slots, slot))
         if self._socket_dir is not None:
             shutil.rmtree(self._socket_dir, ignore_errors=True)
             self._socket_dir = None

@@ -35,8 +35,18 @@ from ...policy.settings import Settings, parse_settings
 from ...seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ...seam.models import PathRef
 from .backend import ContainerBackend
-from .bind import socket_owner
-from .pool_mounts import can_mount, make_pool_dir, make_slot, remove_pool_dir, slot_marker
+from .bind import BindMode, socket_owner
+from .pool_mounts import (
+    HOST_SLOTS,
+    NamespaceSlots,
+    SlotMounts,
+    can_mount,
+    make_pool_dir,
+    make_slot,
+    remove_pool_dir,
+    rootless_namespace,
+    slot_marker,
+)
 from .sandbox import POOL_LABEL, WORKSPACE, in_engine_thread
 
 __all__ = ["SandboxPool"]
@@ -82,6 +92,7 @@ class SandboxPool:
         self.engine_name = probe.name
         self.limits: SandboxLimits | None = probe.options.limits
         self._slots = False  # bind mode: slots the base dir is mounted onto (pool_mounts)
+        self._mounts: SlotMounts = HOST_SLOTS  # where: here, or rootless podman's namespace
         self.mode = self._choose_mode(probe)
         self._options["workspace_mode"] = self.mode
         self._dir: str | None = None
@@ -100,15 +111,21 @@ class SandboxPool:
 
     def _choose_mode(self, probe: ContainerBackend) -> Literal["bind", "copy"]:
         """Decision 110: the base dir mounted into a running container where the engine's
-        mode shares the host dir and this process can mount into its containers; else a copy."""
+        mode shares the host dir and this process can mount where the engine makes its
+        containers (decision 114: rootless podman's own namespace); else a copy."""
         if not probe.sandbox.mode.shares_host_dir:
             return probe.workspace_mode
+        endpoint = probe.sandbox.engine.endpoint
         why = None
         if not can_mount():
             why = "this process may not make bind mounts (it needs root)"
-        elif socket_owner(probe.sandbox.engine.endpoint) != 0:
-            why = (f"the {probe.name} engine does not run as root: a mount made on the host "
-                   "does not reach its containers (rootless podman has its own mount namespace)")
+        elif socket_owner(endpoint) != 0:
+            pid = rootless_namespace(endpoint.removeprefix("unix://"))
+            if pid is None:
+                why = (f"the {probe.name} engine does not run as root and its mount namespace "
+                       "was not found: a mount made on the host does not reach its containers")
+            else:
+                self._mounts = NamespaceSlots(pid)
         if why is None:
             self._slots = True
             return probe.workspace_mode
@@ -125,7 +142,7 @@ class SandboxPool:
         if self._changed is None:
             self._changed = asyncio.Condition()
             self._limit = asyncio.Semaphore(self.refill_concurrency)
-            self._dir = await in_engine_thread(lambda: make_pool_dir(self._slots))
+            self._dir = await in_engine_thread(lambda: make_pool_dir(self._mounts if self._slots else None))
             self._top_up()
         return self
 
@@ -338,6 +355,8 @@ class SandboxPool:
         name = uuid.uuid4().hex[:12]
         workspace = make_slot(self._dir, name) if self._slots else self._dir
         backend = self._class(workspace, **self._options)
+        if isinstance(backend.sandbox.mode, BindMode):
+            backend.sandbox.mode.slots = self._mounts
         backend.sandbox.awaiting_workspace = True
         backend.sandbox.extra_labels = {POOL_LABEL: self.pool_id}
         return backend

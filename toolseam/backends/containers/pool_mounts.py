@@ -19,6 +19,7 @@ import errno
 import glob
 import os
 import shutil
+import subprocess
 import tempfile
 
 from .sandbox import owner_is_gone, owner_label
@@ -29,6 +30,7 @@ MS_SHARED = 0x100000
 MNT_DETACH = 2
 _PREFIX = "toolseam-pool-"
 _OWNER_FILE = "owner"
+_NAMESPACE_FILE = "mountns"  # the pid whose mount namespace holds the slots' mounts
 _CAP_SYS_ADMIN = 21
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -60,17 +62,82 @@ def unmount(target: str) -> None:
             raise OSError(err, f"umount {target}: {os.strerror(err)}")
 
 
-def make_pool_dir(shared: bool) -> str:
-    """A fresh pool directory owned by this process (its label inside); ``shared``: mounted
-    onto itself as a shared mount, for slots (bind mode)."""
+class HostSlots:
+    """Mounts in this process's mount namespace, by ``mount(2)``: a rootful engine on this
+    machine creates its containers in it."""
+
+    def share(self, directory: str) -> None:
+        _mount(directory, directory, MS_BIND)
+        _mount(None, directory, MS_SHARED)
+
+    def bind(self, source: str, slot: str) -> None:
+        _mount(source, slot, MS_BIND | MS_REC)
+
+    def unmount_below(self, path: str) -> None:
+        for target in sorted(_mounts_below(path, "/proc/self/mountinfo"), key=len, reverse=True):
+            unmount(target)
+
+
+class NamespaceSlots:
+    """Mounts inside another process's mount namespace, through ``nsenter``: rootless podman
+    creates its containers in a user and mount namespace of its own (its pause process's),
+    which a host mount never reaches. Entering it takes root here (decision 114)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def _run(self, *argv: str) -> None:
+        done = subprocess.run(["nsenter", "-t", str(self.pid), "-m", "--", *argv],
+                              capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise OSError(errno.EPERM, f"{' '.join(argv)} in the mount namespace of process "
+                                       f"{self.pid}: {done.stderr.strip()}")
+
+    def share(self, directory: str) -> None:
+        self._run("mount", "--bind", directory, directory)
+        self._run("mount", "--make-shared", directory)
+
+    def bind(self, source: str, slot: str) -> None:
+        self._run("mount", "--rbind", source, slot)
+
+    def unmount_below(self, path: str) -> None:
+        for target in sorted(_mounts_below(path, f"/proc/{self.pid}/mountinfo"), key=len,
+                             reverse=True):
+            self._run("umount", "-l", target)
+
+
+SlotMounts = HostSlots | NamespaceSlots
+HOST_SLOTS = HostSlots()
+
+
+def rootless_namespace(socket_path: str) -> int | None:
+    """The pid of the process whose mount namespace a rootless podman API service creates its
+    containers in (its pause process: ``$XDG_RUNTIME_DIR/libpod/tmp/pause.pid``, the runtime
+    dir being where the service's socket lives), or None."""
+    runtime = os.path.dirname(os.path.dirname(socket_path))
+    try:
+        with open(os.path.join(runtime, "libpod", "tmp", "pause.pid"), encoding="ascii") as f:
+            pid = int(f.read().strip())
+        os.stat(f"/proc/{pid}/ns/mnt")
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def make_pool_dir(slots: SlotMounts | None) -> str:
+    """A fresh pool directory owned by this process (its label inside). With ``slots`` (bind
+    mode) it is made a shared mount where the containers are created."""
     path = tempfile.mkdtemp(prefix=_PREFIX)
     with open(os.path.join(path, _OWNER_FILE), "w", encoding="utf-8") as owner:
         owner.write(owner_label())
-    if not shared:
+    if slots is None:
         return path
+    os.chmod(path, 0o711)  # a rootless engine's user passes through to the slots
+    if isinstance(slots, NamespaceSlots):
+        with open(os.path.join(path, _NAMESPACE_FILE), "w", encoding="ascii") as ns:
+            ns.write(str(slots.pid))
     try:
-        _mount(path, path, MS_BIND)
-        _mount(None, path, MS_SHARED)
+        slots.share(path)
     except OSError:
         remove_pool_dir(path)
         raise
@@ -78,9 +145,11 @@ def make_pool_dir(shared: bool) -> str:
 
 
 def make_slot(pool_dir: str, name: str) -> str:
-    """A slot directory for one sandbox; a marker inside tells an unmounted slot apart."""
+    """A slot directory for one sandbox; a marker inside tells an unmounted slot apart. Both
+    readable by all: a rootless container starts in it (its working directory)."""
     slot = os.path.join(pool_dir, name)
-    os.mkdir(slot, 0o700)
+    os.mkdir(slot)
+    os.chmod(slot, 0o755)
     with open(os.path.join(slot, slot_marker(name)), "w", encoding="ascii"):
         pass
     return slot
@@ -92,25 +161,26 @@ def slot_marker(name: str) -> str:
     return f".toolseam-empty-slot-{name}"
 
 
-def bind_onto(source: str, slot: str) -> None:
-    """The base dir (with whatever is mounted below it) onto a slot."""
-    _mount(source, slot, MS_BIND | MS_REC)
-
-
-def release_slot(slot: str) -> None:
+def release_slot(slots: SlotMounts, slot: str) -> None:
     """Unmount the base dir from a slot (the container sees it go) and remove the slot."""
-    for target in sorted(_mounts_below(slot), key=len, reverse=True):
-        unmount(target)
+    slots.unmount_below(slot)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(os.path.join(slot, slot_marker(os.path.basename(slot))))
-    with contextlib.suppress(FileNotFoundError, OSError):
+    with contextlib.suppress(OSError):
         os.rmdir(slot)
 
 
 def remove_pool_dir(path: str) -> None:
-    """Unmount everything at and below a pool directory, deepest first, and remove it."""
-    for target in sorted(_mounts_below(path), key=len, reverse=True):
-        unmount(target)
+    """Unmount everything at and below a pool directory, deepest first, where it was mounted
+    (here, or in the namespace its file names), and remove it."""
+    slots: SlotMounts = HOST_SLOTS
+    with contextlib.suppress(OSError, ValueError):
+        with open(os.path.join(path, _NAMESPACE_FILE), encoding="ascii") as ns:
+            pid = int(ns.read().strip())
+        if os.path.exists(f"/proc/{pid}/ns/mnt"):
+            slots = NamespaceSlots(pid)
+    slots.unmount_below(path)
+    HOST_SLOTS.unmount_below(path)
     shutil.rmtree(path, ignore_errors=True)
 
 
@@ -130,12 +200,12 @@ def sweep_dead_pools() -> list[str]:
     return removed
 
 
-def _mounts_below(path: str) -> list[str]:
-    """Mount points at or below ``path`` in this mount namespace (``/proc/self/mountinfo``)."""
+def _mounts_below(path: str, mountinfo: str) -> list[str]:
+    """Mount points at or below ``path`` in a mount namespace (its ``mountinfo``)."""
     real = os.path.realpath(path)
     found = []
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as info:
             for line in info:
                 point = _unescape(line.split(" ", 5)[4])
                 if point == real or point.startswith(real + "/"):
