@@ -252,3 +252,30 @@ async def test_concurrent_opens_ask_the_engine_its_arch_once(engine: str, worksp
     finally:
         await asyncio.gather(*(tk.close() for tk in toolkits))
     assert len(asked) == 1
+
+
+async def test_root_runs_nothing_from_rootless_podmans_namespace(workspaces: Any) -> None:
+    """That namespace's mounts are its unprivileged owner's: had the pool run ``nsenter …
+    mount`` in it, the owner's own ``mount`` (bound over /usr/bin/mount there) would have run
+    as root. The pool's mounts are libc calls from a forked child instead."""
+    pid = pool_module.rootless_namespace(endpoint("podman-rootless").removeprefix("unix://"))
+    assert pid is not None
+    work = workspaces({"here.txt": "yes\n"})
+    fake, marker = work.parent / f"{work.name}-mount", work.parent / f"{work.name}-ran-as-root"
+    fake.write_text(f"#!/bin/sh\nid -u > {marker}\nexit 1\n")
+    fake.chmod(0o755)
+    enter = ["nsenter", "-t", str(pid), "-m", "--"]
+    subprocess.run([*enter, "/usr/bin/umount", "--version"], check=True, capture_output=True)
+    subprocess.run([*enter, "/usr/bin/umount", "-l", "/usr/bin/mount"], capture_output=True,
+                   check=False)  # a leftover of an interrupted run
+    # what the namespace's owner may do: its namespace, its mounts (root stands in for it)
+    subprocess.run([*enter, "/usr/bin/mount", "--bind", str(fake), "/usr/bin/mount"], check=True)
+    try:
+        async with SandboxPool(pool_factory("podman-rootless"), size=1, refill=False) as pool:
+            tk = await pool.toolkit(work)
+            assert (await tk.call("bash", {"command": "cat here.txt"})).output == "yes\n"
+            await tk.close()
+    finally:
+        subprocess.run([*enter, "/usr/bin/umount", "-l", "/usr/bin/mount"], check=True)
+        fake.unlink()
+    assert not marker.exists()

@@ -19,8 +19,8 @@ import errno
 import glob
 import os
 import shutil
-import subprocess
 import tempfile
+import warnings
 
 from .sandbox import owner_is_gone, owner_label
 
@@ -79,31 +79,72 @@ class HostSlots:
 
 
 class NamespaceSlots:
-    """Mounts inside another process's mount namespace, through ``nsenter``: rootless podman
-    creates its containers in a user and mount namespace of its own (its pause process's),
-    which a host mount never reaches. Entering it takes root here (decision 114)."""
+    """Mounts inside another process's mount namespace: rootless podman creates its containers
+    in a user and mount namespace of its own (its pause process's), which a host mount never
+    reaches. Entering it takes root here (decision 114).
+
+    That namespace's mounts are its unprivileged owner's to arrange, so root must never run
+    anything found through it: the mounts are made by a forked child of this process that
+    calls ``setns`` and ``mount`` through the libc already loaded — no binary, library or
+    module is loaded after the switch (``nsenter mount …`` would run the owner's ``mount``)."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
 
-    def _run(self, *argv: str) -> None:
-        done = subprocess.run(["nsenter", "-t", str(self.pid), "-m", "--", *argv],
-                              capture_output=True, text=True, check=False)
-        if done.returncode:
-            raise OSError(errno.EPERM, f"{' '.join(argv)} in the mount namespace of process "
-                                       f"{self.pid}: {done.stderr.strip()}")
-
     def share(self, directory: str) -> None:
-        self._run("mount", "--bind", directory, directory)
-        self._run("mount", "--make-shared", directory)
+        self._in_namespace([(directory, directory, MS_BIND), (None, directory, MS_SHARED)])
 
     def bind(self, source: str, slot: str) -> None:
-        self._run("mount", "--rbind", source, slot)
+        self._in_namespace([(source, slot, MS_BIND | MS_REC)])
 
     def unmount_below(self, path: str) -> None:
-        for target in sorted(_mounts_below(path, f"/proc/{self.pid}/mountinfo"), key=len,
-                             reverse=True):
-            self._run("umount", "-l", target)
+        targets = sorted(_mounts_below(path, f"/proc/{self.pid}/mountinfo"), key=len,
+                         reverse=True)
+        if targets:
+            self._in_namespace([(None, target, _UNMOUNT) for target in targets])
+
+    def _in_namespace(self, steps: list[tuple[str | None, str, int]]) -> None:
+        encoded = [(None if src is None else src.encode(), dst.encode(), flags)
+                   for src, dst, flags in steps]
+        namespace = os.open(f"/proc/{self.pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            with warnings.catch_warnings():  # 3.12+ warns about fork in a threaded process:
+                warnings.simplefilter("ignore", DeprecationWarning)  # the child execs nothing
+                child = os.fork()
+            if child == 0:  # pragma: no cover - the child; only libc calls, then _exit
+                code = 1
+                try:
+                    code = _child_steps(namespace, encoded)
+                finally:
+                    os._exit(code)
+        finally:
+            os.close(namespace)
+        code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        if code:
+            where = ", ".join(dst for _, dst, _ in steps)
+            raise OSError(code, f"mount on {where} in the mount namespace of process "
+                                f"{self.pid}: {os.strerror(code) if code > 0 else code}")
+
+
+_UNMOUNT = -1  # a step that detaches its target instead of mounting
+_CLONE_NEWNS = 0x00020000
+_setns, _mount_call, _umount2 = _libc.setns, _libc.mount, _libc.umount2  # resolved before forks
+
+
+def _child_steps(namespace: int, steps: list[tuple[bytes | None, bytes, int]]) -> int:
+    """In a forked child: join the namespace, run the steps; the exit code is the errno of
+    the first that failed (0: all done)."""
+    if _setns(namespace, _CLONE_NEWNS):
+        return ctypes.get_errno() & 0xFF or 1
+    for source, target, flags in steps:
+        failed = _umount2(target, MNT_DETACH) if flags == _UNMOUNT else \
+            _mount_call(source, target, None, flags, None)
+        if failed:
+            err = ctypes.get_errno()
+            if flags == _UNMOUNT and err in (errno.EINVAL, errno.ENOENT):
+                continue
+            return err & 0xFF or 1
+    return 0
 
 
 SlotMounts = HostSlots | NamespaceSlots
