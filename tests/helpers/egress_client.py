@@ -119,10 +119,21 @@ def _errno_of(action: Any) -> str:
     return "ok"
 
 
-def probe(tcp_port: int, udp_port: int, addresses: list[str]) -> dict[str, Any]:
+def probe(tcp_port: int, udp_port: int, addresses: list[str],
+          unix_paths: list[str] | None = None) -> dict[str, Any]:
     """Every way around the proxy: raw TCP and UDP to the host's 127.0.0.1 listeners, a route
-    to each address (a UDP connect only looks the route up: it sends nothing), DNS."""
+    to each address (a UDP connect only looks the route up: it sends nothing), DNS, and the
+    host's engine API sockets (one request there starts a container on any network)."""
     found: dict[str, Any] = {}
+    sockets = {}
+    for path in unix_paths or []:
+        def unix(path: str = path) -> None:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(3)
+                sock.connect(path)
+
+        sockets[path] = _errno_of(unix)
+    found["unix"] = sockets
     with open("/proc/net/dev", encoding="ascii") as table:
         found["interfaces"] = [line.split(":", 1)[0].strip() for line in table.readlines()[2:]]
 
