@@ -27,6 +27,7 @@ from typing import Any
 
 import psutil
 
+from ..backends.owner import still_runs
 from ..seam.errors import CouldNotRunError
 
 logger = logging.getLogger(__name__)
@@ -71,10 +72,7 @@ def _owner_alive(session: str) -> bool:
     started = rest.partition("-")[0]
     if not (pid.isdigit() and started.isdigit()):
         return False
-    try:
-        return int(psutil.Process(int(pid)).create_time() * 1000) == int(started)
-    except psutil.NoSuchProcess:
-        return False
+    return still_runs(int(pid), int(started) / 1000)
 
 
 def _ours(labels: dict[str, str], session: str | None) -> bool:

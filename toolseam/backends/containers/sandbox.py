@@ -36,6 +36,7 @@ from ...seam.errors import CouldNotRunError
 from ...seam.models import SandboxInfo, SyncReport
 from ..agentlink.channel import AgentChannel
 from ..composed import Liveness
+from ..owner import still_runs
 from .attach import EngineAddress
 from .bundle import stage_bundle
 from .bundle_arch import select_bundle
@@ -173,9 +174,9 @@ def owner_is_gone(label: str) -> bool:
     if host != socket.gethostname() or not pid_text.isdigit():
         return False  # another machine's container is not ours to judge
     try:
-        return f"{psutil.Process(int(pid_text)).create_time():.3f}" != started
-    except psutil.NoSuchProcess:
-        return True
+        return not still_runs(int(pid_text), float(started))
+    except ValueError:
+        return True  # a label of ours with no start time: its maker cannot be told apart
 
 
 def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
