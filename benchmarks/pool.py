@@ -16,12 +16,15 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -75,7 +78,16 @@ def _memory_mib(engine: Any, container: str) -> float:
     memory = response.json().get("memory_stats") or {}
     inner = memory.get("stats") or {}
     cache = inner.get("total_inactive_file", inner.get("cache", 0)) or 0
-    return float(memory.get("usage", 0) - cache) / (1 << 20)
+    usage = float(memory.get("usage", 0) - cache) / (1 << 20)
+    # rootless podman on cgroups v1 has no cgroup per container: its "usage" is not one
+    return usage if memory.get("limit") and usage < 1024 else float("nan")
+
+
+def _host_uss_mib(engine: Any, container: str) -> float:
+    """What the container's processes hold alone (USS), read on this host."""
+    pid = engine.dialect.inspect_container(engine.client, container)["State"]["Pid"]
+    top = psutil.Process(pid)
+    return sum(p.memory_full_info().uss for p in [top, *top.children(recursive=True)]) / (1 << 20)
 
 
 async def _measure(engine: str, sessions: int, workspace: str) -> dict[str, Any]:
@@ -100,8 +112,11 @@ async def _measure(engine: str, sessions: int, workspace: str) -> dict[str, Any]
         stats_engine = cls(workspace, **options).sandbox.engine
         memory = await asyncio.gather(*(asyncio.to_thread(_memory_mib, stats_engine, c)
                                         for c in pool.warm_containers))
+        uss = await asyncio.gather(*(asyncio.to_thread(_host_uss_mib, stats_engine, c)
+                                     for c in pool.warm_containers))
         stats_engine.close()
         figures["memory MiB"] = statistics.median(memory)
+        figures["uss MiB"] = statistics.median(uss)
         toolkits, warm = await _burst(lambda: pool.toolkit(workspace), sessions)
         figures.update({f"pool {k}": v for k, v in warm.items()})
         refill_started = time.perf_counter()  # the burst's replacements started with it
@@ -109,20 +124,29 @@ async def _measure(engine: str, sessions: int, workspace: str) -> dict[str, Any]
         figures["refill /s"] = sessions / (time.perf_counter() - refill_started + warm["wall"])
         figures["calls/s"] = await _calls_per_s(toolkits)
         await asyncio.gather(*(tk.close() for tk in toolkits))
+    if figures["mode"] != "copy":  # the other way to hand out a workspace, for decision 110
+        async with SandboxPool(cls, size=sessions, workspace_mode="copy", **options) as pool:
+            await pool.wait_full()
+            toolkits, copied = await _burst(lambda: pool.toolkit(workspace), sessions)
+            figures.update({f"copy {k}": v for k, v in copied.items()})
+            await asyncio.gather(*(tk.close() for tk in toolkits))
     return figures
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--engines", default="docker,podman")
+    parser.add_argument("--engines", default="docker,podman,podman-rootless")
     parser.add_argument("--sessions", type=int, default=16)
     args = parser.parse_args()
     logging.getLogger("toolseam").setLevel(logging.ERROR)  # the bind-mode root warning, x16
     engines = args.engines.split(",")
-    workspace = tempfile.mkdtemp(prefix="toolseam-pool-bench-")
+    workspace = tempfile.mkdtemp(prefix="toolseam-bench-")
     os.chmod(workspace, 0o777)  # a rootless engine's user must reach it
     Path(workspace, "README").write_text("a small workspace\n")
-    results = {engine: await _measure(engine, args.sessions, workspace) for engine in engines}
+    try:
+        results = {engine: await _measure(engine, args.sessions, workspace) for engine in engines}
+    finally:
+        shutil.rmtree(workspace, ignore_errors=True)
     n = args.sessions
     print(row("", *engines))
     print("|" + "|".join(["-" * 28] + ["-" * 14] * len(engines)) + "|")
@@ -134,10 +158,15 @@ async def main() -> None:
                                                           for e in engines)))
         print(row("  no pool / pool", *(
             f"{results[e][f'cold {what}'] / results[e][f'pool {what}']:.1f}x" for e in engines)))
+    for what in ("p50", "max", "wall"):
+        print(row(f"pool, copy mode: {what} s", *(
+            f"{results[e][f'copy {what}']:.3f}" if f"copy {what}" in results[e] else "(copy above)"
+            for e in engines)))
     print(row(f"{n} x {CALLS} bash true, calls/s", *(f"{results[e]['calls/s']:.0f}"
                                                       for e in engines)))
-    print(row("memory per warm sandbox MiB", *(f"{results[e]['memory MiB']:.1f}"
-                                                for e in engines)))
+    print(row("warm sandbox, engine stats MiB", *(f"{results[e]['memory MiB']:.1f}"
+                                                   for e in engines)))
+    print(row("warm sandbox, agent USS MiB", *(f"{results[e]['uss MiB']:.1f}" for e in engines)))
     print(row(f"fill {n} from empty, s", *(f"{results[e]['fill s']:.2f}" for e in engines)))
     print(row("refill after the burst, /s", *(f"{results[e]['refill /s']:.1f}" for e in engines)))
     print(f"load average after the run: {os.getloadavg()[0]:.1f} (a shared 2-CPU VM)")

@@ -28,7 +28,7 @@ import os
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ...policy.limits import SandboxLimits
 from ...policy.settings import Settings, parse_settings
@@ -48,6 +48,9 @@ from .pool_mounts import (
     slot_marker,
 )
 from .sandbox import POOL_LABEL, WORKSPACE, in_engine_thread
+
+if TYPE_CHECKING:
+    from ...toolkit import Toolkit
 
 __all__ = ["SandboxPool"]
 
@@ -233,7 +236,7 @@ class SandboxPool:
 
     async def toolkit(self, base_dir: str | os.PathLike[str], *,
                       settings: Settings | Mapping[str, Any] | None = None,
-                      **toolkit_kwargs: Any) -> Any:
+                      **toolkit_kwargs: Any) -> Toolkit:
         """An open ``Toolkit`` on a warm sandbox with ``base_dir`` as its workspace (at
         ``/workspace`` inside); ``toolkit_kwargs`` are the Toolkit's other parameters
         (``tools``, ``env_extra``, ``on_output`` …). ``settings.limits``, when set, must be the
