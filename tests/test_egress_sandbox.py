@@ -351,6 +351,19 @@ async def test_a_credential_reaches_the_upstream_and_never_the_sandbox(box: Box,
     assert all(upstreams.secret not in repr(e) for e in box.log())
 
 
+async def test_an_upstream_that_shows_the_request_does_not_hand_the_credential_inside(
+        box: Box, upstreams: Upstreams) -> None:
+    """The credential host answers with the request's own headers (a reflecting endpoint, and
+    TRACE): the injected value must not come back into the sandbox through the answer."""
+    private = upstreams.secret.split()[-1]
+    reflected = await box.client("get", url=url("secure.test", upstreams.secure, "/reflect", "https"))
+    traced = await box.client("get", url=url("secure.test", upstreams.secure, "/trace", "https"),
+                              method="TRACE")
+    assert reflected["status"] == 200 and "Host" in reflected["body"], reflected
+    assert private not in reflected["body"], "the credential came back inside in a reflected body"
+    assert private not in json.dumps(traced), "the credential came back inside in a TRACE answer"
+
+
 async def test_git_over_https_with_the_injected_credential(box: Box, upstreams: Upstreams) -> None:
     git_url = url("git.test", upstreams.git, "/repo.git", "https")
     if box.name == "host":  # the real git, reading the proxy and GIT_SSL_CAINFO from the env

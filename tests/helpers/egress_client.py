@@ -35,11 +35,14 @@ def _proxy() -> tuple[str, int]:
     return host, int(port)
 
 
-def get(url: str, cafile: str | None = None, timeout: float = 30) -> dict[str, Any]:
-    """A GET through the proxy the environment names; the status and the start of the body."""
+def get(url: str, cafile: str | None = None, timeout: float = 30,
+        method: str = "GET") -> dict[str, Any]:
+    """A request (GET unless told) through the proxy the environment names; the status and the
+    start of the body."""
     context = ssl.create_default_context(cafile=cafile) if cafile else None
     try:
-        with urllib.request.urlopen(url, timeout=timeout, context=context) as response:
+        request = urllib.request.Request(url, method=method)
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             body = response.read()
             return {"status": response.status, "body": body[:4000].decode("latin-1"),
                     "size": len(body)}

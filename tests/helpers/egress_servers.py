@@ -108,9 +108,20 @@ def _web_handler(seen: Seen, secret_header: str | None, secret: str | None,
                 # Says only WHETHER the credential arrived: never its value.
                 ok = secret_header is not None and self.headers.get(secret_header) == secret
                 self._send(200 if ok else 401, b"authorized\n" if ok else b"no credential\n")
+            elif self.path.startswith("/reflect"):
+                # An upstream that shows a request's headers, values and all (as httpbin's
+                # /headers does, or an error page quoting the request): what it answers is
+                # what the sandbox reads.
+                self._send(200, json.dumps(dict(self.headers.items())).encode())
             else:
                 names = sorted(k.lower() for k in self.headers)
                 self._send(200, json.dumps({"path": self.path, "headers": names}).encode())
+
+        def do_TRACE(self) -> None:
+            """TRACE as RFC 9110 has it: the request as received, as the body."""
+            self._record()
+            head = f"{self.requestline}\r\n{self.headers}".encode("latin-1")
+            self._send(200, head, "message/http")
 
         def do_POST(self) -> None:
             if self.headers.get("transfer-encoding", "").lower() == "chunked":
