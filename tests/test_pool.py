@@ -11,12 +11,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolseam import (
     ConfigurationError,
@@ -27,7 +30,7 @@ from toolseam import (
     Toolkit,
 )
 from toolseam.backends import staging
-from toolseam.backends.containers import bundle, sandbox
+from toolseam.backends.containers import bundle, pool_mounts, sandbox
 from toolseam.backends.containers import pool as pool_module
 from toolseam.backends.containers.engine import SdkEngine
 from toolseam.backends.containers.sandbox import POOL_LABEL, janitor
@@ -279,3 +282,32 @@ async def test_root_runs_nothing_from_rootless_podmans_namespace(workspaces: Any
         subprocess.run([*enter, "/usr/bin/umount", "-l", "/usr/bin/mount"], check=True)
         fake.unlink()
     assert not marker.exists()
+
+
+@given(name=st.text(st.sampled_from(" \t\n\\ab\u00e9-"), min_size=1, max_size=12))
+@settings(max_examples=40, deadline=None)
+def test_the_mounts_below_a_path_are_found_whatever_its_name(name: str) -> None:
+    """The pool finds its mounts in the kernel's mountinfo, which escapes space, tab, newline
+    and backslash: every name comes back as the path that was mounted."""
+    with tempfile.TemporaryDirectory(prefix="toolseam-mountinfo-") as top:
+        target = os.path.join(top, name)
+        os.mkdir(target)
+        pool_mounts.HOST_SLOTS.share(target)
+        try:
+            assert pool_mounts._mounts_below(top, "/proc/self/mountinfo") == [target]
+        finally:
+            pool_mounts.HOST_SLOTS.unmount_below(top)
+        assert pool_mounts._mounts_below(top, "/proc/self/mountinfo") == []
+
+
+async def test_a_mount_that_does_not_reach_the_container_fails_closed(workspaces: Any) -> None:
+    """Mounted on the host, not in rootless podman's namespace: the container still sees the
+    empty slot, so the hand-out refuses instead of giving a session an empty workspace."""
+    work = workspaces({"here.txt": "yes\n"})
+    async with SandboxPool(pool_factory("podman-rootless"), size=1, refill=False) as pool:
+        pool._mounts = pool_mounts.HOST_SLOTS  # the wrong namespace, on purpose
+        with pytest.raises(CouldNotRunError, match="did not reach"):
+            await pool.toolkit(work)
+        assert _pool_containers("podman-rootless", work, pool.pool_id) == []
+        directory = pool.host_dir
+    assert directory is not None and _mounts_below(directory) == []

@@ -18,6 +18,7 @@ import ctypes.util
 import errno
 import glob
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -257,7 +258,8 @@ def _mounts_below(path: str, mountinfo: str) -> list[str]:
 
 
 def _unescape(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes."""
-    for code in ("\\040", "\\011", "\\012", "\\134"):
-        field = field.replace(code, chr(int(code[1:], 8)))
-    return field
+    """mountinfo writes space, tab, newline and backslash as octal escapes (``\\040``)."""
+    return _ESCAPE.sub(lambda match: chr(int(match[1], 8)), field)
+
+
+_ESCAPE = re.compile(r"\\([0-7]{3})")
