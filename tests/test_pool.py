@@ -35,7 +35,7 @@ from toolseam.backends.containers import pool as pool_module
 from toolseam.backends.containers.engine import SdkEngine
 from toolseam.backends.containers.sandbox import POOL_LABEL, janitor
 
-from .engines import ENGINES, backend, endpoint, remove_shared, shared_dir
+from .engines import ENGINES, REMOTE_ENGINES, backend, endpoint, remove_shared, shared_dir
 from .test_pool_contract import pool_factory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def _mounts_below(path: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", [*ENGINES, *REMOTE_ENGINES])
 async def test_sessions_never_share_a_sandbox_and_none_is_reused(engine: str, workspaces: Any
                                                                   ) -> None:
     """Three sessions from a pool of two: three containers, each seeing only its own base
