@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from toolseam import (
     ConfigurationError,
     CouldNotRunError,
+    HostError,
     SandboxLimits,
     SandboxPool,
     SessionClosedError,
@@ -311,3 +312,17 @@ async def test_a_mount_that_does_not_reach_the_container_fails_closed(workspaces
         assert _pool_containers("podman-rootless", work, pool.pool_id) == []
         directory = pool.host_dir
     assert directory is not None and _mounts_below(directory) == []
+
+
+async def test_closing_the_pool_ends_the_hand_outs_waiting(workspaces: Any) -> None:
+    """A hand-out waiting for a sandbox that will never come (the pool closed) is told so."""
+    pool = await SandboxPool(pool_factory("docker"), size=1, refill=False).start()
+    first = await pool.backend(workspaces())  # the pool is empty now, and does not refill
+    waiting = asyncio.ensure_future(pool.backend(workspaces()))
+    filling = asyncio.ensure_future(pool.wait_full())
+    await asyncio.sleep(0.05)
+    await pool.close()
+    for task in (waiting, filling):
+        with pytest.raises(HostError, match="closed"):
+            await asyncio.wait_for(task, 30)
+    assert first.closed

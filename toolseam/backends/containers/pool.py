@@ -156,6 +156,8 @@ class SandboxPool:
         failures = self._failures
         async with self._changed:
             while len(self._ready) < self.size:
+                if self._closed:
+                    raise HostError("the sandbox pool was closed")
                 if self._failures > failures and self._failure is not None:
                     raise self._failure
                 await self._changed.wait()
@@ -166,6 +168,9 @@ class SandboxPool:
         if self._closed:
             return
         self._closed = True
+        if self._changed is not None:  # hand-outs and wait_full waiting: the pool is closed
+            async with self._changed:
+                self._changed.notify_all()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
