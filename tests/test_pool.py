@@ -316,8 +316,8 @@ async def test_a_mount_that_does_not_reach_the_container_fails_closed(workspaces
 
 async def test_closing_the_pool_ends_the_hand_outs_waiting(workspaces: Any) -> None:
     """A hand-out waiting for a sandbox that will never come (the pool closed) is told so."""
-    pool = await SandboxPool(pool_factory("docker"), size=1, refill=False).start()
-    first = await pool.backend(workspaces())  # the pool is empty now, and does not refill
+    pool = await SandboxPool(pool_factory("docker"), size=1).start()
+    first = await pool.backend(workspaces())  # the pool is empty now; its refill is starting
     waiting = asyncio.ensure_future(pool.backend(workspaces()))
     filling = asyncio.ensure_future(pool.wait_full())
     await asyncio.sleep(0.05)

@@ -74,6 +74,11 @@ class BindMode:
         self._slot: str | None = None  # a pool's slot the workspace is mounted onto
         self.slots: SlotMounts = HOST_SLOTS  # where a pool's slot mounts are made (pool.py)
 
+    @property
+    def slot(self) -> str | None:
+        """The pool's slot the workspace was mounted onto at hand-out, if any."""
+        return self._slot
+
     def liveness(self, sandbox: ContainerSandbox) -> BindLiveness:
         return BindLiveness(self, sandbox)
 

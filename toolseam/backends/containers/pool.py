@@ -150,17 +150,23 @@ class SandboxPool:
         return self
 
     async def wait_full(self) -> None:
-        """Until ``size`` sandboxes are warm; raises the failure if one could not start."""
+        """Until ``size`` sandboxes are warm (without refill: until the first fill is done);
+        raises the failure if one could not start."""
         await self.start()
         assert self._changed is not None
         failures = self._failures
         async with self._changed:
-            while len(self._ready) < self.size:
+            while not self._full():
                 if self._closed:
                     raise HostError("the sandbox pool was closed")
                 if self._failures > failures and self._failure is not None:
                     raise self._failure
                 await self._changed.wait()
+
+    def _full(self) -> bool:
+        if self.refill:
+            return len(self._ready) >= self.size
+        return self._filled_once or len(self._ready) >= self.size - self.handed_count
 
     async def close(self) -> None:
         """Remove every sandbox the pool made — warm, starting or handed out — and the pool's
@@ -280,7 +286,8 @@ class SandboxPool:
     @staticmethod
     def _slot_of(backend: ContainerBackend) -> str:
         mode = backend.sandbox.mode
-        return str(getattr(mode, "_slot", None) or backend.sandbox.workspace)
+        slot = mode.slot if isinstance(mode, BindMode) else None
+        return slot or backend.sandbox.workspace
 
     async def _take(self) -> ContainerBackend:
         await self.start()
@@ -335,6 +342,8 @@ class SandboxPool:
         assert self._limit is not None and self._changed is not None and self._dir is not None
         try:
             async with self._limit:
+                if self._failure is not None:
+                    return  # one failed meanwhile: the next hand-out tries again, not this queue
                 backend = self._make()
                 try:
                     await backend.open()
