@@ -117,7 +117,7 @@ class Job:
         self.token = f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
         env = {**(spec.get("env") or {}), TOKEN_VAR: self.token}
         cwd = spec.get("cwd") or "/"
-        self._oom_kills_before = oom_kills()
+        self._oom_before = oom_counters()
         started = now_ticks()  # before the fork: every process of the job starts at or after it
         if spec.get("stdin_file") or spec.get("user") is not None:  # a raw exec (spawn_as.py)
             from .spawn_as import spawn_job
@@ -322,11 +322,18 @@ class Job:
             "exit_code": exit_code, "timed_out": self.timed_out, "killed": self.killed,
             "killed_tree": self.killed_tree, "leftovers_killed": self.leftovers,
             "started": self.started, "duration_ms": int((end - self._t0) * 1000),
-            "oom_killed": self.state == "done" and self._oom_kills_before is not None
-            and (oom_kills() or 0) > self._oom_kills_before,
+            "oom_killed": self.state == "done" and self._oom_killed(),
         }
         result.update(self.capture.snapshot())
         return result
+
+    def _oom_killed(self) -> bool:
+        before = self._oom_before
+        if before is None:
+            return False
+        now = oom_counters()
+        # the same bytes: nothing was killed (the common case needs no parsing)
+        return now is not None and now != before and _oom_kill_count(now) > _oom_kill_count(before)
 
 
 _OOM_COUNTERS = (("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),  # cgroup v1
@@ -337,12 +344,14 @@ _oom_fd: int | None = None
 _oom_key = b""
 
 
-def oom_kills() -> int | None:
-    """How many processes the kernel's OOM killer has killed in this (container's) cgroup.
+def oom_counters() -> bytes | None:
+    """The raw counter file of the OOM killer for this (container's) cgroup; how many processes
+    it has killed is ``_oom_kill_count`` of it.
 
     The engines' OOMKilled flag speaks of the whole container (and podman 4.3 reports it false
     even then); a command killed for memory inside a live sandbox shows only here. The counter
-    file stays open and is re-read from offset 0: twice per command, an open is worth saving.
+    file stays open and is re-read from offset 0: twice per command, an open is worth saving,
+    and so is parsing — a job compares the bytes and parses only when they changed.
     """
     global _oom_fd, _oom_key
     if _oom_fd is None:
@@ -357,13 +366,20 @@ def oom_kills() -> int | None:
     if _oom_fd < 0:
         return None
     try:
-        for line in os.pread(_oom_fd, 4096, 0).splitlines():
-            name, _, value = line.partition(b" ")
-            if name == _oom_key:
-                return int(value)
-    except (OSError, ValueError):
+        return os.pread(_oom_fd, 4096, 0)
+    except OSError:
         return None
-    return None
+
+
+def _oom_kill_count(counters: bytes) -> int:
+    for line in counters.splitlines():
+        name, _, value = line.partition(b" ")
+        if name == _oom_key:
+            try:
+                return int(value)
+            except ValueError:
+                return 0
+    return 0
 
 
 def _has_children() -> bool:

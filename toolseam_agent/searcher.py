@@ -111,6 +111,9 @@ def _child(read_fd: int, write_fd: int, run: Callable[[], dict[str, Any]]) -> No
         view = memoryview(json.dumps(answer, separators=(",", ":")).encode())
         while view:
             view = view[os.write(write_fd, view):]
+        # EOF now: left to _exit, the pipe would close only after the kernel has torn down
+        # this forked copy of the agent's address space, which the answer need not wait for.
+        os.close(write_fd)
     except BaseException:  # noqa: BLE001 - the child must exit whatever happened
         status = 1
     finally:
