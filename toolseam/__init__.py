@@ -3,12 +3,12 @@
 from importlib import metadata as _metadata
 
 from .backends import BACKENDS, create_backend
-from .backends.containers.pool import SandboxPool
 from .backends.host import HostBackend
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
+from .pool import __getattr__  # noqa: F401 - SandboxPool on first use (a container extra)
 from .seam.errors import (
     BackendUnavailable,
     ConfigurationError,
