@@ -326,3 +326,19 @@ async def test_closing_the_pool_ends_the_hand_outs_waiting(workspaces: Any) -> N
         with pytest.raises(HostError, match="closed"):
             await asyncio.wait_for(task, 30)
     assert first.closed
+
+
+def test_a_bare_install_imports_toolseam_and_names_the_pools_extra() -> None:
+    code = textwrap.dedent("""
+        import sys
+        for sdk in ("podman", "docker", "requests"):
+            sys.modules[sdk] = None  # as if no container extra were installed
+        import toolseam
+        try:
+            from toolseam import SandboxPool
+        except toolseam.BackendUnavailable as exc:
+            print(exc)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=ROOT)
+    assert "SandboxPool needs the 'requests' package: pip install" in done.stdout, done.stderr
