@@ -1,7 +1,8 @@
 """Per-call latency, side by side, as ratios measured in ONE run (not a timed test).
 
     python benchmarks/bench.py                     # host backend vs bare Python vs toolnexus
-    python benchmarks/bench.py --containers        # + podman, rootless podman, docker
+    python benchmarks/bench.py --containers        # + podman, rootless podman, docker, and
+                                                   #   16 sessions x 40 calls at once
 
 Every call is made inside one running event loop. Each figure is the median of many calls,
 and the contenders of a row are measured in alternating blocks (see ``interleaved``); ratios
@@ -281,10 +282,12 @@ async def main() -> None:
         print("\n## where a host bash call spends CPU\n")
         print("\n".join(await bash_cpu_table(small)))
         if args.containers:
-            from containers import container_table
+            from containers import burst_table, container_table
 
             print("\n## backends side by side\n")
             print("\n".join(await container_table(tree, small)))
+            print("\n## 16 sessions x 40 calls at once\n")
+            print("\n".join(await burst_table(small, ["host", "podman", "docker"])))
         if args.remote:
             from remote import remote_table
 

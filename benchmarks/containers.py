@@ -2,15 +2,22 @@
 
 Endpoints come from .engines.env (scripts/setup-engines.sh). Every figure is a p50 from the
 same run; ratios are against the host backend (or, for exec-per-call, against our agent).
+``burst_table``: 16 open sessions per backend running 40 ``bash true`` calls each, all at
+once — calls per second, and where the CPU of a call goes (``python benchmarks/containers.py``
+runs it alone).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import statistics
+import sys
+import tempfile
 import time
 from typing import Any
 
+import psutil
 from bench import row, time_async, time_sync
 
 from toolseam import Toolkit
@@ -85,5 +92,86 @@ async def container_table(tree: str, small: str) -> list[str]:
     out.append(row("exec_run per call (SDK)", *("" if execs[n] is None else f"{execs[n]:.3f}"
                                                  for n in names)))
     out.append(row("  exec_run / agent bash", *(
-        "" if execs[n] is None else f"{execs[n] / results[n]['bash true']:.0f}x" for n in names)))
+        "" if (e := execs[n]) is None else f"{e / results[n]['bash true']:.0f}x" for n in names)))
     return out
+
+
+BURST_SESSIONS, BURST_CALLS, BURST_ROUNDS = 16, 40, 5
+
+
+def _cpu_of(processes: list[psutil.Process]) -> tuple[float, float]:
+    """(own, reaped children's) CPU seconds of some processes; gone ones count nothing."""
+    own = children = 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        own += times.user + times.system
+        children += times.children_user + times.children_system
+    return own, children
+
+
+def _agent_of(tk: Toolkit) -> psutil.Process:
+    """A session's agent process: the host backend's, or a container's main process (a host
+    process too), found through the engine — never by name, other sessions may be running."""
+    backend: Any = tk.backend
+    if backend.name == "host":
+        launcher = psutil.Process(backend.agent.launcher_pid)
+        return [p for p in [launcher, *launcher.children(recursive=True)]
+                if "--toolseam-agent" in p.cmdline()][-1]
+    container = backend.sandbox.engine.client.containers.get(backend.sandbox.container)
+    return psutil.Process(int(container.attrs["State"]["Pid"]))
+
+
+async def burst_table(small: str, names: list[str]) -> list[str]:
+    """16 sessions x 40 ``bash true`` calls at once, per backend: calls/s (median of the
+    rounds, the backends' rounds alternating) and the CPU of one call — this process (the
+    host end of every session), the agents, the commands (the agents' reaped children).
+    Sessions are opened before the clock starts: this is the per-call path, not the open."""
+    kits = {name: [_toolkit(name, small) for _ in range(BURST_SESSIONS)] for name in names}
+    for name in names:
+        await asyncio.gather(*(tk.call("bash", {"command": "true"}) for tk in kits[name]))
+    agents = [_agent_of(tk) for kit in kits.values() for tk in kit]
+    me = psutil.Process()
+
+    async def session(tk: Toolkit) -> None:
+        for _ in range(BURST_CALLS):
+            await tk.call("bash", {"command": "true"})
+
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [0.0, 0.0, 0.0] for name in names}
+    try:
+        for _ in range(BURST_ROUNDS):
+            for name in names:
+                mine, (agent, kids) = me.cpu_times(), _cpu_of(agents)  # all backends' agents:
+                # only this backend's are busy in its round
+                started = time.perf_counter()
+                await asyncio.gather(*(session(tk) for tk in kits[name]))
+                wall = time.perf_counter() - started
+                after, (agent2, kids2) = me.cpu_times(), _cpu_of(agents)
+                rates[name].append(BURST_SESSIONS * BURST_CALLS / wall)
+                for i, used in enumerate(((after.user + after.system) - (mine.user + mine.system),
+                                          agent2 - agent, kids2 - kids)):
+                    cpu[name][i] += used
+    finally:
+        await asyncio.gather(*(tk.close() for kit in kits.values() for tk in kit))
+    calls = BURST_SESSIONS * BURST_CALLS * BURST_ROUNDS
+    out = [row(f"{BURST_SESSIONS} x {BURST_CALLS} bash true", *names),
+           "|" + "|".join(["-" * 28] + ["-" * 14] * len(names)) + "|",
+           row("calls/s (median of rounds)", *(f"{statistics.median(rates[n]):.0f}" for n in names)),
+           row("  rounds: min-max", *(f"{min(rates[n]):.0f}-{max(rates[n]):.0f}" for n in names))]
+    for i, label in enumerate(("cpu/call: host process us", "cpu/call: agent us", "cpu/call: command us")):
+        out.append(row(label, *(f"{cpu[n][i] / calls * 1e6:.0f}" for n in names)))
+    return out
+
+
+async def _main() -> None:
+    names = sys.argv[1:] or ["host", "podman", "docker"]
+    with tempfile.TemporaryDirectory(prefix="toolseam-burst-") as small:
+        os.chmod(small, 0o777)  # a rootless engine's user must reach it
+        print("\n".join(await burst_table(small, names)))
+
+
+if __name__ == "__main__":
+    asyncio.run(_main())
