@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ from pydantic import StrictStr
 from ..seam.errors import FileOpError
 from ..seam.models import ChangeOp, ChangeSet, DeleteOp, WriteOp
 from ._base import Builtin, CallContext, InputModel, ToolResult, error, object_schema, ok
-from .patch import PatchError, apply_hunks, parse_patch
+from .patch import Hunk, PatchError, apply_hunks, parse_patch
 
 
 class ApplyPatchInput(InputModel):
@@ -63,7 +64,7 @@ class ApplyPatch(Builtin[ApplyPatchInput]):
                 else:
                     if target.current is None:
                         raise PatchError(f"Update File: {op.path} does not exist")
-                    updated = apply_hunks(target.current, op.hunks, op.path)
+                    updated = await _apply(target.current, op.hunks, op.path)
                     counts["updated"] += 1
                     if op.move_to is None:
                         target.current = updated
@@ -119,3 +120,16 @@ def _change(f: _File) -> ChangeOp | None:
         return DeleteOp(path=f.display, expect=expect)
     data = f.current.encode()
     return None if data == f.original else WriteOp(path=f.display, data=data, expect=expect)
+
+
+_THREAD_ABOVE = 256 << 10  # characters: a bigger file is matched off the event loop
+
+
+async def _apply(content: str, hunks: list[Hunk], path: str) -> str:
+    """The hunks applied; a big file in a thread, so that a hostile hunk against it (linear
+    now, but seconds on a file of millions of lines) cannot hold up other sessions' calls on
+    this event loop."""
+    if len(content) <= _THREAD_ABOVE:
+        return apply_hunks(content, hunks, path)
+    return await asyncio.to_thread(apply_hunks, content, hunks, path)
+

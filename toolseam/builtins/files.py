@@ -24,6 +24,7 @@ from ._base import (
     ok,
 )
 from ._diagnose import loose, mismatch_notes
+from ._occurrences import first_occurrence, occurrences
 from ._spill import ref_for
 
 # extension -> (mime type, content part type)
@@ -402,7 +403,7 @@ class Edit(Builtin[EditInput]):
             return error(f"edit: {p} is not valid UTF-8 text")
         bom = BOM if text.startswith(BOM) else ""
         text = text.removeprefix(bom)
-        matches = list(_pattern(args.oldString).finditer(text))
+        matches = occurrences(text, args.oldString)
         if not matches:
             failed = error(f"edit: oldString not found in {p}")
             failed.model_hints.notes.extend(_not_found_notes(text, args.oldString, args.newString))
@@ -410,7 +411,7 @@ class Edit(Builtin[EditInput]):
         if len(matches) > 1 and not args.replaceAll:
             failed = error(f"edit: oldString is not unique in {p} ({len(matches)} occurrences); "
                            "use replaceAll")
-            numbers = [text.count("\n", 0, m.start()) + 1 for m in matches]
+            numbers = [text.count("\n", 0, start) + 1 for start, _ in matches[:21]]
             shown = ", ".join(map(str, numbers[:20])) + (" …" if len(numbers) > 20 else "")
             failed.model_hints.notes.append(
                 f"(it occurs at lines {shown}; add surrounding lines to oldString to pick one, "
@@ -419,9 +420,9 @@ class Edit(Builtin[EditInput]):
         chosen = matches if args.replaceAll else matches[:1]
         pieces: list[str] = []
         last = 0
-        for match in chosen:
-            pieces += [text[last:match.start()], _in_style(args.newString, match.group(), text)]
-            last = match.end()
+        for start, end in chosen:
+            pieces += [text[last:start], _in_style(args.newString, text[start:end], text)]
+            last = end
         try:
             data = (bom + "".join(pieces) + text[last:]).encode("utf-8")
         except UnicodeEncodeError:
@@ -456,9 +457,9 @@ class Edit(Builtin[EditInput]):
 
 def _not_found_notes(text: str, old: str, new: str) -> list[str]:
     """Why oldString is not in the file: already replaced, or its nearest miss."""
-    done = _pattern(new).search(text) if new else None
+    done = first_occurrence(text, new) if new else None
     if done is not None:
-        at = text.count("\n", 0, done.start()) + 1
+        at = text.count("\n", 0, done) + 1
         return [f"newString is already in the file (line {at}) and oldString is not: the "
                 "edit looks already applied. Read the file before editing again."]
     lines = [line.removesuffix("\r") for line in text.split("\n")]
@@ -472,13 +473,6 @@ def _not_found_notes(text: str, old: str, new: str) -> list[str]:
                         "spacing and typographic quotes/dashes are ignored — the difference is "
                         "whitespace or punctuation; copy the text exactly as read shows it."]
     return mismatch_notes(lines, wanted, 0, "oldString")
-
-
-def _pattern(old: str) -> re.Pattern[str]:
-    """``old`` with every line break matching LF or CRLF, so one oldString fits LF, CRLF and
-    mixed files alike."""
-    lines = old.replace("\r\n", "\n").split("\n")
-    return re.compile("\r?\n".join(re.escape(line) for line in lines))
 
 
 def _in_style(new: str, matched: str, text: str) -> str:
