@@ -11,6 +11,9 @@ import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+from .masking import Masker
 
 MAX_HEAD = 64 * 1024
 CHUNK = 256 * 1024
@@ -107,8 +110,23 @@ Counter = Callable[[int], None]
 
 
 async def relay_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     framing: str | int | None, count: Counter) -> None:
-    """Copy one body in its framing (None: until EOF)."""
+                     framing: str | int | None, count: Counter,
+                     masker: Masker | None = None) -> None:
+    """Copy one body in its framing (None: until EOF); with a ``masker``, its bytes masked
+    (a chunked body decoded, masked and re-chunked: ``masking.py``)."""
+    if masker is not None:
+        sink = _MaskedSink(writer, masker, count, chunked=framing == "chunked")
+        if framing == "chunked":
+            await _relay_chunked(reader, sink, sink.count_framing, decoded=True)
+        elif framing is None:
+            while data := await reader.read(CHUNK):
+                sink.write(data)
+                await sink.drain()
+        else:
+            await _relay_exactly(reader, sink, int(framing), sink.count_framing,
+                                 "before its Content-Length")
+        await sink.end()
+        return
     if framing == "chunked":
         await _relay_chunked(reader, writer, count)
     elif framing is None:
@@ -120,7 +138,45 @@ async def relay_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
         await _relay_exactly(reader, writer, int(framing), count, "before its Content-Length")
 
 
-async def _relay_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, size: int,
+class _MaskedSink:
+    """A writer's stand-in that masks what passes (``Masker``); for a chunked body it is given
+    the decoded data and writes chunks of its own."""
+
+    def __init__(self, writer: asyncio.StreamWriter, masker: Masker, count: Counter,
+                 chunked: bool) -> None:
+        self._writer, self._masker, self._count, self._chunked = writer, masker, count, chunked
+        self._trailers: list[bytes] = []
+
+    def count_framing(self, n: int) -> None:
+        return None  # what the client gets is counted as it is sent (``_send``)
+
+    def write(self, data: bytes) -> None:
+        self._send(self._masker.feed(data))
+
+    def trailer(self, line: bytes) -> None:
+        self._trailers.append(self._masker.mask(line))
+
+    def _send(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._chunked:
+            data = b"%x\r\n%s\r\n" % (len(data), data)
+        self._writer.write(data)
+        self._count(len(data))
+
+    async def drain(self) -> None:
+        await self._writer.drain()
+
+    async def end(self) -> None:
+        self._send(self._masker.flush())
+        if self._chunked:
+            tail = b"0\r\n" + b"".join(self._trailers or [b"\r\n"])
+            self._writer.write(tail)
+            self._count(len(tail))
+        await self._writer.drain()
+
+
+async def _relay_exactly(reader: asyncio.StreamReader, writer: Any, size: int,
                          count: Counter, where: str) -> None:
     # In pieces: a declared size is the sender's word, not a buffer to allocate.
     remaining = size
@@ -137,8 +193,10 @@ async def _relay_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWri
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
-async def _relay_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         count: Counter) -> None:
+async def _relay_chunked(reader: asyncio.StreamReader, writer: Any, count: Counter,
+                         decoded: bool = False) -> None:
+    """A chunked body, as it came — or, ``decoded``, only its data to ``writer.write`` and its
+    trailers to ``writer.trailer`` (a ``_MaskedSink`` frames it anew)."""
     while True:
         line = await reader.readuntil(b"\r\n")
         size_text = line[:-2].split(b";", 1)[0].strip(b" \t")
@@ -146,12 +204,16 @@ async def _relay_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         if not _CHUNK_SIZE.fullmatch(size_text):
             raise BadRequest(f"a bad chunk size {size_text[:20]!r}")
         size = int(size_text, 16)
-        writer.write(line)
+        if not decoded:
+            writer.write(line)
         count(len(line))
         if size == 0:
             while True:  # trailers, then the empty line
                 trailer = await reader.readuntil(b"\r\n")
-                writer.write(trailer)
+                if decoded:
+                    writer.trailer(trailer)
+                else:
+                    writer.write(trailer)
                 count(len(trailer))
                 if trailer == b"\r\n":
                     await writer.drain()
@@ -160,12 +222,14 @@ async def _relay_chunked(reader: asyncio.StreamReader, writer: asyncio.StreamWri
         end = await reader.readexactly(2)
         if end != b"\r\n":
             raise BadRequest("a chunk not followed by CRLF")
-        writer.write(end)
+        if not decoded:
+            writer.write(end)
         count(2)
 
 
-REASONS = {400: "Bad Request", 403: "Forbidden", 421: "Misdirected Request", 502: "Bad Gateway",
-           503: "Service Unavailable", 504: "Gateway Timeout"}
+REASONS = {400: "Bad Request", 403: "Forbidden", 405: "Method Not Allowed",
+           421: "Misdirected Request", 502: "Bad Gateway", 503: "Service Unavailable",
+           504: "Gateway Timeout"}
 
 
 def error_response(status: int, body: str) -> bytes:

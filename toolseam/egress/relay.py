@@ -7,7 +7,8 @@ import time
 
 from . import http1
 from .audit import EgressEvent
-from .upstream import Upstream, bad_gateway
+from .masking import REFUSED_METHODS, Masker
+from .upstream import ProxyRefusal, Upstream, bad_gateway
 
 _FLUSH_TIMEOUT_S = 5.0
 
@@ -72,6 +73,16 @@ async def forward(connection: Connection, event: EgressEvent,
         event.bytes_down += n
         connection.touch()
 
+    method = request_line.split(" ", 1)[0]
+    masker = None
+    if credentials:  # nothing the upstream answers may hand a credential back (masking.py)
+        if method.upper() in REFUSED_METHODS:
+            raise ProxyRefusal(405, f"{method} to a host with credentials",
+                               f"toolseam egress: {method} is refused to {event.host}: it would "
+                               "echo the request, credentials included\n")
+        masker = Masker([value for _, value in credentials])
+        head.remove("accept-encoding")
+        head.headers.append(("Accept-Encoding", "identity"))
     head.start = f"{request_line} HTTP/1.1"
     head.drop_hop_by_hop()
     head.remove(*(name for name, _ in credentials))
@@ -94,6 +105,8 @@ async def forward(connection: Connection, event: EgressEvent,
             if status >= 200:
                 break
             data = response.encode()  # 100 Continue and friends pass as they are
+            if masker is not None:
+                data = masker.mask(data)
             connection.answered = True
             writer.write(data)
             down(len(data))
@@ -102,11 +115,20 @@ async def forward(connection: Connection, event: EgressEvent,
                                               status=status)
         response.drop_hop_by_hop()
         response.headers.append(("Connection", "close"))
+        if masker is not None:
+            encoding = (response.get("content-encoding") or "identity").strip().lower()
+            if encoding != "identity":
+                raise bad_gateway(event.host, event.port, (
+                    f"the upstream answered a request with credentials in Content-Encoding "
+                    f"{encoding!r} despite Accept-Encoding: identity; its body cannot be "
+                    "checked for the credential"))
         data = response.encode()
+        if masker is not None:
+            data = masker.mask(data)
         connection.answered = True
         writer.write(data)
         down(len(data))
-        await http1.relay_body(upstream.reader, writer, response_framing, down)
+        await http1.relay_body(upstream.reader, writer, response_framing, down, masker)
         connection.finished = True
         await writer.drain()
     finally:
