@@ -254,6 +254,37 @@ async def bash_cpu_table(small: str, calls: int = 2000) -> list[str]:
     return out
 
 
+async def layers_table(small: str) -> list[str]:
+    """A host ``bash true`` through each layer, in one run: the agent's channel alone, the
+    seam's ``start`` (SpawnRequest, liveness, AgentExec, the JobStatus), the whole tool call —
+    each against a bare ``subprocess.run`` measured in the same alternating blocks."""
+    from toolseam.seam.models import SpawnRequest
+
+    async with Toolkit("host", base_dir=small) as tk:
+        await tk.call("bash", {"command": "true"})
+        backend: Any = tk.backend
+        channel, env, jobs = backend.agent.channel, dict(os.environ), iter(range(1 << 62))
+        spec = {"argv": ["/bin/sh", "-c", "true"], "cwd": small, "deadline_ms": 60_000,
+                "grace_ms": 2000, "stream": False, "output_limit": 1 << 20, "env_id": -1}
+        await channel.call("start", job="layers-env", spec={**spec, "env": env}, forget=True)
+
+        def request() -> SpawnRequest:
+            return SpawnRequest(job=f"layers-{next(jobs)}", argv=["/bin/sh", "-c", "true"],
+                                cwd=small, env=env, deadline_ms=60_000, forget_when_done=True)
+
+        f = await interleaved({
+            "bare": lambda: subprocess.run(["sh", "-c", "true"], check=True),
+            "channel": lambda: channel.call("start", job=f"layers-{next(jobs)}", spec=spec,
+                                            forget=True),
+            "seam": lambda: backend.start(request()),
+            "tool": lambda: tk.call("bash", {"command": "true"})}, 1000)
+    out = [row("bash `true` p50 ms", "bare", "channel", "seam start", "tool call", ""),
+           "|" + "|".join(["-" * 28] + ["-" * 14] * 5) + "|",
+           row("p50", *(f"{f[k]:.3f}" for k in ("bare", "channel", "seam", "tool")), ""),
+           row("vs bare", *(f"{f[k] / f['bare']:.2f}x" for k in ("bare", "channel", "seam", "tool")), "")]
+    return out
+
+
 def _agent_process(tk: Toolkit) -> psutil.Process:
     """The host agent of a toolkit, found among the host backend's launched processes (in its
     pid namespace the agent knows itself as pid 1, so its own answer cannot name it)."""
@@ -281,6 +312,8 @@ async def main() -> None:
         print("\n".join(await host_table(tree, small)))
         print("\n## where a host bash call spends CPU\n")
         print("\n".join(await bash_cpu_table(small)))
+        print("\n## a host bash call through each layer\n")
+        print("\n".join(await layers_table(small)))
         if args.containers:
             from containers import burst_table, container_table
 

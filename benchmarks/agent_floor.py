@@ -1,0 +1,134 @@
+"""The floor of a supervising process: the real agent against a minimal loop, in ONE run.
+
+    python benchmarks/agent_floor.py [CALLS]
+
+Three contenders, measured in alternating blocks: a bare ``subprocess.run(["sh", "-c",
+"true"])``; the agent (``toolseam_agent``, staged and started as the host backend starts it,
+without the namespaces) sent a ``start`` request by a raw JSON-lines client; and a minimal
+loop that does only what any supervising process must — read a request, parse it, spawn the
+command with the agent's own ``posix_spawn`` arguments, wait for both pipes' EOF, reap it,
+answer. Each agent's CPU per call is read from ``/proc``. The difference between the two agents
+is what the agent's job bookkeeping costs; the minimal loop against bare is what the hop
+itself costs (docs/decisions.md, 120).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from toolseam.backends.agentlink.launch import agent_command, stage_agent
+
+_ALL_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+
+
+def minimal_loop(fd: int) -> None:
+    """The least a supervisor does per command (the agent's spawn arguments, no bookkeeping)."""
+    poller = select.epoll()
+    poller.register(fd, select.EPOLLIN)
+    env: dict[str, str] = {}
+    while True:
+        poller.poll()
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return
+        request = json.loads(data)
+        env = request["spec"].get("env", env)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+        argv = request["spec"]["argv"]
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True,
+                             setsigdef=_ALL_SIGNALS, setsigmask=())
+        os.close(out_w)
+        os.close(err_w)
+        open_pipes = {out_r, err_r}
+        for pipe in open_pipes:
+            poller.register(pipe, select.EPOLLIN)
+        while open_pipes:
+            for ready, _ in poller.poll():
+                if ready in open_pipes and not os.read(ready, 1 << 16):
+                    poller.unregister(ready)
+                    os.close(ready)
+                    open_pipes.discard(ready)
+        _, status = os.waitpid(pid, 0)
+        answer = {"id": request["id"], "ok": True, "result": {
+            "pid": pid, "state": "exited", "exit_code": os.waitstatus_to_exitcode(status)}}
+        os.write(fd, (json.dumps(answer) + "\n").encode())
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main(calls: int) -> None:
+    staged = stage_agent()
+    commands = {"agent": [sys.executable, *agent_command(staged)],
+                "minimal": [sys.executable, __file__, "--minimal"]}
+    peers: dict[str, tuple[socket.socket, Any, subprocess.Popen[bytes]]] = {}
+    for name, command in commands.items():
+        ours, theirs = socket.socketpair()
+        process = subprocess.Popen(command, stdin=theirs.fileno(), stdout=theirs.fileno())
+        theirs.close()
+        peers[name] = (ours, ours.makefile("rb"), process)
+    env, ids = dict(os.environ), iter(range(1 << 62))
+
+    def agent_call(name: str) -> None:
+        sock, answers, _ = peers[name]
+        spec = {"argv": ["/bin/sh", "-c", "true"], "cwd": os.getcwd(), "deadline_ms": 60_000,
+                "grace_ms": 2000, "stream": False, "output_limit": 1 << 20, "env_id": 1}
+        rid = next(ids)
+        if rid < len(peers):
+            spec["env"] = env  # the first request of each peer carries the environment
+        sock.sendall((json.dumps({"id": rid, "op": "start", "job": f"j{rid}", "spec": spec,
+                                  "forget": True}) + "\n").encode())
+        if not json.loads(answers.readline()).get("ok"):
+            raise RuntimeError(f"{name}: the call failed")
+
+    contenders: dict[str, Callable[[], object]] = {
+        "bare": lambda: subprocess.run(["sh", "-c", "true"], check=True),
+        "agent": lambda: agent_call("agent"), "minimal": lambda: agent_call("minimal")}
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu = {name: 0.0 for name in peers}
+    for name in peers:
+        agent_call(name)  # the environment, once
+    block = 20
+    for _ in range(max(1, calls // block)):
+        for name, call in contenders.items():
+            before = _cpu_seconds(peers[name][2].pid) if name in peers else 0.0
+            for _ in range(block):
+                started = time.perf_counter()
+                call()
+                samples[name].append(time.perf_counter() - started)
+            if name in peers:
+                cpu[name] += _cpu_seconds(peers[name][2].pid) - before
+    bare = statistics.median(samples["bare"])
+    print("| per `sh -c true` | p50 µs | vs bare | supervisor CPU per call, µs |")
+    print("|---|---:|---:|---:|")
+    for name in contenders:
+        p50 = statistics.median(samples[name])
+        own = f"{cpu[name] / len(samples[name]) * 1e6:.0f}" if name in cpu else "—"
+        print(f"| {name} | {p50 * 1e6:.0f} | {p50 / bare:.2f}x | {own} |")
+    for sock, answers, process in peers.values():
+        answers.close()
+        sock.close()
+        process.wait(10)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--minimal"]:
+        minimal_loop(sys.stdin.fileno())
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000)
