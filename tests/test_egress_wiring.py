@@ -205,3 +205,22 @@ async def test_a_credential_variable_never_reaches_a_command(tmp_path: Path,
         assert "CURL_CA_BUNDLE" in tools.services.command_env
     assert "t0ken-5ecret" not in seen.output and "UPSTREAM_HDR" not in seen.output
     assert "SSL_CERT_FILE=" in seen.output
+
+
+async def test_the_audit_log_keeps_the_newest_and_calls_do_not_copy_it(tmp_path: Path,
+                                                                         web: int) -> None:
+    """A sandbox opening connections in a loop must not grow this process without bound:
+    egress_log() keeps egress_log_kept events; on_egress still sees every one."""
+    settings = {"limits": {"network": "egress"}, "egress_allow": [f"web.test:{web}"],
+                "egress_resolve": {"web.test": "127.0.0.1"}, "egress_private": True,
+                "egress_log_kept": 3}
+    streamed: list[str] = []
+    async with Toolkit("host", base_dir=tmp_path, settings=settings) as tools:
+        tools.on_egress = lambda event: streamed.append(event.host)
+        fetches = "; ".join([_fetch(f"http://web.test:{web}/")] * 4
+                            + [_fetch(f"http://n{i}.test:{web}/") + " 2>/dev/null" for i in range(2)])
+        result = await tools.call("bash", {"command": fetches + "; true"})
+        kept = [event.host for event in tools.egress_log()]
+    assert streamed == ["web.test"] * 4 + ["n0.test", "n1.test"]
+    assert kept == ["web.test", "n0.test", "n1.test"]
+    assert [e["host"] for e in result.metadata["egress"]] == kept

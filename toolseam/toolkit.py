@@ -272,8 +272,9 @@ class Toolkit:
         self.services.command_env.update(self._egress.environment)
 
     def egress_log(self) -> list[EgressEvent]:
-        """Every connection attempt through this session's egress proxy, oldest first (empty
-        unless ``limits.network`` is ``"egress"``)."""
+        """The connection attempts through this session's egress proxy, oldest first: the newest
+        ``egress_log_kept`` (``on_egress`` sees every one). Empty unless ``limits.network`` is
+        ``"egress"``."""
         return [] if self._egress is None else self._egress.events()
 
     async def _check_base_dir(self, base: str) -> None:

@@ -8,8 +8,10 @@ a result even when an upstream echoes it into an error message.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -59,17 +61,22 @@ class EgressEvent:
 
 
 class AuditLog:
-    """Collects events, calls the listener, logs one line per event."""
+    """Collects events, calls the listener, logs one line per event. Keeps the last ``kept``
+    (a sandbox opening connections in a loop must not grow this process without bound); the
+    listener and the log lines see every one."""
 
-    def __init__(self, redactor: Redactor, listener: Callable[[EgressEvent], None] | None) -> None:
+    def __init__(self, redactor: Redactor, listener: Callable[[EgressEvent], None] | None,
+                 kept: int = 10_000) -> None:
         self._redactor = redactor
         self._listener = listener
-        self._events: list[EgressEvent] = []
+        self._events: deque[EgressEvent] = deque(maxlen=kept)
+        self.count = 0  # events recorded since the start, kept or not
 
     def record(self, event: EgressEvent, began: float) -> None:
         event.duration_s = round(time.monotonic() - began, 6)
         event.reason = self._redactor.scrub(event.reason)
         self._events.append(event)
+        self.count += 1
         verdict = "allowed" if event.allowed else "refused"
         log.info("egress %s %s:%s %s (%s) status=%s up=%d down=%d%s", event.kind, event.host,
                  event.port, verdict, event.reason, event.status, event.bytes_up, event.bytes_down,
@@ -79,3 +86,8 @@ class AuditLog:
 
     def events(self) -> list[EgressEvent]:
         return list(self._events)
+
+    def since(self, count: int) -> list[EgressEvent]:
+        """The events recorded after the first ``count`` (those still kept), oldest first."""
+        newer = min(self.count - count, len(self._events))
+        return list(itertools.islice(self._events, len(self._events) - newer, None)) if newer > 0 else []

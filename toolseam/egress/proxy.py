@@ -33,7 +33,7 @@ class EgressProxy:
                  on_event: Callable[[EgressEvent], None] | None = None) -> None:
         self.policy = policy
         self._redactor = Redactor(policy.secret_values())
-        self._audit = AuditLog(self._redactor, on_event)
+        self._audit = AuditLog(self._redactor, on_event, policy.log_kept)
         hosts = policy.credential_hosts()
         self._ca = SessionCA(hosts) if hosts else None
         self._upstream_tls: ssl.SSLContext | None = (
@@ -49,8 +49,17 @@ class EgressProxy:
         return ca_bundle(self._ca.ca_pem(), roots)
 
     def events(self) -> list[EgressEvent]:
-        """Every attempt so far, oldest first."""
+        """The attempts kept (the last ``log_kept``), oldest first; ``on_event`` sees all."""
         return self._audit.events()
+
+    @property
+    def event_count(self) -> int:
+        """Attempts recorded so far, kept or not."""
+        return self._audit.count
+
+    def events_since(self, count: int) -> list[EgressEvent]:
+        """The attempts recorded after the first ``count`` that are still kept."""
+        return self._audit.since(count)
 
     @property
     def active_connections(self) -> int:

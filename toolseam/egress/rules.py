@@ -119,6 +119,8 @@ class EgressPolicy(BaseModel):
     """A connection with no bytes either way for this long is closed."""
     connect_timeout_s: float = Field(default=15.0, gt=0, le=600)
     """Resolving and connecting upstream must finish within this."""
+    log_kept: int = Field(default=10_000, ge=1, le=10_000_000)
+    """Audit events kept for ``events()``; older ones are dropped (the listener sees all)."""
 
     _rules: tuple[AllowRule, ...] = PrivateAttr(default=())
     _pins: dict[str, IPAddress] = PrivateAttr(default_factory=dict)

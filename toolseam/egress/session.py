@@ -87,11 +87,12 @@ class SessionEgress:
         return self.proxy.events()
 
     def mark(self) -> int:
-        """Where the log stands now: ``since(mark)`` is what happened after."""
-        return len(self.proxy.events())
+        """Where the log stands now: ``since(mark)`` is what happened after (O(1): a call's
+        cost does not grow with the session's history)."""
+        return self.proxy.event_count
 
     def since(self, mark: int) -> list[dict[str, Any]]:
-        return [event_record(e) for e in self.proxy.events()[mark:]]
+        return [event_record(e) for e in self.proxy.events_since(mark)]
 
     async def close(self) -> None:
         await self.proxy.close()

@@ -94,6 +94,9 @@ class Settings(BaseModel):
         "Egress: a connection with no bytes either way this long is closed."))
     egress_connect_timeout_s: float = Field(15.0, gt=0, le=600, description=(
         "Egress: resolving and connecting upstream must finish within this."))
+    egress_log_kept: int = Field(10_000, ge=1, le=10_000_000, description=(
+        "Egress: audit events egress_log() keeps (the newest); on_egress, serve and MCP "
+        "stream every one."))
 
     @field_validator("timeout_range_ms", mode="before")
     @classmethod
@@ -154,7 +157,7 @@ class Settings(BaseModel):
 _EGRESS_RULE_FIELDS = ("egress_allow", "egress_private", "egress_resolve", "egress_credentials",
                        "egress_ca_file")
 _EGRESS_LIMIT_FIELDS = ("egress_max_connections", "egress_idle_timeout_s",
-                        "egress_connect_timeout_s")
+                        "egress_connect_timeout_s", "egress_log_kept")
 
 
 class _Unread(dict[str, str]):
