@@ -1,7 +1,7 @@
 """toolseam: an agent's builtin tools through one seam, on the host or in a container."""
 
 from importlib import metadata as _metadata
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
@@ -11,7 +11,7 @@ from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
 from .pool import __getattr__  # noqa: F401 - SandboxPool on first use (a container extra)
 
-if TYPE_CHECKING:  # what type checkers see of the lazy name
+if _TYPE_CHECKING:  # what type checkers see of the lazy name
     from .backends.containers.pool import SandboxPool
 from .seam.errors import (
     BackendUnavailable,
