@@ -61,7 +61,8 @@ class PodmanDialect:
                    for name, dst, ro in spec.volumes}
         options: dict[str, Any] = {
             "name": spec.name, "labels": spec.labels, "environment": spec.environment,
-            "working_dir": "/workspace", "network_mode": h.limits.engine_network, "read_only": h.read_only_root,
+            "working_dir": "/workspace", "network_mode": h.limits.engine_network,
+            "read_only": h.read_only_root,
             "read_write_tmpfs": False, "mounts": mounts, "volumes": volumes, "init": h.init,
             "runtime": "runc", "pids_limit": h.limits.pids, "mem_limit": h.limits.memory,
             "ulimits": [{"Name": "nofile", "Soft": h.nofile, "Hard": h.nofile},
