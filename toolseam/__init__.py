@@ -5,6 +5,7 @@ from importlib import metadata as _metadata
 from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
+from .handle import AttachError, SessionHandle
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
@@ -32,9 +33,9 @@ except _metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [
-    "BACKENDS", "BUILTIN_NAMES", "BackendUnavailable", "BuiltinExec", "ConfigurationError",
+    "BACKENDS", "BUILTIN_NAMES", "AttachError", "BackendUnavailable", "BuiltinExec", "ConfigurationError",
     "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool", "OutputEvent",
-    "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError", "Settings", "ShellChangedError",
+    "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError", "SessionHandle", "Settings", "ShellChangedError",
     "ShellNotFound", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownShellError", "UnknownToolError",
     "__version__", "create_backend", "load_settings", "parse_settings",

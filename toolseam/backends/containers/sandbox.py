@@ -44,6 +44,9 @@ from .pull import PullCallback, PullPolicy
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
+# A session that outlives its client (containers/durable_bind.py): its agent ends it after its
+# orphan timeout, so the janitor leaves it while it runs, whoever its owner was.
+DURABLE_LABEL = "toolseam.orphan_timeout_s"
 WORKSPACE = "/workspace"
 AGENT_MOUNT = "/opt/toolseam"
 SOCKET_MOUNT = "/run/toolseam"
@@ -110,6 +113,7 @@ class ContainerSpec:
     # container paths of binds that receive mounts the host makes below them later (slave
     # propagation): a pool's slot, onto which the base dir is mounted at hand-out
     slave_binds: tuple[str, ...] = ()
+    auto_remove: bool = False  # the engine removes it when it stops (a durable session's)
 
 
 @dataclass
@@ -457,6 +461,13 @@ def _kept_sessions(engine: Engine, now: float) -> tuple[set[str], list[tuple[str
     return kept, expired
 
 
+def _running(engine: Engine, container: str) -> bool:
+    try:
+        return engine.state(container).running
+    except CouldNotRunError:
+        return False
+
+
 def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
     is kept; and kept work past its retention; and the host mounts of pools whose process is
@@ -473,6 +484,8 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
                 engine.remove_volume(labels[KEPT_VOLUME_LABEL])
             engine.remove_volume(marker)
     for container, labels in engine.labeled(OWNER_LABEL):
+        if DURABLE_LABEL in labels and _running(engine, container):
+            continue
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove(container)
