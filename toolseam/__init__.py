@@ -33,9 +33,10 @@ except _metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [
-    "BACKENDS", "BUILTIN_NAMES", "AttachError", "BackendUnavailable", "BuiltinExec", "ConfigurationError",
-    "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool", "OutputEvent",
-    "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError", "SessionHandle", "Settings", "ShellChangedError",
+    "BACKENDS", "BUILTIN_NAMES", "AttachError", "BackendUnavailable", "BuiltinExec",
+    "ConfigurationError", "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool",
+    "OutputEvent", "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError",
+    "SessionHandle", "Settings", "ShellChangedError",
     "ShellNotFound", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownShellError", "UnknownToolError",
     "__version__", "create_backend", "load_settings", "parse_settings",

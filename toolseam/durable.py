@@ -46,7 +46,8 @@ def _durable_parts(backend: BuiltinExec) -> tuple[str, Any]:
     except ModuleNotFoundError:  # no engine SDK: then it is no container backend either
         ContainerBackend = None  # type: ignore[misc,assignment]
     if ContainerBackend is not None and isinstance(backend, ContainerBackend):
-        if backend.workspace_mode != "bind":
+        from .backends.containers.bind import BindMode
+        if not isinstance(backend.sandbox.mode, BindMode):
             raise ConfigurationError(
                 f"orphan_timeout_s: the {backend.name} backend in {backend.workspace_mode} mode "
                 "cannot keep a session past its client yet (docs/sessions.md); set it to 0, or "

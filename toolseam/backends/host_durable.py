@@ -63,8 +63,9 @@ class DurableHostAgent:
     def launcher_pid(self) -> int | None:
         return None  # the launcher forked and exited: nothing of this process to wait for
 
-    async def start(self, namespace: bool) -> dict[str, Any]:
-        """Start the agent (or attach to the handle's); its ``hello`` answer."""
+    async def start(self, namespace: bool, own_network: bool = False) -> dict[str, Any]:
+        """Start the agent (or attach to the handle's); its ``hello`` answer. (Egress mode,
+        ``own_network``, is refused before: ``durable.prepare``.)"""
         if self._adopt is None:
             await self._launch(namespace)
         else:
