@@ -23,7 +23,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from toolseam import Toolkit  # noqa: E402
+from toolseam import Toolkit
 
 SETTINGS = {"orphan_timeout_s": 60}
 
