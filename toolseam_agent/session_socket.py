@@ -107,11 +107,26 @@ class DurableAgent(Agent):
             self._refuse(conn, rid, "wrong_secret", "wrong secret for this session")
         elif self._closing:
             self._refuse(conn, rid, "ended", "the session is ending")
-        elif self._conn is not None:
+        elif self._conn is not None and not self._current_ended():
             self._refuse(conn, rid, "in_use", "another client is attached to this session; "
                          "it must detach or end first")
         else:
             self._take(conn, rid, request.get("pending") or [], rest)
+
+    def _current_ended(self) -> bool:
+        """Whether the attached connection has ended though its end is not read yet (a client
+        killed a moment ago): then it is let go now, and the new attach is not refused."""
+        assert self._conn is not None
+        try:
+            ended = self._conn.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            ended = True
+        if ended:
+            self.loop.remove_reader(self._conn.fileno())
+            self._input_ended()
+        return ended
 
     def _drop_candidate(self, conn: socket.socket) -> None:
         self.loop.remove_reader(conn.fileno())
