@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ from .engines import backend, remove_shared, shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("host", "podman", "podman-rootless", "docker")
+REMOTE = ("podman-remote", "docker-remote")  # copy mode: another machine's engine
 EVERY_LINE = "".join(f"line-{i}\n" for i in range(1, 41)) + "done\n"
 
 
@@ -53,6 +55,17 @@ def _client(engine: str, workspace: Path, form: str, orphan_s: float
     return client, handle
 
 
+def _attach_options(engine: str) -> dict[str, object]:
+    """What a handle does not carry: a TLS engine's client files."""
+    if engine != "docker-remote":
+        return {}
+    from toolseam.backends.containers.attach import TlsFiles
+
+    from .engines import required_env
+    return {"backend_options": {"tls": TlsFiles.from_dir(
+        required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", engine))}}
+
+
 def _kill(client: subprocess.Popen[str]) -> None:
     client.send_signal(signal.SIGKILL)
     client.wait()
@@ -65,23 +78,28 @@ def _engine_has(handle: SessionHandle) -> bool:
     if handle.backend == "host":
         return os.path.exists(handle.socket)
     from toolseam.backends.containers.errors import EngineNotFound
-    engine = backend(handle.backend, handle.workspace).sandbox.engine  # type: ignore[attr-defined]
+    engine = _engine(handle)
     try:
-        engine.state(handle.sandbox)
-        return True
+        return engine.state(handle.sandbox).running
     except EngineNotFound:
         return False
     finally:
         engine.close()
 
 
+def _engine(handle: SessionHandle) -> Any:
+    """The handle's engine, as the tests reach it (copy mode: the remote engines)."""
+    name = f"{handle.backend}-remote" if handle.workspace_mode == "copy" else handle.backend
+    return backend(name, handle.workspace).sandbox.engine  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("form", ["long", "stream"])
-@pytest.mark.parametrize("engine", BACKENDS)
+@pytest.mark.parametrize("engine", BACKENDS + REMOTE)
 async def test_killed_client_leaves_a_session_another_process_continues(
         engine: str, form: str, workspace: Path) -> None:
     client, handle = _client(engine, workspace, form, 60)
     _kill(client)  # SIGKILL while the command runs in the foreground of a call
-    tk = await Toolkit.attach(handle.to_json())
+    tk = await Toolkit.attach(handle.to_json(), **_attach_options(engine))  # type: ignore[arg-type]
     try:
         assert tk.adopted_jobs == [1]  # the call in flight, now a job
         done = await tk.call("bash", {"wait": 1, "timeout": 20_000})
@@ -92,10 +110,12 @@ async def test_killed_client_leaves_a_session_another_process_continues(
     finally:
         await tk.close()
     assert not _engine_has(handle)  # a normal close ends it at once
+    # copy mode: made before the kill and after the attach, both home at the final close
+    assert (workspace / "before.txt").read_text() == "made before the kill\n"
     assert (workspace / "after.txt").read_text() == "x"
 
 
-@pytest.mark.parametrize("engine", BACKENDS)
+@pytest.mark.parametrize("engine", BACKENDS + REMOTE)
 async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
         engine: str, workspace: Path) -> None:
     client, handle = _client(engine, workspace, "long", 2)
@@ -104,16 +124,36 @@ async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
     deadline = time.monotonic() + 20
     while _engine_has(handle) and time.monotonic() < deadline:
         await asyncio.sleep(0.2)
-    assert not _engine_has(handle)  # no container (auto-removed), no host agent socket
+    assert not _engine_has(handle)  # no running container, no host agent socket
+    if handle.workspace_mode == "copy":  # kept stopped for a copy-back; the next janitor's
+        from toolseam.backends.containers.sandbox import SESSION_LABEL, janitor
+        engine_ = _engine(handle)
+        try:
+            janitor(engine_)
+            session = handle.socket.rsplit("-", 1)[-1]
+            assert [c for c, labels in engine_.labeled(SESSION_LABEL)
+                    if labels.get(SESSION_LABEL) == session] == []
+            assert [v for v, labels in engine_.labeled_volumes(SESSION_LABEL)
+                    if labels.get(SESSION_LABEL) == session] == []
+        finally:
+            engine_.close()
+    elif engine != "host":  # bind mode: the engine removed it (auto-remove)
+        from toolseam.backends.containers.errors import EngineNotFound
+        engine_ = _engine(handle)
+        try:
+            with pytest.raises(EngineNotFound):
+                engine_.state(handle.sandbox)
+        finally:
+            engine_.close()
     assert host_survivors("line-$i") == []  # the job's shell on the host (a container's: gone)
     if engine == "host":
         assert not os.path.exists(os.path.dirname(handle.socket))
     with pytest.raises(AttachError) as refused:
-        await Toolkit.attach(handle)
+        await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
     assert refused.value.reason in ("ended", "gone")
 
 
-@pytest.mark.parametrize("engine", BACKENDS)
+@pytest.mark.parametrize("engine", BACKENDS + REMOTE)
 async def test_attach_refusals_kill_nothing(engine: str, workspace: Path) -> None:
     tk = _toolkit(engine, workspace)
     await tk.open()
@@ -121,17 +161,17 @@ async def test_attach_refusals_kill_nothing(engine: str, workspace: Path) -> Non
         handle = tk.handle
         wrong = handle.model_copy(update={"secret": "x" * 43})
         with pytest.raises(AttachError) as refused:
-            await Toolkit.attach(wrong)
+            await Toolkit.attach(wrong, **_attach_options(engine))  # type: ignore[arg-type]
         assert refused.value.reason == "wrong_secret"
         with pytest.raises(AttachError) as busy:  # a second attach while one is live
-            await Toolkit.attach(handle)
+            await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
         assert busy.value.reason == "in_use"
         assert (await tk.call("bash", {"command": "echo alive"})).output == "alive\n"
     finally:
         await tk.close()
 
 
-@pytest.mark.parametrize("engine", BACKENDS)
+@pytest.mark.parametrize("engine", BACKENDS + REMOTE)
 async def test_detach_then_attach_keeps_jobs_files_settings_and_shell(
         engine: str, workspace: Path) -> None:
     tk = _toolkit(engine, workspace, default_timeout_ms=300)
@@ -142,7 +182,7 @@ async def test_detach_then_attach_keeps_jobs_files_settings_and_shell(
     handle = await tk.detach()
     with pytest.raises(Exception, match="closed"):
         await tk.call("bash", {"command": "true"})
-    again = await Toolkit.attach(handle)
+    again = await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
     try:
         assert again.services._pinned == pinned
         assert again.settings == tk.settings
@@ -154,7 +194,7 @@ async def test_detach_then_attach_keeps_jobs_files_settings_and_shell(
         await again.close()
 
 
-@pytest.mark.parametrize("engine", BACKENDS)
+@pytest.mark.parametrize("engine", BACKENDS + REMOTE)
 async def test_connection_dropped_mid_call_is_resumed(engine: str, workspace: Path) -> None:
     tk = _toolkit(engine, workspace)
     await tk.open()
@@ -226,9 +266,3 @@ async def test_a_handle_whose_session_ended(tmp_path: Path) -> None:
     with pytest.raises(AttachError) as ended:
         await Toolkit.attach(handle)
     assert ended.value.reason == "ended"
-
-
-async def test_copy_mode_says_it_cannot_yet(tmp_path: Path) -> None:
-    tk = _toolkit("podman-remote", tmp_path)
-    with pytest.raises(ConfigurationError, match="copy mode"):
-        await tk.open()

@@ -46,13 +46,7 @@ def _durable_parts(backend: BuiltinExec) -> tuple[str, Any]:
     except ModuleNotFoundError:  # no engine SDK: then it is no container backend either
         ContainerBackend = None  # type: ignore[misc,assignment]
     if ContainerBackend is not None and isinstance(backend, ContainerBackend):
-        from .backends.containers.bind import BindMode
-        if not isinstance(backend.sandbox.mode, BindMode):
-            raise ConfigurationError(
-                f"orphan_timeout_s: the {backend.name} backend in {backend.workspace_mode} mode "
-                "cannot keep a session past its client yet (docs/sessions.md); set it to 0, or "
-                "use bind mode on a local engine")
-        return "bind", backend
+        return backend.sandbox.mode.name, backend  # "bind" or "copy"
     raise ConfigurationError(f"orphan_timeout_s: the {backend.name} backend cannot keep a "
                              "session past its client (host, podman and docker in bind mode can)")
 
@@ -71,8 +65,8 @@ def prepare(backend: BuiltinExec, secret: str, orphan_timeout_s: float,
         from .backends.host_durable import DurableHostAgent
         found.agent = DurableHostAgent(found.agent._python, secret, orphan_timeout_s, adopt)
         return
-    from .backends.containers.durable_bind import DurableBindMode
-    mode = DurableBindMode(secret, orphan_timeout_s, adopt)
+    from .backends.containers.durable_modes import durable_mode
+    mode = durable_mode(found.sandbox.mode, found.options, secret, orphan_timeout_s, adopt)
     found.sandbox.mode = mode
     found.liveness = mode.liveness(found.sandbox)
 
@@ -95,7 +89,7 @@ def handle_of(tk: Toolkit, secret: str) -> SessionHandle:
     sandbox = found.sandbox
     return SessionHandle(backend=found.name, endpoint=sandbox.engine.endpoint,
                          socket=sandbox.mode.socket_path, sandbox=sandbox.container or "",
-                         workspace_mode="bind", workspace=sandbox.workspace, image=sandbox.image,
+                         workspace_mode=kind, workspace=sandbox.workspace, image=sandbox.image,
                          session_id=tk.session_id, secret=secret)
 
 
@@ -120,7 +114,7 @@ def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> Builti
         options = {**options, "rootless": True}
     engine: Any = backend_class(name)
     return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
-                  endpoint=handle.endpoint, workspace_mode="bind", **options)
+                  endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
 
 
 # --- the toolkit's own state, kept with the agent ---------------------------------------------
@@ -214,6 +208,10 @@ async def opened(tk: Toolkit) -> None:
 async def save_state(tk: Toolkit) -> None:
     """Give the agent the toolkit's state when it changed (one digest compare otherwise). A
     failure is the next call's to report: the result in hand is not lost over it."""
+    sandbox = getattr(tk.backend, "sandbox", None)
+    save_copy = getattr(getattr(sandbox, "mode", None), "save_copy", None)
+    if save_copy is not None:  # copy mode's baseline, when an upload moved it
+        await save_copy(sandbox)
     state = session_state(tk)
     digest = state_digest(state)
     if _DIGESTS.get(id(tk)) == digest:
@@ -238,7 +236,7 @@ async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[
     prepare(backend, handle.secret, 0, adopt=handle)
     try:
         await backend.open()
-        state = channel_of(backend).attached.get("state")
+        state = (channel_of(backend).attached.get("state") or {}).get("toolkit")
         if not isinstance(state, dict):
             raise AttachError("protocol", "the session kept no toolkit state")
         tk = cls(backend, **toolkit_options(state, handle), **options)

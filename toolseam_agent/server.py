@@ -357,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
         except OSError as exc:  # still better than no pid namespace at all: go on, and say so
             print(f"the agent cannot lock its /proc in a user namespace: {exc}", file=sys.stderr)
             _proc_locked = False
+    if "--relay" in args:  # an exec's stream into a durable agent's socket (relay.py)
+        from .relay import relay
+        raise SystemExit(relay(args[args.index("--relay") + 1]))
     if "--durable" in args:  # a session that outlives its client (session_socket.py)
         from .session_socket import serve
         serve(args[args.index("--durable") + 1], os.environ)

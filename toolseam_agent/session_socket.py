@@ -31,6 +31,7 @@ from typing import Any
 
 from . import wire
 from .loop import Timer
+from .relay import socket_address
 from .server import Agent
 from .wire import ErrorKind
 
@@ -55,7 +56,7 @@ class DurableAgent(Agent):
         self._kept_bytes = 0
         self._in_flight: set[Any] = set()
         self._max_rid = 0
-        self._state: Any = None
+        self._state: dict[str, Any] = {}  # the client's own, by part (toolkit, copy)
         self._orphan_timer: Timer | None = None
         idle_r, idle_w = os.pipe()  # Agent wants a channel fd; it is swapped at each attach
         os.close(idle_w)
@@ -202,7 +203,7 @@ class DurableAgent(Agent):
             if isinstance(rid, int):
                 self._max_rid = max(self._max_rid, rid)
             if request.get("op") == STATE_PUT:
-                self._state = request.get("state")
+                self._state[str(request.get("key", "toolkit"))] = request.get("state")
                 self._answer(rid, {})
                 return
             if rid is not None:
@@ -243,7 +244,7 @@ class DurableAgent(Agent):
         finally:
             path = self._server.getsockname()
             self._server.close()
-            if isinstance(path, str) and path:
+            if isinstance(path, str) and path and not path.startswith("\0"):
                 try:
                     os.unlink(path)
                     if os.path.basename(os.path.dirname(path)).startswith("toolseam-session-"):
@@ -259,12 +260,15 @@ def serve(path: str, environ: Mapping[str, str]) -> None:
         raise SystemExit(f"--durable needs {SECRET_VAR} (a hex SHA-256)")
     timeout = float(environ.get(ORPHAN_VAR, "0") or 0)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if os.path.exists(path):
-        os.unlink(path)
-    old = os.umask(0o177)  # 0600 from the start: no window in which others may connect
-    try:
-        server.bind(path)
-    finally:
-        os.umask(old)
+    if path.startswith("@"):  # abstract (copy mode): no file to remove or replace
+        server.bind(socket_address(path))
+    else:
+        if os.path.exists(path):
+            os.unlink(path)
+        old = os.umask(0o177)  # 0600 from the start: no window in which others may connect
+        try:
+            server.bind(path)
+        finally:
+            os.umask(old)
     server.listen(8)
     DurableAgent(server, secret, timeout).run()

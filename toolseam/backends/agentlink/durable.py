@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolseam_agent.session_socket import ATTACH, STATE_PUT
@@ -23,23 +24,42 @@ _ATTACH_TIMEOUT_S = 10.0
 _RECONNECT_S = 10.0  # how long a client that lost its connection tries to get it back
 
 
+Connector = Callable[["DurableChannel"], Awaitable[None]]
+
+
+async def _unix_connector(channel: DurableChannel) -> None:
+    try:
+        await channel._loop.create_unix_connection(lambda: channel, channel.path)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        raise AttachError("ended", f"no session is listening at {channel.path} "
+                                   f"({exc.strerror}): it ended") from None
+    except OSError as exc:
+        raise CouldNotRunError(f"cannot connect to the session at {channel.path}: {exc}",
+                               retryable=True) from None
+
+
 class DurableChannel(AgentChannel):
     """An ``AgentChannel`` to a durable agent listening at ``path``."""
 
-    def __init__(self, endpoint: str, path: str, secret: str) -> None:
+    def __init__(self, endpoint: str, path: str, secret: str,
+                 connector: Connector | None = None) -> None:
         super().__init__(endpoint)
         self.path = path
         self._secret = secret
+        self._connector = connector or _unix_connector
         self.attached: dict[str, Any] = {}  # the last attach answer: state, jobs, next_id
         self._ending = False  # shutdown or detach: a lost connection is not reattached
         self._reconnecting: asyncio.Task[None] | None = None
+        self._attaching: asyncio.Future[dict[str, Any]] | None = None  # an attach's answer
         self.reconnects = 0
 
     @classmethod
-    async def attach(cls, path: str, endpoint: str, secret: str) -> DurableChannel:
+    async def attach(cls, path: str, endpoint: str, secret: str,
+                     connector: Connector | None = None) -> DurableChannel:
         """A channel attached to the agent at ``path`` (``AttachError`` when refused; a socket
-        that is not there means the session ended)."""
-        channel = cls(endpoint, path, secret)
+        that is not there means the session ended). ``connector`` makes the connection when
+        it is not a unix socket on this machine (copy mode: an exec of the relay)."""
+        channel = cls(endpoint, path, secret, connector)
         await channel._attach([])
         return channel
 
@@ -47,27 +67,27 @@ class DurableChannel(AgentChannel):
         self.death = None
         self._partial.clear()
         self._lost = self._loop.create_future()
-        try:
-            await self._loop.create_unix_connection(lambda: self, self.path)
-        except (FileNotFoundError, ConnectionRefusedError) as exc:
-            raise AttachError("ended", f"no session is listening at {self.path} "
-                                       f"({exc.strerror}): it ended") from None
-        except OSError as exc:
-            raise CouldNotRunError(f"cannot connect to the session at {self.path}: {exc}",
-                                   retryable=True) from None
+        await self._connector(self)
         rid = f"attach-{time.monotonic_ns()}"
         future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[rid] = future  # type: ignore[index]
+        self._attaching = future
         try:
             assert self._transport is not None
             self._transport.write((json.dumps({"id": rid, "op": ATTACH, "secret": self._secret,
                                                "pending": pending}) + "\n").encode())
             answer = await asyncio.wait_for(future, _ATTACH_TIMEOUT_S)
-        except (CouldNotRunError, TimeoutError):
+        except TimeoutError:
+            if self._transport is not None:
+                self._transport.abort()
             raise AttachError("protocol", f"{self.path} did not answer an attach: not a "
                                           "session of this toolseam") from None
+        except CouldNotRunError as closed:
+            raise CouldNotRunError(f"the connection to the session at {self.path} closed "
+                                   f"during the attach: {closed.reason}", retryable=True) from None
         finally:
             self._pending.pop(rid, None)  # type: ignore[call-overload]
+            self._attaching = None
         if not answer.get("ok"):
             if self._transport is not None:
                 self._transport.abort()
@@ -77,9 +97,10 @@ class DurableChannel(AgentChannel):
         current = next(self._ids)
         self._ids = itertools.count(max(first, current))
 
-    async def put_state(self, state: dict[str, Any]) -> None:
-        """Store the client's state with the agent (handed back by the next attach)."""
-        await self.call(STATE_PUT, state=state)
+    async def put_state(self, state: Any, key: str = "toolkit") -> None:
+        """Store a part of the client's state with the agent (the next attach hands every
+        part back, in ``attached["state"]`` by key)."""
+        await self.call(STATE_PUT, key=key, state=state)
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
         if self._reconnecting is not None and not self._reconnecting.done():
@@ -87,7 +108,15 @@ class DurableChannel(AgentChannel):
         return await super().call(op, **fields)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._ending or self.death is not None:
+        attaching = self._attaching
+        if attaching is not None and not attaching.done():  # only this attempt failed
+            attaching.set_exception(CouldNotRunError(str(exc or "end of stream"),
+                                                     retryable=True))
+            self._transport = None
+            if not self._lost.done():
+                self._lost.set_result(None)
+            return
+        if self._ending or self.death is not None or not self.attached:
             super().connection_lost(exc)
             return
         # The client lives, the agent may too: keep the calls in flight, attach again.

@@ -23,7 +23,14 @@ from ...handle import AttachError, SessionHandle
 from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel
 from .bind import BindMode, identity
-from .sandbox import DURABLE_LABEL, ContainerSandbox, ContainerSpec
+from .sandbox import DURABLE_LABEL, OWNER_LABEL, ContainerSandbox, ContainerSpec
+
+
+def durable_labels(labels: dict[str, str], orphan_timeout_s: float) -> dict[str, str]:
+    """A durable container's labels: no owner (whoever attaches is its client; every janitor
+    leaves it alone while it runs) and its orphan timeout."""
+    return {**{k: v for k, v in labels.items() if k != OWNER_LABEL},
+            DURABLE_LABEL: repr(float(orphan_timeout_s))}
 
 
 class DurableBindMode(BindMode):
@@ -45,7 +52,7 @@ class DurableBindMode(BindMode):
         secret_hash = hashlib.sha256(self._secret.encode()).hexdigest()
         return dataclasses.replace(
             spec, auto_remove=True,
-            labels={**spec.labels, DURABLE_LABEL: repr(float(self._orphan_timeout_s))},
+            labels=durable_labels(spec.labels, self._orphan_timeout_s),
             environment={**spec.environment, SECRET_VAR: secret_hash,
                          ORPHAN_VAR: repr(float(self._orphan_timeout_s))})
 
