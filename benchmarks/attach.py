@@ -2,6 +2,7 @@
 
     python benchmarks/attach.py                 # host
     python benchmarks/attach.py --containers    # + podman, rootless podman, docker (bind mode)
+    python benchmarks/attach.py --remote        # + the remote engines (copy mode: an exec each)
 
 One durable session per engine is opened and detached; then, N times, ``Toolkit.attach(handle)``
 plus one ``bash true`` is timed and the session detached again. For scale, the same first call
@@ -35,6 +36,14 @@ def _backend(engine: str, workspace: str) -> Any:
     return backend(engine, workspace)
 
 
+def _attach_options(engine: str) -> dict[str, Any]:
+    if engine != "docker-remote":
+        return {}
+    from toolseam.backends.containers.attach import TlsFiles
+    return {"backend_options": {"tls": TlsFiles.from_dir(
+        os.environ["TOOLSEAM_REMOTE_DOCKER_CERT_PATH"])}}
+
+
 async def measure(engine: str, workspace: str, rounds: int) -> tuple[float, float, float]:
     attach: list[float] = []
     fresh: list[float] = []
@@ -44,11 +53,11 @@ async def measure(engine: str, workspace: str, rounds: int) -> tuple[float, floa
     handle = await tk.detach()
     for _ in range(rounds):
         started = time.perf_counter()
-        again = await Toolkit.attach(handle)
+        again = await Toolkit.attach(handle, **_attach_options(engine))
         await again.call("bash", {"command": "true"})
         attach.append(time.perf_counter() - started)
         handle = await again.detach()
-    last = await Toolkit.attach(handle)
+    last = await Toolkit.attach(handle, **_attach_options(engine))
     await last.close()
     for _ in range(max(3, rounds // 4)):
         started = time.perf_counter()
@@ -64,9 +73,11 @@ async def measure(engine: str, workspace: str, rounds: int) -> tuple[float, floa
 async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--containers", action="store_true")
+    parser.add_argument("--remote", action="store_true")
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
-    engines = ["host"] + (["podman", "podman-rootless", "docker"] if args.containers else [])
+    engines = ["host"] + (["podman", "podman-rootless", "docker"] if args.containers else []) \
+        + (["podman-remote", "docker-remote"] if args.remote else [])
     print("| engine | attach → first call answered, p50 ms | min ms | fresh open + first call, "
           "p50 ms |")
     print("|---|---|---|---|")
