@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolseam import AttachError, ConfigurationError, SessionHandle, Toolkit
 from toolseam.backends.agentlink.durable import DurableChannel
@@ -266,3 +268,26 @@ async def test_a_handle_whose_session_ended(tmp_path: Path) -> None:
     with pytest.raises(AttachError) as ended:
         await Toolkit.attach(handle)
     assert ended.value.reason == "ended"
+
+
+@given(st.builds(
+    SessionHandle, backend=st.sampled_from(["host", "podman", "podman-rootless", "docker"]),
+    endpoint=st.none() | st.text(max_size=40), socket=st.text(max_size=80),
+    sandbox=st.text(max_size=64), workspace_mode=st.sampled_from(["host", "bind", "copy"]),
+    workspace=st.text(max_size=80), image=st.none() | st.text(max_size=40),
+    session_id=st.text(max_size=20), secret=st.text(min_size=16, max_size=60)))
+def test_a_handle_survives_its_json(handle: SessionHandle) -> None:
+    assert SessionHandle.from_json(handle.to_json()) == handle
+    assert "secret=" not in repr(handle)
+
+
+async def test_commands_never_see_the_secret_nor_inherit_its_hash(tmp_path: Path) -> None:
+    tk = _toolkit("host", tmp_path)
+    await tk.open()
+    try:
+        own = (await tk.call("bash", {"command": "env"})).output
+        assert tk.handle.secret not in own and "TOOLSEAM_SESSION_SECRET" not in own
+        agent = (await tk.call("bash", {"command": "tr '\\0' '\\n' < /proc/1/environ"})).output
+        assert tk.handle.secret not in agent  # the agent holds only the hash
+    finally:
+        await tk.close()
