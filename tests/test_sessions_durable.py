@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolseam import AttachError, ConfigurationError, SessionHandle, Toolkit
+from toolseam import AttachError, ConfigurationError, SessionHandle, SyncToolkit, Toolkit
 from toolseam.backends.agentlink.durable import DurableChannel
 from toolseam.durable import channel_of
 
@@ -291,3 +291,18 @@ async def test_commands_never_see_the_secret_nor_inherit_its_hash(tmp_path: Path
         assert tk.handle.secret not in agent  # the agent holds only the hash
     finally:
         await tk.close()
+
+
+def test_sync_toolkit_detaches_and_attaches(tmp_path: Path) -> None:
+    tools = SyncToolkit("host", base_dir=str(tmp_path),
+                        settings={"orphan_timeout_s": 30, "timeout_policy": "detach",
+                                  "default_timeout_ms": 200})
+    tools.open()
+    assert tools.call("bash", {"command": "sleep 0.6; echo late"}).metadata["detached"]
+    handle = tools.detach()
+    again = SyncToolkit.attach(handle.to_json())
+    try:
+        assert again.call("bash", {"wait": 1, "timeout": 5000}).output == "late\n"
+    finally:
+        again.close()
+    assert not os.path.exists(handle.socket)
