@@ -193,9 +193,6 @@ def _all_builtin_names() -> tuple[str, ...]:
 
 
 # --- the toolkit's side ------------------------------------------------------------------------
-_DIGESTS: dict[int, str] = {}  # id(toolkit) -> digest of the state the agent has
-
-
 async def opened(tk: Toolkit) -> None:
     """At the end of ``Toolkit.open``: an attach puts its state back; then the agent gets it."""
     if tk._restore is not None:
@@ -214,13 +211,13 @@ async def save_state(tk: Toolkit) -> None:
         await save_copy(sandbox)
     state = session_state(tk)
     digest = state_digest(state)
-    if _DIGESTS.get(id(tk)) == digest:
+    if tk._state_digest == digest:
         return
     try:
         await channel_of(tk.backend).put_state(state)
     except (CouldNotRunError, ConfigurationError):
         return
-    _DIGESTS[id(tk)] = digest
+    tk._state_digest = digest
 
 
 async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[str, Any]

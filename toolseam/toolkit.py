@@ -192,6 +192,7 @@ class Toolkit:
         self.on_egress: Callable[[EgressEvent], None] | None = None
         self._secret: str | None = None  # a durable session's (durable.py, docs/sessions.md)
         self._restore: dict[str, Any] | None = None  # state an attach puts back at open
+        self._state_digest = ""  # of the state the agent has (durable.save_state)
         self.adopted_jobs: list[int] = []  # jobs an attach found running outside the table
 
     def _same_loop(self) -> None:
