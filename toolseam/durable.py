@@ -12,7 +12,6 @@ client killed with SIGKILL loses nothing another process cannot get back by atta
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import secrets
@@ -20,9 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backends.agentlink.durable import DurableChannel
 from .handle import AttachError, SessionHandle
-from .policy.jobs import TrackedJob
 from .policy.settings import parse_settings
-from .policy.shells import ShellChoice
 from .seam.errors import ConfigurationError, CouldNotRunError
 from .seam.protocol import BuiltinExec
 
@@ -119,26 +116,10 @@ def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> Builti
 
 # --- the toolkit's own state, kept with the agent ---------------------------------------------
 def session_state(tk: Toolkit) -> dict[str, Any]:
-    services = tk.services
-    jobs = services.jobs
-    pinned = services._pinned
-    return {
-        "v": STATE_VERSION, "session_id": tk.session_id, "base_dir": tk.base_dir,
-        "confine": tk.confine, "settings": tk.settings.model_dump(mode="json"),
-        "tools": sorted(tk._builtins), "command_env": services.command_env,
-        "jobs": [dataclasses.asdict(j) for j in jobs.all()], "next_job": jobs._next,
-        "next_backend_job": _peek(services), "files_read": sorted(services._files_read),
-        "pinned": None if pinned is None else {"argv": list(pinned.argv), "id": pinned.id,
-                                               "fallback": pinned.fallback},
-    }
-
-
-def _peek(services: Any) -> int:
-    """The next backend job number, without using it up."""
-    import itertools
-    value = next(services._job_ids)
-    services._job_ids = itertools.chain([value], services._job_ids)
-    return int(value)
+    return {"v": STATE_VERSION, "session_id": tk.session_id, "base_dir": tk.base_dir,
+            "confine": tk.confine, "settings": tk.settings.model_dump(mode="json"),
+            "tools": sorted(tk._builtins),  # the enabled builtins
+            "session": tk.services.saved()}
 
 
 def state_digest(state: dict[str, Any]) -> str:
@@ -147,33 +128,14 @@ def state_digest(state: dict[str, Any]) -> str:
 
 def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
     """Put the saved state back; jobs the agent runs that the table lacks (a call in flight
-    when the client died) are adopted as kept jobs. Returns their ids."""
-    import itertools
-    services = tk.services
-    services.command_env = dict(state.get("command_env") or {})
-    services._files_read = set(state.get("files_read") or ())
-    services._job_ids = itertools.count(int(state.get("next_backend_job", 1)))
-    pinned = state.get("pinned")
-    if pinned is not None:
-        services._pinned = services._shell = ShellChoice(tuple(pinned["argv"]), pinned["id"],
-                                                         bool(pinned["fallback"]))
-    table = services.jobs
-    table._next = int(state.get("next_job", 0))
-    for raw in state.get("jobs") or ():
-        job = TrackedJob(**raw)
-        table._jobs[job.id] = job
+    when the client died) are taken over as kept jobs. Returns their ids."""
+    tk.services.restore(state["session"])
+    table = tk.services.jobs
     known = {j.backend_job for j in table.all()}
-    adopted = []
-    for found in agent_jobs:
-        if found["job"] in known or found.get("state") != "running":
-            continue
-        table._next += 1
-        argv = found.get("argv") or [""]
-        job = TrackedJob(table._next, found["job"], str(argv[-1]), int(found.get("pid", 0)),
-                         float(found.get("started", 0.0)), keep=True)
-        table._jobs[job.id] = job
-        adopted.append(job.id)
-    return adopted
+    return [table.take_over(found["job"], str((found.get("argv") or [""])[-1]),
+                            int(found.get("pid", 0)), float(found.get("started", 0.0))).id
+            for found in agent_jobs
+            if found["job"] not in known and found.get("state") == "running"]
 
 
 def toolkit_options(state: dict[str, Any], handle: SessionHandle) -> dict[str, Any]:
