@@ -330,3 +330,23 @@ async def test_a_host_agent_without_a_pid_namespace_outlives_its_client_too(
     finally:
         await again.close()
     assert not os.path.exists(handle.socket)
+
+
+async def test_an_attach_that_fails_at_open_leaves_the_session_running(tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    tk = _toolkit("host", base)
+    await tk.open()
+    directory = Path(tk.handle.socket).parent
+    assert directory.stat().st_mode & 0o777 == 0o700  # the socket's directory: this user's
+    assert Path(tk.handle.socket).stat().st_mode & 0o777 == 0o600
+    handle = await tk.detach()
+    base.rename(tmp_path / "moved")
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        await Toolkit.attach(handle)
+    (tmp_path / "moved").rename(base)
+    again = await Toolkit.attach(handle)  # nothing was ended by the failed attach
+    try:
+        assert (await again.call("bash", {"command": "echo on"})).output == "on\n"
+    finally:
+        await again.close()

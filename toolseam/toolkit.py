@@ -295,7 +295,8 @@ class Toolkit:
             return
         problem = "does not exist" if found.kind == "missing" else "is not a directory"
         self._closed = True
-        await self.backend.close()
+        if self._restore is None:  # an attach lets the session go on instead (durable.py)
+            await self.backend.close()
         raise ConfigurationError(f"base_dir {base} {problem}")
 
     async def _executable_exists(self, path: str) -> bool:
