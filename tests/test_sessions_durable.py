@@ -350,3 +350,28 @@ async def test_an_attach_that_fails_at_open_leaves_the_session_running(tmp_path:
         assert (await again.call("bash", {"command": "echo on"})).output == "on\n"
     finally:
         await again.close()
+
+
+async def test_idle_connections_cannot_crowd_out_an_attach(tmp_path: Path) -> None:
+    """Connections that never attach (a command holding them open) are bounded: the oldest
+    goes, and a real attach still gets in."""
+    import socket as sockets
+    tk = _toolkit("host", tmp_path)
+    await tk.open()
+    idle = []
+    try:
+        handle = await tk.detach()
+        for _ in range(100):
+            conn = sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM)
+            conn.connect(handle.socket)
+            idle.append(conn)
+        again = await Toolkit.attach(handle)
+        try:
+            assert (await again.call("bash", {"command": "echo in"})).output == "in\n"
+            open_fds = (await again.call("bash", {"command": "ls /proc/1/fd | wc -l"})).output
+            assert int(open_fds) < 60
+        finally:
+            await again.close()
+    finally:
+        for conn in idle:
+            conn.close()

@@ -41,6 +41,7 @@ ATTACH, STATE_PUT = "attach", "state_put"
 _KEPT_ANSWERS = 256  # answers kept for a client that reconnects ...
 _KEPT_BYTES = 64 << 20  # ... and their total size
 _FIRST_LINE_MAX = 1 << 16  # an attach line is small: a bigger one is not a client
+_CANDIDATES_MAX = 16  # connections not yet attached, kept at once (each holds a descriptor)
 
 
 class DurableAgent(Agent):
@@ -69,13 +70,21 @@ class DurableAgent(Agent):
 
     # --- connections -----------------------------------------------------------------------
     def _accept(self) -> None:
-        try:
-            conn, _ = self._server.accept()
-        except (BlockingIOError, InterruptedError):
-            return
-        conn.setblocking(False)
-        self._candidates[conn.fileno()] = (conn, bytearray())
-        self.loop.add_reader(conn.fileno(), lambda: self._on_candidate(conn))
+        while True:  # every waiting connection: a full backlog refuses the next client
+            try:
+                conn, _ = self._server.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors, say: the oldest candidate makes room
+                if not self._candidates:
+                    return
+                self._drop_candidate(next(iter(self._candidates.values()))[0])
+                continue
+            conn.setblocking(False)
+            if len(self._candidates) >= _CANDIDATES_MAX:  # a command holding connections open
+                self._drop_candidate(next(iter(self._candidates.values()))[0])  # the oldest goes
+            self._candidates[conn.fileno()] = (conn, bytearray())
+            self.loop.add_reader(conn.fileno(), lambda conn=conn: self._on_candidate(conn))
 
     def _on_candidate(self, conn: socket.socket) -> None:
         """A new connection's first line must be an ``attach``; nothing else is read from it."""
@@ -270,5 +279,5 @@ def serve(path: str, environ: Mapping[str, str]) -> None:
             server.bind(path)
         finally:
             os.umask(old)
-    server.listen(8)
+    server.listen(64)
     DurableAgent(server, secret, timeout).run()

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,12 +29,27 @@ Connector = Callable[["DurableChannel"], Awaitable[None]]
 
 
 async def _unix_connector(channel: DurableChannel) -> None:
+    """Connect by hand: on a unix socket whose backlog is full a non-blocking connect fails
+    with EAGAIN, which asyncio would take for "in progress" and hand back unconnected."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    deadline = time.monotonic() + _ATTACH_TIMEOUT_S
     try:
-        await channel._loop.create_unix_connection(lambda: channel, channel.path)
+        while True:
+            try:
+                sock.connect(channel.path)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
+        await channel._loop.create_unix_connection(lambda: channel, sock=sock)
     except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
         raise AttachError("ended", f"no session is listening at {channel.path} "
                                    f"({exc.strerror}): it ended") from None
     except OSError as exc:
+        sock.close()
         raise CouldNotRunError(f"cannot connect to the session at {channel.path}: {exc}",
                                retryable=True) from None
 
