@@ -19,6 +19,7 @@ listens on the unix socket at PATH instead, and a connection is just one stream 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -84,7 +85,7 @@ class DurableAgent(Agent):
             if len(self._candidates) >= _CANDIDATES_MAX:  # a command holding connections open
                 self._drop_candidate(next(iter(self._candidates.values()))[0])  # the oldest goes
             self._candidates[conn.fileno()] = (conn, bytearray())
-            self.loop.add_reader(conn.fileno(), lambda conn=conn: self._on_candidate(conn))
+            self.loop.add_reader(conn.fileno(), functools.partial(self._on_candidate, conn))
 
     def _on_candidate(self, conn: socket.socket) -> None:
         """A new connection's first line must be an ``attach``; nothing else is read from it."""
