@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
+from .handle import AttachError, SessionHandle
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
@@ -36,9 +37,10 @@ except _metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [
-    "BACKENDS", "BUILTIN_NAMES", "BackendUnavailable", "BuiltinExec", "ConfigurationError",
-    "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool", "OutputEvent",
-    "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError", "Settings", "ShellChangedError",
+    "BACKENDS", "BUILTIN_NAMES", "AttachError", "BackendUnavailable", "BuiltinExec",
+    "ConfigurationError", "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool",
+    "OutputEvent", "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError",
+    "SessionHandle", "Settings", "ShellChangedError",
     "ShellNotFound", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownShellError", "UnknownToolError",
     "__version__", "create_backend", "load_settings", "parse_settings",

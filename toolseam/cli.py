@@ -14,13 +14,15 @@ import contextlib
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, NoReturn
 
 from . import __version__
 from ._extras import install_hint
 from .declarations import FORMATS
+from .handle import SessionHandle
 from .policy.limits import SandboxLimits
-from .policy.settings import Settings, load_settings
+from .policy.settings import Settings, load_settings, parse_settings
 from .seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
 from .toolkit import Toolkit
 
@@ -101,6 +103,10 @@ def _session_options(parser: argparse.ArgumentParser) -> None:
 
 def _settings(args: argparse.Namespace) -> Settings:
     settings = load_settings(args.config) if getattr(args, "config", None) else Settings()
+    orphan = getattr(args, "orphan_timeout", None)
+    if orphan is not None:
+        settings = parse_settings({**settings.model_dump(), "orphan_timeout_s": orphan},
+                                  "--orphan-timeout")
     given = {key: value for key, value in (
         ("memory", getattr(args, "memory", None)), ("cpus", getattr(args, "cpus", None)),
         ("pids", getattr(args, "pids", None)), ("network", getattr(args, "network", None)),
@@ -211,8 +217,38 @@ def _tools(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from .stdio import StdioServer
 
-    await StdioServer(_toolkit(args), stream=args.stream, approvals=args.approvals).run()
+    if args.attach:  # the session's own settings, base dir and backend come with it
+        given = [flag for flag, value in (("--backend", args.backend != "host"),
+                                          ("--base-dir", args.base_dir), ("--config", args.config),
+                                          ("--orphan-timeout", args.orphan_timeout)) if value]
+        if given:
+            raise ConfigurationError(f"--attach continues a session as it is: drop "
+                                     f"{', '.join(given)}")
+        toolkit = await Toolkit.attach(_read_handle(args.attach))
+    else:
+        toolkit = _toolkit(args)
+    if args.detach_on_eof and toolkit.settings.orphan_timeout_s <= 0:
+        raise ConfigurationError("--detach-on-eof needs orphan_timeout_s above 0 (how long the "
+                                 "sandbox waits for an attach): --orphan-timeout SECONDS, or "
+                                 "the setting in --config")
+    await StdioServer(toolkit, stream=args.stream, approvals=args.approvals,
+                      detach_on_eof=args.detach_on_eof).run()
     return EXIT_OK
+
+
+def _read_handle(path: str) -> SessionHandle:
+    """A handle file: the handle's JSON, or the ``{"op": "handle"}`` line serve printed."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"--attach: cannot read {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and data.get("op") in ("handle", "detached"):
+        return SessionHandle.model_validate(data.get("handle"))
+    return SessionHandle.from_json(text)
 
 
 def _mcp(args: argparse.Namespace) -> int:
@@ -269,6 +305,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--stdio", action="store_true", required=True)
     serve.add_argument("--stream", action="store_true", help="send live output lines")
     serve.add_argument("--approvals", action="store_true", help="ask before reads outside scope")
+    serve.add_argument("--orphan-timeout", type=float, metavar="SECONDS",
+                       help="the setting orphan_timeout_s: the session outlives this process "
+                       "that long (docs/sessions.md)")
+    serve.add_argument("--detach-on-eof", action="store_true", help="at EOF on stdin, detach "
+                       "instead of closing: the sandbox and its jobs go on, the last line "
+                       "holds the handle")
+    serve.add_argument("--attach", metavar="FILE", help="continue the session whose handle "
+                       "FILE holds (the handle's JSON, or the handle line serve printed)")
     _session_options(serve)
     mcp = commands.add_parser("mcp", help="serve the seven tools over MCP (stdio, or --http)")
     mcp.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from . import stdio_wire
 from .builtins import OutputEvent
 from .policy.readscope import ANSWERS, Answer, ReadQuestion
-from .seam.errors import HostError
+from .seam.errors import HostError, SessionClosedError
 from .toolkit import Toolkit
 
 if TYPE_CHECKING:
@@ -63,9 +63,12 @@ def _key(request_id: Any) -> tuple[bool, str | int]:
 
 
 class StdioServer:
-    def __init__(self, toolkit: Toolkit, stream: bool, approvals: bool) -> None:
+    def __init__(self, toolkit: Toolkit, stream: bool, approvals: bool,
+                 detach_on_eof: bool = False) -> None:
         self.toolkit = toolkit
         self.stream = stream
+        self.detach_on_eof = detach_on_eof  # EOF detaches (docs/sessions.md) instead of closing
+        self._detaching = False
         self._questions: dict[str, asyncio.Future[Answer]] = {}
         self._qids = itertools.count(1)
         self._calls: dict[asyncio.Task[None], Any] = {}  # running call -> its request id
@@ -103,7 +106,15 @@ class StdioServer:
                            "data": event.text})
         try:
             result = await self.toolkit.call(tool, args, call_id=str(request_id), on_output=on_output)
+            if self._detaching and result.metadata.get("failure") == "could_not_run":
+                raise SessionClosedError("detached")  # cut by the detach, not a sandbox fault
         except HostError as exc:
+            if self._detaching:
+                self.send({"id": request_id, "error": {
+                    "code": "DETACHED", "message": "the session was detached during this call; "
+                    "its command goes on in the sandbox as a job: attach and list them with "
+                    "bash {\"jobs\": true}"}})
+                return
             self.send({"id": request_id, "error": {"code": exc.code, "message": str(exc)}})
             return
         except Exception as exc:  # noqa: BLE001 - a fault of ours still answers the call
@@ -139,6 +150,15 @@ class StdioServer:
             self.send({"op": op, "error": {"code": "INTERNAL",
                                            "message": f"{type(exc).__name__}: {exc}"}})
         return True
+
+    async def _detach(self) -> None:
+        """EOF with ``--detach-on-eof``: the sandbox and its jobs go on; a call in flight goes
+        on as a job the next attach finds (``bash {"jobs": true}``)."""
+        self._detaching = True
+        handle = await self.toolkit.detach()
+        # each call in flight fails with the channel and answers DETACHED itself
+        await asyncio.gather(*self._calls, return_exceptions=True)
+        self.send({"op": "detached", "handle": handle.model_dump()})
 
     def _answer(self, message: dict[str, Any]) -> None:
         qid = message.get("qid")
@@ -217,12 +237,16 @@ class StdioServer:
         closed_by_request = False
         try:
             await self.toolkit.open()
+            if self.toolkit.settings.orphan_timeout_s > 0:  # a supervisor stores it at once
+                self.send({"op": "handle", "handle": self.toolkit.handle.model_dump()})
             async for line in stdio_wire.read_lines(reader, self.limits.line_bytes):
                 if isinstance(line, bytes) and not line.strip():
                     continue  # a blank line is not a request
                 if not await self._handle(line):
                     closed_by_request = True
                     break
+            if not closed_by_request and self.detach_on_eof:
+                await self._detach()
             if not closed_by_request:  # EOF: every call already read still gets its answer
                 await asyncio.gather(*self._calls, return_exceptions=True)
         finally:
@@ -235,5 +259,6 @@ class StdioServer:
                 if task.cancelled():  # whether it had started or not, it answered nothing
                     self.send({"id": request_id,
                                "error": {"code": "CANCELLED", "message": "session closed"}})
-            await self.toolkit.close()
-            self.send({"op": "closed"})
+            await self.toolkit.close()  # after a detach: nothing (the session goes on)
+            if not self._detaching:
+                self.send({"op": "closed"})

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from .builtins import OutputEvent, ToolResult
 from .declarations import Format
+from .handle import SessionHandle
 from .policy.readscope import Approver
 from .policy.settings import Settings
 from .policy.shells import ShellChoice
@@ -81,17 +82,44 @@ class SyncToolkit:
             "raise_could_not_run": raise_could_not_run, "env": env, "env_extra": env_extra,
             "on_output": on_output, "session_id": session_id, "approver": approver,
             "shell_id_persisted": shell_id_persisted, "backend_options": backend_options}
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="toolseam-sync",
-                                        daemon=True)
-        self._thread.start()
-        self._closed = False
+        self._start_loop()
         try:
             # built on the loop's thread: whatever it binds to a loop binds to ours
             self.toolkit: Toolkit = self._run(self._build(args, kwargs))
         except BaseException:
             self._stop()
             raise
+
+    def _start_loop(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="toolseam-sync",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    # --- sessions that outlive their client (docs/sessions.md) ---------------------------
+    @property
+    def handle(self) -> SessionHandle:
+        """``Toolkit.handle``."""
+        return self.toolkit.handle
+
+    def detach(self) -> SessionHandle:
+        """``Toolkit.detach``: the sandbox goes on; this object's thread ends."""
+        handle = self._run(self.toolkit.detach())
+        self._stop()
+        return handle
+
+    @classmethod
+    def attach(cls, handle: SessionHandle | str, **options: Any) -> SyncToolkit:
+        """``Toolkit.attach``, for synchronous code."""
+        sync = cls.__new__(cls)
+        sync._start_loop()
+        try:
+            sync.toolkit = sync._run(Toolkit.attach(handle, **options))
+        except BaseException:
+            sync._stop()
+            raise
+        return sync
 
     @staticmethod
     async def _build(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Toolkit:

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from . import stdio_wire
+from . import durable, stdio_wire
 from .backends import backend_for
 from .builtins import (
     BUILTIN_NAMES,
@@ -28,6 +28,7 @@ from .builtins import (
     remove_spills,
 )
 from .declarations import Format, declare
+from .handle import SessionHandle
 from .policy.environment import command_environment
 from .policy.readscope import Approver, ReadScope
 from .policy.session import Session
@@ -189,6 +190,10 @@ class Toolkit:
         self._egress: SessionEgress | None = None
         # Called with each egress event as its connection ends (serve and MCP stream them).
         self.on_egress: Callable[[EgressEvent], None] | None = None
+        self._secret: str | None = None  # a durable session's (durable.py, docs/sessions.md)
+        self._restore: dict[str, Any] | None = None  # state an attach puts back at open
+        self._state_digest = ""  # of the state the agent has (durable.save_state)
+        self.adopted_jobs: list[int] = []  # jobs an attach found running outside the table
 
     def _same_loop(self) -> None:
         """Refuse a second event loop with a sentence saying what to do: the agent channel,
@@ -214,6 +219,9 @@ class Toolkit:
         if self.info is not None:
             return self.info
         self._check_network()
+        if self.settings.orphan_timeout_s > 0 and self._secret is None:
+            self._secret = durable.new_secret()
+            durable.prepare(self.backend, self._secret, self.settings.orphan_timeout_s)
         info = await self.backend.open()
         base = self._base_dir_option or info.workspace
         if info.local:
@@ -239,6 +247,8 @@ class Toolkit:
             await self.services.start_shells(ShellResolver(
                 info.platform, self._executable_exists, self.services.command_env))
         self.info = info
+        if self._secret is not None:
+            await durable.opened(self)
         return info
 
     def _check_network(self) -> None:
@@ -286,7 +296,8 @@ class Toolkit:
             return
         problem = "does not exist" if found.kind == "missing" else "is not a directory"
         self._closed = True
-        await self.backend.close()
+        if self._restore is None:  # an attach lets the session go on instead (durable.py)
+            await self.backend.close()
         raise ConfigurationError(f"base_dir {base} {problem}")
 
     async def _executable_exists(self, path: str) -> bool:
@@ -339,6 +350,43 @@ class Toolkit:
         await self.open()
         await self._transfer().download(src, local)
 
+    # --- sessions that outlive their client (durable.py, docs/sessions.md) ----------------
+    @property
+    def handle(self) -> SessionHandle:
+        """What another process passes to ``Toolkit.attach`` to continue this session; there
+        once the session is open with ``orphan_timeout_s`` above 0 (``ConfigurationError``
+        otherwise). It holds the session's secret."""
+        if self._secret is None or self.info is None:
+            raise ConfigurationError("a session has a handle once it is open with the setting "
+                                     "orphan_timeout_s above 0")
+        return durable.handle_of(self, self._secret)
+
+    async def detach(self) -> SessionHandle:
+        """Leave the sandbox and its jobs running, end this client's part, and return the
+        handle; the sandbox waits ``orphan_timeout_s`` for an attach. Refused (naming the
+        setting) while ``orphan_timeout_s`` is 0."""
+        if self.settings.orphan_timeout_s <= 0:
+            raise ConfigurationError("detach needs the setting orphan_timeout_s above 0 (how "
+                                     "long the sandbox waits for an attach); it is 0")
+        if self._closed:
+            raise SessionClosedError("the toolkit was closed")
+        await self.open()
+        self._same_loop()
+        handle = self.handle
+        await durable.save_state(self)
+        self._closed = True
+        await durable.detach(self.backend)
+        return handle
+
+    @classmethod
+    async def attach(cls, handle: SessionHandle | str, **options: Any) -> Toolkit:
+        """The session ``handle`` names, continued in this process: the same sandbox, jobs,
+        files, settings and pinned shell. ``options`` are Toolkit arguments the handle does not
+        fix (``on_output``, ``approver``, ``host_tools``, ``raise_could_not_run``,
+        ``backend_options``). Raises ``AttachError`` (its ``reason`` says why) and stops
+        nothing when it cannot attach."""
+        return await durable.attach(cls, handle, options)
+
     async def __aenter__(self) -> Toolkit:
         await self.open()
         return self
@@ -351,7 +399,10 @@ class Toolkit:
         """Resolve the shell afresh (a persisted id may fall back now) and pin it for this turn:
         if the resolution changes before a spawn, that call fails with COMMAND_SHELL_CHANGED."""
         await self.open()
-        return await self.services.pin_shell()
+        pinned = await self.services.pin_shell()
+        if self._secret is not None:
+            await durable.save_state(self)
+        return pinned
 
     async def end_turn(self) -> list[int]:
         """End the turn: un-kept jobs die, the shell pin is released. Returns killed job ids."""
@@ -359,7 +410,10 @@ class Toolkit:
         if self.info is None:
             return []
         self._same_loop()
-        return [job.id for job in await self.services.jobs.end_turn()]
+        killed = [job.id for job in await self.services.jobs.end_turn()]
+        if self._secret is not None:
+            await durable.save_state(self)
+        return killed
 
     def user_message(self, text: str) -> None:
         """Feed a USER message (never model output): paths it names widen the read scope."""
@@ -403,13 +457,17 @@ class Toolkit:
                           call_id or f"call-{next(self._call_ids)}", self.services,
                           on_output or self.on_output)
         if self._egress is None:
-            return await tool(args, ctx)
-        mark = self._egress.mark()
-        result = await tool(args, ctx)
-        made = self._egress.since(mark)  # the connections that ended during the call
-        if not made:
-            return result
-        return result.model_copy(update={"metadata": {**result.metadata, "egress": made}})
+            result = await tool(args, ctx)
+        else:
+            mark = self._egress.mark()
+            result = await tool(args, ctx)
+            made = self._egress.since(mark)  # the connections that ended during the call
+            if made:
+                result = result.model_copy(update={"metadata": {**result.metadata,
+                                                                "egress": made}})
+        if self._secret is not None:
+            await durable.save_state(self)
+        return result
 
     async def call_stream(self, name: str, args: Any, *, call_id: str | None = None
                           ) -> AsyncIterator[OutputEvent | ToolResult]:

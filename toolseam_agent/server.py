@@ -111,7 +111,7 @@ class Agent:
                 if chunks:
                     break  # answer what arrived; the end is seen on the next wakeup
                 self.loop.remove_reader(self.infd)
-                self.shut_down()
+                self._input_ended()
                 return
             chunks.append(data)
             if len(data) < _READ_SIZE:
@@ -121,6 +121,10 @@ class Agent:
         for line in lines:
             if line.strip() and not self.tunnels.from_host_line(line):
                 self._handle(line)
+
+    def _input_ended(self) -> None:
+        """The channel closed: the host is gone (a durable agent, session_socket.py, waits)."""
+        self.shut_down()
 
     def _handle(self, line: bytes) -> None:
         try:
@@ -353,7 +357,13 @@ def main(argv: list[str] | None = None) -> None:
         except OSError as exc:  # still better than no pid namespace at all: go on, and say so
             print(f"the agent cannot lock its /proc in a user namespace: {exc}", file=sys.stderr)
             _proc_locked = False
-    if "--listen" in args:
+    if "--relay" in args:  # an exec's stream into a durable agent's socket (relay.py)
+        from .relay import relay
+        raise SystemExit(relay(args[args.index("--relay") + 1]))
+    if "--durable" in args:  # a session that outlives its client (session_socket.py)
+        from .session_socket import serve
+        serve(args[args.index("--durable") + 1], os.environ)
+    elif "--listen" in args:
         path = args[args.index("--listen") + 1]
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         if os.path.exists(path):

@@ -72,10 +72,11 @@ class ErrorKind:
     CLOSING = "closing"  # the agent is shutting down
     PROTOCOL = "protocol"  # a malformed request: the host's bug
     AGENT = "agent"  # the agent's own fault (an exception it did not expect)
+    ATTACH = "attach"  # a durable session refused an attach, or lost an answer: reason
 
 
 ERROR_KINDS = (ErrorKind.FS, ErrorKind.SPAWN, ErrorKind.UNKNOWN_JOB, ErrorKind.CLOSING,
-               ErrorKind.PROTOCOL, ErrorKind.AGENT)
+               ErrorKind.PROTOCOL, ErrorKind.AGENT, ErrorKind.ATTACH)
 
 
 # --- the messages ----------------------------------------------------------------------------

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ..seam.errors import CouldNotRunError
 from ..seam.models import JobStatus
@@ -83,6 +85,22 @@ class JobRegistry:
                 await self._kill(evicted)
             self._jobs[job.id] = job
             return job, evicted
+
+    # --- a session that outlives its client (durable.py) ---------------------------------
+    def saved(self) -> dict[str, Any]:
+        return {"jobs": [dataclasses.asdict(j) for j in self._jobs.values()], "next": self._next}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        self._next = int(saved["next"])
+        self._jobs = {int(raw["id"]): TrackedJob(**raw) for raw in saved["jobs"]}
+
+    def take_over(self, backend_job: str, command: str, pid: int, started: float) -> TrackedJob:
+        """A job the sandbox runs that this table never tracked (its call was in flight when the
+        client died): tracked now as a kept job, over ``max_jobs`` if need be."""
+        self._next += 1
+        job = TrackedJob(self._next, backend_job, command, pid, started, keep=True)
+        self._jobs[job.id] = job
+        return job
 
     def mark(self, job: TrackedJob, status: JobStatus) -> None:
         if status.state == "exited" and job.state == "running":

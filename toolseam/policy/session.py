@@ -4,7 +4,7 @@ detached jobs, the read scope, and the files the model has seen."""
 
 from __future__ import annotations
 
-import itertools
+from typing import Any
 
 from ..seam.errors import ConfigurationError, HostError, ShellChangedError
 from ..seam.protocol import BuiltinExec
@@ -30,7 +30,7 @@ class Session:
         self._shell: ShellChoice | None = None
         self._pinned: ShellChoice | None = None
         self._resolver: ShellResolver | None = None
-        self._job_ids = itertools.count(1)
+        self._next_job_id = 1
         self._files_read: set[str] = set()
 
     def note_read(self, absolute_path: str) -> None:
@@ -48,7 +48,30 @@ class Session:
         return self._shell
 
     def new_backend_job_id(self) -> str:
-        return f"{self.session_id}-{next(self._job_ids)}"
+        job_id = f"{self.session_id}-{self._next_job_id}"
+        self._next_job_id += 1
+        return job_id
+
+    # --- a session that outlives its client keeps this with its agent (durable.py) -------
+    def saved(self) -> dict[str, Any]:
+        """What another process needs to continue this session's policy state."""
+        pinned = self._pinned
+        return {"command_env": dict(self.command_env), "files_read": sorted(self._files_read),
+                "next_job_id": self._next_job_id, "jobs": self.jobs.saved(),
+                "pinned": None if pinned is None else {"argv": list(pinned.argv),
+                                                       "id": pinned.id,
+                                                       "fallback": pinned.fallback}}
+
+    def restore(self, saved: dict[str, Any]) -> None:
+        """Put back what ``saved`` gave (after ``start_shells``: a pinned shell stays pinned)."""
+        self.command_env = dict(saved["command_env"])
+        self._files_read = set(saved["files_read"])
+        self._next_job_id = int(saved["next_job_id"])
+        self.jobs.restore(saved["jobs"])
+        pinned = saved["pinned"]
+        if pinned is not None:
+            self._shell = self._pinned = ShellChoice(tuple(pinned["argv"]), pinned["id"],
+                                                     bool(pinned["fallback"]))
 
     def timeout_problem(self, timeout_ms: int) -> str | None:
         bounds = self.settings.timeout_range_ms

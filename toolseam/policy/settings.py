@@ -73,6 +73,10 @@ class Settings(BaseModel):
     input_limits: InputLimits = Field(
         default_factory=InputLimits, description="Longest tool arguments and serve --stdio lines "
         "(command, pattern, path, content; line size and nesting depth).")
+    orphan_timeout_s: float = Field(
+        0, ge=0, le=7 * 24 * 3600, description="How long a sandbox whose client died or detached "
+        "waits for an attach before it ends itself and everything in it (docs/sessions.md); "
+        "0: the session ends with its client, and detach is refused.")
     write_requires_read: bool = Field(
         False, description="Refuse write over an existing file not read in this session.")
     # Egress (docs/network.md): only with limits.network = "egress"; checked whole at open.

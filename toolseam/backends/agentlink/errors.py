@@ -36,6 +36,8 @@ def map_agent_error(error: Mapping[str, Any]) -> Exception:
         return CouldNotRunError(f"{SPAWN_FAILED} {message}", retryable=transient)
     if kind == ErrorKind.UNKNOWN_JOB:
         return UnknownJobError(message)
+    if kind == ErrorKind.ATTACH:  # a durable session lost this call's answer with a connection
+        return CouldNotRunError(message, retryable=False)
     return CouldNotRunError(f"sandbox agent fault: {message}", retryable=True)
 
 

@@ -20,7 +20,14 @@ from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
 from .bundle import bundle_command
 from .pool_mounts import HOST_SLOTS, SlotMounts, release_slot
-from .sandbox import AGENT_MOUNT, SOCKET_MOUNT, WORKSPACE, ContainerSandbox, in_engine_thread
+from .sandbox import (
+    AGENT_MOUNT,
+    SOCKET_MOUNT,
+    WORKSPACE,
+    ContainerSandbox,
+    ContainerSpec,
+    in_engine_thread,
+)
 
 _CONNECT_TIMEOUT_S = 15.0
 
@@ -94,13 +101,13 @@ class BindMode:
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
-        command = [*bundle_command(AGENT_MOUNT), "--listen", f"{SOCKET_MOUNT}/agent.sock"]
+        command = [*bundle_command(AGENT_MOUNT), *self.agent_args(f"{SOCKET_MOUNT}/agent.sock")]
         # a pool's sandbox binds its slot, onto which the base dir is mounted at hand-out
         spec = sandbox.spec(command, labels, binds=[
             (sandbox.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
             (self._socket_dir, SOCKET_MOUNT, False)],
             slave_binds=(WORKSPACE,) if sandbox.awaiting_workspace else ())
-        await sandbox.launch(spec)
+        await sandbox.launch(self.finish_spec(spec))
         hello = await self._connect(sandbox)
         # an agent that reports its set-id guard (toolseam_agent/server.py's hello) says so at
         # open; one that does not refuses each command instead (setid_guard "require")
@@ -148,7 +155,7 @@ class BindMode:
         while True:
             if os.path.exists(path):
                 try:
-                    sandbox.channel = await AgentChannel.connect(
+                    sandbox.channel = await self.open_channel(
                         path, f"{sandbox.engine_name} container {sandbox.container}")
                     break
                 except OSError:
@@ -163,6 +170,16 @@ class BindMode:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
         return await sandbox.channel.hello()
+
+    # --- what a durable session (containers/durable_bind.py) does its own way -------------
+    def agent_args(self, socket_path: str) -> list[str]:
+        return ["--listen", socket_path]
+
+    def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
+        return spec
+
+    async def open_channel(self, path: str, endpoint: str) -> AgentChannel:
+        return await AgentChannel.connect(path, endpoint)
 
     def exit_reason(self, exit_code: int | None) -> str | None:
         """Nothing but a crash or a kill ends a bind-mode agent: no sentence of its own."""

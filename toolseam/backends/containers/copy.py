@@ -99,7 +99,7 @@ class CopyMode:
         spec = sandbox.spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
                             volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
         # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
-        await sandbox.launch(spec, before_start=None if sandbox.awaiting_workspace else
+        await sandbox.launch(self.finish_spec(spec), before_start=None if sandbox.awaiting_workspace else
                              lambda: self._copy_in(sandbox, sandbox.workspace))
         try:
             await self._attach(sandbox)
@@ -110,6 +110,10 @@ class CopyMode:
             raise exc from None
         assert sandbox.channel is not None
         return await sandbox.channel.hello()
+
+    def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
+        """The spec as this mode launches it (a durable session's: containers/durable_copy.py)."""
+        return spec
 
     def _copy_in(self, sandbox: ContainerSandbox, workspace: str) -> None:
         """The base dir, packed, into the container's workspace volume (stopped or running)."""

@@ -69,6 +69,8 @@ class DockerDialect:
         if spec.stdin_open:
             # the channel is the container's stdout: the engine must not keep a log of it
             host["log_config"] = LogConfig(type=LogConfig.types.NONE)
+        if spec.auto_remove:
+            host["auto_remove"] = True
         if h.limits.cpus is not None:
             host["nano_cpus"] = int(h.limits.cpus * 1e9)
         if h.drop_all_capabilities:

@@ -71,6 +71,8 @@ class PodmanDialect:
         if spec.stdin_open:
             # the channel is the container's stdout: the engine must not keep a log of it
             options.update(stdin_open=True, log_config={"Type": "none"})
+        if spec.auto_remove:
+            options["auto_remove"] = True
         if h.limits.cpus is not None:  # podman-py refuses nano_cpus: the same as a quota per period
             options["cpu_period"] = 100_000
             options["cpu_quota"] = int(h.limits.cpus * 100_000)

@@ -44,6 +44,9 @@ from .pull import PullCallback, PullPolicy
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
+# A session that outlives its client (containers/durable_*.py): no owner label (any process
+# may attach; its agent ends it after its orphan timeout); the janitor removes it once stopped.
+DURABLE_LABEL = "toolseam.orphan_timeout_s"
 WORKSPACE = "/workspace"
 AGENT_MOUNT = "/opt/toolseam"
 SOCKET_MOUNT = "/run/toolseam"
@@ -110,6 +113,7 @@ class ContainerSpec:
     # container paths of binds that receive mounts the host makes below them later (slave
     # propagation): a pool's slot, onto which the base dir is mounted at hand-out
     slave_binds: tuple[str, ...] = ()
+    auto_remove: bool = False  # the engine removes it when it stops (a durable session's)
 
 
 @dataclass
@@ -457,6 +461,16 @@ def _kept_sessions(engine: Engine, now: float) -> tuple[set[str], list[tuple[str
     return kept, expired
 
 
+_ENDED = ("exited", "stopped", "dead")  # not "created": a session may be starting it
+
+
+def _state(engine: Engine, container: str) -> ContainerState | None:
+    try:
+        return engine.state(container)
+    except CouldNotRunError:
+        return None
+
+
 def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
     is kept; and kept work past its retention; and the host mounts of pools whose process is
@@ -472,12 +486,23 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
             if labels.get(KEPT_VOLUME_LABEL):
                 engine.remove_volume(labels[KEPT_VOLUME_LABEL])
             engine.remove_volume(marker)
+    durable = set()  # sessions that outlive their client, still running: their agents end them
+    for container, labels in engine.labeled(DURABLE_LABEL):  # no owner: any client may attach
+        state = _state(engine, container)
+        if state is not None and state.running:
+            durable.add(labels.get(SESSION_LABEL))
+        elif state is not None and state.status in _ENDED:  # ended itself (its orphan timeout)
+            with contextlib.suppress(CouldNotRunError):
+                engine.remove(container)
+                removed.append(container)
     for container, labels in engine.labeled(OWNER_LABEL):
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove(container)
                 removed.append(container)
     for volume, labels in engine.labeled_volumes(OWNER_LABEL):
+        if labels.get(SESSION_LABEL) in durable:  # podman's forced removal takes its container
+            continue
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove_volume(volume)

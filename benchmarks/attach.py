@@ -1,0 +1,92 @@
+"""Attach latency: a session's handle to its first call answered, per engine (docs/sessions.md).
+
+    python benchmarks/attach.py                 # host
+    python benchmarks/attach.py --containers    # + podman, rootless podman, docker (bind mode)
+    python benchmarks/attach.py --remote        # + the remote engines (copy mode: an exec each)
+
+One durable session per engine is opened and detached; then, N times, ``Toolkit.attach(handle)``
+plus one ``bash true`` is timed and the session detached again. For scale, the same first call
+on a fresh session (open + first call) is timed too. Figures are p50 of the samples, one run,
+one event loop; the Python start-up of a new process is not in them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from toolseam import Toolkit
+
+SETTINGS = {"orphan_timeout_s": 60}
+
+
+def _backend(engine: str, workspace: str) -> Any:
+    if engine == "host":
+        return "host"
+    from tests.engines import backend
+    return backend(engine, workspace)
+
+
+def _attach_options(engine: str) -> dict[str, Any]:
+    if engine != "docker-remote":
+        return {}
+    from toolseam.backends.containers.attach import TlsFiles
+    return {"backend_options": {"tls": TlsFiles.from_dir(
+        os.environ["TOOLSEAM_REMOTE_DOCKER_CERT_PATH"])}}
+
+
+async def measure(engine: str, workspace: str, rounds: int) -> tuple[float, float, float]:
+    attach: list[float] = []
+    fresh: list[float] = []
+    tk = Toolkit(_backend(engine, workspace), base_dir=workspace if engine == "host" else None,
+                 settings=SETTINGS)
+    await tk.open()
+    handle = await tk.detach()
+    for _ in range(rounds):
+        started = time.perf_counter()
+        again = await Toolkit.attach(handle, **_attach_options(engine))
+        await again.call("bash", {"command": "true"})
+        attach.append(time.perf_counter() - started)
+        handle = await again.detach()
+    last = await Toolkit.attach(handle, **_attach_options(engine))
+    await last.close()
+    for _ in range(max(3, rounds // 4)):
+        started = time.perf_counter()
+        cold = Toolkit(_backend(engine, workspace),
+                       base_dir=workspace if engine == "host" else None)
+        await cold.call("bash", {"command": "true"})
+        fresh.append(time.perf_counter() - started)
+        await cold.close()
+    return (statistics.median(attach) * 1000, min(attach) * 1000,
+            statistics.median(fresh) * 1000)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--containers", action="store_true")
+    parser.add_argument("--remote", action="store_true")
+    parser.add_argument("--rounds", type=int, default=20)
+    args = parser.parse_args()
+    engines = ["host"] + (["podman", "podman-rootless", "docker"] if args.containers else []) \
+        + (["podman-remote", "docker-remote"] if args.remote else [])
+    print("| engine | attach → first call answered, p50 ms | min ms | fresh open + first call, "
+          "p50 ms |")
+    print("|---|---|---|---|")
+    for engine in engines:
+        workspace = tempfile.mkdtemp(prefix="toolseam-bench-attach-", dir="/tmp")
+        os.chmod(workspace, 0o777)
+        p50, low, fresh = await measure(engine, workspace, args.rounds)
+        print(f"| {engine} | {p50:.1f} | {low:.1f} | {fresh:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

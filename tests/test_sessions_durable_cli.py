@@ -1,0 +1,71 @@
+"""``toolseam serve --stdio --detach-on-eof`` and ``--attach FILE``, as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLSEAM = [sys.executable, "-m", "toolseam.cli", "serve", "--stdio"]
+COMMAND = "for i in $(seq 1 15); do echo line-$i; sleep 0.1; done"
+
+
+def _lines(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def test_detach_on_eof_then_attach_from_a_new_process(tmp_path: Path) -> None:
+    config = tmp_path / "settings.json"
+    config.write_text(json.dumps({"timeout_policy": "detach", "default_timeout_ms": 60_000}))
+    work = tmp_path / "work"
+    work.mkdir()
+    server = subprocess.Popen([*TOOLSEAM, "--detach-on-eof", "--orphan-timeout", "30",
+                               "--config", str(config), "--base-dir", str(work)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+    assert server.stdin is not None and server.stdout is not None
+    handle_line = json.loads(server.stdout.readline())
+    assert handle_line["op"] == "handle"
+    server.stdin.write(json.dumps({"id": 1, "tool": "write",
+                                   "args": {"path": "a.txt", "content": "before"}}) + "\n")
+    server.stdin.write(json.dumps({"id": 2, "tool": "bash", "args": {"command": COMMAND}}) + "\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["id"] == 1
+    server.stdin.close()  # EOF with the bash call in flight
+    rest = _lines(server.stdout.read())
+    server.stdout.close()
+    assert server.wait(timeout=30) == 0
+    assert rest[0]["id"] == 2 and rest[0]["error"]["code"] == "DETACHED"
+    assert rest[-1]["op"] == "detached"  # no "closed": the session goes on
+    handle_file = tmp_path / "handle.json"
+    handle_file.write_text(json.dumps(handle_line))
+    requests = [{"id": 1, "tool": "bash", "args": {"jobs": True}},
+                {"id": 2, "tool": "bash", "args": {"wait": 1, "timeout": 20_000}},
+                {"id": 3, "tool": "read", "args": {"path": "a.txt"}}]  # then EOF: close
+    attached = subprocess.run([*TOOLSEAM, "--attach", str(handle_file)], cwd=REPO,
+                              input="".join(json.dumps(r) + "\n" for r in requests),
+                              capture_output=True, text=True, timeout=60)
+    assert attached.returncode == 0, attached.stderr
+    answers = {a.get("id"): a for a in _lines(attached.stdout)}
+    assert "result" in answers[1], answers
+    assert "line-" in answers[1]["result"]["output"]  # the call in flight, now job 1
+    assert answers[2]["result"]["output"] == "".join(f"line-{i}\n" for i in range(1, 16))
+    assert "before" in answers[3]["result"]["output"]
+    assert not os.path.exists(handle_line["handle"]["socket"])  # closed: nothing left
+
+
+def test_attach_refusals_from_the_command_line(tmp_path: Path) -> None:
+    missing = subprocess.run([*TOOLSEAM, "--attach", str(tmp_path / "nope")], cwd=REPO,
+                             input="", capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "cannot read" in missing.stderr
+    detach = subprocess.run([*TOOLSEAM, "--detach-on-eof"], cwd=REPO, input="",
+                            capture_output=True, text=True, timeout=60)
+    assert detach.returncode == 2 and "orphan_timeout_s" in detach.stderr
+    both = tmp_path / "h.json"
+    both.write_text("{}")
+    mixed = subprocess.run([*TOOLSEAM, "--attach", str(both), "--base-dir", "/tmp"], cwd=REPO,
+                           input="", capture_output=True, text=True, timeout=60)
+    assert mixed.returncode == 2 and "--base-dir" in mixed.stderr

@@ -1,0 +1,176 @@
+"""The host end of a durable agent (``toolseam_agent/session_socket.py``): a channel whose
+connection is an ``attach`` with the session's secret, and which, when its connection drops
+while the client lives, attaches again with the ids of the calls still in flight — each gets its
+answer (kept by the agent, or still to come) or a plain "lost" error, never silence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from toolseam_agent.session_socket import ATTACH, STATE_PUT
+
+from ...handle import AttachError, attach_refused
+from ...seam.errors import CouldNotRunError
+from .channel import AgentChannel
+
+_ATTACH_TIMEOUT_S = 10.0
+_RECONNECT_S = 10.0  # how long a client that lost its connection tries to get it back
+
+
+Connector = Callable[["DurableChannel"], Awaitable[None]]
+
+
+async def _unix_connector(channel: DurableChannel) -> None:
+    """Connect by hand: on a unix socket whose backlog is full a non-blocking connect fails
+    with EAGAIN, which asyncio would take for "in progress" and hand back unconnected."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    deadline = time.monotonic() + _ATTACH_TIMEOUT_S
+    try:
+        while True:
+            try:
+                sock.connect(channel.path)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.01)
+        await channel._loop.create_unix_connection(lambda: channel, sock=sock)
+    except (FileNotFoundError, ConnectionRefusedError) as exc:
+        sock.close()
+        raise AttachError("ended", f"no session is listening at {channel.path} "
+                                   f"({exc.strerror}): it ended") from None
+    except OSError as exc:
+        sock.close()
+        raise CouldNotRunError(f"cannot connect to the session at {channel.path}: {exc}",
+                               retryable=True) from None
+
+
+class DurableChannel(AgentChannel):
+    """An ``AgentChannel`` to a durable agent listening at ``path``."""
+
+    def __init__(self, endpoint: str, path: str, secret: str,
+                 connector: Connector | None = None) -> None:
+        super().__init__(endpoint)
+        self.path = path
+        self._secret = secret
+        self._connector = connector or _unix_connector
+        self.attached: dict[str, Any] = {}  # the last attach answer: state, jobs, next_id
+        self._ending = False  # shutdown or detach: a lost connection is not reattached
+        self._reconnecting: asyncio.Task[None] | None = None
+        self._attaching: asyncio.Future[dict[str, Any]] | None = None  # an attach's answer
+        self.reconnects = 0
+
+    @classmethod
+    async def attach(cls, path: str, endpoint: str, secret: str,
+                     connector: Connector | None = None) -> DurableChannel:
+        """A channel attached to the agent at ``path`` (``AttachError`` when refused; a socket
+        that is not there means the session ended). ``connector`` makes the connection when
+        it is not a unix socket on this machine (copy mode: an exec of the relay)."""
+        channel = cls(endpoint, path, secret, connector)
+        await channel._attach([])
+        return channel
+
+    async def _attach(self, pending: list[int]) -> None:
+        self.death = None
+        self._partial.clear()
+        self._lost = self._loop.create_future()
+        await self._connector(self)
+        rid = f"attach-{time.monotonic_ns()}"
+        future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._pending[rid] = future  # type: ignore[index]
+        self._attaching = future
+        try:
+            assert self._transport is not None
+            self._transport.write((json.dumps({"id": rid, "op": ATTACH, "secret": self._secret,
+                                               "pending": pending}) + "\n").encode())
+            answer = await asyncio.wait_for(future, _ATTACH_TIMEOUT_S)
+        except TimeoutError:
+            if self._transport is not None:
+                self._transport.abort()
+            raise AttachError("protocol", f"{self.path} did not answer an attach: not a "
+                                          "session of this toolseam") from None
+        except CouldNotRunError as closed:
+            raise CouldNotRunError(f"the connection to the session at {self.path} closed "
+                                   f"during the attach: {closed.reason}", retryable=True) from None
+        finally:
+            self._pending.pop(rid, None)  # type: ignore[call-overload]
+            self._attaching = None
+        if not answer.get("ok"):
+            if self._transport is not None:
+                self._transport.abort()
+            raise attach_refused(answer.get("error") or {})
+        self.attached = dict(answer["result"])
+        first = int(self.attached.get("next_id", 1))
+        current = next(self._ids)
+        self._ids = itertools.count(max(first, current))
+
+    async def put_state(self, state: Any, key: str = "toolkit") -> None:
+        """Store a part of the client's state with the agent (the next attach hands every
+        part back, in ``attached["state"]`` by key)."""
+        await self.call(STATE_PUT, key=key, state=state)
+
+    async def call(self, op: str, **fields: Any) -> dict[str, Any]:
+        if self._reconnecting is not None and not self._reconnecting.done():
+            await asyncio.shield(self._reconnecting)
+        return await super().call(op, **fields)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        attaching = self._attaching
+        if attaching is not None and not attaching.done():  # only this attempt failed
+            attaching.set_exception(CouldNotRunError(str(exc or "end of stream"),
+                                                     retryable=True))
+            self._transport = None
+            if not self._lost.done():
+                self._lost.set_result(None)
+            return
+        if self._ending or self.death is not None or not self.attached:
+            super().connection_lost(exc)
+            return
+        # The client lives, the agent may too: keep the calls in flight, attach again.
+        self._transport = None
+        self.resume_writing()
+        if not self._lost.done():
+            self._lost.set_result(None)
+        self._reconnecting = self._loop.create_task(self._reconnect(exc))
+
+    async def _reconnect(self, cause: Exception | None) -> None:
+        deadline = time.monotonic() + _RECONNECT_S
+        why = f"lost the connection to the session at {self.path}: {cause or 'closed'}"
+        while True:
+            try:
+                await self._attach([rid for rid in self._pending if isinstance(rid, int)])
+                self.reconnects += 1
+                return
+            except AttachError as refused:
+                if refused.reason != "in_use" or time.monotonic() > deadline:
+                    why = f"{why}; attaching again failed: {refused}"
+                    break
+            except CouldNotRunError as failed:
+                if time.monotonic() > deadline:
+                    why = f"{why}; attaching again failed: {failed.reason}"
+                    break
+            await asyncio.sleep(0.05)  # the agent has not seen the old connection end yet
+        self._die(why)
+        if not self._lost.done():
+            self._lost.set_result(None)
+
+    async def detach(self, drain_s: float = 5.0) -> None:
+        """End this connection only: the agent and its jobs go on."""
+        self._ending = True
+        await self.close(drain_s)
+
+    async def shutdown(self, answer_s: float = 5.0, drain_s: float = 10.0) -> None:
+        if self._reconnecting is not None:
+            with contextlib.suppress(Exception):
+                await self._reconnecting
+        self._ending = True
+        await super().shutdown(answer_s, drain_s)

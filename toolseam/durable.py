@@ -1,0 +1,218 @@
+"""Sessions that outlive their client (docs/sessions.md): what ``Toolkit.handle``,
+``Toolkit.detach`` and ``Toolkit.attach`` do, kept out of ``toolkit.py``.
+
+A durable session is one whose settings set ``orphan_timeout_s`` above 0. Its backend starts a
+durable agent (``toolseam_agent/session_socket.py``) — the host's in a process of its own
+(``backends/host_durable.py``), a container's as its pid 1 in bind mode
+(``backends/containers/durable_bind.py``). The toolkit keeps its own state (settings, base dir,
+jobs table, pinned shell, environment) with the agent after every call that changes it, so a
+client killed with SIGKILL loses nothing another process cannot get back by attaching.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import secrets
+from typing import TYPE_CHECKING, Any
+
+from .backends.agentlink.durable import DurableChannel
+from .handle import AttachError, SessionHandle
+from .policy.settings import parse_settings
+from .seam.errors import ConfigurationError, CouldNotRunError
+from .seam.protocol import BuiltinExec
+
+if TYPE_CHECKING:
+    from .toolkit import Toolkit
+
+STATE_VERSION = 1
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def _durable_parts(backend: BuiltinExec) -> tuple[str, Any]:
+    """("host", HostBackend) or ("bind", ContainerBackend); refuses anything else."""
+    from .backends.host import HostBackend
+    if isinstance(backend, HostBackend):
+        return "host", backend
+    try:
+        from .backends.containers.backend import ContainerBackend
+    except ModuleNotFoundError:  # no engine SDK: then it is no container backend either
+        ContainerBackend = None  # type: ignore[misc,assignment]
+    if ContainerBackend is not None and isinstance(backend, ContainerBackend):
+        return backend.sandbox.mode.name, backend  # "bind" or "copy"
+    raise ConfigurationError(f"orphan_timeout_s: the {backend.name} backend cannot keep a "
+                             "session past its client (host, podman and docker in bind mode can)")
+
+
+def prepare(backend: BuiltinExec, secret: str, orphan_timeout_s: float,
+            adopt: SessionHandle | None = None) -> None:
+    """Before ``backend.open()``: make it start (or, with ``adopt``, attach to) a durable agent."""
+    kind, found = _durable_parts(backend)
+    if found._info is not None:  # a pool's sandbox, say: its agent was started otherwise
+        raise ConfigurationError("orphan_timeout_s: this backend is open already (a pooled "
+                                 "sandbox?); a session that outlives its client starts its own")
+    if getattr(backend, "network", None) == "egress":
+        raise ConfigurationError("orphan_timeout_s: egress mode runs its proxy in the client, "
+                                 "so a session in it cannot outlive its client yet")
+    if kind == "host":
+        from .backends.host_durable import DurableHostAgent
+        found.agent = DurableHostAgent(found.agent._python, secret, orphan_timeout_s, adopt)
+        return
+    from .backends.containers.durable_modes import durable_mode
+    mode = durable_mode(found.sandbox.mode, found.options, secret, orphan_timeout_s, adopt)
+    found.sandbox.mode = mode
+    found.liveness = mode.liveness(found.sandbox)
+
+
+def channel_of(backend: BuiltinExec) -> DurableChannel:
+    kind, found = _durable_parts(backend)
+    channel = found.agent.channel if kind == "host" else found.sandbox.channel
+    if not isinstance(channel, DurableChannel):
+        raise ConfigurationError("the session is not open as a durable session")
+    return channel
+
+
+def handle_of(tk: Toolkit, secret: str) -> SessionHandle:
+    kind, found = _durable_parts(tk.backend)
+    if kind == "host":
+        return SessionHandle(backend="host", socket=found.agent.socket_path,
+                             sandbox=str(tk.info.agent_pid if tk.info else ""),
+                             workspace_mode="host", workspace=found.workspace,
+                             session_id=tk.session_id, secret=secret)
+    sandbox = found.sandbox
+    return SessionHandle(backend=found.name, endpoint=sandbox.engine.endpoint,
+                         socket=sandbox.mode.socket_path, sandbox=sandbox.container or "",
+                         workspace_mode=kind, workspace=sandbox.workspace, image=sandbox.image,
+                         session_id=tk.session_id, secret=secret)
+
+
+async def detach(backend: BuiltinExec) -> None:
+    """Close this client's connection and parts; the sandbox and its jobs go on."""
+    kind, found = _durable_parts(backend)
+    if kind == "host":
+        await found.agent.detach()
+    else:
+        await found.sandbox.mode.detach(found.sandbox)
+    found._closed = True
+
+
+def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> BuiltinExec:
+    """A backend of the handle's kind, for its workspace and engine (not yet open)."""
+    from .backends import backend_class
+    if handle.backend == "host":
+        host: Any = backend_class("host")
+        return host(handle.workspace, **options)  # type: ignore[no-any-return]
+    name = "docker" if handle.backend == "docker" else "podman"
+    if handle.backend == "podman-rootless":
+        options = {**options, "rootless": True}
+    engine: Any = backend_class(name)
+    return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
+                  endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
+
+
+# --- the toolkit's own state, kept with the agent ---------------------------------------------
+def session_state(tk: Toolkit) -> dict[str, Any]:
+    return {"v": STATE_VERSION, "session_id": tk.session_id, "base_dir": tk.base_dir,
+            "confine": tk.confine, "settings": tk.settings.model_dump(mode="json"),
+            "tools": sorted(tk._builtins),  # the enabled builtins
+            "session": tk.services.saved()}
+
+
+def state_digest(state: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
+    """Put the saved state back; jobs the agent runs that the table lacks (a call in flight
+    when the client died) are taken over as kept jobs. Returns their ids."""
+    tk.services.restore(state["session"])
+    table = tk.services.jobs
+    known = {j.backend_job for j in table.all()}
+    return [table.take_over(found["job"], str((found.get("argv") or [""])[-1]),
+                            int(found.get("pid", 0)), float(found.get("started", 0.0))).id
+            for found in agent_jobs
+            if found["job"] not in known and found.get("state") == "running"]
+
+
+def toolkit_options(state: dict[str, Any], handle: SessionHandle) -> dict[str, Any]:
+    """The Toolkit arguments the saved state fixes."""
+    if state.get("v") != STATE_VERSION or state.get("session_id") != handle.session_id:
+        raise AttachError("protocol", "the session's saved state is not this toolseam's "
+                          f"(version {state.get('v')!r})")
+    return {"settings": parse_settings(dict(state["settings"]), "the session's settings"),
+            "base_dir": state["base_dir"], "confine_to_base_dir": bool(state["confine"]),
+            "session_id": handle.session_id,
+            "tools": {name: name in state["tools"] for name in _all_builtin_names()}}
+
+
+def _all_builtin_names() -> tuple[str, ...]:
+    from .builtins import BUILTIN_NAMES
+    return tuple(BUILTIN_NAMES)
+
+
+# --- the toolkit's side ------------------------------------------------------------------------
+async def opened(tk: Toolkit) -> None:
+    """At the end of ``Toolkit.open``: an attach puts its state back; then the agent gets it."""
+    if tk._restore is not None:
+        state, tk._restore = tk._restore, None
+        tk.adopted_jobs = restore(tk, state, list(channel_of(tk.backend).attached.get("jobs")
+                                                  or ()))
+    await save_state(tk)
+
+
+async def save_state(tk: Toolkit) -> None:
+    """Give the agent the toolkit's state when it changed (one digest compare otherwise). A
+    failure is the next call's to report: the result in hand is not lost over it."""
+    sandbox = getattr(tk.backend, "sandbox", None)
+    save_copy = getattr(getattr(sandbox, "mode", None), "save_copy", None)
+    if save_copy is not None:  # copy mode's baseline, when an upload moved it
+        await save_copy(sandbox)
+    state = session_state(tk)
+    digest = state_digest(state)
+    if tk._state_digest == digest:
+        return
+    try:
+        await channel_of(tk.backend).put_state(state)
+    except (CouldNotRunError, ConfigurationError):
+        return
+    tk._state_digest = digest
+
+
+async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[str, Any]
+                 ) -> Toolkit:
+    if isinstance(handle, str):
+        handle = SessionHandle.from_json(handle)
+    backend_options = dict(options.pop("backend_options", None) or {})
+    fixed = {"settings", "base_dir", "confine_to_base_dir", "session_id", "tools", "backend"}
+    clash = sorted(fixed & set(options))
+    if clash:
+        raise ConfigurationError(f"attach: {', '.join(clash)} come from the session itself")
+    backend = backend_for_handle(handle, backend_options)
+    prepare(backend, handle.secret, 0, adopt=handle)
+    try:
+        await backend.open()
+        state = (channel_of(backend).attached.get("state") or {}).get("toolkit")
+        if not isinstance(state, dict):
+            raise AttachError("protocol", "the session kept no toolkit state")
+        tk = cls(backend, **toolkit_options(state, handle), **options)
+    except BaseException:
+        await _let_go(backend)
+        raise
+    tk._secret = handle.secret
+    tk._restore = state
+    try:
+        await tk.open()
+    except BaseException:
+        await _let_go(backend)
+        raise
+    return tk
+
+
+async def _let_go(backend: BuiltinExec) -> None:
+    """Drop this client's connection without ending the session (nothing killed by mistake)."""
+    with contextlib.suppress(Exception):
+        await detach(backend)
