@@ -22,6 +22,7 @@ import select
 import shutil
 import signal
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -146,10 +147,9 @@ class Job:
             self._pipes[fd] = name
             loop.add_reader(fd, functools.partial(self._on_readable, fd))
         self._drain_timer: Timer | None = None
-        self._deadline: Timer | None = None
         deadline_ms = spec.get("deadline_ms")
         if deadline_ms is not None:
-            self._deadline = loop.call_later(float(deadline_ms) / 1000, self._on_deadline)
+            _deadlines(loop).add(self, self._t0 + float(deadline_ms) / 1000)
         self._seen: set[int] = set()
         self._signalled: set[int] = set()
         self._kill_started = 0.0
@@ -229,7 +229,6 @@ class Job:
             self.exit_status = status
 
     def _on_deadline(self) -> None:
-        self._deadline = None
         if self.state == "running":
             self.timed_out = True
             self.kill("timeout")
@@ -285,9 +284,9 @@ class Job:
         self.ended = time.monotonic()
         if self.kill_reason:
             self.killed_tree = tree_gone
-        for timer in (self._deadline, self._drain_timer):
-            if timer is not None:
-                timer.cancel()
+        _deadlines(self.loop).discard(self)
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
         self._drain_pipes()
         self._on_done(self)
         status = self.status()
@@ -334,6 +333,56 @@ class Job:
         now = oom_counters()
         # the same bytes: nothing was killed (the common case needs no parsing)
         return now is not None and now != before and _oom_kill_count(now) > _oom_kill_count(before)
+
+
+class _Deadlines:
+    """Every running job's deadline on ONE loop timer, set for the earliest of them.
+
+    Not a timer per job: a job almost always ends long before its deadline, and the loop drops
+    a cancelled timer only once it reaches the top of its heap — behind one long job's live
+    timer (a dev server under a ten-minute timeout), every later call's dead timer stayed until
+    that deadline passed. Here a job is a dict entry while it runs; the one timer moves only to
+    an earlier deadline, so the loop holds at most one dead timer however many jobs come.
+    """
+
+    def __init__(self, loop: Loop) -> None:
+        self._loop = loop
+        self._due: dict[Job, float] = {}  # running job -> its deadline (time.monotonic())
+        self._timer: Timer | None = None
+        self._at = float("inf")  # when the timer fires
+
+    def add(self, job: Job, when: float) -> None:
+        self._due[job] = when
+        if when < self._at:
+            self._schedule(when)
+
+    def discard(self, job: Job) -> None:
+        self._due.pop(job, None)
+
+    def _schedule(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._at = when
+        self._timer = self._loop.call_later(max(0.0, when - time.monotonic()), self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._at = None, float("inf")
+        now = time.monotonic()
+        for job in [job for job, when in self._due.items() if when <= now]:
+            del self._due[job]
+            job._on_deadline()
+        if self._due:
+            self._schedule(min(self._due.values()))
+
+
+_deadlines_of: weakref.WeakKeyDictionary[Loop, _Deadlines] = weakref.WeakKeyDictionary()
+
+
+def _deadlines(loop: Loop) -> _Deadlines:
+    deadlines = _deadlines_of.get(loop)
+    if deadlines is None:
+        deadlines = _deadlines_of[loop] = _Deadlines(loop)
+    return deadlines
 
 
 _OOM_COUNTERS = (("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),  # cgroup v1
