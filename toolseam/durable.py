@@ -55,9 +55,6 @@ def prepare(backend: BuiltinExec, secret: str, orphan_timeout_s: float,
     if found._info is not None:  # a pool's sandbox, say: its agent was started otherwise
         raise ConfigurationError("orphan_timeout_s: this backend is open already (a pooled "
                                  "sandbox?); a session that outlives its client starts its own")
-    if getattr(backend, "network", None) == "egress":
-        raise ConfigurationError("orphan_timeout_s: egress mode runs its proxy in the client, "
-                                 "so a session in it cannot outlive its client yet")
     if kind == "host":
         from .backends.host_durable import DurableHostAgent
         found.agent = DurableHostAgent(found.agent._python, secret, orphan_timeout_s, adopt)
@@ -82,12 +79,12 @@ def handle_of(tk: Toolkit, secret: str) -> SessionHandle:
         return SessionHandle(backend="host", socket=found.agent.socket_path,
                              sandbox=str(tk.info.agent_pid if tk.info else ""),
                              workspace_mode="host", workspace=found.workspace,
-                             session_id=tk.session_id, secret=secret)
+                             session_id=tk.session_id, secret=secret, network=found.network)
     sandbox = found.sandbox
     return SessionHandle(backend=found.name, endpoint=sandbox.engine.endpoint,
                          socket=sandbox.mode.socket_path, sandbox=sandbox.container or "",
                          workspace_mode=kind, workspace=sandbox.workspace, image=sandbox.image,
-                         session_id=tk.session_id, secret=secret)
+                         session_id=tk.session_id, secret=secret, network=found.network)
 
 
 async def detach(backend: BuiltinExec) -> None:
@@ -105,10 +102,15 @@ def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> Builti
     from .backends import backend_class
     if handle.backend == "host":
         host: Any = backend_class("host")
+        if handle.network == "egress":
+            options = {**options, "network": "egress"}
         return host(handle.workspace, **options)  # type: ignore[no-any-return]
     name = "docker" if handle.backend == "docker" else "podman"
     if handle.backend == "podman-rootless":
         options = {**options, "rootless": True}
+    if handle.network in ("bridge", "egress") and "limits" not in options:
+        from .policy.limits import SandboxLimits
+        options = {**options, "limits": SandboxLimits(network=handle.network)}
     engine: Any = backend_class(name)
     return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
                   endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)

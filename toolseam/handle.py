@@ -48,6 +48,9 @@ class SessionHandle(BaseModel):
         description="How the sandbox has its workspace.")
     workspace: str = Field(description="The host directory the sandbox works in (or copies).")
     image: str | None = Field(None, description="The container image.")
+    network: Literal["none", "bridge", "egress", "host"] = Field(
+        "none", description="The sandbox's network mode (egress: the attaching process runs "
+        "the proxy, with credentials from its own environment).")
     session_id: str = Field(description="The toolkit's session id.")
     secret: str = Field(repr=False, min_length=16, description="Proves the right to attach.")
 

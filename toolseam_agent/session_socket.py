@@ -236,6 +236,11 @@ class DurableAgent(Agent):
         if self._conn is not None:
             self._write(line)
 
+    def send_bytes(self, data: bytes) -> None:
+        """A tunnel's data frame (egress): only to a client that is there, like live output."""
+        if self._conn is not None:
+            self._write(data)
+
     def _write(self, line: bytes) -> None:
         with self._write_lock:
             view = memoryview(line)

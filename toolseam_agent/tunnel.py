@@ -161,8 +161,10 @@ class Tunnels:
     def listen(self, ca_pem: str | None) -> dict[str, Any]:
         """Listen on 127.0.0.1 (a port the kernel picks); write the CA bundle when given.
         Returns what the host puts in the commands' environment."""
-        if self._server is not None or self._listened:
-            raise RuntimeError("egress is already listening")
+        if self._server is not None:
+            return self._relisten(ca_pem)
+        if self._listened:
+            raise RuntimeError("egress was closed")
         self._listened = True
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         server.bind(("127.0.0.1", 0))
@@ -171,6 +173,20 @@ class Tunnels:
         threading.Thread(target=self._accept, daemon=True, name="tun-accept").start()
         ca_file = None if ca_pem is None else self._write_bundle(ca_pem)
         return {"port": server.getsockname()[1], "ca_file": ca_file}
+
+    def _relisten(self, ca_pem: str | None) -> dict[str, Any]:
+        """A client attached again (a durable session): the listener and its port stay, so the
+        commands' proxy variables stay true; connections of the proxy that went with the last
+        client end; the bundle is rewritten in place for the new client's session CA."""
+        assert self._server is not None
+        with self._lock:
+            connections = list(self._connections.values())
+        for connection in connections:
+            connection.end(tell_host=False)
+        ca_file = None
+        if ca_pem is not None:
+            ca_file = self._write_bundle(ca_pem)
+        return {"port": self._server.getsockname()[1], "ca_file": ca_file}
 
     def _write_bundle(self, ca_pem: str) -> str:
         """The image's own roots, then the session CA, in a fresh directory every user of the
@@ -181,12 +197,15 @@ class Tunnels:
                 with open(path, encoding="utf-8") as found:
                     roots = found.read()
                 break
-        self.ca_dir = tempfile.mkdtemp(prefix="toolseam-egress-")
-        os.chmod(self.ca_dir, 0o755)
+        if self.ca_dir is None:
+            self.ca_dir = tempfile.mkdtemp(prefix="toolseam-egress-")
+            os.chmod(self.ca_dir, 0o755)
         path = os.path.join(self.ca_dir, "ca-bundle.pem")
-        with open(path, "w", encoding="utf-8") as bundle:
+        fresh = path + ".new"  # replaced whole: a command reading it never sees half of it
+        with open(fresh, "w", encoding="utf-8") as bundle:
             bundle.write(roots.rstrip() + "\n" + ca_pem if roots.strip() else ca_pem)
-        os.chmod(path, 0o644)
+        os.chmod(fresh, 0o644)
+        os.replace(fresh, path)
         return path
 
     def _accept(self) -> None:

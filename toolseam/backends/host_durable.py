@@ -64,23 +64,26 @@ class DurableHostAgent:
         return None  # the launcher forked and exited: nothing of this process to wait for
 
     async def start(self, namespace: bool, own_network: bool = False) -> dict[str, Any]:
-        """Start the agent (or attach to the handle's); its ``hello`` answer. (Egress mode,
-        ``own_network``, is refused before: ``durable.prepare``.)"""
+        """Start the agent (or attach to the handle's); its ``hello`` answer. With
+        ``own_network`` (egress mode) the agent gets its network namespace and hides /run."""
         if self._adopt is None:
-            await self._launch(namespace)
+            await self._launch(namespace, own_network)
         else:
             self.channel = await DurableChannel.attach(self.socket_path, "host agent",
                                                        self._secret)
         return await self.channel.hello() if self.channel else {}
 
-    async def _launch(self, namespace: bool) -> None:
+    async def _launch(self, namespace: bool, own_network: bool = False) -> None:
         boot = [self._python, *agent_command(await asyncio.to_thread(stage_agent))]
-        directory = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=socket_parent())  # 0700
+        # In egress mode the agent hides /run (the runtime dir with it) before it listens.
+        parent = tempfile.gettempdir() if own_network else socket_parent()
+        directory = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=parent)  # 0700
         self.socket_path = os.path.join(directory, "agent.sock")
         if namespace:
             user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
             argv = ["unshare", *user, "--pid", "--fork", "--mount-proc", "--kill-child", *boot,
-                    "--own-user-namespace", "--durable", self.socket_path]
+                    "--own-user-namespace", *(["--own-network"] if own_network else []),
+                    "--durable", self.socket_path]
         else:
             argv = [*boot, "--daemonize", "--durable", self.socket_path]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
