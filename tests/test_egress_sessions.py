@@ -1,4 +1,5 @@
-"""Egress in a session that outlives its client: after a detach, the process that attaches runs
+"""Egress with the other session features. A pooled sandbox made for egress serves it from
+hand-out. And in a session that outlives its client: after a detach, the process that attaches runs
 the proxy (credentials from its own environment), the sandbox's listener and its port stay, and
 the CA bundle is rewritten in place for the new session CA — an HTTPS host with credentials
 answers before and after, on every backend (remote engines: copy mode, the proxy here)."""
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolseam import SandboxLimits, Toolkit
+from toolseam import SandboxLimits, SandboxPool, Toolkit
 
 from .engines import ENGINES, backend, remove_shared, shared_dir
 from .helpers.egress_servers import Seen, UpstreamCA, make_test_ca, web_server
@@ -75,3 +76,31 @@ async def test_egress_goes_on_after_an_attach(engine: str, workspace: Path,
         await attached.close()
     first, count = after.output.splitlines()
     assert first == "authorized" and int(count) >= 1
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_pooled_sandbox_serves_egress(engine: str, workspace: Path,
+                                              upstream: tuple[int, UpstreamCA],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool made with network 'egress' hands out sandboxes that have loopback alone; the
+    session's proxy starts at hand-out like on a fresh open."""
+    port, ca = upstream
+    monkeypatch.setenv("DURABLE_EGRESS_AUTH", SECRET)
+    made = backend(engine, str(workspace))  # the engine's class and endpoint, as the suite has it
+    options = {"image": made.options.image, "endpoint": made.sandbox.engine.endpoint,
+               "limits": SandboxLimits(network="egress")}
+    if engine == "podman-rootless":
+        options["rootless"] = True
+    settings = {"limits": {"network": "egress"}, "egress_allow": [f"secure.test:{port}"],
+                "egress_private": True, "egress_resolve": {"secure.test": "127.0.0.1"},
+                "egress_ca_file": str(ca.ca_file),
+                "egress_credentials": [{"host": "secure.test", "header": "Authorization",
+                                        "value_env": "DURABLE_EGRESS_AUTH"}]}
+    async with SandboxPool(type(made), size=1, **options) as pool:
+        tools = await pool.toolkit(str(workspace), settings=settings)
+        try:
+            seen = await tools.call("bash", {"command": _fetch(f"https://secure.test:{port}/private")
+                                             + "; cat /proc/net/dev | tail -n +3 | cut -d: -f1"})
+        finally:
+            await tools.close()
+    assert seen.output.split() == ["authorized", "lo"]
