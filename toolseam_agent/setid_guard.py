@@ -180,7 +180,7 @@ class Guard:
 
     The hand-off is two locks used as semaphores, not an executor: every bash call passes
     here, and a ``ThreadPoolExecutor`` round trip (future, work item, queue, condition) cost
-    the agent ≈ 100 µs of CPU per command, two locks ≈ 0 over a direct call (decision 123)."""
+    the agent ≈ 100 µs of CPU per command, two locks ≈ 0 over a direct call (decision 122)."""
 
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
