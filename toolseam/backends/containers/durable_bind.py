@@ -19,11 +19,11 @@ from typing import Any
 
 from toolseam_agent.session_socket import ORPHAN_VAR, SECRET_VAR
 
-from ...handle import AttachError, SessionHandle
+from ...handle import SessionHandle
 from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel
 from .bind import BindMode, identity
-from .sandbox import DURABLE_LABEL, OWNER_LABEL, ContainerSandbox, ContainerSpec
+from .sandbox import DURABLE_LABEL, OWNER_LABEL, ContainerSandbox, ContainerSpec, adopt_running
 
 
 def durable_labels(labels: dict[str, str], orphan_timeout_s: float) -> dict[str, str]:
@@ -75,15 +75,7 @@ class DurableBindMode(BindMode):
             raise
 
     async def _attach(self, sandbox: ContainerSandbox, handle: SessionHandle) -> dict[str, Any]:
-        sandbox.container = handle.sandbox
-        state = await sandbox.state()
-        where = f"the {sandbox.engine_name} engine at {sandbox.engine.endpoint}"
-        if state is None:
-            raise AttachError("gone", f"{where} has no container {handle.sandbox[:12]}: the "
-                              "session ended (closed, or orphaned past its orphan_timeout_s)")
-        if not state.running:
-            raise AttachError("ended", f"container {handle.sandbox[:12]} on {where} has "
-                              f"stopped ({state.status}): the session ended")
+        await adopt_running(sandbox, handle.sandbox)
         self.workspace_id = identity(sandbox.workspace)
         self._socket_dir = os.path.dirname(handle.socket)
         sandbox.channel = await self.open_channel(

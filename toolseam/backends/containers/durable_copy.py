@@ -33,7 +33,7 @@ from .bundle import bundle_command
 from .copy import CopyMode
 from .durable_bind import durable_labels
 from .exec_stream import exec_channel
-from .sandbox import AGENT_MOUNT, ContainerSandbox, ContainerSpec
+from .sandbox import AGENT_MOUNT, ContainerSandbox, ContainerSpec, adopt_running
 from .workspace_copy import Entry, WorkspaceCopy
 
 ADDRESS_PREFIX = "@toolseam-agent-"
@@ -100,17 +100,9 @@ class DurableCopyMode(CopyMode):
     # --- attach ------------------------------------------------------------------------------
     async def _attach_existing(self, sandbox: ContainerSandbox, handle: SessionHandle
                                ) -> dict[str, Any]:
-        sandbox.container = handle.sandbox
         session = handle.socket.removeprefix(ADDRESS_PREFIX)
         try:
-            state = await sandbox.state()
-            where = f"the {sandbox.engine_name} engine at {sandbox.engine.endpoint}"
-            if state is None:
-                raise AttachError("gone", f"{where} has no container {handle.sandbox[:12]}: "
-                                  "the session ended and its container was removed")
-            if not state.running:
-                raise AttachError("ended", f"container {handle.sandbox[:12]} on {where} has "
-                                  f"stopped ({state.status}): the session ended")
+            await adopt_running(sandbox, handle.sandbox)
             await self._attach(sandbox)
             assert isinstance(sandbox.channel, DurableChannel)
             saved = (sandbox.channel.attached.get("state") or {}).get("copy")

@@ -183,6 +183,22 @@ def owner_is_gone(label: str) -> bool:
         return True  # a label of ours with no start time: its maker cannot be told apart
 
 
+async def adopt_running(sandbox: ContainerSandbox, container: str) -> None:
+    """Take ``container`` as this sandbox's, for an attach (``durable_*.py``): it must still be
+    there and running, else ``AttachError`` saying the session ended."""
+    from ...handle import AttachError
+
+    sandbox.container = container
+    state = await sandbox.state()
+    where = f"the {sandbox.engine_name} engine at {sandbox.engine.endpoint}"
+    if state is None:
+        raise AttachError("gone", f"{where} has no container {container[:12]}: the session "
+                          "ended (closed, or orphaned past its orphan_timeout_s)")
+    if not state.running:
+        raise AttachError("ended", f"container {container[:12]} on {where} has stopped "
+                          f"({state.status}): the session ended")
+
+
 def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
     """Fail fast, naming the endpoint, when a local engine socket is missing or refuses."""
     if not endpoint.startswith("unix://"):
