@@ -121,7 +121,7 @@ def test_sync_toolkit_bad_configuration_is_raised_at_once() -> None:
     ({"memory": "1m"}, "limits.memory: '1m' is below the 6m an engine accepts"),
     ({"cpus": 0}, "limits.cpus: Input should be greater than 0"),
     ({"pids": "64"}, "limits.pids: Input should be a valid integer"),
-    ({"network": "host"}, "limits.network: Input should be 'none' or 'bridge'"),
+    ({"network": "host"}, "limits.network: Input should be 'none', 'bridge' or 'egress'"),
     ({"tmpfs_size": "-1"}, "limits.tmpfs_size: '-1' is not a size"),
     ({"swap": "1g"}, "unknown field 'limits.swap'"),
 ])

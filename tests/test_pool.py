@@ -316,8 +316,22 @@ async def test_a_mount_that_does_not_reach_the_container_fails_closed(workspaces
 
 async def test_closing_the_pool_ends_the_hand_outs_waiting(workspaces: Any) -> None:
     """A hand-out waiting for a sandbox that will never come (the pool closed) is told so."""
-    pool = await SandboxPool(pool_factory("docker"), size=1).start()
-    first = await pool.backend(workspaces())  # the pool is empty now; its refill is starting
+    made = 0
+
+    def factory(workspace: str, **options: Any) -> Any:
+        """The probe and the first sandbox start; every later start hangs until cancelled
+        (so the hand-out below surely waits: a real start can be quicker than the test)."""
+        nonlocal made
+        made += 1
+        chosen = pool_factory("docker")(workspace, **options)
+        if made > 2:
+            async def never() -> Any:
+                await asyncio.Event().wait()
+            chosen.open = never
+        return chosen
+
+    pool = await SandboxPool(factory, size=1).start()
+    first = await pool.backend(workspaces())  # the pool is empty now; its refill never ends
     waiting = asyncio.ensure_future(pool.backend(workspaces()))
     filling = asyncio.ensure_future(pool.wait_full())
     await asyncio.sleep(0.05)
