@@ -6,9 +6,11 @@ mode does not is here; ``ContainerSandbox`` holds the lifecycle both share.
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 import os
 import shutil
+import socket
 import tarfile
 import tempfile
 import time
@@ -96,7 +98,7 @@ class BindMode:
             # one verdict, before any engine says it its own way
             raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
                                    "a directory", retryable=False)
-        self._socket_dir = tempfile.mkdtemp(prefix="toolseam-sock-")
+        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
         owner = socket_owner(sandbox.engine.endpoint)
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
@@ -227,3 +229,39 @@ def socket_owner(endpoint: str) -> int | None:
         return os.stat(endpoint.removeprefix("unix://")).st_uid
     except OSError:
         return None
+
+
+SOCKET_DIR_PREFIX = "toolseam-sock-"
+_SOCKET_DIR_GRACE_S = 120.0  # a directory this young may belong to a session still starting
+
+
+def sweep_socket_dirs(now: float | None = None) -> list[str]:
+    """Remove the socket directories no agent listens in any more: their session's process
+    was killed, or (a session that outlived its client) its agent ended at its orphan timeout
+    inside a container the engine then removed. Called by the janitor; returns what went."""
+    now = time.time() if now is None else now
+    removed = []
+    for directory in glob.glob(os.path.join(tempfile.gettempdir(), SOCKET_DIR_PREFIX + "*")):
+        try:
+            if now - os.lstat(directory).st_mtime < _SOCKET_DIR_GRACE_S or _listening(
+                    os.path.join(directory, "agent.sock")):
+                continue
+            shutil.rmtree(directory)
+        except OSError:
+            continue  # another user's, or gone meanwhile
+        removed.append(directory)
+    return removed
+
+
+def _listening(path: str) -> bool:
+    if not os.path.exists(path):
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1)
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()

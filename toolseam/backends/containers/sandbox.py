@@ -490,7 +490,8 @@ def _state(engine: Engine, container: str) -> ContainerState | None:
 def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
     is kept; and kept work past its retention; and the host mounts of pools whose process is
-    gone (``pool_mounts``). Returns the containers removed."""
+    gone (``pool_mounts``), and socket directories no agent listens in (``bind``). Returns the
+    containers removed."""
     kept, expired = _kept_sessions(engine, time.time() if now is None else now)
     removed = []
     for marker, labels in expired:
@@ -522,6 +523,8 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove_volume(volume)
+    from .bind import sweep_socket_dirs  # bind.py imports this module
     from .pool_mounts import sweep_dead_pools  # it reads the owner labels of this module
     sweep_dead_pools()
+    sweep_socket_dirs()
     return removed
