@@ -176,7 +176,13 @@ class EgressProxy:
             await tunnel(connection, event, reader, writer, upstream)
             return
         assert self._ca is not None
-        await writer.start_tls(self._ca.server_context(event.host))
+        try:
+            await writer.start_tls(self._ca.server_context(event.host))
+        except (ssl.SSLError, OSError) as error:
+            # The client did not trust the session CA (it ignores SSL_CERT_FILE, or pins its own
+            # roots): its connection ends, the session and every other connection go on.
+            connection.ended_by = f"TLS handshake with the sandbox's client failed: {error}"
+            return
         connection.answered = False  # a new layer: the client now awaits an HTTP answer in TLS
         head = await http1.read_head(reader)
         if head is None:

@@ -34,7 +34,10 @@ class Connection:
         close left to finish later is a socket nobody owns once the loop ends)."""
         client, *upstreams = self.writers
         for stream in upstreams:  # the answer is in or the connection failed: nothing to flush
-            stream.transport.abort()
+            if stream.transport is not None:
+                stream.transport.abort()
+        if client.transport is None:  # a TLS layer that failed took it: nothing left to close
+            return
         if self.ended_by:
             client.transport.abort()
             return
@@ -49,7 +52,8 @@ class Connection:
         if not self.finished:
             self.ended_by = self.ended_by or why
         for writer in self.writers:
-            writer.transport.abort()
+            if writer.transport is not None:
+                writer.transport.abort()
 
 
 async def _reap(task: asyncio.Task[None]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from toolseam_agent.wire import TO_AGENT, TUNNEL, tunnel_data
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 SendFrame = Callable[[dict[str, Any] | bytes], None]
 _READER_LIMIT = 1 << 16
+_log = logging.getLogger("toolseam.egress")
 
 
 class TunnelTransport(asyncio.Transport):
@@ -71,6 +73,11 @@ class TunnelTransport(asyncio.Transport):
 
     def abort(self) -> None:
         self._end(tell_agent=True, error=None)
+
+    def _force_close(self, exc: BaseException | None) -> None:
+        """What asyncio's TLS layer calls on a failed handshake (part of the start_tls
+        contract): this connection ends, nothing else."""
+        self._end(tell_agent=True, error=exc if isinstance(exc, Exception) else None)
 
     def is_closing(self) -> bool:
         return self._closing
@@ -182,10 +189,10 @@ class TunnelMux:
     def data(self, number: int, data: bytes) -> None:
         """A data frame from the agent (``channel.py`` decodes it without the JSON codec)."""
         transport = self._open.get(number)
-        if transport is not None:
-            transport.deliver(data)
-        else:
+        if transport is None:
             self.send({"c": number, "o": "end"})  # one we ended already: tell it again
+            return
+        self._guarded(transport, transport.deliver, data)
 
     def event(self, message: dict[str, Any]) -> None:
         """A ``tun`` event (not data) from the agent."""
@@ -195,9 +202,19 @@ class TunnelMux:
             return
         transport = self._open.get(number)
         if transport is not None:
-            transport.frame(message)
+            self._guarded(transport, transport.frame, message)
         elif message.get("o") != "end":
             self.send({"c": number, "o": "end"})  # one we ended already: tell it again
+
+    @staticmethod
+    def _guarded(transport: TunnelTransport, step: Callable[[Any], None], argument: Any) -> None:
+        """One connection's trouble (a TLS layer that fails, a protocol that raises) ends that
+        connection only: the channel carries the session's tool calls too."""
+        try:
+            step(argument)
+        except Exception as exc:  # noqa: BLE001 - contained to its connection, and logged
+            _log.info("egress connection ended by %s: %s", type(exc).__name__, exc)
+            transport._force_close(exc)
 
     def _accept(self, number: int) -> None:
         loop = asyncio.get_running_loop()
@@ -213,7 +230,8 @@ class TunnelMux:
             try:
                 await self._serve(reader, writer)
             finally:
-                writer.close()
+                if writer.transport is not None:  # a failed start_tls leaves none
+                    writer.close()
 
         task = asyncio.get_running_loop().create_task(serve())
         self._tasks.add(task)
