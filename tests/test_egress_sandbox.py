@@ -45,6 +45,7 @@ from tests.helpers.egress_servers import (
     git_handler,
     make_bare_repo,
     make_index,
+    make_npm_registry,
     make_test_ca,
     serve,
     sized_server,
@@ -67,10 +68,11 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 BACKENDS = ("host", "podman", "podman-rootless", "docker", "podman-remote", "docker-remote")
 CLIENT = Path(__file__).parent / "helpers" / "egress_client.py"
 NAMES = ("web.test", "secure.test", "tls.test", "git.test", "pypi.test", "sized.test",
-         "down.test", "other.test", "stream.test")
+         "down.test", "other.test", "stream.test", "npm.test")
 # Not secret-looking by name or value: the host backend's environment filter would pass them,
 # so only egress itself can keep them out of the sandbox.
-CREDENTIAL_ENV, GIT_CREDENTIAL_ENV = "EGRESS_UPSTREAM_HEADER", "EGRESS_GIT_HEADER"
+CREDENTIAL_ENV, GIT_CREDENTIAL_ENV, NPM_CREDENTIAL_ENV = (
+    "EGRESS_UPSTREAM_HEADER", "EGRESS_GIT_HEADER", "EGRESS_NPM_HEADER")
 
 
 @dataclass
@@ -90,6 +92,9 @@ class Upstreams:
     udp: Trap
     secret: str
     git_secret: str
+    npm: int
+    npm_seen: Seen
+    npm_secret: str
 
     def pins(self) -> dict[str, str]:
         return dict.fromkeys(NAMES, "127.0.0.1")
@@ -99,27 +104,32 @@ class Upstreams:
                 "egress_allow": [f"web.test:{self.web}", f"secure.test:{self.secure}",
                                  f"tls.test:{self.secure}", f"git.test:{self.git}",
                                  f"pypi.test:{self.pypi}", f"sized.test:{self.sized}",
-                                 f"down.test:{self.down}", f"stream.test:{self.stream}"],
+                                 f"down.test:{self.down}", f"stream.test:{self.stream}",
+                                 f"npm.test:{self.npm}"],
                 "egress_resolve": self.pins(), "egress_private": True,
                 "egress_ca_file": str(self.ca.ca_file),
                 "egress_credentials": [
                     {"host": "secure.test", "header": "Authorization", "value_env": CREDENTIAL_ENV},
-                    {"host": "git.test", "header": "Authorization", "value_env": GIT_CREDENTIAL_ENV}],
+                    {"host": "git.test", "header": "Authorization", "value_env": GIT_CREDENTIAL_ENV},
+                    {"host": "npm.test", "header": "Authorization", "value_env": NPM_CREDENTIAL_ENV}],
                 **extra}
 
 
 @pytest.fixture(scope="module")
 def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstreams]:
     root = tmp_path_factory.mktemp("upstreams")
-    ca = make_test_ca(root / "ca", ["secure.test", "tls.test", "git.test"])
+    ca = make_test_ca(root / "ca", ["secure.test", "tls.test", "git.test", "npm.test"])
     secret = f"Bearer egress-{uuid.uuid4().hex}"
     git_secret = "Basic " + base64.b64encode(f"git:{uuid.uuid4().hex}".encode()).decode()
+    npm_secret = f"Bearer npm-{uuid.uuid4().hex}"
+    registry = make_npm_registry(root / "npm", "https://npm.test")
     make_bare_repo(root / "git")
     index = make_index(root / "index")
-    web_seen, secure_seen, streams = Seen(), Seen(), Streams()
+    web_seen, secure_seen, npm_seen, streams = Seen(), Seen(), Seen(), Streams()
     with pytest.MonkeyPatch.context() as patch, ExitStack() as stack:
         patch.setenv(CREDENTIAL_ENV, secret)
         patch.setenv(GIT_CREDENTIAL_ENV, git_secret)
+        patch.setenv(NPM_CREDENTIAL_ENV, npm_secret)
         yield Upstreams(
             ca=ca, web_seen=web_seen, secure_seen=secure_seen,
             web=stack.enter_context(web_server(web_seen)),
@@ -130,7 +140,8 @@ def upstreams(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upstreams]:
             sized=stack.enter_context(sized_server()), down=closed_port(),
             stream=stack.enter_context(stream_server(streams)), streams=streams,
             tcp=stack.enter_context(tcp_trap()), udp=stack.enter_context(udp_trap()),
-            secret=secret, git_secret=git_secret)
+            secret=secret, git_secret=git_secret, npm_seen=npm_seen, npm_secret=npm_secret,
+            npm=stack.enter_context(serve(static_handler(registry, npm_seen), tls=ca)))
 
 
 def make_toolkit(name: str, host_dir: Path, settings_: dict[str, Any]) -> Toolkit:
@@ -342,7 +353,7 @@ async def test_a_credential_reaches_the_upstream_and_never_the_sandbox(box: Box,
     ca_dir = (await box.bash('dirname "$SSL_CERT_FILE"')).strip()
     roots = [str(box.host_dir), ca_dir, "/dev/shm"] if box.name == "host" else ["/"]
     hidden = {"secret_reversed_b64": "", "roots": roots}
-    for secret in (upstreams.secret, upstreams.git_secret):
+    for secret in (upstreams.secret, upstreams.git_secret, upstreams.npm_secret):
         hidden["secret_reversed_b64"] = base64.b64encode(secret.encode()[::-1]).decode()
         found = await box.client("scan", **hidden)
         assert found["hits"] == [], (box.name, found["hits"])
@@ -565,17 +576,23 @@ def _sandbox_processes(tk: Toolkit, name: str) -> list[int]:
 async def test_closing_the_session_ends_its_tunnels_and_leaves_nothing(box: Box,
                                                                        upstreams: Upstreams) -> None:
     host_dir = shared_dir()
-    tk = make_toolkit(box.name, host_dir, upstreams.settings(egress_idle_timeout_s=2.0))
+    tk = make_toolkit(box.name, host_dir, upstreams.settings(egress_idle_timeout_s=2.0,
+                                                             egress_max_connections=3))
     streams = upstreams.streams
     try:
         await tk.open()
         other = Box(box.name, tk, host_dir, box.python)
         await other.call("write", {"path": "egress_client.py", "content": CLIENT.read_text()})
+        # More connections at once than egress_max_connections: a 503 naming the limit.
+        over = await other.client("over_the_limit", host="sized.test", port=upstreams.sized, hold=3)
+        assert over["answer"].startswith("HTTP/1.1 503"), over
+        assert "max_connections = 3" in over["answer"], over
         # The proxy ends a tunnel (idle_timeout_s): the client inside sees its connection end.
         stalled = await other.client("stream", url=url("stream.test", upstreams.stream, "/stall"),
                                      progress="stall.txt")
         assert stalled["received"] == 1 << 20, stalled
         [idle] = [e for e in tk.egress_log() if e.host == "stream.test"]
+        assert [e.status for e in tk.egress_log() if e.host == "sized.test"].count(503) == 1
         assert idle.reason.endswith("ended: no bytes either way for idle_timeout_s = 2 seconds"), idle
         # A download running when the session closes.
         first = len(streams.started)
@@ -613,6 +630,85 @@ async def test_closing_the_session_ends_its_tunnels_and_leaves_nothing(box: Box,
             assert await asyncio.to_thread(_inspect, box.name, container, "{{.Id}}") is None
     finally:
         await tk.close()
+        remove_shared(host_dir)
+
+
+async def test_a_client_that_distrusts_the_session_ca_fails_alone(box: Box, upstreams: Upstreams) -> None:
+    """A client that ignores SSL_CERT_FILE (trusting other roots) fails its handshake with the
+    session CA: that connection ends, and the session, its calls and other tunnels go on."""
+    host_dir = shared_dir()
+    try:
+        async with make_toolkit(box.name, host_dir, upstreams.settings()) as tk:
+            other = Box(box.name, tk, host_dir, box.python)
+            await other.call("write", {"path": "egress_client.py", "content": CLIENT.read_text()})
+            await other.call("write", {"path": "upstream-ca.pem",
+                                       "content": upstreams.ca.ca_file.read_text()})
+            refused = await other.client("get", url=url("secure.test", upstreams.secure, "/", "https"),
+                                         cafile="upstream-ca.pem")
+            assert refused["status"] is None and "CERTIFICATE_VERIFY_FAILED" in refused["error"], refused
+            assert (await other.call("bash", {"command": "echo alive"})).output == "alive\n"
+            trusted = await other.client("get", url=url("secure.test", upstreams.secure, "/private", "https"))
+            assert trusted["status"] == 200 and trusted["body"] == "authorized\n", trusted
+            events = await other.settled(2)
+            assert [(e.host, e.allowed, e.intercepted) for e in events] == [
+                ("secure.test", True, True), ("secure.test", True, True)]
+            assert events[1].status == 200
+    finally:
+        remove_shared(host_dir)
+
+
+# -- the real clients and the docs' recipes, on the host backend -----------------------------
+async def test_real_clients_and_the_recipes_on_the_host_backend(upstreams: Upstreams) -> None:
+    """curl, npm, pip and git as they are on this machine (the test image has none of them),
+    first reading the proxy from the environment, then as docs/network.md's recipes set them
+    with the proxy variables removed."""
+    host_dir = shared_dir()
+    try:
+        async with Toolkit("host", base_dir=host_dir, settings=upstreams.settings()) as tk:
+            async def sh(command: str) -> str:
+                result = await tk.call("bash", {"command": command, "timeout": 120_000})
+                assert not result.is_error, (command, result.output)
+                assert all(s not in result.output for s in (upstreams.secret, upstreams.npm_secret,
+                                                            upstreams.git_secret))
+                return result.output
+
+            private = url("secure.test", upstreams.secure, "/private", "https")
+            assert await sh(f"curl -sS {private}") == "authorized\n"
+            refused = await sh(f"curl -sS -i http://other.test:{upstreams.web}/")
+            assert refused.startswith("HTTP/1.1 403") and "egress_allow = [" in refused
+            # Around the proxy: no name resolves, nothing on the host's 127.0.0.1 is reached.
+            around = await sh(f"curl -sS --noproxy '*' http://web.test:{upstreams.web}/ 2>&1; "
+                              f"echo \" exit $?\"; curl -sS --noproxy '*' "
+                              f"http://127.0.0.1:{upstreams.tcp.port}/ 2>&1; echo \" exit $?\"")
+            assert "Could not resolve host: web.test" in around and " exit 6" in around, around
+            assert " exit 7" in around, around  # connection refused: the sandbox's own loopback
+            # npm (11, node 20) reads the proxy from the environment but, through a proxy, does
+            # not trust NODE_EXTRA_CA_CERTS: its cafile must name the bundle (docs/network.md).
+            registry = f"https://npm.test:{upstreams.npm}/"
+            npm = ('HOME=$PWD npm config set cafile "$NODE_EXTRA_CA_CERTS" && '
+                   f"HOME=$PWD npm view tiny-egress version --registry {registry}")
+            assert (await sh(npm)).strip() == "1.0.0"
+            assert upstreams.npm_seen.requests[-1]["authorization"] == upstreams.npm_secret
+            # The recipes: the client told by its own setting, the environment's proxy removed.
+            unset = "env -u HTTP_PROXY -u HTTPS_PROXY -u http_proxy -u https_proxy"
+            recipe = ('HOME=$PWD npm config set proxy "$HTTP_PROXY" && '
+                      'HOME=$PWD npm config set https-proxy "$HTTPS_PROXY" && '
+                      f"{unset} HOME=$PWD npm view tiny-egress version --registry {registry}")
+            assert (await sh(recipe)).strip() == "1.0.0"
+            index = url("pypi.test", upstreams.pypi, "/simple")
+            pip = (f'{unset} PIP_CONFIG_FILE=/dev/null {sys.executable} -m pip download --proxy '
+                   f'"$HTTPS_PROXY" --no-deps --no-cache-dir --disable-pip-version-check '
+                   f"--index-url {index} --trusted-host pypi.test:{upstreams.pypi} -d w tiny-egress"
+                   " && ls w")
+            assert (await sh(pip)).strip().endswith("tiny_egress-1.0-py3-none-any.whl")
+            git_url = url("git.test", upstreams.git, "/repo.git", "https")
+            git = (f'{unset} GIT_TERMINAL_PROMPT=0 git -c http.proxy="$HTTPS_PROXY" clone -q '
+                   f"{git_url} r && cat r/README")
+            assert await sh(git) == "hello egress\n"
+            hosts = [(e.host, e.allowed) for e in tk.egress_log()]
+            assert ("npm.test", True) in hosts and ("pypi.test", True) in hosts
+            assert ("git.test", True) in hosts and ("other.test", False) in hosts
+    finally:
         remove_shared(host_dir)
 
 

@@ -114,6 +114,15 @@ def sized(host: str, port: int, up: int, down: int, cut: int | None = None) -> d
             "intact": bytes(received[64:]) == pattern(down)}
 
 
+def over_the_limit(host: str, port: int, hold: int) -> dict[str, Any]:
+    """Hold ``hold`` tunnels open, then ask for one more: the proxy's answer to it."""
+    held = [connect(host, port) for _ in range(hold)]
+    answer = raw(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n", timeout=10)
+    for sock in held:
+        sock.close()
+    return answer
+
+
 def _errno_of(action: Any) -> str:
     try:
         action()

@@ -10,6 +10,7 @@ import contextlib
 import datetime
 import hashlib
 import http.server
+import io
 import ipaddress
 import json
 import shutil
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -278,16 +280,35 @@ def make_index(root: Path) -> Path:
     return root
 
 
-def static_handler(directory: Path) -> type[http.server.BaseHTTPRequestHandler]:
-    """``python -m http.server``'s handler, serving ``directory``, quiet."""
+def static_handler(directory: Path, seen: Seen | None = None) -> type[http.server.BaseHTTPRequestHandler]:
+    """``python -m http.server``'s handler, serving ``directory``, quiet; with ``seen``, every
+    request's headers and path recorded."""
     class Static(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *args: object, **kwargs: object) -> None:
             super().__init__(*args, directory=str(directory), **kwargs)  # type: ignore[arg-type]
+
+        def send_head(self) -> io.BytesIO | BinaryIO | None:
+            if seen is not None:
+                with seen.lock:
+                    seen.requests.append({k.lower(): v for k, v in self.headers.items()})
+                    seen.paths.append(self.path)
+            return super().send_head()
 
         def log_message(self, format: str, *args: object) -> None:
             pass
 
     return Static
+
+
+def make_npm_registry(root: Path, tarball_base: str) -> Path:
+    """``root/tiny-egress``: the packument of one package, as a registry answers
+    ``GET /tiny-egress`` (enough for ``npm view``)."""
+    root.mkdir(parents=True)
+    (root / "tiny-egress").write_text(json.dumps({
+        "name": "tiny-egress", "dist-tags": {"latest": "1.0.0"},
+        "versions": {"1.0.0": {"name": "tiny-egress", "version": "1.0.0", "dist": {
+            "tarball": f"{tarball_base}/tiny-egress-1.0.0.tgz", "shasum": "0" * 40}}}}))
+    return root
 
 
 # -- raw TCP upstreams for the in-sandbox tests (tests/test_egress_sandbox.py) ----------------
