@@ -570,7 +570,7 @@ async def test_over_max_connections_gets_a_503_naming_the_setting() -> None:
         held = [await _open_tunnel(proxy_url, f"echo.test:{port}") for _ in range(5)]
         answer = await raw_request(proxy_url, f"CONNECT echo.test:{port} HTTP/1.1\r\n\r\n".encode())
         assert answer.startswith(b"HTTP/1.1 503")
-        assert b"max_connections = 5" in answer
+        assert b"egress_max_connections = 5" in answer
         for _, writer in held:
             writer.close()
     echo.close()
@@ -609,7 +609,7 @@ async def test_an_idle_tunnel_is_closed_after_idle_timeout() -> None:
         writer.close()
     echo.close()
     [event] = proxy.events()
-    assert "idle_timeout_s = 0.3" in event.reason and event.bytes_up == 4
+    assert "egress_idle_timeout_s = 0.3" in event.reason and event.bytes_up == 4
 
 
 async def test_one_request_per_connection_and_no_smuggled_second_request(web: int, seen: Seen) -> None:

@@ -586,14 +586,14 @@ async def test_closing_the_session_ends_its_tunnels_and_leaves_nothing(box: Box,
         # More connections at once than egress_max_connections: a 503 naming the limit.
         over = await other.client("over_the_limit", host="sized.test", port=upstreams.sized, hold=3)
         assert over["answer"].startswith("HTTP/1.1 503"), over
-        assert "max_connections = 3" in over["answer"], over
+        assert "egress_max_connections = 3" in over["answer"], over
         # The proxy ends a tunnel (idle_timeout_s): the client inside sees its connection end.
         stalled = await other.client("stream", url=url("stream.test", upstreams.stream, "/stall"),
                                      progress="stall.txt")
         assert stalled["received"] == 1 << 20, stalled
         [idle] = [e for e in tk.egress_log() if e.host == "stream.test"]
         assert [e.status for e in tk.egress_log() if e.host == "sized.test"].count(503) == 1
-        assert idle.reason.endswith("ended: no bytes either way for idle_timeout_s = 2 seconds"), idle
+        assert idle.reason.endswith("ended: no bytes either way for egress_idle_timeout_s = 2 seconds"), idle
         # A download running when the session closes.
         first = len(streams.started)
         marker = f"dl-{uuid.uuid4().hex[:8]}"

@@ -95,8 +95,8 @@ class EgressProxy:
                 return
             event, target = self._event_for(head)
             if over:
-                why = (f"more than max_connections = {self.policy.max_connections} connections "
-                       "at once; wait, or raise max_connections")
+                why = (f"more than egress_max_connections = {self.policy.max_connections} "
+                       "connections at once; wait, or raise egress_max_connections")
                 raise ProxyRefusal(503, why, f"toolseam egress: {why}\n")
             if event.kind == "connect":
                 await self._connect(connection, event, reader, writer)
@@ -235,6 +235,6 @@ class EgressProxy:
         while True:
             remaining = connection.last + idle - time.monotonic()
             if remaining <= 0:
-                connection.abort(f"no bytes either way for idle_timeout_s = {idle:g} seconds")
+                connection.abort(f"no bytes either way for egress_idle_timeout_s = {idle:g} seconds")
                 return
             await asyncio.sleep(remaining)

@@ -19,8 +19,10 @@ from .rules import EgressPolicy, EgressRuleError
 # Every variable a common client reads for its proxy or its trusted roots.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy")
 NO_PROXY = "localhost,127.0.0.1"
+# npm through a proxy does not trust NODE_EXTRA_CA_CERTS (measured, npm 11): its own cafile
+# (the whole bundle, the image's roots included) it does.
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
-                "GIT_SSL_CAINFO", "PIP_CERT")
+                "GIT_SSL_CAINFO", "PIP_CERT", "npm_config_cafile")
 
 
 class EgressCapable(Protocol):
