@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import sys
 import time
 import warnings
@@ -262,7 +261,9 @@ class McpTools:
         while (event := await outbox.get()) is not None:
             if not isinstance(event, OutputEvent):  # an egress event: a log notification only
                 if log:
-                    await _log(ctx, dataclasses.asdict(event), "egress")
+                    from .egress.session import event_record  # loaded only in egress mode
+
+                    await _log(ctx, event_record(event), "egress")
                 continue
             sent += len(event.text)
             with contextlib.suppress(Exception):  # notifications are advisory; never fail a call

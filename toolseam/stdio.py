@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import json
 import sys
@@ -81,7 +80,9 @@ class StdioServer:
 
     def _egress(self, event: EgressEvent) -> None:
         """Egress mode: each connection attempt, as its connection ends."""
-        self.send({"op": "egress", **dataclasses.asdict(event)})
+        from .egress.session import event_record  # loaded only in egress mode
+
+        self.send({"op": "egress", **event_record(event)})
 
     def send(self, message: dict[str, Any]) -> None:
         self._out.write(stdio_wire.dumps(message))

@@ -8,8 +8,8 @@ here, with the credentials' values read from this process's environment.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 from ..seam.errors import ConfigurationError
 from .audit import EgressEvent
@@ -23,15 +23,6 @@ NO_PROXY = "localhost,127.0.0.1"
 # (the whole bundle, the image's roots included) it does.
 CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
                 "GIT_SSL_CAINFO", "PIP_CERT", "npm_config_cafile")
-
-
-class EgressCapable(Protocol):
-    """A backend that can carry egress over its agent channel (``ComposedBackend``)."""
-
-    name: str
-
-    async def open_egress(self, serve: Callable[..., Awaitable[None]], ca_pem: str | None
-                          ) -> dict[str, object]: ...
 
 
 def event_record(event: EgressEvent) -> dict[str, Any]:
