@@ -13,6 +13,7 @@ from typing import Any
 
 from toolseam_agent import jobs
 from toolseam_agent.loop import Loop
+from toolseam_agent.reaper import Reaper
 
 
 class _Stub:
@@ -50,24 +51,25 @@ def test_finished_jobs_leave_no_timers_behind() -> None:
     done: list[Any] = []
     running: dict[int, jobs.Job] = {}
 
-    def reap() -> None:  # the agent's SIGCHLD handling, by polling
-        while running:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            running.pop(pid).on_exit(status)
+    def exited(pid: int, status: int) -> None:
+        job = running.pop(pid, None)
+        if job is not None:
+            job.on_exit(status)
+
+    reaper = Reaper(loop, exited, signals=False)
+
+    def reap() -> None:  # the agent's SIGCHLD handling, by polling (pidfds, where they work)
+        reaper.reap_all()
         if len(done) < 200:
             loop.call_later(0.001, reap)
         else:
             loop.running = False
 
-    spec = {"argv": ["/bin/sh", "-c", "true"], "cwd": "/", "env": {"PATH": os.defpath},
-            "deadline_ms": 120_000}
+    spec = {"argv": ["/bin/sh", "-c", "true"], "cwd": "/", "deadline_ms": 120_000}
+    env = {"PATH": os.defpath}
     for number in range(200):
-        job = jobs.Job(loop, f"j{number}", spec, lambda _event: None, list, set, done.append)
+        job = jobs.Job(loop, f"j{number}", spec, env, reaper, lambda _event: None, list, set,
+                       done.append)
         running[job.pid] = job
     loop.call_later(0, reap)
     loop.run()

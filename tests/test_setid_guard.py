@@ -207,7 +207,7 @@ _SPAWN = r"""
 import os
 from toolseam_agent import jobs
 try:
-    pid, _ = jobs.spawn(["/bin/true"], "/", {})
+    pid, _, _ = jobs.spawn(["/bin/true"], "/", {})
     print("started", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 except jobs.SpawnError as exc:
     print("refused", exc.errno, exc.strerror)

@@ -144,3 +144,9 @@ class OutputCapture:
         if gaps:
             result["gaps"] = gaps
         return result
+
+    def add_snapshot(self, status: dict[str, Any]) -> None:
+        """The snapshot into a job status, its fields at ``wire.STATUS_DEFAULTS`` left out."""
+        for key, value in self.snapshot().items():
+            if value:  # 0, False and [] are the defaults
+                status[key] = value

@@ -30,6 +30,7 @@ from .capture import OutputCapture
 from .loop import Loop, Timer
 from .procscan import TOKEN_VAR, JobMark, is_alive, job_members, now_ticks
 from .procscan import orphans_come_here as _orphans_come_here
+from .reaper import Reaper
 from .setid_guard import start_command
 from .wire import output_event
 
@@ -63,8 +64,15 @@ _job_numbers = itertools.count(1)
 _DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
-def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[int, int]]:
-    """Start ``argv`` as a session leader with stdin /dev/null and stdout/stderr on new pipes.
+# The pipes' write ends the agent holds for running jobs (``Job._writers``): a forked search
+# child closes them first thing, or a job ending during a search would wait for its EOF.
+HELD_WRITERS: set[int] = set()
+
+
+def spawn(argv: list[str], cwd: str, env: dict[str, str], hold_writers: bool = False
+          ) -> tuple[int, tuple[int, int], tuple[int, ...]]:
+    """Start ``argv`` as a session leader with stdin /dev/null and stdout/stderr on new pipes:
+    ``(pid, read ends, write ends the caller holds)`` — none unless ``hold_writers``.
 
     ``posix_spawn`` (a vfork-style clone) rather than ``subprocess.Popen``: it is measurably
     cheaper per command, and this is the hot path of every bash call. It has no chdir action in
@@ -93,45 +101,61 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int, tuple[in
         except OSError as exc:
             raise SpawnError(exc, "") from None
     except BaseException:
-        for fd in (out_r, err_r):
+        for fd in (out_r, err_r, out_w, err_w):
             os.close(fd)
         raise
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    return pid, (out_r, err_r)
+    if hold_writers:
+        HELD_WRITERS.update((out_w, err_w))
+        return pid, (out_r, err_r), (out_w, err_w)
+    os.close(out_w)
+    os.close(err_w)
+    return pid, (out_r, err_r), ()
 
 
 class Job:
-    def __init__(self, loop: Loop, job_id: str, spec: dict[str, Any], emit: Emit,
-                 others: Callable[[], list[JobMark]], helpers: Callable[[], set[int]],
-                 on_done: Callable[[Job], None]) -> None:
+    def __init__(self, loop: Loop, job_id: str, spec: dict[str, Any], env: dict[str, str],
+                 reaper: Reaper, emit: Emit, others: Callable[[], list[JobMark]],
+                 helpers: Callable[[], set[int]], on_done: Callable[[Job], None]) -> None:
+        """Spawn the job's command. ``env`` is the session's environment dict, which this job
+        may change: its token is set in it (spawns are one at a time, on one thread).
+
+        Only what the spawn needs comes before it: this is the start of every bash call's
+        critical path. The bookkeeping after it runs while the command's loader does."""
+        self.token = f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
+        env[TOKEN_VAR] = self.token
+        self.argv = argv = [str(a) for a in spec["argv"]]
+        cwd = spec.get("cwd") or "/"
+        started = now_ticks()  # before the fork: every process of the job starts at or after it
+        # Where the leader's exit comes by pidfd, the agent holds the pipes' write ends until
+        # then: the command's end is ONE wakeup (the pidfd), not one per pipe's EOF and one for
+        # the exit — those came in two or three wakeups, each paying the loop on cold caches.
+        self._writers: tuple[int, ...] = ()
+        if spec.get("stdin_file") or spec.get("user") is not None:  # a raw exec (spawn_as.py)
+            from .spawn_as import spawn_job
+            try:
+                self.pid, pipes = spawn_job(argv, cwd, env, spec)
+            except OSError as exc:
+                raise SpawnError(exc, cwd) from None
+        else:
+            self.pid, pipes, self._writers = spawn(argv, cwd, env, reaper.by_pidfd)
+        self._reaper = reaper
+        reaper.watch(self.pid)
+        self._t0 = time.monotonic()
+        self.started = time.time()
+        # The OOM counter's "before" is read just after the spawn: no command can have run
+        # the cgroup out of memory in the microseconds since, and it is off the critical path.
+        self._oom_before = oom_counters()
         self.loop = loop
         self.id = job_id
         self.emit = emit
         self._others = others
         self._helpers = helpers
         self._on_done = on_done
-        self.argv = [str(a) for a in spec["argv"]]
         self.stream = bool(spec.get("stream", False))
         self.grace_s = float(spec.get("grace_ms", KILL_GRACE_S * 1000)) / 1000
-        self.token = f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
-        env = {**(spec.get("env") or {}), TOKEN_VAR: self.token}
-        cwd = spec.get("cwd") or "/"
-        self._oom_before = oom_counters()
-        started = now_ticks()  # before the fork: every process of the job starts at or after it
-        if spec.get("stdin_file") or spec.get("user") is not None:  # a raw exec (spawn_as.py)
-            from .spawn_as import spawn_job
-            try:
-                self.pid, pipes = spawn_job(self.argv, cwd, env, spec)
-            except OSError as exc:
-                raise SpawnError(exc, cwd) from None
-        else:
-            self.pid, pipes = spawn(self.argv, cwd, env)
         self.mark = JobMark(self.pid, started, f"{TOKEN_VAR}={self.token}".encode())
-        self.started = time.time()
-        self._t0 = time.monotonic()
-        self.capture = OutputCapture(int(spec.get("output_limit") or 1 << 20))
+        self._output_limit = int(spec.get("output_limit") or 1 << 20)
+        self.capture: OutputCapture | None = None  # made at the first byte: most commands write none
         self.state = "running"  # running -> killing -> done
         self.exit_status: int | None = None
         self.timed_out = False
@@ -147,9 +171,10 @@ class Job:
             self._pipes[fd] = name
             loop.add_reader(fd, functools.partial(self._on_readable, fd))
         self._drain_timer: Timer | None = None
+        self._deadlines = _deadlines(loop)
         deadline_ms = spec.get("deadline_ms")
         if deadline_ms is not None:
-            _deadlines(loop).add(self, self._t0 + float(deadline_ms) / 1000)
+            self._deadlines.add(self, self._t0 + float(deadline_ms) / 1000)
         self._seen: set[int] = set()
         self._signalled: set[int] = set()
         self._kill_started = 0.0
@@ -157,30 +182,52 @@ class Job:
 
     # --- output -------------------------------------------------------------------------
     def _on_readable(self, fd: int) -> None:
+        if self._read(fd) is None:
+            self._check_finished()
+
+    def _read(self, fd: int) -> bool | None:
+        """One read of a pipe: True when it gave data, False when it had none now (or is not
+        this job's), None when it ended (it is closed now)."""
         name = self._pipes.get(fd)
         if name is None:
-            return
+            return False
         try:
             data = os.read(fd, 65536)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         if data:
-            self.capture.add(name, data)
+            capture = self.capture
+            if capture is None:
+                capture = self.capture = OutputCapture(self._output_limit)
+            capture.add(name, data)
             if self.stream:
-                text = self.capture.live_text(name, data)
+                text = capture.live_text(name, data)
                 if text:
                     self.emit(output_event(self.id, name, text))
-            return
+            return True
         self._close_pipe(fd)
-        self._check_finished()
+        return None
+
+    def _release_writers(self) -> None:
+        """Close the write ends this agent held; then each pipe ends at once unless a process
+        the command left behind holds it — read what is there (at most 1 MiB a pipe here: a
+        writer that goes on is read by the loop)."""
+        writers, self._writers = self._writers, ()
+        for fd in writers:
+            HELD_WRITERS.discard(fd)
+            os.close(fd)
+        for fd in list(self._pipes):
+            for _ in range(16):
+                if not self._read(fd):
+                    break
 
     def _close_pipe(self, fd: int) -> None:
         name = self._pipes.pop(fd)
         self.loop.remove_reader(fd)
         os.close(fd)
-        if self.stream:
+        if self.stream and self.capture is not None:
             rest = self.capture.live_text(name, b"", final=True)
             if rest:
                 self.emit(output_event(self.id, name, rest))
@@ -206,12 +253,14 @@ class Job:
             self._reap_leader()
         if self.exit_status is None:
             return
+        if self._writers:
+            self._release_writers()
         if self._pipes:
             if self._drain_timer is None:
                 self._drain_timer = self.loop.call_later(DRAIN_S, lambda: self.kill("leftover"))
             return
         if _orphans_come_here() and not self._others() and not self._helpers() \
-                and not _has_children():
+                and not self._children_left():
             self._finish(True)  # no child at all: nothing can be left over (the cheap common case)
         elif self._members():
             self.kill("leftover")
@@ -226,7 +275,16 @@ class Job:
         except ChildProcessError:
             return
         if pid == self.pid:
+            self._reaper.reaped(pid)
             self.exit_status = status
+
+    def _children_left(self) -> bool:
+        """Whether the agent still has a child — living, or a zombie no pass has reaped yet
+        (in pidfd mode an orphan's exit wakes nobody: ``reaper.py``)."""
+        if not _has_children():
+            return False
+        self._reaper.reap_all()
+        return _has_children()
 
     def _on_deadline(self) -> None:
         if self.state == "running":
@@ -284,7 +342,11 @@ class Job:
         self.ended = time.monotonic()
         if self.kill_reason:
             self.killed_tree = tree_gone
-        _deadlines(self.loop).discard(self)
+            self._reaper.reap_all()  # the killed processes' zombies
+        self._reaper.reaped(self.pid)  # an unkillable leader is not watched past its job
+        if self._writers:  # killed before its leader was reaped
+            self._release_writers()
+        self._deadlines.discard(self)
         if self._drain_timer is not None:
             self._drain_timer.cancel()
         self._drain_pipes()
@@ -312,18 +374,25 @@ class Job:
         self.waiters.append((entry[0], entry[1]))
 
     def status(self) -> dict[str, Any]:
-        exit_code = None
-        if self.exit_status is not None:
-            exit_code = os.waitstatus_to_exitcode(self.exit_status)
+        """Where the job stands, each field at its ``wire.STATUS_DEFAULTS`` value left out."""
         end = self.ended if self.ended is not None else time.monotonic()
-        result = {
+        result: dict[str, Any] = {
             "job": self.id, "pid": self.pid, "state": "exited" if self.state == "done" else "running",
-            "exit_code": exit_code, "timed_out": self.timed_out, "killed": self.killed,
-            "killed_tree": self.killed_tree, "leftovers_killed": self.leftovers,
-            "started": self.started, "duration_ms": int((end - self._t0) * 1000),
-            "oom_killed": self.state == "done" and self._oom_killed(),
-        }
-        result.update(self.capture.snapshot())
+            "started": self.started, "duration_ms": int((end - self._t0) * 1000)}
+        if self.exit_status is not None:
+            result["exit_code"] = os.waitstatus_to_exitcode(self.exit_status)
+        if self.timed_out:
+            result["timed_out"] = True
+        if self.killed:
+            result["killed"] = True
+        if self.killed_tree is not None:
+            result["killed_tree"] = self.killed_tree
+        if self.leftovers:
+            result["leftovers_killed"] = self.leftovers
+        if self.state == "done" and self._oom_killed():
+            result["oom_killed"] = True
+        if self.capture is not None:
+            self.capture.add_snapshot(result)
         return result
 
     def _oom_killed(self) -> bool:

@@ -21,6 +21,7 @@ from typing import Any
 
 from . import paths, wire
 from .errors import FsError
+from .jobs import HELD_WRITERS
 from .loop import Loop, Timer
 from .wire import ErrorKind
 
@@ -95,6 +96,8 @@ def _child(read_fd: int, write_fd: int, run: Callable[[], dict[str, Any]]) -> No
     status = 0
     try:
         os.close(read_fd)
+        for fd in list(HELD_WRITERS):  # running jobs' pipes must end when their commands do
+            os.close(fd)
         signal.set_wakeup_fd(-1)  # the agent's wakeup pipe is not ours to write
         # A lock another agent thread held at the fork stays held forever in this copy: the
         # ones a walk takes are made anew.

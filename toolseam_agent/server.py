@@ -25,6 +25,7 @@ from . import ops, paths, procscan, setid_guard, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
+from .reaper import Reaper
 from .searcher import Search
 from .wire import ErrorKind
 
@@ -68,15 +69,9 @@ class Agent:
         self.tunnels = tunnel.Tunnels(self.send, self.send_bytes)  # egress: listening only once asked to
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
-        wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.reaper = Reaper(self.loop, self._exited)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda *_: self.shut_down())
-        self._wake_r = wake_r
-        self.loop.add_reader(wake_r, self._reap)
         os.set_blocking(infd, False)
         self.loop.add_reader(infd, self._on_input)
 
@@ -142,7 +137,8 @@ class Agent:
         if op in ops.FILE_OPS:  # walks may take seconds: they must not hold up job output and deadlines
             self._pool.submit(self._file_op, rid, op, args)
             return
-        handler: Callable[[Any, dict[str, Any]], None] | None = getattr(self, f"_op_{op}", None)
+        handler: Callable[[Any, dict[str, Any]], None] | None = (
+            self._op_start if op == "start" else getattr(self, f"_op_{op}", None))
         if handler is None:
             self._fail(rid, ErrorKind.PROTOCOL, f"unknown op {op!r}")
             return
@@ -176,6 +172,7 @@ class Agent:
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
             "proc_locked": _proc_locked, "setid_guard": setid_guard.status(),
             "interfaces": userns.interfaces(), "run_hidden": _run_hidden,
+            "reaper": self.reaper.mode,
         })
 
     def _op_egress_listen(self, rid: Any, request: dict[str, Any]) -> None:
@@ -196,12 +193,13 @@ class Agent:
             self._fail(rid, ErrorKind.PROTOCOL, f"job id {job_id!r} is in use")
             return
         try:
-            spec = self._with_env(request["spec"])
-        except (KeyError, TypeError) as exc:
+            spec = request["spec"]
+            env = self._env_of(spec)
+        except (KeyError, TypeError, AttributeError) as exc:
             self._fail(rid, ErrorKind.PROTOCOL, f"bad spec: {exc}")
             return
         try:
-            job = Job(self.loop, job_id, spec, self.send,
+            job = Job(self.loop, job_id, spec, env, self.reaper, self.send,
                       lambda: [j.mark for j in self.leaders.values() if j.id != job_id],
                       lambda: self.searchers, self._job_done)
         except SpawnError as exc:
@@ -212,26 +210,27 @@ class Agent:
         forget = bool(request.get("forget"))
 
         def answer(status: dict[str, Any]) -> None:
-            self._answer(rid, status)
             if forget and status["state"] == "exited":
                 self.jobs.pop(job_id, None)  # saves the host a release round trip
+            self.send({"id": rid, "ok": True, "result": status})  # wire.answer, inline: hot path
 
         job.add_waiter(answer, _seconds(request.get("wait_ms")))
 
-    def _with_env(self, spec: dict[str, Any]) -> dict[str, Any]:
-        """The spec with its environment: given inline, or named by an id sent before."""
+    def _env_of(self, spec: dict[str, Any]) -> dict[str, str]:
+        """The spec's environment: given inline, or named by an id sent before. The dict is
+        the job's to change (``Job`` sets its token in it), so one kept by id is reused."""
         env_id = spec.get("env_id")
         if env_id is None:
-            return spec
+            return {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
         if "env" in spec:
             self._envs[env_id] = {str(k): str(v) for k, v in spec["env"].items()}
             while len(self._envs) > _ENVS_KEPT:
                 self._envs.popitem(last=False)
+        elif env_id not in self._envs:
+            raise KeyError(f"unknown env_id {env_id}")
         else:
-            if env_id not in self._envs:
-                raise KeyError(f"unknown env_id {env_id}")
             self._envs.move_to_end(env_id)
-        return {**spec, "env": self._envs[env_id]}
+        return self._envs[env_id]
 
     def _wait(self, rid: Any, job: Job, wait_ms: float | None) -> None:
         job.add_waiter(lambda status: self._answer(rid, status), _seconds(wait_ms))
@@ -275,6 +274,7 @@ class Agent:
                         None if deadline_ms is None else float(deadline_ms) / 1000, done,
                         str(args.get("path", "")))
         self.searchers.add(search.pid)
+        self.reaper.watch(search.pid)
 
     def _op_shutdown(self, rid: Any, _request: dict[str, Any]) -> None:
         self._answer(rid, {})
@@ -286,22 +286,11 @@ class Agent:
         if self._closing and not self.leaders:
             self.loop.running = False
 
-    def _reap(self) -> None:
-        try:  # one byte per signal: a read of 4 KiB drains it unless thousands are pending
-            while len(os.read(self._wake_r, 4096)) == 4096:
-                pass
-        except BlockingIOError:
-            pass
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            job = self.leaders.get(pid)
-            if job is not None:
-                job.on_exit(status)
+    def _exited(self, pid: int, status: int) -> None:
+        """A child was reaped (``reaper.py``): a job's leader, a search or an orphan."""
+        job = self.leaders.get(pid)
+        if job is not None:
+            job.on_exit(status)
 
     def shut_down(self) -> None:
         """Kill every job; the loop stops once none is left."""

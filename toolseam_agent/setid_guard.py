@@ -236,15 +236,17 @@ class Guard:
 
 
 _guard: Guard | None = None
+_mode: str | None = None  # MODE_VAR as the agent was started with (read once: every spawn asks)
 
 
 def _the_guard() -> Guard | None:
-    global _guard
-    mode = os.environ.get(MODE_VAR, "off")
-    if mode not in ("try", "require"):
+    global _guard, _mode
+    if _mode is None:
+        _mode = os.environ.get(MODE_VAR, "off")
+    if _mode not in ("try", "require"):
         return None
     if _guard is None:
-        _guard = Guard(mode)  # type: ignore[arg-type]
+        _guard = Guard(_mode)  # type: ignore[arg-type]
     return _guard
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 from typing import Any, Literal, TypedDict
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: a job status leaves out the fields at their STATUS_DEFAULTS
 
 # --- operations -----------------------------------------------------------------------------
 HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", "release", "shutdown"
@@ -131,6 +131,17 @@ class OutputEvent(TypedDict):
     job: str
     stream: str  # "stdout" | "stderr"
     data: str
+
+
+# A job status (``jobs.Job.status``) leaves out every field at its value here, and the host
+# puts them back (``channel.job_status``): most commands end with exit 0, no output and nothing
+# killed, and a short answer is less to build, encode and parse at both ends of every call.
+# Always present: job, pid, state, started, duration_ms.
+STATUS_DEFAULTS: dict[str, Any] = {
+    "exit_code": None, "timed_out": False, "killed": False, "killed_tree": None,
+    "leftovers_killed": 0, "oom_killed": False, "chunks": (), "stdout_bytes": 0,
+    "stderr_bytes": 0, "stdout_truncated": False, "stderr_truncated": False, "stdout_lines": 0,
+    "stderr_lines": 0}
 
 
 def answer(rid: Any, result: dict[str, Any]) -> Answer:

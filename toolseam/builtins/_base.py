@@ -41,7 +41,7 @@ class ToolResult(BaseModel):
         (default: the session's ``model_output_chars``, else 30 000) with every cut marked,
         followed by the builtin's notes (exit status, capped listings, why an edit failed).
         See ``toolseam.model_text``."""
-        hints = self._hints or ModelHints()
+        hints = self.__pydantic_private__.get("_hints") or ModelHints()  # type: ignore[union-attr]
         if budget is not None:
             hints = dataclasses.replace(hints, budget=budget)
         return render(self.output, hints)
@@ -49,9 +49,14 @@ class ToolResult(BaseModel):
     @property
     def model_hints(self) -> ModelHints:
         """The hints the renderer reads; made on first use (builtins add notes to them)."""
-        if self._hints is None:
-            self._hints = ModelHints()
-        return self._hints
+        # Straight from pydantic's private dict: ``self._hints`` goes through BaseModel's
+        # Python-level __getattr__/__setattr__ (3 µs each, twice per call on every tool call).
+        private = self.__pydantic_private__
+        assert private is not None
+        hints: ModelHints | None = private.get("_hints")
+        if hints is None:
+            hints = private["_hints"] = ModelHints()
+        return hints
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"output": self.output, "is_error": self.is_error,

@@ -17,6 +17,7 @@ from toolseam_agent.wire import (
     OUTPUT_EVENT,
     PROTOCOL_VERSION,
     SHUTDOWN,
+    STATUS_DEFAULTS,
     TO_HOST,
     TUNNEL_EVENT,
     tunnel_number,
@@ -114,7 +115,8 @@ class AgentChannel(asyncio.Protocol):
         finally:
             self._pending.pop(rid, None)
         if answer.get("ok"):
-            return dict(answer["result"])
+            result: dict[str, Any] = answer["result"]  # parsed for this call alone: no copy
+            return result
         raise map_agent_error(answer.get("error") or {})
 
     # --- asyncio.Protocol -----------------------------------------------------------------
@@ -124,6 +126,12 @@ class AgentChannel(asyncio.Protocol):
         transport.set_write_buffer_limits(high=_PAUSE_AT)
 
     def data_received(self, data: bytes) -> None:
+        if not self._partial and data.find(b"\n") == len(data) - 1 and self.tunnels is None:
+            try:  # one whole answer, the common case: no split, no loop
+                self._dispatch(json.loads(data.decode()))
+                return
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass  # the general path below says how the protocol broke
         if b"\n" not in data:  # a big answer arrives in many pieces: join them once
             self._partial.append(data)
             return
@@ -230,8 +238,8 @@ class AgentChannel(asyncio.Protocol):
 
 
 def job_status(raw: dict[str, Any]) -> JobStatus:
-    """An agent status answer as the seam model."""
-    fields = dict(raw)
-    fields["chunks"] = [{"stream": s, "text": t} for s, t in raw["chunks"]]
+    """An agent status answer as the seam model (the agent leaves out defaults)."""
+    fields = {**STATUS_DEFAULTS, **raw}
+    fields["chunks"] = [{"stream": s, "text": t} for s, t in fields["chunks"]]
     return JobStatus.model_validate(fields)
 
