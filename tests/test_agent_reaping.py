@@ -101,6 +101,14 @@ def test_exit_code_and_both_streams(agent: RawAgent) -> None:
     assert "killed_tree" not in status and "leftovers_killed" not in status
 
 
+def test_output_keeps_its_order_across_streams(agent: RawAgent) -> None:
+    """stderr written before stdout stays first, also when both arrive in the wakeup that
+    brings the exit (pidfd mode reads what is left only after the pass's pipe events)."""
+    for _ in range(40):
+        status = agent.run("printf err >&2; printf out")
+        assert status["chunks"] == [["stderr", "err"], ["stdout", "out"]]
+
+
 def test_a_quiet_command_answers_with_defaults_left_out(agent: RawAgent) -> None:
     status = agent.run("true")
     assert set(status) == {"job", "pid", "state", "started", "duration_ms", "exit_code"}

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,13 +52,13 @@ def _toolkit(engine: str, workspace: Path, orphan_s: float = 30, **settings: obj
                              "default_timeout_ms": 60_000, **settings})
 
 
-def _client(engine: str, workspace: Path, form: str, orphan_s: float
+def _client(engine: str, workspace: Path, form: str, orphan_s: float, tag: str = ""
             ) -> tuple[subprocess.Popen[str], SessionHandle]:
-    """A client process with a call in flight; its handle."""
+    """A client process with a call in flight; its handle. ``tag`` goes into the command."""
     if engine != "host":
         endpoint(engine)  # a missing engine: a visible skip here (or a failure in CI)
     client = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/durable_client.py"),
-                               engine, str(workspace), form, str(orphan_s)],
+                               engine, str(workspace), form, str(orphan_s), tag],
                               stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert client.stdout is not None
     handle = SessionHandle.from_json(client.stdout.readline())
@@ -129,7 +130,8 @@ async def test_killed_client_leaves_a_session_another_process_continues(
 @pytest.mark.parametrize("engine", BACKENDS + REMOTE)
 async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
         engine: str, workspace: Path) -> None:
-    client, handle = _client(engine, workspace, "long", 2)
+    tag = f"orphan-{uuid.uuid4().hex}"  # its own command: other workers run the same one
+    client, handle = _client(engine, workspace, "long", 2, tag)
     _kill(client)
     assert _engine_has(handle)
     deadline = time.monotonic() + 20
@@ -156,7 +158,7 @@ async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
                 engine_.state(handle.sandbox)
         finally:
             engine_.close()
-    assert host_survivors("line-$i") == []  # the job's shell on the host (a container's: gone)
+    assert host_survivors(tag) == []  # the job's shell on the host (a container's: gone)
     if engine == "host":
         assert not os.path.exists(os.path.dirname(handle.socket))
     with pytest.raises(AttachError) as refused:

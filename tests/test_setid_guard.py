@@ -207,7 +207,8 @@ _SPAWN = r"""
 import os
 from toolseam_agent import jobs
 try:
-    pid, _, _ = jobs.spawn(["/bin/true"], "/", {})
+    r, w = os.pipe()
+    pid = jobs.spawn(["/bin/true"], "/", {}, (w, w))
     print("started", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
 except jobs.SpawnError as exc:
     print("refused", exc.errno, exc.strerror)

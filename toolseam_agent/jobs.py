@@ -69,47 +69,33 @@ _DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.S
 HELD_WRITERS: set[int] = set()
 
 
-def spawn(argv: list[str], cwd: str, env: dict[str, str], hold_writers: bool = False
-          ) -> tuple[int, tuple[int, int], tuple[int, ...]]:
-    """Start ``argv`` as a session leader with stdin /dev/null and stdout/stderr on new pipes:
-    ``(pid, read ends, write ends the caller holds)`` — none unless ``hold_writers``.
+def spawn(argv: list[str], cwd: str, env: dict[str, str], writers: tuple[int, int]) -> int:
+    """Start ``argv`` as a session leader with stdin /dev/null and stdout/stderr on the pipes'
+    write ends ``writers`` (the caller's to close); its pid.
 
     ``posix_spawn`` (a vfork-style clone) rather than ``subprocess.Popen``: it is measurably
     cheaper per command, and this is the hot path of every bash call. It has no chdir action in
     Python, so the agent's main thread changes into the job's directory first — safe because
     every file operation here uses absolute paths or dir fds, never the cwd.
     """
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)]
+               (os.POSIX_SPAWN_DUP2, writers[0], 1), (os.POSIX_SPAWN_DUP2, writers[1], 2)]
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH")) or argv[0]
     global _cwd
-    try:
-        if cwd != _cwd:  # the agent stays where the last job ran: most calls share one cwd
-            try:
-                os.chdir(cwd)
-            except OSError as exc:
-                _cwd = None
-                raise SpawnError(exc, cwd) from None
-            _cwd = cwd
+    if cwd != _cwd:  # the agent stays where the last job ran: most calls share one cwd
         try:
-            # on the set-id guard's thread in a container (setid_guard): it carries the filter
-            pid = start_command(lambda: os.posix_spawn(
-                program, argv, env, file_actions=actions, setsid=True,
-                setsigdef=_DEFAULT_SIGNALS, setsigmask=()))
+            os.chdir(cwd)
         except OSError as exc:
-            raise SpawnError(exc, "") from None
-    except BaseException:
-        for fd in (out_r, err_r, out_w, err_w):
-            os.close(fd)
-        raise
-    if hold_writers:
-        HELD_WRITERS.update((out_w, err_w))
-        return pid, (out_r, err_r), (out_w, err_w)
-    os.close(out_w)
-    os.close(err_w)
-    return pid, (out_r, err_r), ()
+            _cwd = None
+            raise SpawnError(exc, cwd) from None
+        _cwd = cwd
+    try:
+        # on the set-id guard's thread in a container (setid_guard): it carries the filter
+        return start_command(lambda: os.posix_spawn(
+            program, argv, env, file_actions=actions, setsid=True,
+            setsigdef=_DEFAULT_SIGNALS, setsigmask=()))
+    except OSError as exc:
+        raise SpawnError(exc, "") from None
 
 
 class Job:
@@ -119,25 +105,49 @@ class Job:
         """Spawn the job's command. ``env`` is the session's environment dict, which this job
         may change: its token is set in it (spawns are one at a time, on one thread).
 
-        Only what the spawn needs comes before it: this is the start of every bash call's
-        critical path. The bookkeeping after it runs while the command's loader does."""
+        Little comes before the spawn: this is the start of every bash call's critical path."""
         self.token = f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
         env[TOKEN_VAR] = self.token
         self.argv = argv = [str(a) for a in spec["argv"]]
         cwd = spec.get("cwd") or "/"
         started = now_ticks()  # before the fork: every process of the job starts at or after it
+        self.loop = loop
+        # The pipes are watched BEFORE the spawn: epoll then reports them readable in the order
+        # the command wrote them (one already readable when registered would go in registration
+        # order, and a fast command's stderr could come after its later stdout).
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        self._pipes: dict[int, str] = {out_r: "stdout", err_r: "stderr"}
+        for fd in (out_r, err_r):
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, functools.partial(self._on_readable, fd))
+        raw = bool(spec.get("stdin_file") or spec.get("user") is not None)  # spawn_as.py
+        try:
+            if raw:
+                from .spawn_as import spawn_job
+                try:
+                    self.pid = spawn_job(argv, cwd, env, spec, (out_w, err_w))
+                except OSError as exc:
+                    raise SpawnError(exc, cwd) from None
+            else:
+                self.pid = spawn(argv, cwd, env, (out_w, err_w))
+        except BaseException:
+            for fd in (out_r, err_r):
+                loop.remove_reader(fd)
+            for fd in (out_r, err_r, out_w, err_w):
+                os.close(fd)
+            raise
         # Where the leader's exit comes by pidfd, the agent holds the pipes' write ends until
         # then: the command's end is ONE wakeup (the pidfd), not one per pipe's EOF and one for
         # the exit — those came in two or three wakeups, each paying the loop on cold caches.
         self._writers: tuple[int, ...] = ()
-        if spec.get("stdin_file") or spec.get("user") is not None:  # a raw exec (spawn_as.py)
-            from .spawn_as import spawn_job
-            try:
-                self.pid, pipes = spawn_job(argv, cwd, env, spec)
-            except OSError as exc:
-                raise SpawnError(exc, cwd) from None
+        self._release_due = False
+        if reaper.by_pidfd and not raw:
+            self._writers = (out_w, err_w)
+            HELD_WRITERS.update(self._writers)
         else:
-            self.pid, pipes, self._writers = spawn(argv, cwd, env, reaper.by_pidfd)
+            os.close(out_w)
+            os.close(err_w)
         self._reaper = reaper
         reaper.watch(self.pid)
         self._t0 = time.monotonic()
@@ -145,7 +155,6 @@ class Job:
         # The OOM counter's "before" is read just after the spawn: no command can have run
         # the cgroup out of memory in the microseconds since, and it is off the critical path.
         self._oom_before = oom_counters()
-        self.loop = loop
         self.id = job_id
         self.emit = emit
         self._others = others
@@ -165,11 +174,6 @@ class Job:
         self.leftovers = 0
         self.ended: float | None = None
         self.waiters: list[tuple[Callable[[dict[str, Any]], None], Timer | None]] = []
-        self._pipes: dict[int, str] = {}
-        for fd, name in zip(pipes, ("stdout", "stderr"), strict=True):
-            os.set_blocking(fd, False)
-            self._pipes[fd] = name
-            loop.add_reader(fd, functools.partial(self._on_readable, fd))
         self._drain_timer: Timer | None = None
         self._deadlines = _deadlines(loop)
         deadline_ms = spec.get("deadline_ms")
@@ -209,6 +213,10 @@ class Job:
             return True
         self._close_pipe(fd)
         return None
+
+    def _after_exit(self) -> None:
+        self._release_writers()
+        self._check_finished()
 
     def _release_writers(self) -> None:
         """Close the write ends this agent held; then each pipe ends at once unless a process
@@ -254,7 +262,12 @@ class Job:
         if self.exit_status is None:
             return
         if self._writers:
-            self._release_writers()
+            # At the end of this loop pass: output that came in the same wakeup as the exit is
+            # read first, in the order it came (epoll's), so stdout and stderr keep their order.
+            if not self._release_due:
+                self._release_due = True
+                self.loop.call_soon(self._after_exit)
+            return
         if self._pipes:
             if self._drain_timer is None:
                 self._drain_timer = self.loop.call_later(DRAIN_S, lambda: self.kill("leftover"))

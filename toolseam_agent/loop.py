@@ -33,7 +33,12 @@ class Loop:
         self._readers: dict[int, Callable[[], None]] = {}
         self._timers: list[tuple[float, int, Timer]] = []
         self._order = itertools.count()
+        self._soon: list[Callable[[], None]] = []
         self.running = True
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` at the end of this loop pass, after every ready descriptor's."""
+        self._soon.append(callback)
 
     def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
         timer = Timer(time.monotonic() + delay, callback)
@@ -53,11 +58,17 @@ class Loop:
             timeout = -1.0
             while self._timers and self._timers[0][2].cancelled:  # finished jobs' deadlines
                 heapq.heappop(self._timers)
-            if self._timers:
+            if self._soon:
+                timeout = 0.0
+            elif self._timers:
                 timeout = max(0.0, self._timers[0][0] - time.monotonic())
             for fd, _ in self._epoll.poll(timeout):
                 callback = self._readers.get(fd)  # an earlier callback may have removed it
                 if callback is not None:
+                    callback()
+            while self._soon:
+                soon, self._soon = self._soon, []
+                for callback in soon:
                     callback()
             now = time.monotonic()
             while self._timers and self._timers[0][0] <= now:

@@ -71,9 +71,10 @@ def resolve_user(user: str) -> tuple[int, int, list[int], dict[str, str]] | None
     return target
 
 
-def spawn_job(argv: list[str], cwd: str, env: dict[str, str], spec: dict[str, Any]
-              ) -> tuple[int, tuple[int, int]]:
-    """Like ``jobs.spawn``: a session leader with stdout/stderr on new pipes; stdin is
+def spawn_job(argv: list[str], cwd: str, env: dict[str, str], spec: dict[str, Any],
+              writers: tuple[int, int]) -> int:
+    """Like ``jobs.spawn``: a session leader with stdout/stderr on the pipes' write ends
+    ``writers`` (the caller's to close); stdin is
     ``spec["stdin_file"]`` (unlinked once open) or /dev/null, the user ``spec["user"]``.
 
     Raises OSError; ``filename == cwd`` when the working directory is what failed.
@@ -94,23 +95,16 @@ def spawn_job(argv: list[str], cwd: str, env: dict[str, str], spec: dict[str, An
         given = set(spec.get("env_given") or ())  # variables the caller set win over passwd
         env = {**env, **{k: v for k, v in names.items() if k not in given}}
         options = {"user": uid, "group": gid, "extra_groups": groups}
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH")) or argv[0]
     try:
         # on the set-id guard's thread where the agent has one (setid_guard): it carries the filter
         process = start_command(lambda: subprocess.Popen(
-            argv, executable=program, stdin=stdin, stdout=out_w, stderr=err_w, cwd=cwd, env=env,
-            start_new_session=True, restore_signals=True, close_fds=True, **options))
-    except BaseException:
-        for fd in (out_r, err_r):
-            os.close(fd)
-        raise
+            argv, executable=program, stdin=stdin, stdout=writers[0], stderr=writers[1], cwd=cwd,
+            env=env, start_new_session=True, restore_signals=True, close_fds=True, **options))
     finally:
-        for fd in (stdin, out_w, err_w):
-            os.close(fd)
+        os.close(stdin)
     # The agent reaps its children itself (waitpid(-1)); a returncode keeps Popen's own
     # reaping (__del__, _cleanup at the next Popen) away from this pid, whose status is the job's.
     process.returncode = 0
-    return process.pid, (out_r, err_r)
+    return process.pid
 

@@ -1,9 +1,11 @@
 """A client that opens a durable session, prints its handle, starts a call and is then killed.
 
-``durable_client.py ENGINE WORKSPACE FORM ORPHAN_S``: FORM ``long`` runs a command that prints
+``durable_client.py ENGINE WORKSPACE FORM ORPHAN_S [TAG]``: FORM ``long`` runs a command that prints
 numbered lines for a few seconds in the foreground (the call is in flight when the test kills
 this process); ``stream`` does the same with live output to this process; ``idle`` starts
 nothing. The handle is the first line on stdout, ``started`` the second once output flows.
+TAG, when given, is put in the command line (a no-op ``:``) so a test can look for exactly its
+own command among the machine's processes (tests on other workers run the same command).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from toolseam import Toolkit
 COMMAND = "for i in $(seq 1 40); do echo line-$i; sleep 0.1; done; echo done"
 
 
-async def main(engine: str, workspace: str, form: str, orphan_s: str) -> None:
+async def main(engine: str, workspace: str, form: str, orphan_s: str, tag: str = "") -> None:
     chosen = "host" if engine == "host" else backend(engine, workspace)
     tk = Toolkit(chosen, base_dir=workspace if engine == "host" else None,
                  settings={"orphan_timeout_s": float(orphan_s), "timeout_policy": "detach",
@@ -37,7 +39,8 @@ async def main(engine: str, workspace: str, form: str, orphan_s: str) -> None:
             started.set()
             print("started", flush=True)
 
-    call = asyncio.ensure_future(tk.call("bash", {"command": COMMAND},
+    command = f": {tag}; {COMMAND}" if tag else COMMAND
+    call = asyncio.ensure_future(tk.call("bash", {"command": command},
                                          on_output=seen if form == "stream" else None))
     if form != "stream":
         await asyncio.sleep(0.5)
@@ -46,4 +49,4 @@ async def main(engine: str, workspace: str, form: str, orphan_s: str) -> None:
     await asyncio.sleep(3600)
 
 
-asyncio.run(main(*sys.argv[1:5]))
+asyncio.run(main(*sys.argv[1:6]))
