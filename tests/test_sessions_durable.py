@@ -377,3 +377,42 @@ async def test_idle_connections_cannot_crowd_out_an_attach(tmp_path: Path) -> No
     finally:
         for conn in idle:
             conn.close()
+
+
+@pytest.mark.parametrize("engine", REMOTE)
+async def test_another_sessions_janitor_spares_a_closing_copy(engine: str, workspace: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    """A durable copy-mode container has no owner (any client may attach): stopped by its
+    closing client for the copy-back, it looked to another session's janitor like one that had
+    ended by itself, and went — with the work — under the copy-back (seen with two workers on
+    one engine). That janitor runs here in exactly that window."""
+    from toolseam.backends.containers.copy import CopyMode
+    from toolseam.backends.containers.sandbox import janitor
+
+    tk = _toolkit(engine, workspace)
+    await tk.open()
+    await tk.call("write", {"path": "made-inside.txt", "content": "comes home\n"})
+    finish = CopyMode.finish
+
+    async def finish_after_a_janitor(self: CopyMode, sandbox: Any) -> None:
+        engine_ = _engine(tk.handle)
+        try:
+            await asyncio.to_thread(janitor, engine_)  # another session's, on the same engine
+        finally:
+            engine_.close()
+        await finish(self, sandbox)
+
+    monkeypatch.setattr(CopyMode, "finish", finish_after_a_janitor)
+    await tk.close()  # raised CouldNotRunError before: "no such container"
+    assert (workspace / "made-inside.txt").read_text() == "comes home\n"
+    engine_ = _engine(tk.handle)
+    try:  # and nothing is left: no container, no workspace volume, no closing marker
+        session = tk.handle.socket.rsplit("-", 1)[-1]
+        from toolseam.backends.containers.sandbox import SESSION_LABEL
+        assert [c for c, labels in engine_.labeled(SESSION_LABEL)
+                if labels.get(SESSION_LABEL) == session] == []
+        assert [v for v, labels in engine_.labeled_volumes(SESSION_LABEL)
+                if labels.get(SESSION_LABEL) == session] == []
+    finally:
+        engine_.close()

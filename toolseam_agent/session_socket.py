@@ -48,8 +48,11 @@ _CANDIDATES_MAX = 16  # connections not yet attached, kept at once (each holds a
 class DurableAgent(Agent):
     """The agent with connections that come and go (module docstring)."""
 
-    def __init__(self, server: socket.socket, secret_sha256: str, orphan_timeout_s: float) -> None:
+    def __init__(self, server: socket.socket, secret_sha256: str, orphan_timeout_s: float,
+                 path: str | None = None) -> None:
+        """``path``: where the socket file is (it may have been bound under another name)."""
         self._server = server
+        self._path = path
         self._secret_sha256 = bytes.fromhex(secret_sha256)
         self._orphan_timeout_s = orphan_timeout_s
         self._conn: socket.socket | None = None
@@ -257,7 +260,7 @@ class DurableAgent(Agent):
         try:
             super().run()
         finally:
-            path = self._server.getsockname()
+            path = self._path or self._server.getsockname()
             self._server.close()
             if isinstance(path, str) and path and not path.startswith("\0"):
                 try:
@@ -277,13 +280,19 @@ def serve(path: str, environ: Mapping[str, str]) -> None:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     if path.startswith("@"):  # abstract (copy mode): no file to remove or replace
         server.bind(socket_address(path))
+        server.listen(64)
     else:
-        if os.path.exists(path):
-            os.unlink(path)
+        # Bound and listening under another name, then renamed into place: a client waiting
+        # for the path to appear could otherwise connect between bind and listen (refused).
+        staging = f"{path}.{os.getpid()}"
+        for stale in (path, staging):
+            if os.path.exists(stale):
+                os.unlink(stale)
         old = os.umask(0o177)  # 0600 from the start: no window in which others may connect
         try:
-            server.bind(path)
+            server.bind(staging)
         finally:
             os.umask(old)
-    server.listen(64)
-    DurableAgent(server, secret, timeout).run()
+        server.listen(64)
+        os.rename(staging, path)
+    DurableAgent(server, secret, timeout, None if path.startswith("@") else path).run()

@@ -197,6 +197,9 @@ class BindMode:
     async def sync(self, sandbox: ContainerSandbox) -> SyncReport:
         return SyncReport()  # the sandbox works in the host dir itself
 
+    async def closing(self, sandbox: ContainerSandbox) -> None:
+        pass
+
     async def finish(self, sandbox: ContainerSandbox) -> None:
         """Nothing to bring home."""
 

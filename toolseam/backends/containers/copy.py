@@ -254,6 +254,9 @@ class CopyMode:
         return transient_retry(lambda: self._copy_back(sandbox),
                                lambda e: isinstance(e, CouldNotRunError) and e.retryable)
 
+    async def closing(self, sandbox: ContainerSandbox) -> None:
+        pass  # this process owns the container: no janitor takes it while it copies back
+
     async def finish(self, sandbox: ContainerSandbox) -> None:
         """After the agent ended every job: the changes come home (the archive API reads a
         stopped container as well). If they cannot, the container and its volume are kept and

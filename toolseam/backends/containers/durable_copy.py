@@ -18,6 +18,7 @@ and its workspace volume are removed by the janitor of the next session on that 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import time
@@ -33,7 +34,16 @@ from .bundle import bundle_command
 from .copy import CopyMode
 from .durable_bind import durable_labels
 from .exec_stream import exec_channel
-from .sandbox import AGENT_MOUNT, ContainerSandbox, ContainerSpec, adopt_running
+from .sandbox import (
+    AGENT_MOUNT,
+    CLOSING_LABEL,
+    OWNER_LABEL,
+    SESSION_LABEL,
+    ContainerSandbox,
+    ContainerSpec,
+    adopt_running,
+    owner_label,
+)
 from .workspace_copy import Entry, WorkspaceCopy
 
 ADDRESS_PREFIX = "@toolseam-agent-"
@@ -96,6 +106,23 @@ class DurableCopyMode(CopyMode):
 
     def exit_reason(self, exit_code: int | None) -> str | None:
         return None  # no attach stream ends this agent: an exit is its own, or its timeout
+
+    # --- close: the copy-back from the stopped container ---------------------------------------
+    async def closing(self, sandbox: ContainerSandbox) -> None:
+        """Mark the session closing by this process before its agent stops the container: the
+        container has no owner (any client may attach), and a janitor of another session on
+        this engine would take a stopped one for a session that ended by itself — and remove
+        it under this copy-back (seen in the suite, two workers on one engine)."""
+        labels = {CLOSING_LABEL: "1", OWNER_LABEL: owner_label(),
+                  SESSION_LABEL: sandbox.session_id}
+        with contextlib.suppress(CouldNotRunError):  # without it the copy-back goes on
+            await asyncio.to_thread(sandbox.engine.create_volume, _closing_marker(sandbox),
+                                    labels)
+
+    async def clean_up(self, sandbox: ContainerSandbox) -> None:
+        await super().clean_up(sandbox)
+        with contextlib.suppress(CouldNotRunError):
+            await asyncio.to_thread(sandbox.engine.remove_volume, _closing_marker(sandbox))
 
     # --- attach ------------------------------------------------------------------------------
     async def _attach_existing(self, sandbox: ContainerSandbox, handle: SessionHandle
@@ -169,3 +196,7 @@ def _restore_copy(saved: dict[str, Any], workspace: str) -> WorkspaceCopy:
     for rel, (path, stamp) in saved["copies"].items():
         copy.copies[rel] = (str(path), (int(stamp[0]), int(stamp[1])))
     return copy
+
+
+def _closing_marker(sandbox: ContainerSandbox) -> str:
+    return f"toolseam-closing-{sandbox.session_id}"

@@ -53,6 +53,9 @@ SOCKET_MOUNT = "/run/toolseam"
 AGENT_VOLUME_LABEL = "toolseam.agent"
 # Work kept after a failed copy-back: engines cannot relabel a container or volume, so a
 # marker volume carries the labels (no owner label: no janitor takes it for an orphan).
+# A durable session being closed (a volume with the closing process as owner): its stopped
+# container is the closing client's copy-back source, not a session that ended by itself.
+CLOSING_LABEL = "toolseam.closing"
 KEPT_LABEL = "toolseam.kept"  # unix time it was kept
 KEPT_CONTAINER_LABEL = "toolseam.kept.container"
 KEPT_VOLUME_LABEL = "toolseam.kept.volume"
@@ -237,6 +240,7 @@ class WorkspaceModeImpl(Protocol):
     def uploaded(self, archive: str, parent: str) -> None: ...
     async def adopt(self, sandbox: ContainerSandbox, workspace: str) -> None: ...
     async def sync(self, sandbox: ContainerSandbox) -> SyncReport: ...
+    async def closing(self, sandbox: ContainerSandbox) -> None: ...  # before the agent's shutdown
     async def finish(self, sandbox: ContainerSandbox) -> None: ...
     async def clean_up(self, sandbox: ContainerSandbox) -> None: ...
 
@@ -445,6 +449,7 @@ class ContainerSandbox:
     async def _stop(self) -> None:
         channel, self.channel = self.channel, None
         if channel is not None:
+            await self.mode.closing(self)
             await channel.shutdown(drain_s=5)
         await self.mode.finish(self)
         if self.container is not None:
@@ -504,10 +509,14 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
                 engine.remove_volume(labels[KEPT_VOLUME_LABEL])
             engine.remove_volume(marker)
     durable = set()  # sessions that outlive their client, still running: their agents end them
+    closing = {labels.get(SESSION_LABEL) for _, labels in engine.labeled_volumes(CLOSING_LABEL)
+               if not owner_is_gone(labels.get(OWNER_LABEL, ""))}
     for container, labels in engine.labeled(DURABLE_LABEL):  # no owner: any client may attach
         state = _state(engine, container)
         if state is not None and state.running:
             durable.add(labels.get(SESSION_LABEL))
+        elif labels.get(SESSION_LABEL) in closing:
+            continue  # stopped by a live client that is copying its work home from it
         elif state is not None and state.status in _ENDED:  # ended itself (its orphan timeout)
             with contextlib.suppress(CouldNotRunError):
                 engine.remove(container)
