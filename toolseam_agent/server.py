@@ -9,7 +9,6 @@ started outlives its host; each job's own deadline is enforced here too, not by 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import select
 import signal
@@ -31,8 +30,7 @@ from .wire import ErrorKind
 
 _ENVS_KEPT = 4
 _READ_SIZE = 1 << 16
-# One encoder for every message: json.dumps with non-default separators builds a new one per call.
-_encode = json.JSONEncoder(separators=(",", ":")).encode
+_encode = wire.dumps
 
 
 def _decode_bytes(obj: Any) -> Any:
@@ -123,7 +121,7 @@ class Agent:
 
     def _handle(self, line: bytes) -> None:
         try:
-            request = json.loads(line.decode())  # str: json skips guessing the encoding
+            request = wire.loads(line.decode())  # str: json skips guessing the encoding
             rid, op = request["id"], request["op"]
         except (ValueError, KeyError, TypeError) as exc:
             self.send(wire.failure(None, ErrorKind.PROTOCOL, str(exc)))

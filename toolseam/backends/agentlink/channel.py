@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import socket
 from typing import Any
 
@@ -23,6 +22,8 @@ from toolseam_agent.wire import (
     tunnel_number,
     tunnel_payload,
 )
+from toolseam_agent.wire import dumps as wire_dumps
+from toolseam_agent.wire import loads as wire_loads
 
 from ...seam.errors import CouldNotRunError
 from ...seam.models import JobStatus, OutputChunk
@@ -94,7 +95,7 @@ class AgentChannel(asyncio.Protocol):
         dropped once the channel is dead."""
         if self.death is None and self._transport is not None:
             self._transport.write(message if isinstance(message, bytes)
-                                  else (json.dumps(message) + "\n").encode())
+                                  else (wire_dumps(message) + "\n").encode())
 
     def unlisten(self, job: str) -> None:
         self._listeners.pop(job, None)
@@ -108,7 +109,7 @@ class AgentChannel(asyncio.Protocol):
         future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[rid] = future
         try:
-            self._transport.write((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
+            self._transport.write((wire_dumps({"id": rid, "op": op, **fields}) + "\n").encode())
             if self._can_write is not None:
                 await asyncio.shield(self._can_write)
             answer = await future
@@ -128,7 +129,7 @@ class AgentChannel(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self._partial and data.find(b"\n") == len(data) - 1 and self.tunnels is None:
             try:  # one whole answer, the common case: no split, no loop
-                self._dispatch(json.loads(data.decode()))
+                self._dispatch(wire_loads(data[:-1].decode()))
                 return
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass  # the general path below says how the protocol broke
@@ -149,7 +150,7 @@ class AgentChannel(asyncio.Protocol):
                     if found is not None and found[1]:  # data: no JSON codec on the hot path
                         self.tunnels.data(found[0], tunnel_payload(line))
                         continue
-                self._dispatch(json.loads(line.decode()))  # str: skips detect_encoding
+                self._dispatch(wire_loads(line.decode()))  # str: skips detect_encoding
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not our JSON lines
             self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
             assert self._transport is not None
