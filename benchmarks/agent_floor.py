@@ -1,6 +1,6 @@
 """The floor of a supervising process: the real agent against a minimal loop, in ONE run.
 
-    python benchmarks/agent_floor.py [CALLS]
+    python benchmarks/agent_floor.py [CALLS] [--against REV]
 
 Three contenders, measured in alternating blocks: a bare ``subprocess.run(["sh", "-c",
 "true"])``; the agent (``toolseam_agent``, staged and started as the host backend starts it,
@@ -9,11 +9,14 @@ loop that does only what any supervising process must — read a request, parse 
 command with the agent's own ``posix_spawn`` arguments, wait for both pipes' EOF, reap it,
 answer. Each agent's CPU per call is read from ``/proc``. The difference between the two agents
 is what the agent's job bookkeeping costs; the minimal loop against bare is what the hop
-itself costs (docs/decisions.md, 120).
+itself costs (docs/decisions.md, 120). ``--against REV`` adds the agent of a git revision, as a
+fourth contender: an A/B of two agents in one run (decision 124).
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
 import select
@@ -22,6 +25,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -73,10 +77,25 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def main(calls: int) -> None:
+def _agent_at(revision: str, into: str) -> list[str]:
+    """The agent of a git revision of this checkout, run as the staged one is (an A/B of two
+    agents in one run: the wire's start request is the same in both protocols)."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    archive = subprocess.run(["git", "-C", repo, "archive", revision, "toolseam_agent"],
+                             capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
+    with open(os.path.join(into, "__main__.py"), "w") as main_py:
+        main_py.write("from toolseam_agent.server import main\n\nmain()\n")
+    return [sys.executable, *agent_command(into)]
+
+
+def main(calls: int, against: str | None = None) -> None:
     staged = stage_agent()
     commands = {"agent": [sys.executable, *agent_command(staged)],
                 "minimal": [sys.executable, __file__, "--minimal"]}
+    old_agent = tempfile.TemporaryDirectory(prefix="toolseam-agent-ab-")
+    if against is not None:
+        commands[f"agent@{against}"] = _agent_at(against, old_agent.name)
     peers: dict[str, tuple[socket.socket, Any, subprocess.Popen[bytes]]] = {}
     for name, command in commands.items():
         ours, theirs = socket.socketpair()
@@ -99,7 +118,7 @@ def main(calls: int) -> None:
 
     contenders: dict[str, Callable[[], object]] = {
         "bare": lambda: subprocess.run(["sh", "-c", "true"], check=True),
-        "agent": lambda: agent_call("agent"), "minimal": lambda: agent_call("minimal")}
+        **{name: functools.partial(agent_call, name) for name in peers}}
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     cpu = {name: 0.0 for name in peers}
     for name in peers:
@@ -125,10 +144,16 @@ def main(calls: int) -> None:
         answers.close()
         sock.close()
         process.wait(10)
+    old_agent.cleanup()
 
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--minimal"]:
         minimal_loop(sys.stdin.fileno())
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000)
+        parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+        parser.add_argument("calls", nargs="?", type=int, default=3000)
+        parser.add_argument("--against", metavar="REV",
+                            help="also the agent of this git revision (an A/B in one run)")
+        options = parser.parse_args()
+        main(options.calls, options.against)
