@@ -156,8 +156,9 @@ class ComposedBackend:
 
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:
-        self._check_open()
-        await self.open()
+        if self._info is None:  # opened on first use; once open, straight on (every bash call)
+            self._check_open()
+            await self.open()
         return await self._run(self._exec.start, request, on_output)
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:

@@ -155,7 +155,7 @@ class Bash(Builtin[BashInput]):
             if problem:
                 return error(f"bash: {problem}")
         shell = await services.shell_for_spawn()
-        cwd = await _workdir(args.workdir, ctx)
+        cwd = ctx.base_dir if args.workdir is None else await _workdir(args.workdir, ctx)
         await services.check_command(args.command, cwd)
         detach = args.timeout is None and settings.timeout_policy == "detach"
         timeout_ms = args.timeout if args.timeout is not None else settings.effective_default_timeout_ms
