@@ -142,14 +142,18 @@ class Job:
         # the exit — those came in two or three wakeups, each paying the loop on cold caches.
         self._writers: tuple[int, ...] = ()
         self._release_due = False
-        if reaper.by_pidfd and not raw:
+        self._reaper = reaper
+        watched = reaper.watch(self.pid)
+        if reaper.by_pidfd and not watched:
+            # nothing tells the loop of this leader's exit (pidfd mode, no pidfd to be had):
+            # the job looks for it itself, every 10 ms while it runs
+            loop.call_later(KILL_POLL_S, self._poll_exit)
+        if watched and not raw:
             self._writers = (out_w, err_w)
             HELD_WRITERS.update(self._writers)
-        else:
+        else:  # the pipes' EOF says when the leader is done (SIGCHLD mode; a raw exec)
             os.close(out_w)
             os.close(err_w)
-        self._reaper = reaper
-        reaper.watch(self.pid)
         self._t0 = time.monotonic()
         self.started = time.time()
         # The OOM counter's "before" is read just after the spawn: no command can have run
@@ -290,6 +294,15 @@ class Job:
         if pid == self.pid:
             self._reaper.reaped(pid)
             self.exit_status = status
+
+    def _poll_exit(self) -> None:
+        if self.state != "running" or self.exit_status is not None:
+            return
+        self._reap_leader()
+        if self.exit_status is None:
+            self.loop.call_later(KILL_POLL_S, self._poll_exit)
+        else:
+            self._check_finished()
 
     def _children_left(self) -> bool:
         """Whether the agent still has a child — living, or a zombie no pass has reaped yet

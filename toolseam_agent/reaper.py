@@ -74,12 +74,20 @@ class Reaper:
     def mode(self) -> str:
         return "pidfd" if self.by_pidfd else "sigchld"
 
-    def watch(self, pid: int) -> None:
-        """Be told when ``pid`` (a child just started) exits."""
-        if self.by_pidfd:
+    def watch(self, pid: int) -> bool:
+        """Be told when ``pid`` (a child just started) exits: True when a pidfd watches it.
+        False in SIGCHLD mode, and when no pidfd could be had (out of descriptors): then the
+        pipes' EOF and the reaps at a job's end and after a kill find its exit, as they do in
+        SIGCHLD mode without the signal."""
+        if not self.by_pidfd:
+            return False
+        try:
             fd = os.pidfd_open(pid)
-            self._pidfds[pid] = fd
-            self._loop.add_reader(fd, self.reap_all)
+        except OSError:
+            return False
+        self._pidfds[pid] = fd
+        self._loop.add_reader(fd, self.reap_all)
+        return True
 
     def reaped(self, pid: int) -> None:
         """``pid`` was reaped outside ``reap_all`` (or will never be watched again)."""
