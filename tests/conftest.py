@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +37,18 @@ def scratch() -> Iterator[Path]:
     path.mkdir()
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def host_started(marker: str, timeout_s: float = 5.0) -> list[str]:
+    """``host_survivors(marker)`` once it is not empty (or after ``timeout_s``): a command
+    answered as started may still be between two execs (``sh -c`` becoming ``sleep``), when
+    its command line reads empty."""
+    deadline = time.monotonic() + timeout_s
+    found = host_survivors(marker)
+    while not found and time.monotonic() < deadline:
+        time.sleep(0.02)
+        found = host_survivors(marker)
+    return found
 
 
 def host_survivors(marker: str) -> list[str]:

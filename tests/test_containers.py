@@ -23,7 +23,7 @@ from toolseam import ConfigurationError, CouldNotRunError, Toolkit
 from toolseam.backends.containers.sandbox import Hardening
 from toolseam.policy.limits import SandboxLimits
 
-from .conftest import host_survivors
+from .conftest import host_started, host_survivors
 from .engines import (
     ENGINES,
     IMAGE,
@@ -199,11 +199,13 @@ async def test_host_sigkill_then_janitor(engine: str, workspace: Path) -> None:
     holder = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/hold_job.py"), engine,
                                str(workspace), marker], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert holder.stdout is not None
-    container = json.loads(holder.stdout.readline())["container"]
-    assert host_survivors(f"sleep {marker}")
-    holder.send_signal(signal.SIGKILL)
-    holder.wait()
-    holder.stdout.close()
+    try:
+        container = json.loads(holder.stdout.readline())["container"]
+        assert host_started(f"sleep {marker}")
+    finally:  # killed here, or by a failure above: never left running for the next test
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
     deadline = time.monotonic() + 8  # the job's own deadline is 5 s
     while host_survivors(f"sleep {marker}") and time.monotonic() < deadline:
         await asyncio.sleep(0.1)

@@ -16,7 +16,7 @@ import pytest
 
 from toolseam import OutputEvent, Settings, Toolkit, ToolResult
 
-from .conftest import host_survivors
+from .conftest import host_started, host_survivors
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,11 +44,13 @@ async def test_sigkilled_host_leaves_no_process(tmp_path: Path) -> None:
     holder = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/hold_job.py"), "host",
                                str(tmp_path), marker], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert holder.stdout is not None
-    json.loads(holder.stdout.readline())
-    assert host_survivors(f"sleep {marker}")
-    holder.send_signal(signal.SIGKILL)
-    holder.wait()
-    holder.stdout.close()
+    try:
+        json.loads(holder.stdout.readline())
+        assert host_started(f"sleep {marker}")
+    finally:  # killed here, or by a failure above: never left running for the next test
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        holder.stdout.close()
     deadline = time.monotonic() + 5
     while host_survivors(f"sleep {marker}") and time.monotonic() < deadline:
         await asyncio.sleep(0.05)

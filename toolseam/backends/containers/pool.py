@@ -154,6 +154,9 @@ class SandboxPool:
         raises the failure if one could not start."""
         await self.start()
         assert self._changed is not None
+        # Like a hand-out, a wait tries again after a failure: a pool whose sandboxes had all
+        # failed (none starting any more) left this waiting for a change that never came.
+        self._failure = None
         failures = self._failures
         async with self._changed:
             while not self._full():
@@ -161,6 +164,7 @@ class SandboxPool:
                     raise HostError("the sandbox pool was closed")
                 if self._failures > failures and self._failure is not None:
                     raise self._failure
+                self._top_up()
                 await self._changed.wait()
 
     def _full(self) -> bool:
@@ -215,6 +219,11 @@ class SandboxPool:
     def warm(self) -> int:
         """How many sandboxes are ready to hand out now."""
         return len(self._ready)
+
+    @property
+    def starting(self) -> int:
+        """Sandboxes being started now."""
+        return self._warming
 
     @property
     def warm_containers(self) -> list[str]:
