@@ -99,6 +99,16 @@ def _engine_has(handle: SessionHandle) -> bool:
         engine.close()
 
 
+def _left_of(engine: Any, handle: SessionHandle) -> tuple[list[str], list[str]]:
+    """The containers and volumes the engine still has of the handle's session."""
+    from toolseam.backends.containers.sandbox import SESSION_LABEL
+    session = handle.socket.rsplit("-", 1)[-1]
+    return ([c for c, labels in engine.labeled(SESSION_LABEL)
+             if labels.get(SESSION_LABEL) == session],
+            [v for v, labels in engine.labeled_volumes(SESSION_LABEL)
+             if labels.get(SESSION_LABEL) == session])
+
+
 def _engine(handle: SessionHandle) -> Any:
     """The handle's engine, as the tests reach it (copy mode: the remote engines)."""
     name = f"{handle.backend}-remote" if handle.workspace_mode == "copy" else handle.backend
@@ -139,23 +149,22 @@ async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
         await asyncio.sleep(0.2)
     assert not _engine_has(handle)  # no running container, no host agent socket
     if handle.workspace_mode == "copy":  # kept stopped for a copy-back; the next janitor's
-        from toolseam.backends.containers.sandbox import SESSION_LABEL, janitor
+        from toolseam.backends.containers.sandbox import janitor
         engine_ = _engine(handle)
         try:
             janitor(engine_)
-            session = handle.socket.rsplit("-", 1)[-1]
-            assert [c for c, labels in engine_.labeled(SESSION_LABEL)
-                    if labels.get(SESSION_LABEL) == session] == []
-            assert [v for v, labels in engine_.labeled_volumes(SESSION_LABEL)
-                    if labels.get(SESSION_LABEL) == session] == []
+            assert _left_of(engine_, handle) == ([], [])
         finally:
             engine_.close()
-    elif engine != "host":  # bind mode: the engine removed it (auto-remove)
+    elif engine != "host":  # bind mode: the engine removes it (auto-remove), just after it stops
         from toolseam.backends.containers.errors import EngineNotFound
         engine_ = _engine(handle)
         try:
+            removed_by = time.monotonic() + 10
             with pytest.raises(EngineNotFound):
-                engine_.state(handle.sandbox)
+                while time.monotonic() < removed_by:
+                    engine_.state(handle.sandbox)
+                    await asyncio.sleep(0.1)
         finally:
             engine_.close()
     assert host_survivors(tag) == []  # the job's shell on the host (a container's: gone)
@@ -408,11 +417,6 @@ async def test_another_sessions_janitor_spares_a_closing_copy(engine: str, works
     assert (workspace / "made-inside.txt").read_text() == "comes home\n"
     engine_ = _engine(tk.handle)
     try:  # and nothing is left: no container, no workspace volume, no closing marker
-        session = tk.handle.socket.rsplit("-", 1)[-1]
-        from toolseam.backends.containers.sandbox import SESSION_LABEL
-        assert [c for c, labels in engine_.labeled(SESSION_LABEL)
-                if labels.get(SESSION_LABEL) == session] == []
-        assert [v for v, labels in engine_.labeled_volumes(SESSION_LABEL)
-                if labels.get(SESSION_LABEL) == session] == []
+        assert _left_of(engine_, tk.handle) == ([], [])
     finally:
         engine_.close()
