@@ -210,7 +210,7 @@ class Agent:
         def answer(status: dict[str, Any]) -> None:
             if forget and status["state"] == "exited":
                 self.jobs.pop(job_id, None)  # saves the host a release round trip
-            self.send({"id": rid, "ok": True, "result": status})  # wire.answer, inline: hot path
+            self._answer(rid, status)
 
         job.add_waiter(answer, _seconds(request.get("wait_ms")))
 

@@ -127,22 +127,20 @@ class AgentChannel(asyncio.Protocol):
         transport.set_write_buffer_limits(high=_PAUSE_AT)
 
     def data_received(self, data: bytes) -> None:
-        if not self._partial and data.find(b"\n") == len(data) - 1 and self.tunnels is None:
-            try:  # one whole answer, the common case: no split, no loop
-                self._dispatch(wire_loads(data[:-1].decode()))
-                return
-            except (ValueError, KeyError, TypeError, AttributeError):
-                pass  # the general path below says how the protocol broke
-        if b"\n" not in data:  # a big answer arrives in many pieces: join them once
+        lines: list[bytes]
+        if not self._partial and data.endswith(b"\n") and data.find(b"\n") == len(data) - 1:
+            lines = [data[:-1]]  # one whole line, the common case: no join, no split
+        elif b"\n" not in data:  # a big answer arrives in many pieces: join them once
             self._partial.append(data)
             return
-        if self._partial:
-            self._partial.append(data)
-            data = b"".join(self._partial)
-            self._partial.clear()
-        *lines, rest = data.split(b"\n")
-        if rest:
-            self._partial.append(rest)
+        else:
+            if self._partial:
+                self._partial.append(data)
+                data = b"".join(self._partial)
+                self._partial.clear()
+            *lines, rest = data.split(b"\n")
+            if rest:
+                self._partial.append(rest)
         try:
             for line in lines:
                 if self.tunnels is not None and line.startswith(TO_HOST):
