@@ -31,6 +31,17 @@ def scratch_root() -> Path:
 
 
 @pytest.fixture
+def workspace() -> Iterator[Path]:
+    """A fresh directory a rootless engine's user can reach (``engines.shared_dir``), removed
+    afterwards: the host dir of a container session."""
+    from .engines import remove_shared, shared_dir
+
+    path = shared_dir()
+    yield path
+    remove_shared(path)
+
+
+@pytest.fixture
 def scratch() -> Iterator[Path]:
     """A fresh directory under ``scratch_root()``, removed afterwards (never in the checkout)."""
     path = scratch_root() / uuid.uuid4().hex[:10]

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -36,13 +36,6 @@ from .engines import (
 )
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def workspace() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
 
 
 @pytest_asyncio.fixture(params=ENGINES)

@@ -12,14 +12,13 @@ import os
 import stat
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from toolseam import Toolkit
 
-from .engines import REMOTE_ENGINES, backend, remove_shared, shared_dir
+from .engines import REMOTE_ENGINES, backend
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +30,8 @@ PLANT = ("cp /bin/true x && (chmod 4755 x || chmod 755 x) && cp /bin/true g "
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
+def base(workspace: Path) -> Path:
+    return workspace
 
 
 def check_host(base: Path) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from toolseam import SandboxLimits, SandboxPool, Toolkit
 
-from .engines import ENGINES, backend, remove_shared, shared_dir
+from .engines import ENGINES, backend
 from .helpers.egress_servers import Seen, UpstreamCA, make_test_ca, web_server
 from .test_sessions_durable import _attach_options
 
@@ -25,13 +25,6 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Up
     ca = make_test_ca(tmp_path_factory.mktemp("ca"), ["secure.test"])
     with web_server(Seen(), tls=ca, secret_header="Authorization", secret=SECRET) as port:
         yield port, ca
-
-
-@pytest.fixture
-def workspace() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
 
 
 def _fetch(url: str) -> str:

@@ -23,7 +23,7 @@ from toolseam import Toolkit
 from toolseam.backends.containers.sandbox import KEPT_RETENTION_S, janitor
 from toolseam.cli import main
 
-from .engines import backend, endpoint, remove_shared, shared_dir
+from .engines import backend, endpoint
 
 REPO = Path(__file__).resolve().parents[1]
 KeptSession = Callable[[str], tuple[dict[str, Any], list[str]]]
@@ -49,13 +49,6 @@ async def session():
 
 asyncio.run(session())
 """
-
-
-@pytest.fixture
-def workspace() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 from toolseam import Toolkit
 from toolseam.backends.containers.pull import PullProgress, registry_of, split_reference
 
-from .engines import ENGINES, backend, endpoint, remove_shared, required_env, shared_dir
+from .engines import ENGINES, backend, endpoint, required_env
 
 SANDBOX = "localhost/toolseam-sandbox:latest"
 NOPYTHON = "localhost/toolseam-nopython:latest"
@@ -37,13 +37,6 @@ def engine_cli(engine: str, *args: str) -> subprocess.CompletedProcess[str]:
         env["CONTAINER_HOST"] = endpoint(engine)
         argv = ["podman", "--remote"]
     return subprocess.run([*argv, *args], capture_output=True, env=env, text=True, timeout=120)
-
-
-@pytest.fixture
-def workspace() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
 
 
 @pytest.fixture

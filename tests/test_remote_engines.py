@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +32,14 @@ from toolseam.builtins._base import OutputEvent
 from toolseam.policy.limits import SandboxLimits
 from toolseam.seam.errors import CouldNotRunError
 
-from .engines import REMOTE_ENGINES, backend, endpoint, remove_shared, required_env, shared_dir
+from .engines import REMOTE_ENGINES, backend, endpoint, required_env
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def base() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
+def base(workspace: Path) -> Path:
+    return workspace
 
 
 def engine_of(name: str) -> DockerEngine | PodmanEngine:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,19 +29,12 @@ from toolseam.backends.agentlink.durable import DurableChannel
 from toolseam.durable import channel_of
 
 from .conftest import host_survivors
-from .engines import backend, endpoint, remove_shared, shared_dir
+from .engines import backend, endpoint
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("host", "podman", "podman-rootless", "docker")
 REMOTE = ("podman-remote", "docker-remote")  # copy mode: another machine's engine
 EVERY_LINE = "".join(f"line-{i}\n" for i in range(1, 41)) + "done\n"
-
-
-@pytest.fixture
-def workspace() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
 
 
 def _toolkit(engine: str, workspace: Path, orphan_s: float = 30, **settings: object) -> Toolkit:

@@ -11,7 +11,6 @@ import stat
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -167,13 +166,6 @@ def test_the_kernel_refuses_set_id_modes_under_the_filter(tmp_path: Path) -> Non
 
 
 # --- containers: bind mode ---------------------------------------------------------------------
-@pytest.fixture
-def workspace() -> Iterator[Path]:
-    path = shared_dir()
-    yield path
-    remove_shared(path)
-
-
 _ATTEMPTS = (
     "cp /bin/true a; chmod 4755 a; "
     "cp /bin/true b; chmod 2755 b; "
