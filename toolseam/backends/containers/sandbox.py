@@ -509,8 +509,9 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
                 engine.remove_volume(labels[KEPT_VOLUME_LABEL])
             engine.remove_volume(marker)
     durable = set()  # sessions that outlive their client, still running: their agents end them
-    closing = {labels.get(SESSION_LABEL) for _, labels in engine.labeled_volumes(CLOSING_LABEL)
-               if not owner_is_gone(labels.get(OWNER_LABEL, ""))}
+    owned_volumes = engine.labeled_volumes(OWNER_LABEL)  # closing markers among them
+    closing = {labels.get(SESSION_LABEL) for _, labels in owned_volumes
+               if CLOSING_LABEL in labels and not owner_is_gone(labels.get(OWNER_LABEL, ""))}
     for container, labels in engine.labeled(DURABLE_LABEL):  # no owner: any client may attach
         state = _state(engine, container)
         if state is not None and state.running:
@@ -526,7 +527,7 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
             with contextlib.suppress(CouldNotRunError):
                 engine.remove(container)
                 removed.append(container)
-    for volume, labels in engine.labeled_volumes(OWNER_LABEL):
+    for volume, labels in owned_volumes:
         if labels.get(SESSION_LABEL) in durable:  # podman's forced removal takes its container
             continue
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
