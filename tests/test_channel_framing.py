@@ -67,3 +67,33 @@ async def test_a_line_that_is_not_the_wire_ends_the_channel(line: bytes) -> None
         await asyncio.wait_for(task, 5)
     assert not channel.alive
     agent.close()
+
+
+async def test_an_answer_bigger_than_a_read_then_more_answers() -> None:
+    """The socket is read into one kept buffer (256 KiB a read): a longer answer spans reads
+    and is joined; answers behind it in the same stream come out too, in order."""
+    channel, agent = await _pair()
+    tasks = await _calls(channel, 3)
+    big = "x" * 700_000
+    stream = _answer(1, "small") + _answer(2, big) + _answer(3, "after")
+    agent.setblocking(True)
+    await asyncio.get_running_loop().run_in_executor(None, agent.sendall, stream)
+    got = await asyncio.wait_for(asyncio.gather(*tasks), 10)
+    assert [answer["value"] for answer in got] == ["small", big, "after"]
+    agent.close()
+    await channel.close(1)
+
+
+async def test_reads_go_into_one_kept_buffer() -> None:
+    """Not a fresh bytes object per read: asyncio's plain-protocol path allocated 256 KiB per
+    read (an mmap, a page fault, an mremap and an munmap on every answer)."""
+    channel, agent = await _pair()
+    assert isinstance(channel, asyncio.BufferedProtocol)
+    first = channel.get_buffer(-1)
+    assert first is channel.get_buffer(-1) and len(first) >= 1 << 16
+    (task,) = await _calls(channel, 1)
+    agent.send(_answer(1, "one"))
+    assert (await asyncio.wait_for(task, 5))["value"] == "one"
+    assert channel.get_buffer(-1) is first
+    agent.close()
+    await channel.close(1)

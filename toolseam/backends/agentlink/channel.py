@@ -32,14 +32,21 @@ from .errors import map_agent_error
 from .tunnel import TunnelMux
 
 _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent to catch up
+# What one read takes from the socket, into ONE buffer kept for the channel's life. As a plain
+# protocol, asyncio's socket transport received into a fresh 256 KiB bytes object per read —
+# above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
+# memory, an mremap and an munmap (docs/decisions.md, 127).
+_READ_SIZE = 1 << 18
 
 
-class AgentChannel(asyncio.Protocol):
+class AgentChannel(asyncio.BufferedProtocol):
     """Request/answer correlation by id, plus live output events routed to listeners.
 
     A protocol rather than a StreamReader with a reading task: an answer is parsed and handed
     to its caller inside ``data_received``, one event-loop pass earlier. On a round trip that
-    is most of the host's share of a ``bash`` call, that pass is worth saving.
+    is most of the host's share of a ``bash`` call, that pass is worth saving. A buffered one
+    (``get_buffer``/``buffer_updated``) on a socket: its reads go into one kept buffer; bytes
+    that come another way (an engine's attach stream) go to ``data_received`` directly.
     """
 
     def __init__(self, endpoint: str) -> None:
@@ -48,6 +55,7 @@ class AgentChannel(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._listeners: dict[str, OutputCallback] = {}
         self._partial: list[bytes] = []  # an answer's bytes before its newline arrives
+        self._read_buffer = memoryview(bytearray(_READ_SIZE))
         self._transport: asyncio.Transport | None = None
         self._can_write: asyncio.Future[None] | None = None
         # The loop, kept: asking for the running loop costs a getpid syscall on every call.
@@ -125,6 +133,13 @@ class AgentChannel(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         transport.set_write_buffer_limits(high=_PAUSE_AT)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # a copy of what came, so nothing parsed keeps the buffer: every byte is consumed here
+        self.data_received(self._read_buffer[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
         lines: list[bytes]
