@@ -269,3 +269,26 @@ async def test_a_rootful_bind_mode_open_says_commands_act_as_host_root(
             assert len(said) == 1 and str(base) in said[0] and "rootless podman" in said[0]
     finally:
         remove_shared(base)
+
+
+_FORKED = """
+import os
+from toolseam_agent import setid_guard as guard
+assert guard.start_command(lambda: 'parent') == 'parent'
+pid = os.fork()
+if pid == 0:  # a search child: the guard it sees is its own, made when first asked
+    fresh = guard._guard is None
+    os._exit(0 if fresh and guard.start_command(lambda: 'child') == 'child' else 1)
+_, status = os.waitpid(pid, 0)
+answers = [guard.start_command(lambda n=n: n) for n in range(50)]
+print(os.waitstatus_to_exitcode(status), answers == list(range(50)))
+"""
+
+
+def test_a_forked_child_never_wakes_its_parents_guard() -> None:
+    """The hand-off goes through pipes a fork shares: a child that started a command through
+    its parent's guard would run the parent's spawn and answer the parent's next one."""
+    out = subprocess.run([sys.executable, "-c", _FORKED],
+                         env={guard.MODE_VAR: "try", "PATH": "/usr/bin:/bin", **_AGENT_ONLY},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "0 True"
