@@ -2,21 +2,25 @@
 
     python benchmarks/agent_floor.py [CALLS] [--against REV]
 
-Three contenders, measured in alternating blocks: a bare ``subprocess.run(["sh", "-c",
+Four contenders, measured in alternating blocks: a bare ``subprocess.run(["sh", "-c",
 "true"])``; the agent (``toolseam_agent``, staged and started as the host backend starts it,
-without the namespaces) sent a ``start`` request by a raw JSON-lines client; and a minimal
-loop that does only what any supervising process must — read a request, parse it, spawn the
+without the namespaces) sent a ``start`` request by a raw JSON-lines client; a minimal loop
+that does only what any supervising process must — read a request, parse it, spawn the
 command with the agent's own ``posix_spawn`` arguments, wait for both pipes' EOF, reap it,
-answer. Each agent's CPU per call is read from ``/proc``. The difference between the two agents
-is what the agent's job bookkeeping costs; the minimal loop against bare is what the hop
-itself costs (docs/decisions.md, 120). ``--against REV`` adds the agent of a git revision, as a
-fourth contender: an A/B of two agents in one run (decision 124).
+answer; and a flat loop that does the agent's own per-command work for a quiet command in one
+function (``flat_loop``). Each supervisor's CPU per call is read from ``/proc``. The minimal
+loop against bare is what the hop itself costs (docs/decisions.md, 120), the flat loop against
+the minimal one what the agent's work costs, the agent against the flat loop what its
+structure costs (decision 140). ``--against REV`` adds the agent of a git revision: an A/B of
+two agents in one run (decision 124).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
+import itertools
 import json
 import os
 import select
@@ -31,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from toolseam.backends.agentlink.launch import agent_command, stage_agent
+from toolseam_agent.jobs import oom_counters
 
 _ALL_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
@@ -71,6 +76,57 @@ def minimal_loop(fd: int) -> None:
         os.write(fd, (json.dumps(answer) + "\n").encode())
 
 
+def flat_loop(fd: int) -> None:
+    """The minimal loop doing the agent's own per-command work, written flat: the job token in
+    the environment, non-blocking pipes watched before the spawn, the exit by pidfd with the
+    write ends held until then, the OOM counter read before and after, the one-``waitid``
+    "no child left" check, the agent's status fields. What it costs over the minimal loop is
+    the work; what the agent costs over it is the agent's structure (decision 140)."""
+    poller = select.epoll()
+    poller.register(fd, select.EPOLLIN)
+    env: dict[str, str] = {}
+    for number in itertools.count(1):
+        poller.poll()
+        data = os.read(fd, 1 << 16)
+        if not data:
+            return
+        request = json.loads(data)
+        spec = request["spec"]
+        env = spec.get("env", env)
+        env["TOOLSEAM_JOB_TOKEN"] = f"flat-{number}"
+        pipes = [os.pipe(), os.pipe()]
+        for read_end, _ in pipes:
+            os.set_blocking(read_end, False)
+            poller.register(read_end, select.EPOLLIN)
+        actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, pipes[0][1], 1), (os.POSIX_SPAWN_DUP2, pipes[1][1], 2)]
+        started, t0 = time.time(), time.monotonic()
+        pid = os.posix_spawn(spec["argv"][0], spec["argv"], env, file_actions=actions,
+                             setsid=True, setsigdef=_ALL_SIGNALS, setsigmask=())
+        pidfd = os.pidfd_open(pid)
+        poller.register(pidfd, select.EPOLLIN)
+        oom_before = oom_counters()
+        while all(ready != pidfd for ready, _ in poller.poll()):
+            pass  # a quiet command: nothing comes before its exit
+        _, status = os.waitpid(pid, 0)
+        poller.unregister(pidfd)
+        os.close(pidfd)
+        for read_end, write_end in pipes:
+            os.close(write_end)
+            os.read(read_end, 1 << 16)  # the EOF
+            poller.unregister(read_end)
+            os.close(read_end)
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        result = {"job": request["job"], "pid": pid, "state": "exited", "started": started,
+                  "duration_ms": int((time.monotonic() - t0) * 1000),
+                  "exit_code": os.waitstatus_to_exitcode(status)}
+        if oom_counters() != oom_before:
+            result["oom_killed"] = True
+        os.write(fd, (json.dumps({"id": request["id"], "ok": True, "result": result})
+                      + "\n").encode())
+
+
 def _cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
@@ -92,6 +148,7 @@ def _agent_at(revision: str, into: str) -> list[str]:
 def main(calls: int, against: str | None = None) -> None:
     staged = stage_agent()
     commands = {"agent": [sys.executable, *agent_command(staged)],
+                "flat, the agent's work": [sys.executable, __file__, "--flat"],
                 "minimal": [sys.executable, __file__, "--minimal"]}
     old_agent = tempfile.TemporaryDirectory(prefix="toolseam-agent-ab-")
     if against is not None:
@@ -150,6 +207,8 @@ def main(calls: int, against: str | None = None) -> None:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--minimal"]:
         minimal_loop(sys.stdin.fileno())
+    elif sys.argv[1:] == ["--flat"]:
+        flat_loop(sys.stdin.fileno())
     else:
         parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
         parser.add_argument("calls", nargs="?", type=int, default=3000)
