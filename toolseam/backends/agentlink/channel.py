@@ -35,7 +35,7 @@ _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent 
 # What one read takes from the socket, into ONE buffer kept for the channel's life. As a plain
 # protocol, asyncio's socket transport received into a fresh 256 KiB bytes object per read —
 # above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
-# memory, an mremap and an munmap (docs/decisions.md, 127).
+# memory, an mremap and an munmap (docs/decisions.md, 140).
 _READ_SIZE = 1 << 18
 
 
