@@ -9,12 +9,14 @@ Why not always the signal: measured (``benchmarks/agent_floor.py``), catching SI
 the agent 40-45 µs of CPU and 30-35 µs of latency per command — the signal's delivery, the
 interpreter running its handler, the wakeup pipe's write and read, and one more loop pass,
 mostly on caches gone cold while the command ran. A pidfd is one more descriptor in the same
-``epoll``: its exit is usually read in the same wakeup as the pipes' EOFs, and most leaders
-are reaped from there before it is ever readable.
+``epoll``, and with the pipes' write ends held by the agent until the leader is reaped
+(``jobs.py``) it is the one event at a command's end.
 
-Every reap goes through ``reap_all`` (``waitpid(-1)``), which hands each status to the
-owner's ``on_exit`` — a leader's job — and closes that pid's pidfd: a pidfd left open on a
-reaped child stays readable and would spin the loop. In pidfd mode nothing wakes the agent
+A readable pidfd calls ``reap_all`` (``waitpid(-1)``), which hands each status to the owner's
+``on_exit`` — a leader's job — and closes that pid's pidfd: a pidfd left open on a reaped
+child stays readable and would spin the loop. A job that reaps its own leader (its pipes
+closed first: a raw exec, or SIGCHLD mode) says so through ``reaped``, which closes the
+pidfd the same way. In pidfd mode nothing wakes the agent
 for an orphan that exits (a command's ``cmd &`` left behind, re-parented to the agent); its
 zombie is reaped at the next pass — when a watched child exits, when a job ends with children
 left, and after a kill — and a zombie costs a process-table slot, nothing else.

@@ -30,7 +30,6 @@ from .wire import ErrorKind
 
 _ENVS_KEPT = 4
 _READ_SIZE = 1 << 16
-_encode = wire.dumps
 
 
 def _decode_bytes(obj: Any) -> Any:
@@ -75,7 +74,7 @@ class Agent:
 
     # --- channel ------------------------------------------------------------------------
     def send(self, message: Mapping[str, Any]) -> None:
-        self.send_bytes((_encode(message) + "\n").encode())
+        self.send_bytes((wire.dumps(message) + "\n").encode())
 
     def send_bytes(self, data: bytes) -> None:
         """One whole line (or several), written without interleaving another thread's."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
-import json
 import os
 import select
 import socket
@@ -109,7 +108,7 @@ class DurableAgent(Agent):
         self.loop.remove_reader(conn.fileno())
         del self._candidates[conn.fileno()]
         try:
-            request = json.loads(line.decode())
+            request = wire.loads(line.decode())
             rid, op, secret = request["id"], request["op"], str(request.get("secret", ""))
         except (ValueError, KeyError, TypeError) as exc:
             self._refuse(conn, None, "protocol", f"the first request must be attach: {exc}")
@@ -148,7 +147,7 @@ class DurableAgent(Agent):
         conn.close()
 
     def _refuse(self, conn: socket.socket, rid: Any, reason: str, message: str) -> None:
-        line = (json.dumps(wire.failure(rid, ErrorKind.ATTACH, message, reason=reason)) + "\n")
+        line = (wire.dumps(wire.failure(rid, ErrorKind.ATTACH, message, reason=reason)) + "\n")
         try:
             conn.setblocking(True)
             conn.settimeout(1.0)
@@ -208,7 +207,7 @@ class DurableAgent(Agent):
     # --- requests and answers ----------------------------------------------------------------
     def _handle(self, line: bytes) -> None:
         try:
-            request = json.loads(line.decode())
+            request = wire.loads(line.decode())
         except ValueError:
             request = None
         if isinstance(request, dict):
@@ -229,7 +228,7 @@ class DurableAgent(Agent):
             if self._conn is not None:
                 super().send(message)  # live output: only to a client that is there
             return
-        line = (json.dumps(message, separators=(",", ":")) + "\n").encode()
+        line = (wire.dumps(message) + "\n").encode()
         with self._write_lock:
             self._in_flight.discard(rid)
             self._kept[rid] = line
