@@ -194,6 +194,19 @@ async def test_no_set_id_file_reaches_the_host(engine: str, workspace: Path) -> 
         assert os.listxattr(workspace / "a") == []
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_command_started_by_the_guard_holds_no_descriptor_of_the_agent(
+        engine: str, workspace: Path) -> None:
+    """The guard's hand-off pipes (and every other descriptor of the agent) are close-on-exec:
+    a command started on the guard's thread has stdin, stdout, stderr and nothing else."""
+    async with Toolkit(backend(engine, str(workspace), workspace_mode="bind")) as tk:
+        guarded = await tk.call("bash", {"command": "touch f; chmod 4755 f 2>&1; true"})
+        result = await tk.call("bash", {"command": "ls /proc/self/fd"})
+    assert "Operation not permitted" in guarded.output  # the command ran under the guard
+    # 0, 1, 2 and the descriptor ``ls`` itself opens to read the directory
+    assert sorted(int(fd) for fd in result.output.split()) == [0, 1, 2, 3], result.output
+
+
 # --- where the filter cannot be installed: qemu-user refuses seccomp ---------------------------
 _SPAWN = r"""
 import os
