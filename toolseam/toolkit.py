@@ -280,6 +280,7 @@ class Toolkit:
             raise
         self._egress.scrub(self.services.command_env)  # the credentials never go inside
         self.services.command_env.update(self._egress.environment)
+        self.services.on_new_job = self._egress.note_job
 
     def egress_log(self) -> list[EgressEvent]:
         """The connection attempts through this session's egress proxy, oldest first: the newest
@@ -459,8 +460,14 @@ class Toolkit:
         if self._egress is None:
             result = await tool(args, ctx)
         else:
+            from .egress.session import CURRENT_CALL  # loaded already: egress is on
+
             mark = self._egress.mark()
-            result = await tool(args, ctx)
+            current = CURRENT_CALL.set(ctx.call_id)
+            try:
+                result = await tool(args, ctx)
+            finally:
+                CURRENT_CALL.reset(current)
             made = self._egress.since(mark)  # the connections that ended during the call
             if made:
                 result = result.model_copy(update={"metadata": {**result.metadata,

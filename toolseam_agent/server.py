@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from . import ops, paths, procscan, setid_guard, tunnel, userns, walk, wire
+from . import ops, paths, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
@@ -63,7 +63,8 @@ class Agent:
         self._closing = False
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
-        self.tunnels = tunnel.Tunnels(self.send, self.send_bytes)  # egress: listening only once asked to
+        # egress: listening only once asked to
+        self.tunnels = tunnel.Tunnels(self.send, self.send_bytes, self._job_of)
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
@@ -173,8 +174,22 @@ class Agent:
         })
 
     def _op_egress_listen(self, rid: Any, request: dict[str, Any]) -> None:
-        """Egress mode: listen on 127.0.0.1 for the commands' proxy (``tunnel.py``)."""
-        self._answer(rid, self.tunnels.listen(request.get("ca_pem")))
+        """Egress mode: listen on 127.0.0.1 for the commands' proxy (``tunnel.py``), and with
+        ``capture`` resolve every name to an address of its own (``resolver.py``)."""
+        self._answer(rid, self.tunnels.listen(request.get("ca_pem"), bool(request.get("capture"))))
+
+    def _job_of(self, pid: int) -> str | None:
+        """The job a process belongs to: the nearest job leader among its ancestors (called
+        from a tunnel's thread: reads a snapshot of the leaders)."""
+        leaders = dict(self.leaders)
+        seen = 0
+        current: int | None = pid
+        while current is not None and current > 1 and seen < 64:
+            job = leaders.get(current)
+            if job is not None:
+                return str(job.id)
+            current, seen = sockowner.parent_of(current), seen + 1
+        return None
 
     def _op_tun(self, _rid: Any, request: dict[str, Any]) -> None:
         """A tunnel frame from the host: no answer (``tunnel.py``)."""
@@ -338,6 +353,11 @@ def main(argv: list[str] | None = None) -> None:
                     _run_hidden = True
                 except OSError as exc:
                     print(f"the agent cannot hide /run: {exc}", file=sys.stderr)
+                if _run_hidden:  # captured connections need names resolved by the agent
+                    try:
+                        userns.own_resolver()
+                    except OSError as exc:
+                        print(f"the agent cannot mount its resolv.conf: {exc}", file=sys.stderr)
             userns.enter_own_user_namespace(network="--own-network" in args)
             _proc_locked = True
         except OSError as exc:  # still better than no pid namespace at all: go on, and say so

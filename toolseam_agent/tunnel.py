@@ -4,10 +4,14 @@ decides, resolves and connects. Nothing here decides anything or holds a secret.
 
 Each accepted connection is a numbered stream of ``tun`` frames on the channel:
 
-* agent → host (events): ``{"ev": "tun", "c": N, "o": "open"}``, data ``{"ev": "tun", "c": N,
-  "d": BASE64}``, ``"o": "eof"`` (the client half-closed), ``"o": "end"`` (the socket failed or
-  was closed), and ``"a": COUNT`` — bytes the host sent that reached the client.
+* agent → host (events): ``{"ev": "tun", "c": N, "o": "open"}`` (with, for a captured
+  connection, ``"h": NAME, "p": PORT`` — what it was resolved from and dialled — and, where the
+  agent can see it, ``"pid"``, ``"argv"`` and ``"job"`` of the process that opened it), data
+  ``{"ev": "tun", "c": N, "d": BASE64}``, ``"o": "eof"`` (the client half-closed), ``"o":
+  "end"`` (the socket failed or was closed), and ``"a": COUNT`` — bytes the host sent that reached the client.
 * host → agent (``op: "tun"``, no answer): the same ``d``, ``eof``, ``end`` and ``a``.
+* the resolver (``resolver.py``) asks ``{"ev": "tun", "o": "dns", "q": N, "h": NAME}``; the
+  host answers ``{"op": "tun", "o": "dns", "q": N, "p": [PORTS]}`` (empty: refused).
 
 Credit-based flow control, as SSH channels and HTTP/2 streams do it: each side keeps at most
 ``WINDOW`` bytes of a connection unacknowledged on the channel, so a download the client reads
@@ -27,6 +31,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from . import sockowner
+from .resolver import Capture
 from .wire import TO_AGENT, TO_HOST, TUNNEL_EVENT, tunnel_data, tunnel_number, tunnel_payload
 
 WINDOW = 512 * 1024  # unacknowledged bytes per connection and direction
@@ -39,6 +45,8 @@ SYSTEM_ROOTS = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bun
 
 Send = Callable[[dict[str, Any]], None]
 SendBytes = Callable[[bytes], None]
+JobOf = Callable[[int], str | None]  # a pid → the job it belongs to
+_ASK_TIMEOUT_S = 10.0
 _END = object()
 _EOF = object()
 
@@ -54,8 +62,9 @@ def _yield_to_calls() -> None:
 
 
 class _Connection:
-    def __init__(self, tunnels: Tunnels, number: int, sock: socket.socket) -> None:
-        self.tunnels, self.number, self.sock = tunnels, number, sock
+    def __init__(self, tunnels: Tunnels, number: int, sock: socket.socket,
+                 target: tuple[str, int] | None) -> None:
+        self.tunnels, self.number, self.sock, self.target = tunnels, number, sock, target
         self.unacked = 0  # bytes sent to the host it has not yet passed on
         self.credit = threading.Condition()
         self.outbox: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -70,9 +79,23 @@ class _Connection:
     def _event(self, **fields: Any) -> None:
         self.tunnels.send({"ev": TUNNEL_EVENT, "c": self.number, **fields})
 
+    def _opened(self) -> None:
+        """Tell the host, with where a captured connection goes and who opened it."""
+        fields: dict[str, Any] = {"o": "open"}
+        if self.target is not None:
+            fields.update(h=self.target[0], p=self.target[1])
+        found = sockowner.owner(self.sock)
+        if found is not None:
+            fields.update(pid=found[0], argv=found[1])
+            job = self.tunnels.job_of(found[0])
+            if job is not None:
+                fields["job"] = job
+        self._event(**fields)
+
     def _read(self) -> None:
         """Client → host, within the credit the host grants."""
         _yield_to_calls()
+        self._opened()
         while True:
             with self.credit:
                 while self.unacked >= WINDOW and not self.ended:
@@ -149,8 +172,11 @@ class _Connection:
 class Tunnels:
     """The listener and its connections; ``send`` writes one message to the host."""
 
-    def __init__(self, send: Send, send_bytes: SendBytes) -> None:
-        self.send, self.send_bytes = send, send_bytes
+    def __init__(self, send: Send, send_bytes: SendBytes,
+                 job_of: JobOf = lambda _pid: None) -> None:
+        self.send, self.send_bytes, self.job_of = send, send_bytes, job_of
+        self.capture: Capture | None = None
+        self._asked: dict[int, tuple[threading.Event, list[int]]] = {}
         self._server: socket.socket | None = None
         self._connections: dict[int, _Connection] = {}
         self._lock = threading.Lock()
@@ -158,9 +184,10 @@ class Tunnels:
         self._listened = False
         self.ca_dir: str | None = None
 
-    def listen(self, ca_pem: str | None) -> dict[str, Any]:
-        """Listen on 127.0.0.1 (a port the kernel picks); write the CA bundle when given.
-        Returns what the host puts in the commands' environment."""
+    def listen(self, ca_pem: str | None, capture: bool = False) -> dict[str, Any]:
+        """Listen on 127.0.0.1 (a port the kernel picks); write the CA bundle when given; with
+        ``capture``, start the resolver (``resolver.py``). Returns what the host puts in the
+        commands' environment, and ``capture``: None, or why the resolver could not start."""
         if self._server is not None:
             return self._relisten(ca_pem)
         if self._listened:
@@ -172,7 +199,32 @@ class Tunnels:
         self._server = server
         threading.Thread(target=self._accept, daemon=True, name="tun-accept").start()
         ca_file = None if ca_pem is None else self._write_bundle(ca_pem)
-        return {"port": server.getsockname()[1], "ca_file": ca_file}
+        problem = self._start_capture() if capture else "not asked"
+        return {"port": server.getsockname()[1], "ca_file": ca_file, "capture": problem}
+
+    def _start_capture(self) -> str | None:
+        capture = Capture(self._ask, lambda sock, name, port: self._adopt(sock, (name, port)))
+        try:
+            capture.start()
+        except OSError as exc:
+            return f"the resolver cannot listen on 127.0.0.53:53: {exc.strerror}"
+        self.capture = capture
+        return None
+
+    def _ask(self, name: str) -> list[int]:
+        """The ports the host grants ``name`` (the resolver's thread waits for the answer)."""
+        waiter: tuple[threading.Event, list[int]] = (threading.Event(), [])
+        with self._lock:
+            self._numbers += 1
+            question = self._numbers
+            self._asked[question] = waiter
+        try:
+            self.send({"ev": TUNNEL_EVENT, "o": "dns", "q": question, "h": name})
+            waiter[0].wait(_ASK_TIMEOUT_S)
+            return list(waiter[1])
+        finally:
+            with self._lock:
+                self._asked.pop(question, None)
 
     def _relisten(self, ca_pem: str | None) -> dict[str, Any]:
         """A client attached again (a durable session): the listener and its port stay, so the
@@ -186,7 +238,8 @@ class Tunnels:
         ca_file = None
         if ca_pem is not None:
             ca_file = self._write_bundle(ca_pem)
-        return {"port": self._server.getsockname()[1], "ca_file": ca_file}
+        return {"port": self._server.getsockname()[1], "ca_file": ca_file,
+                "capture": None if self.capture is not None else "not started"}
 
     def _write_bundle(self, ca_pem: str) -> str:
         """The image's own roots, then the session CA, in a fresh directory every user of the
@@ -215,22 +268,32 @@ class Tunnels:
                 sock, _ = self._server.accept()
             except OSError:
                 return  # closed
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            with self._lock:
-                if len(self._connections) >= MAX_CONNECTIONS:
-                    sock.close()
-                    continue
-                self._numbers += 1
-                connection = _Connection(self, self._numbers, sock)
-                self._connections[connection.number] = connection
-            self.send({"ev": TUNNEL_EVENT, "c": connection.number, "o": "open"})
-            connection.start()
+            self._adopt(sock, None)
+
+    def _adopt(self, sock: socket.socket, target: tuple[str, int] | None) -> None:
+        """A connection to the proxy's listener, or (``target``) a captured one."""
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self._lock:
+            if len(self._connections) >= MAX_CONNECTIONS:
+                sock.close()
+                return
+            self._numbers += 1
+            connection = _Connection(self, self._numbers, sock, target)
+            self._connections[connection.number] = connection
+        connection.start()  # its reader tells the host first ("open")
 
     def forget(self, number: int) -> None:
         with self._lock:
             self._connections.pop(number, None)
 
     def from_host(self, frame: dict[str, Any]) -> None:
+        if frame.get("o") == "dns":  # the host's answer to the resolver's question
+            with self._lock:
+                waiter = self._asked.get(int(frame.get("q", 0)))
+            if waiter is not None:
+                waiter[1].extend(int(port) for port in frame.get("p") or [])
+                waiter[0].set()
+            return
         with self._lock:
             connection = self._connections.get(int(frame.get("c", 0)))
         if connection is not None:  # one that ended meanwhile: nothing to do
@@ -251,6 +314,9 @@ class Tunnels:
     def close(self) -> None:
         """Stop listening and end every connection (the session is closing)."""
         server, self._server = self._server, None
+        capture, self.capture = self.capture, None
+        if capture is not None:
+            capture.close()
         if server is not None:
             with contextlib.suppress(OSError):
                 server.shutdown(socket.SHUT_RDWR)

@@ -113,6 +113,36 @@ def hide_run() -> None:
             raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
 
 
+_MS_BIND = 0x1000
+RESOLV_CONF = "/etc/resolv.conf"
+
+
+def own_resolver() -> None:
+    """``/etc/resolv.conf`` names the agent's resolver (``resolver.py``), in this mount namespace
+    only: a file in the fresh ``/run`` tmpfs, bind-mounted over the host's (or, where the host's
+    is a link into ``/run``, written where the link points). Mounted before the agent's own user
+    namespace is entered, it is locked there like ``/run``. Raises OSError."""
+    from .resolver import RESOLV_CONF as TEXT
+
+    target = os.path.realpath(RESOLV_CONF)
+    if target.startswith("/run/"):
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        with open(target, "w", encoding="ascii") as conf:
+            conf.write(TEXT)
+        os.chmod(target, 0o644)
+        return
+    source = "/run/toolseam-resolv.conf"
+    with open(source, "w", encoding="ascii") as conf:
+        conf.write(TEXT)
+    os.chmod(source, 0o644)
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(source.encode(), target.encode(), None, _MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"bind {source} over {target}: {os.strerror(err)}")
+    # read-only, so root inside cannot edit the file the host's own is hidden by
+    libc.mount(None, target.encode(), None, _MS_BIND | 0x20 | 0x1, None)  # MS_REMOUNT|MS_RDONLY
+
+
 def loopback_up() -> None:
     """Bring ``lo`` up in this (new) network namespace: the stdlib has no netlink, and the two
     ioctls ``ip link set lo up`` makes are all it takes (struct ifreq: name, then flags)."""

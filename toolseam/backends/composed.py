@@ -31,7 +31,7 @@ from ..seam.models import (
 from ..seam.protocol import OutputCallback
 from .agentlink.channel import AgentChannel
 from .agentlink.parts import AgentExec, FileMethods
-from .agentlink.tunnel import Serve, TunnelMux
+from .agentlink.tunnel import PortsFor, Serve, TunnelMux
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -98,15 +98,20 @@ class ComposedBackend:
         """The channel to the sandbox's agent now (a reconnect may replace it)."""
         raise NotImplementedError
 
-    async def open_egress(self, serve: Serve, ca_pem: str | None) -> dict[str, object]:
+    async def open_egress(self, serve: Serve, ca_pem: str | None,
+                          ports_for: PortsFor | None = None) -> dict[str, object]:
         """Egress mode: the agent listens on 127.0.0.1 inside, and each connection it accepts
         is served here by ``serve`` (the session's proxy). Refused unless the sandbox sees no
-        network interface but loopback — never silently unenforced. Returns the agent's
-        ``port`` and the ``ca_file`` it wrote (``ca_pem`` after the image's own roots)."""
+        network interface but loopback — never silently unenforced. With ``ports_for``, the
+        agent also resolves every name to an address of its own and captures connections to
+        it (``toolseam_agent/resolver.py``). Returns the agent's ``port``, the ``ca_file`` it
+        wrote (``ca_pem`` after the image's own roots) and ``capture`` (None when capturing,
+        else why not)."""
         await self.open()
-        return await self._run(self._start_egress, serve, ca_pem)
+        return await self._run(self._start_egress, serve, ca_pem, ports_for)
 
-    async def _start_egress(self, serve: Serve, ca_pem: str | None) -> dict[str, object]:
+    async def _start_egress(self, serve: Serve, ca_pem: str | None,
+                            ports_for: PortsFor | None = None) -> dict[str, object]:
         channel = self._agent()
         seen = (await channel.call(HELLO)).get("interfaces")
         if seen != ["lo"]:
@@ -114,8 +119,8 @@ class ComposedBackend:
                 f"network 'egress': the {self.name} sandbox sees the network interfaces {seen}, "
                 "not loopback alone, so commands could go around the proxy; refusing to start "
                 "(docs/network.md)", retryable=False)
-        channel.carry_tunnels(TunnelMux(serve, channel.send_frame))
-        return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem)
+        channel.carry_tunnels(TunnelMux(serve, channel.send_frame, ports_for))
+        return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem, capture=ports_for is not None)
 
     async def close(self) -> None:
         raise NotImplementedError

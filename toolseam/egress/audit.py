@@ -12,13 +12,13 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 log = logging.getLogger("toolseam.egress")
 
-Kind = Literal["connect", "http"]
+Kind = Literal["connect", "http", "tcp", "dns"]
 REDACTED = "[redacted]"
 
 
@@ -42,7 +42,9 @@ class EgressEvent:
     host: str
     port: int
     kind: Kind
-    """``connect`` (a CONNECT tunnel, intercepted or not) or ``http`` (an absolute-URI request)."""
+    """``connect`` (a CONNECT tunnel, intercepted or not), ``http`` (an absolute-URI request),
+    ``tcp`` (a captured connection: a program dialled the address the sandbox's resolver gave
+    the name) or ``dns`` (a name the resolver refused: no rule grants it any port)."""
     allowed: bool = False
     reason: str = ""
     """Why refused (or which rule allowed it); for an allowed attempt that failed, the failure."""
@@ -58,6 +60,29 @@ class EgressEvent:
     """Bytes from the upstream to the sandbox."""
     started: float = field(default_factory=time.time)
     duration_s: float = 0.0
+    pid: int | None = None
+    """The process inside that opened the connection, where the agent could see it."""
+    argv: list[str] = field(default_factory=list)
+    """That process's first command-line words."""
+    job: str | None = None
+    """The job (a ``bash`` command) that process belongs to."""
+    call: str | None = None
+    """The tool call that started that job."""
+
+
+def attribute(event: EgressEvent, origin: Mapping[str, Any] | None,
+              call_of: Callable[[str], str | None]) -> None:
+    """Name on ``event`` the process, job and call that opened it (what the agent saw)."""
+    if not origin:
+        return
+    if isinstance(origin.get("pid"), int):
+        event.pid = origin["pid"]
+    argv = origin.get("argv")
+    if isinstance(argv, list):
+        event.argv = [str(word) for word in argv]
+    if isinstance(origin.get("job"), str):
+        event.job = origin["job"]
+        event.call = call_of(event.job)
 
 
 class AuditLog:

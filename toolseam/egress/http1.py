@@ -11,9 +11,7 @@ import asyncio
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from .masking import Masker
+from typing import Any, Protocol
 
 MAX_HEAD = 64 * 1024
 CHUNK = 256 * 1024
@@ -109,9 +107,18 @@ def body_framing(head: Head, *, response_to: str | None = None, status: int = 0)
 Counter = Callable[[int], None]
 
 
+class StreamFilter(Protocol):
+    """What ``relay_body`` passes a body through: ``masking.Masker`` (answers) or
+    ``placeholders.Swapper`` (requests)."""
+
+    def mask(self, data: bytes) -> bytes: ...
+    def feed(self, data: bytes) -> bytes: ...
+    def flush(self) -> bytes: ...
+
+
 async def relay_body(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                      framing: str | int | None, count: Counter,
-                     masker: Masker | None = None) -> None:
+                     masker: StreamFilter | None = None) -> None:
     """Copy one body in its framing (None: until EOF); with a ``masker``, its bytes masked
     (a chunked body decoded, masked and re-chunked: ``masking.py``)."""
     if masker is not None:
@@ -142,7 +149,7 @@ class _MaskedSink:
     """A writer's stand-in that masks what passes (``Masker``); for a chunked body it is given
     the decoded data and writes chunks of its own."""
 
-    def __init__(self, writer: asyncio.StreamWriter, masker: Masker, count: Counter,
+    def __init__(self, writer: asyncio.StreamWriter, masker: StreamFilter, count: Counter,
                  chunked: bool) -> None:
         self._writer, self._masker, self._count, self._chunked = writer, masker, count, chunked
         self._trailers: list[bytes] = []

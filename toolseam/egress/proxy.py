@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from urllib.parse import urlsplit
 
 from . import http1
-from .audit import AuditLog, EgressEvent, Kind, Redactor
+from .audit import AuditLog, EgressEvent, Kind, Redactor, attribute
 from .intercept import SessionCA, ca_bundle, upstream_context
 from .relay import Connection, forward, tunnel
 from .rules import EgressPolicy, normalize_host
@@ -40,6 +40,8 @@ class EgressProxy:
             upstream_context(policy.egress_ca_file) if hosts else None)
         self._active: set[Connection] = set()
         self._closed = False
+        self._refused_names: set[str] = set()  # audited once each
+        self.call_of: Callable[[str], str | None] = lambda _job: None  # a job → its tool call
 
     def ca_bundle_pem(self, roots: Iterable[str] = ()) -> str:
         """The PEM the sandbox must trust: ``roots`` (the image's own) then the session CA, or
@@ -89,11 +91,22 @@ class EgressProxy:
         self._active.add(connection)
         watchdog = asyncio.create_task(self._watch(connection))
         event: EgressEvent | None = None
+        captured = writer.get_extra_info("egress_target")
         try:
+            if captured is not None:  # a program dialled a name's synthetic address
+                connection.raw = True
+                event = EgressEvent(host=normalize_host(captured[0]), port=captured[1], kind="tcp")
+                attribute(event, writer.get_extra_info("egress_origin"), self.call_of)
+                if over:
+                    raise ProxyRefusal(503, f"more than egress_max_connections = "
+                                       f"{self.policy.max_connections} connections at once", "")
+                await self._captured(connection, event, reader, writer)
+                return
             head = await http1.read_head(reader)
             if head is None:
                 return
             event, target = self._event_for(head)
+            attribute(event, writer.get_extra_info("egress_origin"), self.call_of)
             if over:
                 why = (f"more than egress_max_connections = {self.policy.max_connections} "
                        "connections at once; wait, or raise egress_max_connections")
@@ -165,7 +178,7 @@ class EgressProxy:
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._decide(event)
         credentials = self.policy.credentials_for(event.host)
-        intercept = bool(credentials) and self._ca is not None
+        intercept = self.policy.intercepts(event.host) and self._ca is not None
         upstream = await self._upstream(connection, event,
                                         self._upstream_tls if intercept else None)
         event.status, event.intercepted = 200, intercept
@@ -173,8 +186,15 @@ class EgressProxy:
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await writer.drain()
         if not intercept:
-            await tunnel(connection, event, reader, writer, upstream)
+            await tunnel(connection, event, reader, writer, upstream,
+                         self.policy.foreign_placeholders(event.host))
             return
+        await self._intercept(connection, event, reader, writer, upstream, credentials)
+
+    async def _intercept(self, connection: Connection, event: EgressEvent,
+                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                         upstream: Upstream, credentials: tuple[tuple[str, str], ...]) -> None:
+        """TLS with the session CA to the client, then its one request, credentials added."""
         assert self._ca is not None
         try:
             await writer.start_tls(self._ca.server_context(event.host))
@@ -184,6 +204,12 @@ class EgressProxy:
             connection.ended_by = f"TLS handshake with the sandbox's client failed: {error}"
             return
         connection.answered = False  # a new layer: the client now awaits an HTTP answer in TLS
+        await self._origin_request(connection, event, reader, writer, upstream, credentials)
+
+    async def _origin_request(self, connection: Connection, event: EgressEvent,
+                              reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                              upstream: Upstream, credentials: tuple[tuple[str, str], ...]) -> None:
+        """An origin-form request (``GET /path``) for ``event.host`` alone, forwarded."""
         head = await http1.read_head(reader)
         if head is None:
             return
@@ -200,7 +226,41 @@ class EgressProxy:
             raise ProxyRefusal(421, f"Host {host!r} inside a tunnel to {event.host!r}",
                                f"toolseam egress: this tunnel leads to {event.host} only\n")
         await forward(connection, event, reader, writer, head, f"{method} {target}",
-                            upstream, credentials)
+                      upstream, credentials, self.policy.placeholders(event.host),
+                      self.policy.foreign_placeholders(event.host))
+
+    async def _captured(self, connection: Connection, event: EgressEvent,
+                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A captured connection: no request to parse, the name and port are known. Bytes pass
+        as they are, except to a host with credentials on 443 (TLS terminated, as CONNECT) or
+        80 (plain HTTP), where the one request gets them."""
+        self._decide(event)
+        credentials = self.policy.credentials_for(event.host)
+        intercept = self.policy.intercepts(event.host) and self._ca is not None and event.port == 443
+        upstream = await self._upstream(connection, event,
+                                        self._upstream_tls if intercept else None)
+        event.status, event.intercepted = 200, intercept
+        if intercept:
+            await self._intercept(connection, event, reader, writer, upstream, credentials)
+        elif self.policy.intercepts(event.host) and event.port == 80:
+            await self._origin_request(connection, event, reader, writer, upstream, credentials)
+        else:
+            await tunnel(connection, event, reader, writer, upstream,
+                         self.policy.foreign_placeholders(event.host))
+
+    def ports_for(self, name: str) -> list[int]:
+        """The resolver's question (captured connections): the ports ``name`` may reach. A
+        name granted none is audited as refused here (once), since no connection follows."""
+        host = normalize_host(name)
+        ports = self.policy.ports_for(host)
+        if not ports and not self._closed and host not in self._refused_names:
+            self._refused_names.add(host)
+            reason = self.policy.decide(host, 443).reason
+            event = EgressEvent(host=host or repr(name), port=0, kind="dns", reason=(
+                f"{reason}; the sandbox's resolver answered that the name does not exist "
+                f'(egress_allow = ["{host}"] would allow it)'))
+            self._audit.record(event, time.monotonic())
+        return ports
 
     async def _http(self, connection: Connection, event: EgressEvent, reader: asyncio.StreamReader,
                     writer: asyncio.StreamWriter, head: http1.Head, target: str) -> None:
@@ -212,7 +272,8 @@ class EgressProxy:
         head.remove("host")
         head.headers.insert(0, ("Host", split.netloc.rsplit("@", 1)[-1]))
         await forward(connection, event, reader, writer, head, f"{method} {origin}", upstream,
-                            self.policy.credentials_for(event.host))
+                      self.policy.credentials_for(event.host), self.policy.placeholders(event.host),
+                      self.policy.foreign_placeholders(event.host))
 
     # -- helpers ----------------------------------------------------------------------------
     async def _answer(self, connection: Connection, writer: asyncio.StreamWriter, status: int,
@@ -226,6 +287,8 @@ class EgressProxy:
             event.status, event.reason = status, reason
             if status == 403:
                 event.allowed = False
+        if connection.raw:  # a captured connection: its program expects no HTTP, just the end
+            return
         with contextlib.suppress(OSError, RuntimeError):
             writer.write(http1.error_response(status, self._redactor.scrub(body)))
             await writer.drain()

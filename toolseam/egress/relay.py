@@ -8,6 +8,7 @@ import time
 from . import http1
 from .audit import EgressEvent
 from .masking import REFUSED_METHODS, Masker
+from .placeholders import Placeholder, Scanner, Swapper
 from .upstream import ProxyRefusal, Upstream, bad_gateway
 
 _FLUSH_TIMEOUT_S = 5.0
@@ -24,6 +25,9 @@ class Connection:
         self.answered = False
         # The whole answer was relayed: an abort now (close()) cuts nothing.
         self.finished = False
+        # A captured connection: the program speaks its own protocol, so a refusal is a close,
+        # never an HTTP answer.
+        self.raw = False
         self.done = asyncio.Event()
 
     def touch(self) -> None:
@@ -67,8 +71,11 @@ async def _reap(task: asyncio.Task[None]) -> None:
 async def forward(connection: Connection, event: EgressEvent,
                   reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: http1.Head,
                   request_line: str, upstream: Upstream,
-                  credentials: tuple[tuple[str, str], ...]) -> None:
-    """One request upstream (credentials added), its response back, then the end."""
+                  credentials: tuple[tuple[str, str], ...],
+                  placeholders: tuple[Placeholder, ...] = (), foreign: list[str] | None = None,
+                  ) -> None:
+    """One request upstream (credentials added, placeholders swapped), its response back, then
+    the end. A placeholder bound to another host (``foreign``) in the request refuses it."""
     def up(n: int) -> None:
         event.bytes_up += n
         connection.touch()
@@ -78,13 +85,16 @@ async def forward(connection: Connection, event: EgressEvent,
         connection.touch()
 
     method = request_line.split(" ", 1)[0]
+    foreign = foreign or []
+    request_line = _swap_head(event, head, request_line, placeholders, foreign)
+    secrets = [value for _, value in credentials] + [p.value for p in placeholders]
     masker = None
-    if credentials:  # nothing the upstream answers may hand a credential back (masking.py)
+    if secrets:  # nothing the upstream answers may hand a credential back (masking.py)
         if method.upper() in REFUSED_METHODS:
             raise ProxyRefusal(405, f"{method} to a host with credentials",
                                f"toolseam egress: {method} is refused to {event.host}: it would "
                                "echo the request, credentials included\n")
-        masker = Masker([value for _, value in credentials])
+        masker = Masker(secrets)
         head.remove("accept-encoding")
         head.headers.append(("Accept-Encoding", "identity"))
     head.start = f"{request_line} HTTP/1.1"
@@ -96,7 +106,14 @@ async def forward(connection: Connection, event: EgressEvent,
     data = head.encode()
     upstream.writer.write(data)
     up(len(data))
-    body = asyncio.create_task(http1.relay_body(reader, upstream.writer, framing, up))
+    body_filter = None
+    if foreign or any("body" in p.where for p in placeholders):
+        def refuse_body() -> None:
+            event.allowed, event.status = False, 403
+            connection.abort(f"a placeholder bound to another host in the body to {event.host}")
+        body_filter = Swapper([(p.fake, p.value) for p in placeholders if "body" in p.where],
+                              foreign, refuse_body)
+    body = asyncio.create_task(http1.relay_body(reader, upstream.writer, framing, up, body_filter))
     try:
         while True:
             response = await http1.read_head(upstream.reader)
@@ -138,11 +155,41 @@ async def forward(connection: Connection, event: EgressEvent,
     finally:
         await _reap(body)
 
+def _swap_head(event: EgressEvent, head: http1.Head, request_line: str,
+               placeholders: tuple[Placeholder, ...], foreign: list[str]) -> str:
+    """Placeholders bound to this host swapped in the header (and URL) configured; one bound
+    elsewhere anywhere in the head refuses the request before a byte goes upstream."""
+    text = request_line + "\n" + "\n".join(f"{k}: {v}" for k, v in head.headers)
+    for fake in foreign:
+        if fake in text:
+            raise ProxyRefusal(403, f"a placeholder credential bound to another host was sent "
+                               f"to {event.host}",
+                               f"toolseam egress refused {event.host}: the request carries a "
+                               "placeholder credential bound to another host\n")
+    for p in placeholders:
+        if "header" in p.where:
+            head.headers = [(k, v.replace(p.fake, p.value) if k.lower() == p.header.lower()
+                             else v) for k, v in head.headers]
+        if "url" in p.where:
+            request_line = request_line.replace(p.fake, p.value)
+    return request_line
+
+
 async def tunnel(connection: Connection, event: EgressEvent, reader: asyncio.StreamReader,
-              writer: asyncio.StreamWriter, upstream: Upstream) -> None:
-    """Bytes both ways until the upstream ends (the client's EOF only half-closes upstream)."""
+                 writer: asyncio.StreamWriter, upstream: Upstream, foreign: list[str] | None = None
+                 ) -> None:
+    """Bytes both ways until the upstream ends (the client's EOF only half-closes upstream).
+    A placeholder bound to some host seen going up (in the clear) ends the connection before
+    it is passed on; inside TLS it cannot be seen."""
+    scanner = Scanner(foreign or [])
+
     async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, upward: bool) -> None:
         while data := await source.read(http1.CHUNK):
+            if upward and scanner and scanner.seen(data):
+                event.allowed, event.status = False, 403
+                connection.abort(f"a placeholder credential bound to another host was sent "
+                                 f"to {event.host}")
+                return
             sink.write(data)
             if upward:
                 event.bytes_up += len(data)

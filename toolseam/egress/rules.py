@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -37,6 +37,7 @@ from .patterns import (
     parse_allow_rule,
     parse_ip,
 )
+from .placeholders import Placeholder, shaped_like
 
 __all__ = ["DEFAULT_PORTS", "AllowRule", "CredentialRule", "Decision", "EgressPolicy",
            "EgressRuleError", "IPAddress", "format_authority", "is_host_name", "normalize_host",
@@ -58,7 +59,14 @@ class CredentialRule(BaseModel):
     header: str
     """The header name, e.g. ``Authorization``."""
     value_env: str
-    """The name of the environment variable holding the header's value."""
+    """The name of the environment variable holding the header's value (with
+    ``placeholder_env``: the token the placeholder stands for)."""
+    placeholder_env: str | None = None
+    """A variable set inside the sandbox to a random value of the real one's shape
+    (``placeholders.py``); the proxy swaps it for the real value on the way to ``host`` only,
+    instead of adding the header, and refuses it anywhere else."""
+    placeholder_in: tuple[Literal["header", "url", "body"], ...] = ("header",)
+    """Where the placeholder is swapped: the ``header``'s value, the request ``url``, the ``body``."""
 
     @field_validator("host")
     @classmethod
@@ -77,10 +85,10 @@ class CredentialRule(BaseModel):
             raise ValueError(f"{value!r} is a framing header; it cannot carry a credential")
         return value
 
-    @field_validator("value_env")
+    @field_validator("value_env", "placeholder_env")
     @classmethod
-    def _value_env(cls, value: str) -> str:
-        if not _ENV_NAME.match(value):
+    def _value_env(cls, value: str | None) -> str | None:
+        if value is not None and not _ENV_NAME.match(value):
             raise ValueError(f"{value!r} is not an environment variable name")
         return value
 
@@ -125,6 +133,7 @@ class EgressPolicy(BaseModel):
     _rules: tuple[AllowRule, ...] = PrivateAttr(default=())
     _pins: dict[str, IPAddress] = PrivateAttr(default_factory=dict)
     _secrets: dict[str, tuple[tuple[str, str], ...]] = PrivateAttr(default_factory=dict)
+    _placeholders: tuple[Placeholder, ...] = PrivateAttr(default=())
 
     @field_validator("egress_allow")
     @classmethod
@@ -160,6 +169,7 @@ class EgressPolicy(BaseModel):
         context = info.context if isinstance(info.context, Mapping) else {}
         environ: Mapping[str, str] = context.get("environ", os.environ)
         secrets: dict[str, list[tuple[str, str]]] = {}
+        placeholders: list[Placeholder] = []
         for index, rule in enumerate(self.egress_credentials):
             value = environ.get(rule.value_env)
             if value is None:
@@ -171,8 +181,14 @@ class EgressPolicy(BaseModel):
                 raise EgressRuleError(
                     f"egress_credentials[{index}] (host {rule.host!r}): {rule.value_env} is empty "
                     "or holds a line break / NUL, which cannot go in a header")
-            secrets.setdefault(rule.host, []).append((rule.header, value))
+            if rule.placeholder_env is not None:
+                placeholders.append(Placeholder(rule.host, rule.header, rule.placeholder_env,
+                                                shaped_like(value), value,
+                                                frozenset(rule.placeholder_in)))
+            else:
+                secrets.setdefault(rule.host, []).append((rule.header, value))
         self._secrets = {host: tuple(pairs) for host, pairs in secrets.items()}
+        self._placeholders = tuple(placeholders)
         return self
 
     @classmethod
@@ -210,8 +226,35 @@ class EgressPolicy(BaseModel):
         return self._secrets.get(normalize_host(host), ())
 
     def credential_hosts(self) -> list[str]:
-        return sorted(self._secrets)
+        """Hosts whose TLS the proxy terminates: credentials added or placeholders swapped."""
+        return sorted({*self._secrets, *(p.host for p in self._placeholders)})
+
+    def intercepts(self, host: str) -> bool:
+        return normalize_host(host) in self.credential_hosts()
 
     def secret_values(self) -> list[str]:
         """Every credential value, for redaction only."""
-        return [value for pairs in self._secrets.values() for _, value in pairs]
+        return [*(value for pairs in self._secrets.values() for _, value in pairs),
+                *(p.value for p in self._placeholders)]
+
+    def placeholders(self, host: str) -> tuple[Placeholder, ...]:
+        """The placeholders swapped on the way to ``host``."""
+        name = normalize_host(host)
+        return tuple(p for p in self._placeholders if p.host == name)
+
+    def foreign_placeholders(self, host: str) -> list[str]:
+        """Stand-ins bound to other hosts: seen on the way to ``host``, the request is refused."""
+        name = normalize_host(host)
+        return [p.fake for p in self._placeholders if p.host != name]
+
+    def placeholder_environment(self) -> dict[str, str]:
+        """What the sandbox's commands get: each ``placeholder_env`` and its stand-in."""
+        return {p.env: p.fake for p in self._placeholders}
+
+    def ports_for(self, host: str) -> list[int]:
+        """Every port some rule grants the name ``host`` (captured connections)."""
+        name = normalize_host(host)
+        if not is_host_name(name):
+            return []
+        return sorted({port for rule in self._rules for port in rule.ports
+                       if rule.ip is None and rule.matches(name, port)})

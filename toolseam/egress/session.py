@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from ..seam.errors import ConfigurationError
@@ -25,6 +26,11 @@ CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_E
                 "GIT_SSL_CAINFO", "PIP_CERT", "npm_config_cafile")
 
 
+# The tool call running in this task (``Toolkit.call`` sets it): jobs started under it are its.
+CURRENT_CALL: ContextVar[str | None] = ContextVar("toolseam_egress_call", default=None)
+_JOBS_KEPT = 4096
+
+
 def event_record(event: EgressEvent) -> dict[str, Any]:
     """An event as plain data (result metadata, ``serve``, MCP)."""
     return dataclasses.asdict(event)
@@ -36,6 +42,16 @@ class SessionEgress:
     def __init__(self, proxy: EgressProxy, environment: dict[str, str]) -> None:
         self.proxy = proxy
         self.environment = environment
+        self.capture_problem: object = "not started"
+        self.job_calls: dict[str, str] = {}  # a bash job → the tool call that started it
+
+    def note_job(self, job: str) -> None:
+        """A job is being started: remember the call it belongs to (``CURRENT_CALL``)."""
+        call = CURRENT_CALL.get()
+        if call is not None:
+            if len(self.job_calls) >= _JOBS_KEPT:
+                self.job_calls.pop(next(iter(self.job_calls)))
+            self.job_calls[job] = call
 
     @classmethod
     async def start(cls, table: dict[str, Any], backend: object,
@@ -52,7 +68,7 @@ class SessionEgress:
         proxy = EgressProxy(policy, on_event=on_event)
         ca_pem = proxy.ca_bundle_pem() if policy.credential_hosts() else None
         try:
-            where = await open_egress(proxy.handle, ca_pem)
+            where = await open_egress(proxy.handle, ca_pem, proxy.ports_for)
         except BaseException:
             await proxy.close()
             raise
@@ -61,7 +77,11 @@ class SessionEgress:
         environment.update(NO_PROXY=NO_PROXY, no_proxy=NO_PROXY)
         if where.get("ca_file"):
             environment.update(dict.fromkeys(CA_VARIABLES, str(where["ca_file"])))
-        return cls(proxy, environment)
+        environment.update(policy.placeholder_environment())
+        egress = cls(proxy, environment)
+        egress.capture_problem = where.get("capture")  # None: every connection is captured
+        proxy.call_of = egress.job_calls.get
+        return egress
 
     def scrub(self, environment: dict[str, str]) -> list[str]:
         """Remove from a command environment every credential's variable and every variable
@@ -69,6 +89,9 @@ class SessionEgress:
         ``env_allow``, ``env_extra``); returns the names removed. Credentials stay outside."""
         policy = self.proxy.policy
         names = {rule.value_env for rule in policy.egress_credentials}
+        # a placeholder's variable is set by egress itself, after this
+        names |= {rule.placeholder_env for rule in policy.egress_credentials
+                  if rule.placeholder_env is not None}
         secrets = policy.secret_values()
         removed = [name for name, value in environment.items()
                    if name in names or any(secret in value for secret in secrets)]

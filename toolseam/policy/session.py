@@ -4,6 +4,7 @@ detached jobs, the read scope, and the files the model has seen."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..seam.errors import ConfigurationError, HostError, ShellChangedError
@@ -26,6 +27,7 @@ class Session:
         self.raise_could_not_run = raise_could_not_run
         self.jobs = JobRegistry(backend, settings.max_jobs)
         self.command_env: dict[str, str] = {}
+        self.on_new_job: Callable[[str], None] | None = None
         self.read_scope: ReadScope | None = None
         self._shell: ShellChoice | None = None
         self._pinned: ShellChoice | None = None
@@ -50,6 +52,8 @@ class Session:
     def new_backend_job_id(self) -> str:
         job_id = f"{self.session_id}-{self._next_job_id}"
         self._next_job_id += 1
+        if self.on_new_job is not None:  # egress attribution: the job's call
+            self.on_new_job(job_id)
         return job_id
 
     # --- a session that outlives its client keeps this with its agent (durable.py) -------

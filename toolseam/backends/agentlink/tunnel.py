@@ -19,6 +19,7 @@ from toolseam_agent.tunnel import WINDOW
 from toolseam_agent.wire import TO_AGENT, TUNNEL, tunnel_data
 
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+PortsFor = Callable[[str], list[int]]  # the resolver's question: which ports may NAME reach
 SendFrame = Callable[[dict[str, Any] | bytes], None]
 _READER_LIMIT = 1 << 16
 _log = logging.getLogger("toolseam.egress")
@@ -29,8 +30,10 @@ class TunnelTransport(asyncio.Transport):
 
     _start_tls_compatible = True  # asyncio's start_tls accepts a transport that says so
 
-    def __init__(self, mux: TunnelMux, number: int, protocol: asyncio.BaseProtocol) -> None:
+    def __init__(self, mux: TunnelMux, number: int, protocol: asyncio.BaseProtocol,
+                 opened: dict[str, Any] | None = None) -> None:
         super().__init__()
+        self._opened = opened or {}
         self._mux, self._number, self._protocol = mux, number, protocol
         self._unacked = 0  # bytes we sent that the sandbox's client has not taken yet
         self._paused_writer = False
@@ -107,7 +110,15 @@ class TunnelTransport(asyncio.Transport):
         return self._protocol
 
     def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("sandbox", self._number)}.get(name, default)
+        """``peername``; ``egress_target``: (name, port) of a captured connection (None for one
+        to the proxy's listener); ``egress_origin``: pid, argv and job of its opener, if known."""
+        opened = self._opened
+        extra = {"peername": ("sandbox", self._number),
+                 "egress_target": ((str(opened["h"]), int(opened["p"]))
+                                   if "h" in opened and "p" in opened else None),
+                 "egress_origin": {key: opened[key] for key in ("pid", "argv", "job")
+                                   if key in opened}}
+        return extra.get(name, default)
 
     def deliver(self, data: bytes) -> None:
         if not self._reading:
@@ -170,8 +181,8 @@ class TunnelMux:
     ``send`` writes a frame on the session's current channel (``channel.py`` moves the mux to a
     new channel after a reconnect, and ends what was open: bytes in flight are lost)."""
 
-    def __init__(self, serve: Serve, send: SendFrame) -> None:
-        self._serve = serve
+    def __init__(self, serve: Serve, send: SendFrame, ports_for: PortsFor | None = None) -> None:
+        self._serve, self._ports_for = serve, ports_for
         self.send_frame = send
         self._open: dict[int, TunnelTransport] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -196,9 +207,18 @@ class TunnelMux:
 
     def event(self, message: dict[str, Any]) -> None:
         """A ``tun`` event (not data) from the agent."""
+        if message.get("o") == "dns":
+            name = str(message.get("h", ""))
+            try:
+                ports = self._ports_for(name) if self._ports_for is not None else []
+            except Exception as exc:  # noqa: BLE001 - a refusal for this name only, and logged
+                _log.info("egress: deciding %r failed: %s", name, exc)
+                ports = []
+            self.send({"o": "dns", "q": message.get("q"), "p": ports})
+            return
         number = int(message["c"])
         if message.get("o") == "open":
-            self._accept(number)
+            self._accept(number, message)
             return
         transport = self._open.get(number)
         if transport is not None:
@@ -216,11 +236,11 @@ class TunnelMux:
             _log.info("egress connection ended by %s: %s", type(exc).__name__, exc)
             transport._force_close(exc)
 
-    def _accept(self, number: int) -> None:
+    def _accept(self, number: int, opened: dict[str, Any]) -> None:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=_READER_LIMIT, loop=loop)
         protocol = asyncio.StreamReaderProtocol(reader, self._serve_one, loop=loop)
-        transport = TunnelTransport(self, number, protocol)
+        transport = TunnelTransport(self, number, protocol, opened)
         self._open[number] = transport
         protocol.connection_made(transport)
 

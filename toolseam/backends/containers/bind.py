@@ -17,6 +17,8 @@ import time
 from collections import deque
 from typing import IO, Any, Literal
 
+from toolseam_agent.resolver import RESOLV_CONF
+
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
@@ -105,9 +107,16 @@ class BindMode:
         os.chmod(self._socket_dir, 0o700)
         command = [*bundle_command(AGENT_MOUNT), *self.agent_args(f"{SOCKET_MOUNT}/agent.sock")]
         # a pool's sandbox binds its slot, onto which the base dir is mounted at hand-out
-        spec = sandbox.spec(command, labels, binds=[
-            (sandbox.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
-            (self._socket_dir, SOCKET_MOUNT, False)],
+        binds = [(sandbox.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
+                 (self._socket_dir, SOCKET_MOUNT, False)]
+        if sandbox.hardening.limits.network == "egress":
+            # captured connections: names go to the agent's resolver (toolseam_agent/resolver.py)
+            conf = os.path.join(self._socket_dir, "resolv.conf")
+            with open(conf, "w", encoding="ascii") as text:
+                text.write(RESOLV_CONF)
+            os.chmod(conf, 0o644)
+            binds.append((conf, "/etc/resolv.conf", True))
+        spec = sandbox.spec(command, labels, binds=binds,
             slave_binds=(WORKSPACE,) if sandbox.awaiting_workspace else ())
         await sandbox.launch(self.finish_spec(spec))
         hello = await self._connect(sandbox)

@@ -73,6 +73,12 @@ class DockerDialect:
             host["auto_remove"] = True
         if h.limits.cpus is not None:
             host["nano_cpus"] = int(h.limits.cpus * 1e9)
+        if h.limits.network == "egress":
+            # the agent's resolver and captured low ports without a capability (docker's own
+            # default since 20.10, set here for older ones); --dns reaches copy mode's
+            # resolv.conf too (bind mode mounts one)
+            host["sysctls"] = {"net.ipv4.ip_unprivileged_port_start": "0"}
+            host["dns"] = ["127.0.0.53"]
         if h.drop_all_capabilities:
             host["cap_drop"] = ["ALL"]
         if h.no_new_privileges:

@@ -76,6 +76,10 @@ class PodmanDialect:
         if h.limits.cpus is not None:  # podman-py refuses nano_cpus: the same as a quota per period
             options["cpu_period"] = 100_000
             options["cpu_quota"] = int(h.limits.cpus * 100_000)
+        if h.limits.network == "egress":
+            # the agent's resolver (:53) and captured ports (22, 80, 443 …) without a capability:
+            # the sandbox's own network namespace only (docker sets this by default)
+            options["sysctls"] = {"net.ipv4.ip_unprivileged_port_start": "0"}
         if h.drop_all_capabilities:
             options["cap_drop"] = ["all"]
         if h.no_new_privileges:
