@@ -119,7 +119,7 @@ RESOLV_CONF = "/etc/resolv.conf"
 
 def own_resolver() -> None:
     """``/etc/resolv.conf`` names the agent's resolver (``resolver.py``), in this mount namespace
-    only: a file in the fresh ``/run`` tmpfs, bind-mounted over the host's (or, where the host's
+    only: a file made in the fresh ``/run`` tmpfs, bind-mounted over the host's and unlinked (or, where the host's
     is a link into ``/run``, written where the link points). Mounted before the agent's own user
     namespace is entered, it is locked there like ``/run``. Raises OSError."""
     from .resolver import RESOLV_CONF as TEXT
@@ -141,6 +141,7 @@ def own_resolver() -> None:
         raise OSError(err, f"bind {source} over {target}: {os.strerror(err)}")
     # read-only, so root inside cannot edit the file the host's own is hidden by
     libc.mount(None, target.encode(), None, _MS_BIND | 0x20 | 0x1, None)  # MS_REMOUNT|MS_RDONLY
+    os.unlink(source)  # the mount holds the file; /run stays empty
 
 
 def loopback_up() -> None:
