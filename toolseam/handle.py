@@ -12,7 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from .seam.errors import CouldNotRunError, HostError
 
 HANDLE_VERSION = 1
-AttachRefusal = Literal["wrong_secret", "ended", "in_use", "unsupported", "gone", "protocol"]
+AttachRefusal = Literal["wrong_secret", "ended", "in_use", "unsupported", "gone", "protocol",
+                        "tampered"]
 
 
 class AttachError(HostError):
@@ -20,7 +21,9 @@ class AttachError(HostError):
     ``wrong_secret`` (the handle's secret is not this session's), ``ended`` (the session's
     sandbox ended: closed, or orphaned past ``orphan_timeout_s``), ``gone`` (the engine no
     longer has its container), ``in_use`` (another client is attached), ``unsupported`` (this
-    backend, mode or handle version cannot attach), ``protocol`` (not a toolseam agent)."""
+    backend, mode or handle version cannot attach), ``protocol`` (not a toolseam agent),
+    ``tampered`` (the state the session kept for its client does not carry the handle's seal:
+    something in the sandbox rewrote it, and nothing of it is restored)."""
 
     code = "ATTACH_REFUSED"
 
@@ -79,6 +82,6 @@ def attach_refused(error: dict[str, object]) -> AttachError | CouldNotRunError:
     """The agent's refusal of an ``attach`` (``toolseam_agent/session_socket.py``)."""
     reason = str(error.get("reason", "protocol"))
     message = str(error.get("message", ""))
-    if reason in ("wrong_secret", "ended", "in_use", "protocol"):
+    if reason in ("wrong_secret", "ended", "in_use", "protocol", "unsupported"):
         return AttachError(reason, message)  # type: ignore[arg-type]
     return CouldNotRunError(message, retryable=False)
