@@ -197,7 +197,7 @@ async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[
     prepare(backend, handle.secret, 0, adopt=handle)
     try:
         await backend.open()
-        state = (channel_of(backend).attached.get("state") or {}).get("toolkit")
+        state = channel_of(backend).kept_state("toolkit")
         if not isinstance(state, dict):
             raise AttachError("protocol", "the session kept no toolkit state")
         tk = cls(backend, **toolkit_options(state, handle), **options)

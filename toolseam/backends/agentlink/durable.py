@@ -65,7 +65,8 @@ def open_state(secret: str, part: str, kept: Any) -> Any:
             return json.loads(text)
     raise AttachError("tampered", f"the session's kept {part!r} state does not carry this "
                       "handle's seal: a process in the sandbox changed it, so none of it is "
-                      "restored (end the session, or start a new one)")
+                      "restored; nothing was stopped (the session ends itself after its orphan "
+                      "timeout, or when its owner shuts it down)")
 
 
 def durable_agent_env(secret: str, orphan_timeout_s: float) -> dict[str, str]:
@@ -144,12 +145,16 @@ class DurableChannel(AgentChannel):
         session = session_key(key, mine, theirs)
         self._seal, self._unseal = Sealer(session, b"C"), Sealer(session, b"A")
         attached = await self._step({"op": ATTACH, "pending": pending})  # sealed: our proof
-        attached["state"] = {part: open_state(self._secret, part, kept)
-                             for part, kept in dict(attached.get("state") or {}).items()}
         self.attached = attached
         first = int(self.attached.get("next_id", 1))
         current = next(self._ids)
         self._ids = itertools.count(max(first, current))
+
+    def kept_state(self, part: str) -> Any:
+        """The client state the agent kept as ``part`` (None if none), once its seal holds:
+        ``AttachError("tampered")`` if something in the sandbox changed it."""
+        kept = (self.attached.get("state") or {}).get(part)
+        return None if kept is None else open_state(self._secret, part, kept)
 
     def _abort(self) -> None:
         if self._transport is not None:

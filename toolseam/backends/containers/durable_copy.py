@@ -133,7 +133,7 @@ class DurableCopyMode(CopyMode):
             await adopt_running(sandbox, handle.sandbox)
             await self._attach(sandbox)
             assert isinstance(sandbox.channel, DurableChannel)
-            saved = (sandbox.channel.attached.get("state") or {}).get("copy")
+            saved = sandbox.channel.kept_state("copy")
             if not isinstance(saved, dict):
                 raise AttachError("protocol", "the session kept no copy-back baseline")
             self.copy = _restore_copy(saved, handle.workspace)
