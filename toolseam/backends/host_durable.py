@@ -27,8 +27,8 @@ from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
-from ..handle import SessionHandle
 from ..seam.errors import CouldNotRunError
+from ..seam.handle import SessionHandle
 from .agentlink.durable import DurableChannel, durable_agent_env
 from .agentlink.launch import agent_command, stage_agent
 from .staging import UnsafePath, check_ancestors, check_owned
@@ -69,7 +69,7 @@ class DurableHostAgent:
 
     def __init__(self, python: str, secret: str, orphan_timeout_s: float,
                  adopt: SessionHandle | None) -> None:
-        self._python = python
+        self.python = python
         self._secret = secret
         self._orphan_timeout_s = orphan_timeout_s
         self._adopt = adopt
@@ -98,7 +98,7 @@ class DurableHostAgent:
         return await self.channel.hello() if self.channel else {}
 
     async def _launch(self, namespace: bool, own_network: bool = False) -> None:
-        boot = [self._python, *agent_command(await asyncio.to_thread(stage_agent))]
+        boot = [self.python, *agent_command(await asyncio.to_thread(stage_agent))]
         # In egress mode the agent hides /run (the runtime dir with it) before it listens.
         parent = tempfile.gettempdir() if own_network else socket_parent()
         root = await asyncio.to_thread(sessions_root, parent)

@@ -33,8 +33,8 @@ from toolseam_agent.attach_auth import (
 )
 from toolseam_agent.session_socket import ATTACH, ORPHAN_VAR, STATE_PUT
 
-from ...handle import AttachError, attach_refused
-from ...seam.errors import CouldNotRunError
+from ...seam.errors import ConfigurationError, CouldNotRunError
+from ...seam.handle import AttachError, attach_refused
 from .channel import AgentChannel
 
 _ATTACH_TIMEOUT_S = 10.0
@@ -247,3 +247,30 @@ class DurableChannel(AgentChannel):
                 await self._reconnecting
         self._ending = True
         await super().shutdown(answer_s, drain_s)
+
+
+class DurableMethods:
+    """The ``seam.capabilities.DurableSessions`` methods a backend with a durable channel
+    writes the same way; the backend says where its channel is (``_durable_channel``)."""
+
+    def durable_channel(self) -> DurableChannel:
+        """The open durable session's channel (``ConfigurationError`` if there is none)."""
+        raise NotImplementedError
+
+    async def keep_state(self, part: str, state: Any) -> None:
+        await self.durable_channel().put_state(state, part)
+
+    def kept_state(self, part: str) -> Any:
+        return self.durable_channel().kept_state(part)
+
+    def attached_jobs(self) -> list[dict[str, Any]]:
+        return list(self.durable_channel().attached.get("jobs") or ())
+
+    async def keep_backend_state(self) -> None:
+        """Nothing beyond the toolkit's own (copy mode keeps its baseline: its override)."""
+
+
+def the_durable(channel: object) -> DurableChannel:
+    if not isinstance(channel, DurableChannel):
+        raise ConfigurationError("the session is not open as a durable session")
+    return channel

@@ -18,7 +18,7 @@ from typing import Any
 
 from toolseam_agent.landlock import DOMAIN_VAR
 
-from ...handle import SessionHandle
+from ...seam.handle import SessionHandle
 from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, durable_agent_env
 from .bind import BindMode, identity
@@ -50,6 +50,9 @@ class DurableBindMode(BindMode):
     def socket_path(self) -> str:
         assert self._socket_dir is not None
         return os.path.join(self._socket_dir, "agent.sock")
+
+    async def save_copy(self, sandbox: ContainerSandbox) -> None:
+        """Nothing: bind mode's workspace is the host dir itself (copy mode keeps a baseline)."""
 
     def agent_args(self, socket_path: str) -> list[str]:
         return ["--durable", socket_path]

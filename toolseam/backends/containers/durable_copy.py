@@ -25,8 +25,8 @@ from typing import Any, Literal
 
 from toolseam_agent.attach_auth import KEY_VAR
 
-from ...handle import AttachError, SessionHandle
 from ...seam.errors import CouldNotRunError
+from ...seam.handle import AttachError, SessionHandle
 from ...seam.models import SyncReport
 from ..agentlink.durable import DurableChannel, durable_agent_env
 from .bundle import bundle_command

@@ -190,7 +190,7 @@ def owner_is_gone(label: str) -> bool:
 async def adopt_running(sandbox: ContainerSandbox, container: str) -> None:
     """Take ``container`` as this sandbox's, for an attach (``durable_*.py``): it must still be
     there and running, else ``AttachError`` saying the session ended."""
-    from ...handle import AttachError
+    from ...seam.handle import AttachError
 
     sandbox.container = container
     state = await sandbox.state()
