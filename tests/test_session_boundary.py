@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from toolseam import AttachError, CouldNotRunError, Toolkit
-from toolseam.backends.agentlink.durable import DurableChannel, seal_state
-from toolseam.durable import session_state
+from toolseam.backends.agentlink.durable import seal_state
+from toolseam.durable import backend_for_handle, prepare, session_state
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import STATE_PUT
 
@@ -265,12 +265,11 @@ async def test_a_relay_in_the_middle_cannot_change_an_answer(
         relay.close()
 
 
-@pytest.mark.parametrize("engine", ("host", "docker"))
+@pytest.mark.parametrize("engine", ("host", *BIND, *COPY))
 async def test_state_rewritten_inside_is_refused_at_attach(engine: str, workspace: Path) -> None:
     """Attack 3: whoever holds the agent's key (never a command: the tests above) still cannot
     make the next client restore settings of its choosing — an egress rule, a credential read
-    from the client's environment — because the state's seal needs the secret. (The seal is
-    the channel's, the same in every mode.)"""
+    from the client's environment — because the state's seal needs the secret."""
     tk = _toolkit(engine, workspace)
     await tk.open()
     forged = session_state(tk)
@@ -278,13 +277,18 @@ async def test_state_rewritten_inside_is_refused_at_attach(engine: str, workspac
     forged["settings"]["egress_allow"] = ["leak.test"]
     forged["settings"]["egress_credentials"] = [
         {"host": "leak.test", "header": "X-Leak", "value_env": "SOME_SECRET"}]
-    raw = await DurableChannel.attach(handle.socket, "test", handle.secret)
-    await raw.call(STATE_PUT, key="toolkit",  # sealed, but not with this session's secret
-                   state=seal_state("x" * 43, "toolkit", forged))
-    await raw.detach()
+    options = _attach_options(engine)
+    middle = await Toolkit.attach(handle, **options)  # type: ignore[arg-type]
+    channel = middle.backend.durable_channel()  # type: ignore[attr-defined]
+    await channel.call(STATE_PUT, key="toolkit",  # sealed, but not with this session's secret
+                       state=seal_state("x" * 43, "toolkit", forged))
+    await middle.detach()
     with pytest.raises(AttachError) as refused:
-        await Toolkit.attach(handle)
+        await Toolkit.attach(handle, **options)  # type: ignore[arg-type]
     assert refused.value.reason == "tampered"
     assert "changed it" in str(refused.value)
-    raw = await DurableChannel.attach(handle.socket, "test", handle.secret)
-    await raw.shutdown()  # the session's owner can still end it
+    # nothing was stopped, and the session is still its owner's to end
+    owner = backend_for_handle(handle, dict(options.get("backend_options") or {}))  # type: ignore[arg-type]
+    prepare(owner, handle.secret, 0, adopt=handle)
+    await owner.open()
+    await owner.close()
