@@ -92,7 +92,7 @@ def enter_own_user_namespace(network: bool = False) -> None:
         loopback_up()
 
 
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 
 
 def hide_run() -> None:
@@ -113,15 +113,16 @@ def hide_run() -> None:
             raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
 
 
-_MS_BIND = 0x1000
+_MS_BIND, _MS_REMOUNT = 0x1000, 0x20
 RESOLV_CONF = "/etc/resolv.conf"
 
 
 def own_resolver() -> None:
     """``/etc/resolv.conf`` names the agent's resolver (``resolver.py``), in this mount namespace
-    only: a file made in the fresh ``/run`` tmpfs, bind-mounted over the host's and unlinked (or, where the host's
-    is a link into ``/run``, written where the link points). Mounted before the agent's own user
-    namespace is entered, it is locked there like ``/run``. Raises OSError."""
+    only: a file made in the fresh ``/run`` tmpfs, bind-mounted over the host's and unlinked
+    (or, where the host's is a link into ``/run``, written where the link points). Mounted
+    before the agent's own user namespace is entered, it is locked there like ``/run``.
+    Raises OSError."""
     from .resolver import RESOLV_CONF as TEXT
 
     target = os.path.realpath(RESOLV_CONF)
@@ -140,8 +141,19 @@ def own_resolver() -> None:
         err = ctypes.get_errno()
         raise OSError(err, f"bind {source} over {target}: {os.strerror(err)}")
     # read-only, so root inside cannot edit the file the host's own is hidden by
-    libc.mount(None, target.encode(), None, _MS_BIND | 0x20 | 0x1, None)  # MS_REMOUNT|MS_RDONLY
+    libc.mount(None, target.encode(), None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
     os.unlink(source)  # the mount holds the file; /run stays empty
+
+
+def cover_with_empty_tmpfs(directory: str) -> None:
+    """An empty, read-only tmpfs over ``directory`` in this mount namespace (the host durable
+    agent's session directory: ``session_socket.Listener``). Like ``hide_run``, mounted before
+    the agent's own user namespace is entered, so it is locked there. Raises OSError."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY
+    if libc.mount(b"tmpfs", directory.encode(), b"tmpfs", flags, b"mode=500,size=4k") != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {directory}: {os.strerror(err)}")
 
 
 def loopback_up() -> None:
