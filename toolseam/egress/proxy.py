@@ -232,14 +232,17 @@ class EgressProxy:
     async def _captured(self, connection: Connection, event: EgressEvent,
                         reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """A captured connection: no request to parse, the name and port are known. Bytes pass
-        as they are, except to a host with credentials on 443 (TLS terminated, as CONNECT) or
-        80 (plain HTTP), where the one request gets them."""
+        as they are, except to a host with credentials: HTTPS on any port but 80 (TLS
+        terminated, as for CONNECT), plain HTTP on 80; its one request gets them."""
         self._decide(event)
         credentials = self.policy.credentials_for(event.host)
-        intercept = self.policy.intercepts(event.host) and self._ca is not None and event.port == 443
+        intercept = self.policy.intercepts(event.host) and self._ca is not None and event.port != 80
         upstream = await self._upstream(connection, event,
                                         self._upstream_tls if intercept else None)
         event.status, event.intercepted = 200, intercept
+        transport = writer.transport
+        if not intercept and isinstance(transport, asyncio.ReadTransport):
+            transport.resume_reading()  # the tunnel held the first bytes for a TLS layer
         if intercept:
             await self._intercept(connection, event, reader, writer, upstream, credentials)
         elif self.policy.intercepts(event.host) and event.port == 80:

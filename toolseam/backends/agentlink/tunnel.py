@@ -37,7 +37,9 @@ class TunnelTransport(asyncio.Transport):
         self._mux, self._number, self._protocol = mux, number, protocol
         self._unacked = 0  # bytes we sent that the sandbox's client has not taken yet
         self._paused_writer = False
-        self._reading = True
+        # A captured connection's first bytes wait until the proxy knows what they are: TLS
+        # it terminates (start_tls must get the ClientHello) or bytes for the stream reader.
+        self._reading = "h" not in self._opened
         self._held: list[bytes | None] = []  # arrived while reading was paused; None: EOF
         self._closing = False
         self._gone = False
