@@ -10,7 +10,8 @@ log=/var/log/toolseam
 mkdir -p "$log" /run/toolseam
 
 need=()
-for pkg in podman runc uidmap slirp4netns fuse-overlayfs docker.io debootstrap busybox-static catatonit util-linux curl musl-tools; do
+# openssh-server, redis-server/redis-tools: the captured-egress tests (tests/test_egress_captured.py)
+for pkg in podman runc uidmap slirp4netns fuse-overlayfs docker.io debootstrap busybox-static catatonit util-linux curl musl-tools openssh-server redis-server redis-tools; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "ok installed" || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

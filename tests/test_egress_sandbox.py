@@ -319,11 +319,15 @@ async def test_raw_tcp_udp_and_dns_find_no_way_out(box: Box, upstreams: Upstream
     # send from (EADDRNOTAVAIL) or no such family: never "ok".
     assert all(why.startswith("OSError: [Errno") and any(
         reason in why for reason in ("unreachable", "Cannot assign", "not supported"))
-        for why in found["routes"].values()), found["routes"]
+        for where, why in found["routes"].items() if where in addresses), found["routes"]
+    # The one resolver is the agent's, on the sandbox's own loopback (captured connections);
+    # it answers a name no rule allows as one that does not exist.
+    assert found["nameservers"] == ["127.0.0.53"], found
     assert "dns" in found and found["dns"].startswith("gaierror"), found
     await asyncio.sleep(0.3)
     assert upstreams.tcp.hits == [] and upstreams.udp.hits == []
-    assert len(box.log()) == before  # nothing of it went through the proxy either
+    # nothing of it went through the proxy: the refused lookup alone is audited
+    assert [(e.kind, e.host, e.allowed) for e in box.log()[before:]] == [("dns", "pypi.org", False)]
 
 
 async def test_upstream_down_gives_a_502_naming_the_reason(box: Box, upstreams: Upstreams) -> None:
@@ -432,7 +436,11 @@ async def test_audit_events_are_exact_in_the_log_the_stream_and_the_call_metadat
     assert first == {"digest_ok": True, "received": 5000, "intact": True}
     assert second["status"] == 403
     events = box.log()[before:]
-    assert [{k: v for k, v in dataclasses.asdict(e).items() if k not in ("started", "duration_s")}
+    # who opened each: the process (pid, argv head), its job and this call
+    assert events[0].argv[1:3] == ["egress_client.py", "sized"] and events[0].job is not None
+    assert events[0].pid is not None and events[0].call is not None
+    assert [{k: v for k, v in dataclasses.asdict(e).items()
+             if k not in ("started", "duration_s", "pid", "argv", "job", "call")}
             for e in events] == [
         {"host": "sized.test", "port": upstreams.sized, "kind": "connect", "allowed": True,
          "reason": f"allowed by egress_allow 'sized.test:{upstreams.sized}'", "status": 200,
@@ -676,11 +684,15 @@ async def test_real_clients_and_the_recipes_on_the_host_backend(upstreams: Upstr
             assert await sh(f"curl -sS {private}") == "authorized\n"
             refused = await sh(f"curl -sS -i http://other.test:{upstreams.web}/")
             assert refused.startswith("HTTP/1.1 403") and "egress_allow = [" in refused
-            # Around the proxy: no name resolves, nothing on the host's 127.0.0.1 is reached.
+            # Around the proxy: an allowed name is captured (it resolves to an address of its
+            # own inside), any other does not resolve, the host's 127.0.0.1 is never reached.
             around = await sh(f"curl -sS --noproxy '*' http://web.test:{upstreams.web}/ 2>&1; "
                               f"echo \" exit $?\"; curl -sS --noproxy '*' "
-                              f"http://127.0.0.1:{upstreams.tcp.port}/ 2>&1; echo \" exit $?\"")
-            assert "Could not resolve host: web.test" in around and " exit 6" in around, around
+                              f"http://other.test:{upstreams.web}/ 2>&1; echo \" exit $?\"; "
+                              f"curl -sS --noproxy '*' http://127.0.0.1:{upstreams.tcp.port}/ "
+                              "2>&1; echo \" exit $?\"")
+            assert around.startswith('{"path": "/"') and " exit 0" in around, around
+            assert "Could not resolve host: other.test" in around and " exit 6" in around, around
             assert " exit 7" in around, around  # connection refused: the sandbox's own loopback
             # npm (11, node 20) reads the proxy from the environment but, through a proxy, does
             # not trust NODE_EXTRA_CA_CERTS: its cafile must name the bundle (docs/network.md).

@@ -281,8 +281,9 @@ class EgressProxy:
     # -- helpers ----------------------------------------------------------------------------
     async def _answer(self, connection: Connection, writer: asyncio.StreamWriter, status: int,
                       body: str, event: EgressEvent | None, reason: str) -> None:
-        if connection.answered:
-            # Mid-answer: the status the client already has stands; only the reason is kept.
+        if connection.answered or (event is not None and event.status == 403):
+            # Mid-answer, or refused already (a placeholder cut mid-body): the status stands;
+            # only the reason is kept.
             if event is not None:
                 event.reason = f"{event.reason}; ended: {reason}"
             return
