@@ -200,14 +200,17 @@ def test_capture_gives_each_name_an_address_and_listens_on_its_ports() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    adopted: list[tuple[str, int]] = []
-    capture = Capture(lambda name: [port] if name.endswith(".ok") else [],
-                      lambda sock, name, p: (adopted.append((name, p)), sock.close()))
+    def adopt(sock: socket.socket, _name: str, _port: int) -> None:
+        sock.close()
+
+    capture = Capture(lambda name: [port] if name.endswith(".ok") else [], adopt)
     try:
         first, again, other = capture.resolve("a.ok"), capture.resolve("a.ok"), capture.resolve("b.ok")
         assert first == again and first != other and first is not None
         assert capture.resolve("refused.test") is None
         assert first.startswith("127.100.")
         assert capture.problems == []
+        with socket.create_connection((first, port), timeout=5):  # its listener is there
+            pass
     finally:
         capture.close()
