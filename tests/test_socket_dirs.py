@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import time
 from pathlib import Path
 
 from toolseam.backends.containers.bind import SOCKET_DIR_PREFIX, sweep_socket_dirs
-from toolseam.backends.private_dirs import make_private_dir
 
 
 def _made(name: str, age_s: float) -> Path:
-    directory = Path(make_private_dir(f"{SOCKET_DIR_PREFIX}{name}-"))
+    directory = Path(tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{name}-"))
     old = time.time() - age_s
     os.utime(directory, (old, old))
     return directory

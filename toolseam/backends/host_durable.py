@@ -28,7 +28,6 @@ from ..handle import SessionHandle
 from ..seam.errors import CouldNotRunError
 from .agentlink.durable import DurableChannel
 from .agentlink.launch import agent_command, stage_agent
-from .private_dirs import private_root
 
 _START_TIMEOUT_S = 10.0
 SOCKET_DIR_PREFIX = "toolseam-session-"
@@ -37,7 +36,7 @@ SOCKET_DIR_PREFIX = "toolseam-session-"
 def socket_parent() -> str:
     """Where this user's session sockets live: the runtime dir when there is one."""
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return runtime if runtime and os.path.isdir(runtime) else str(private_root())
+    return runtime if runtime and os.path.isdir(runtime) else tempfile.gettempdir()
 
 
 class DurableHostAgent:
@@ -77,7 +76,7 @@ class DurableHostAgent:
     async def _launch(self, namespace: bool, own_network: bool = False) -> None:
         boot = [self._python, *agent_command(await asyncio.to_thread(stage_agent))]
         # In egress mode the agent hides /run (the runtime dir with it) before it listens.
-        parent = str(private_root()) if own_network else socket_parent()  # decision 150
+        parent = tempfile.gettempdir() if own_network else socket_parent()
         directory = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=parent)  # 0700
         self.socket_path = os.path.join(directory, "agent.sock")
         if namespace:

@@ -6,11 +6,13 @@ mode does not is here; ``ContainerSandbox`` holds the lifecycle both share.
 from __future__ import annotations
 
 import asyncio
+import glob
 import logging
 import os
 import shutil
 import socket
 import tarfile
+import tempfile
 import time
 from collections import deque
 from typing import IO, Any, Literal
@@ -18,7 +20,6 @@ from typing import IO, Any, Literal
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
-from ..private_dirs import make_private_dir, own_entries
 from .bundle import bundle_command
 from .pool_mounts import HOST_SLOTS, SlotMounts, release_slot
 from .sandbox import (
@@ -97,7 +98,7 @@ class BindMode:
             # one verdict, before any engine says it its own way
             raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
                                    "a directory", retryable=False)
-        self._socket_dir = make_private_dir(SOCKET_DIR_PREFIX)  # decision 150
+        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
         owner = socket_owner(sandbox.engine.endpoint)
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
@@ -240,14 +241,12 @@ _SOCKET_DIR_GRACE_S = 120.0  # a directory this young may belong to a session st
 def sweep_socket_dirs(now: float | None = None) -> list[str]:
     """Remove the socket directories no agent listens in any more: their session's process
     was killed, or (a session that outlived its client) its agent ended at its orphan timeout
-    inside a container the engine then removed. Called by the janitor; returns what went.
-    Only real directories under this user's root count (``own_entries``; one this process
-    handed to a rootless engine's user is owned by that user)."""
+    inside a container the engine then removed. Called by the janitor; returns what went."""
     now = time.time() if now is None else now
     removed = []
-    for directory, fd in own_entries(SOCKET_DIR_PREFIX, any_owner=True):
+    for directory in glob.glob(os.path.join(tempfile.gettempdir(), SOCKET_DIR_PREFIX + "*")):
         try:
-            if now - os.fstat(fd).st_mtime < _SOCKET_DIR_GRACE_S or _listening(
+            if now - os.lstat(directory).st_mtime < _SOCKET_DIR_GRACE_S or _listening(
                     os.path.join(directory, "agent.sock")):
                 continue
             shutil.rmtree(directory)

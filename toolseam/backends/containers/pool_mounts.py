@@ -8,8 +8,6 @@ container at once — one ``mount(2)``, no copy, no restart. Only a process that
 
 Mounts outlive a process killed with ``-9``: each pool directory holds its owner's label, and
 ``sweep_dead_pools`` unmounts and removes those whose owner is gone (the janitor calls it).
-Pool directories live under this user's root (``private_dirs.py``, decision 150): the sweep
-acts only on real directories of this user's there, never on a name planted in a shared dir.
 """
 
 from __future__ import annotations
@@ -18,12 +16,13 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import glob
 import os
 import re
 import shutil
+import tempfile
 import warnings
 
-from ..private_dirs import make_private_dir, own_entries, read_inside
 from .sandbox import owner_is_gone, owner_label
 
 MS_BIND = 0x1000
@@ -170,7 +169,7 @@ def rootless_namespace(socket_path: str) -> int | None:
 def make_pool_dir(slots: SlotMounts | None) -> str:
     """A fresh pool directory owned by this process (its label inside). With ``slots`` (bind
     mode) it is made a shared mount where the containers are created."""
-    path = make_private_dir(_PREFIX)
+    path = tempfile.mkdtemp(prefix=_PREFIX)
     with open(os.path.join(path, _OWNER_FILE), "w", encoding="utf-8") as owner:
         owner.write(owner_label())
     if slots is None:
@@ -218,11 +217,8 @@ def remove_pool_dir(path: str) -> None:
     (here, or in the namespace its file names), and remove it."""
     slots: SlotMounts = HOST_SLOTS
     with contextlib.suppress(OSError, ValueError):
-        directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            pid = int(read_inside(directory, _NAMESPACE_FILE).strip())
-        finally:
-            os.close(directory)
+        with open(os.path.join(path, _NAMESPACE_FILE), encoding="ascii") as ns:
+            pid = int(ns.read().strip())
         if os.path.exists(f"/proc/{pid}/ns/mnt"):
             slots = NamespaceSlots(pid)
     slots.unmount_below(path)
@@ -231,13 +227,12 @@ def remove_pool_dir(path: str) -> None:
 
 
 def sweep_dead_pools() -> list[str]:
-    """Remove the pool directories (and their mounts) of processes that are gone: only real
-    directories of this user's under its root (``own_entries``), their label read through the
-    verified directory's descriptor."""
+    """Remove the pool directories (and their mounts) of processes that are gone."""
     removed = []
-    for path, directory in own_entries(_PREFIX):
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), _PREFIX + "*")):
         try:
-            label = read_inside(directory, _OWNER_FILE).strip()
+            with open(os.path.join(path, _OWNER_FILE), encoding="utf-8") as owner:
+                label = owner.read().strip()
         except OSError:
             continue  # being made, or not ours to judge
         if label and owner_is_gone(label):
