@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
+from .backends.agentlink.durable import canonical_state
 from .policy.settings import parse_settings
 from .seam.capabilities import durable_sessions
 from .seam.errors import ConfigurationError, CouldNotRunError
@@ -75,8 +75,6 @@ def session_state(tk: Toolkit) -> dict[str, Any]:
             "session": tk.services.saved()}
 
 
-def state_digest(state: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
 def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
@@ -122,11 +120,12 @@ async def save_state(tk: Toolkit) -> None:
     durable = durable_sessions(tk.backend)
     await durable.keep_backend_state()  # copy mode's baseline, when an upload moved it
     state = session_state(tk)
-    digest = state_digest(state)
+    text = canonical_state(state)  # sealed as this text, and compared by its digest
+    digest = hashlib.sha256(text.encode()).hexdigest()
     if tk._state_digest == digest:
         return
     try:
-        await durable.keep_state("toolkit", state)
+        await durable.keep_state("toolkit", state, text)
     except (CouldNotRunError, ConfigurationError):
         return
     tk._state_digest = digest
