@@ -5,7 +5,8 @@
 podman, or docker. It passes langchain-tests' ``SandboxIntegrationTests``
 (tests/test_provider_deepagents.py; docs/integrations/deepagents.md).
 
-``execute`` goes through the raw API (one argv, the job killed whole at its timeout);
+``execute`` goes through the raw API (one argv, killed whole at its timeout; what it leaves
+running in the background lives on, as with deepagents' own shell, until the sandbox ends);
 ``upload_files``/``download_files`` through its whole-file bytes; reading, editing, listing,
 grep and glob through toolseam's own file operations where they answer exactly what deepagents
 asks (toolseam's read window, edit, search and listing), with no script run in the sandbox.
@@ -148,7 +149,8 @@ class ToolseamSandbox(BaseSandbox):
         try:
             result = await self.toolkit.sandbox.exec(["sh", "-c", _MERGED, "sh", command],
                                                      timeout=seconds,
-                                                     output_limit=self._output_limit)
+                                                     output_limit=self._output_limit,
+                                                     keep_detached=True)
         except CouldNotRunError as exc:
             return ExecuteResponse(output=f"Error: the sandbox could not run the command: {exc}",
                                    exit_code=None)
