@@ -53,7 +53,7 @@ async def test_concurrent_first_use_opens_one_environment_and_keeps_no_secret_in
         assert len(kept) == 1  # one environment, one secret
         assert stat.S_IMODE(store.stat().st_mode) == 0o700
         assert stat.S_IMODE(kept[0].stat().st_mode) == 0o600
-        secret = kept[0].read_text()
+        secret = json.loads(kept[0].read_text())["secret"]
         assert len(secret) >= 16 and secret not in workspace.ref.id
         assert json.loads(workspace.ref.id)["session_id"]
     finally:
@@ -107,6 +107,8 @@ def test_another_process_attaches_to_a_detached_process_then_destroys(
             capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == marker
+        if engine == "host":  # the directory the creator made went with the environment
+            assert not os.path.exists(root)
         with pytest.raises(WorkspaceUnavailableError):  # destroyed by the other process
             asyncio.run(ToolseamWorkspace.attach(ref, secret_store=store).working_dir())
     finally:
@@ -115,7 +117,12 @@ def test_another_process_attaches_to_a_detached_process_then_destroys(
 
 
 def test_an_environment_past_its_orphan_timeout_is_unavailable(tmp_path: Path) -> None:
-    backend = ToolseamWorkspace("host", secret_store=tmp_path, settings={"orphan_timeout_s": 1})
+    # its own workspace: a directory the provider made is removed by destroy, and nobody
+    # destroys an environment that ended by itself
+    store, work = tmp_path / "store", tmp_path / "work"
+    work.mkdir()
+    backend = ToolseamWorkspace("host", secret_store=store, workspace=str(work),
+                                settings={"orphan_timeout_s": 1})
 
     async def open_and_leave() -> WorkspaceRef:
         await backend.working_dir()
@@ -126,7 +133,7 @@ def test_an_environment_past_its_orphan_timeout_is_unavailable(tmp_path: Path) -
     ref = asyncio.run(open_and_leave())
     time.sleep(3)
     with pytest.raises(WorkspaceUnavailableError, match="gone"):
-        asyncio.run(ToolseamWorkspace.attach(ref, secret_store=tmp_path).working_dir())
+        asyncio.run(ToolseamWorkspace.attach(ref, secret_store=store).working_dir())
 
 
 async def test_destroy_ends_what_commands_left_running_and_the_workspace(tmp_path: Path
@@ -161,5 +168,20 @@ async def test_a_command_past_its_timeout_is_killed_whole(tmp_path: Path) -> Non
         while host_survivors(marker) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert host_survivors(marker) == []
+    finally:
+        await backend.destroy()
+
+
+async def test_a_caller_cancelled_mid_create_keeps_the_environment(tmp_path: Path) -> None:
+    backend = ToolseamWorkspace("host", secret_store=tmp_path)
+    first = asyncio.ensure_future(backend.working_dir())
+    await asyncio.sleep(0.01)  # the open has started on the backend's loop
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    try:
+        root = await backend.working_dir()  # the same environment, once it is open
+        assert backend.ref is not None and len(list(tmp_path.iterdir())) == 1
+        assert os.path.isdir(root)
     finally:
         await backend.destroy()

@@ -66,32 +66,33 @@ def ref_id(handle: SessionHandle) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
-def handle_from(ref_id_text: str, store: Path) -> SessionHandle | None:
-    """The handle ``ref_id`` names, with the secret kept for it; None when none is kept."""
+def handle_from(ref_id_text: str, store: Path) -> tuple[SessionHandle, str | None] | None:
+    """The handle ``ref_id`` names, with the secret kept for it, and the workspace directory
+    the environment's creator made (to remove at destroy); None when nothing is kept."""
     try:
         data = json.loads(ref_id_text)
-    except ValueError:
+        kept = json.loads(_secret_file(store, ref_id_text).read_text())
+    except (OSError, ValueError):
         return None
-    if not isinstance(data, dict):
-        return None
-    try:
-        secret = _secret_file(store, ref_id_text).read_text().strip()
-    except OSError:
+    if not isinstance(data, dict) or not isinstance(kept, dict):
         return None
     try:
-        return SessionHandle.from_json(json.dumps({**data, "secret": secret}))
+        handle = SessionHandle.from_json(json.dumps({**data, "secret": kept.get("secret")}))
     except ValueError:
         return None
+    made = kept.get("made_workspace")
+    return handle, made if isinstance(made, str) else None
 
 
-def keep_secret(store: Path, handle: SessionHandle) -> None:
-    """Write the handle's secret to its private file (created 0600, never readable by others)."""
+def keep_secret(store: Path, handle: SessionHandle, made_workspace: str | None) -> None:
+    """Write the handle's secret (and the workspace directory made for it) to its private
+    file: created 0600 in a 0700 directory, never readable by another user."""
     store.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(store, 0o700)  # a directory that existed with wider rights is narrowed
     path = _secret_file(store, ref_id(handle))
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(descriptor, "w") as out:
-        out.write(handle.secret)
+        json.dump({"secret": handle.secret, "made_workspace": made_workspace}, out)
 
 
 def drop_secret(store: Path, ref_id_text: str) -> None:
@@ -105,4 +106,4 @@ def default_store() -> Path:
 
 
 def _secret_file(store: Path, ref_id_text: str) -> Path:
-    return store / (hashlib.sha256(ref_id_text.encode()).hexdigest()[:32] + ".secret")
+    return store / (hashlib.sha256(ref_id_text.encode()).hexdigest()[:32] + ".json")

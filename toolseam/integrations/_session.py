@@ -39,12 +39,14 @@ class LoopThread:
         self._refuse_if_unusable(coroutine)
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def submit(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Await ``coroutine`` on the loop from another loop; cancelling this cancels it."""
+    async def submit(self, coroutine: Coroutine[Any, Any, T], *, shielded: bool = False) -> T:
+        """Await ``coroutine`` on the loop from another loop; cancelling this cancels it,
+        unless ``shielded`` (it then runs to its end: an open whose result must be kept)."""
         self._refuse_if_unusable(coroutine)
         if asyncio.get_running_loop() is self._loop:
             return await coroutine
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+        future = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coroutine, self._loop))
+        return await (asyncio.shield(future) if shielded else future)
 
     def _refuse_if_unusable(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         if self.stopped:
@@ -68,9 +70,9 @@ class Workspace:
     """The host directory a session works in: the caller's, or a private temporary one this
     session makes at open and removes when the sandbox ends."""
 
-    def __init__(self, given: str | os.PathLike[str] | None) -> None:
+    def __init__(self, given: str | os.PathLike[str] | None, made: str | None = None) -> None:
         self.given = None if given is None else os.fspath(given)
-        self.made: str | None = None
+        self.made = made  # a directory made for this session (an attach learns it)
 
     def path(self) -> str:
         if self.given is not None:

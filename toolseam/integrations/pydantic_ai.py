@@ -244,8 +244,8 @@ class ToolseamWorkspace:
                 self._session = shared
                 return shared
         runner = self._runner_now()
-        session = await runner.submit(self._open_once(runner))
-        return session
+        # shielded: a caller cancelled mid-create must not lose the environment (nor its ref)
+        return await runner.submit(self._open_once(runner), shielded=True)
 
     async def _open_once(self, runner: LoopThread) -> LiveSession:
         """On the runner's loop: concurrent first operations share one open."""
@@ -271,22 +271,23 @@ class ToolseamWorkspace:
         handle = toolkit.handle
         ref = WorkspaceRef(provider=PROVIDER, id=_live.ref_id(handle))
         self._ref = ref  # recorded before anything else can fail
-        _live.keep_secret(self._store, handle)
+        _live.keep_secret(self._store, handle, workspace.made)
         return _live.register(ref.id, LiveSession(runner, toolkit, workspace))
 
     async def _attach(self, runner: LoopThread) -> LiveSession:
         assert self._attach_to is not None
         ref = self._attach_to
-        handle = _live.handle_from(ref.id, self._store)
-        if handle is None:
+        kept = _live.handle_from(ref.id, self._store)
+        if kept is None:
             raise WorkspaceUnavailableError(f"no toolseam environment is kept for this ref "
                                             f"(destroyed, or another user's): {ref.id[:80]}")
+        handle, made = kept
         try:
             toolkit = await Toolkit.attach(handle, **self._options)
         except AttachError as exc:
             raise WorkspaceUnavailableError(f"the toolseam environment is gone ({exc.reason}): "
                                             f"{exc}") from None
-        return _live.register(ref.id, LiveSession(runner, toolkit))
+        return _live.register(ref.id, LiveSession(runner, toolkit, Workspace(None, made)))
 
     async def _call(self, operation: Callable[[Toolkit], Coroutine[Any, Any, T]]) -> T:
         """``operation(toolkit)`` on the session's loop, its failures as the contract says."""
