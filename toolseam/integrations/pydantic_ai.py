@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
-import posixpath
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
@@ -35,11 +33,11 @@ from pydantic_ai.workspaces.protocol import validate_timeout
 
 from ..handle import AttachError
 from ..policy.settings import Settings, parse_settings
-from ..raw import ExecResult, os_error
-from ..seam.errors import ConfigurationError, CouldNotRunError, FileOpError, SessionClosedError
-from ..seam.models import FileStat, PathRef
+from ..raw import ExecResult
+from ..seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
 from ..toolkit import Toolkit
 from . import _live
+from . import _workspace_files as files
 from ._live import PROVIDER, LiveSession
 from ._session import LoopThread, Workspace, toolkit_arguments
 
@@ -155,78 +153,25 @@ class ToolseamWorkspace:
         return await self._call(lambda tk: tk.sandbox.read_bytes(path, limit=READ_LIMIT))
 
     async def write_bytes(self, path: str, data: bytes) -> None:
-        async def write(tk: Toolkit) -> None:
-            # through an existing symlink: the raw write replaces the path it is given
-            found = await _stat(tk, path)
-            await tk.sandbox.write_bytes(found.canonical if found.kind == "file" else path, data)
-        await self._call(write)
+        await self._call(lambda tk: files.write_bytes(tk, path, data))
 
     async def stat(self, path: str) -> FileEntry:
-        async def stat(tk: Toolkit) -> FileEntry:
-            found = await _stat(tk, path)
-            if found.kind == "missing":
-                raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
-            return _entry(tk, path, found.kind, found.size)
-        return await self._call(stat)
+        return await self._call(lambda tk: files.stat(tk, path))
 
     async def list_dir(self, path: str) -> Sequence[FileEntry]:
-        async def list_dir(tk: Toolkit) -> list[FileEntry]:
-            ref = PathRef(base=tk.base_dir, path=path)
-            try:
-                listing = await tk.backend.list_dir(ref, 1 << 30)
-            except FileOpError as exc:
-                raise os_error(exc, path) from None
-            directory = _absolute(tk, path)
-            names = sorted(entry.rstrip("/") for entry in listing.entries)
-            # a symlink is listed by its own name: its target's kind comes from a stat
-            found = await asyncio.gather(*(_stat_or_none(tk, posixpath.join(directory, name))
-                                           for name in names))
-            return [_entry(tk, posixpath.join(directory, name), stat.kind if stat else "other",
-                           stat.size if stat else None) for name, stat in zip(names, found, strict=True)]
-        return await self._call(list_dir)
+        return await self._call(lambda tk: files.list_dir(tk, path))
 
     async def make_dir(self, path: str) -> None:
-        async def make_dir(tk: Toolkit) -> None:
-            target = _absolute(tk, path)
-            probe = target
-            while probe != "/":  # the nearest existing ancestor decides the builtin error
-                found = await _stat(tk, probe)
-                if found.kind == "dir":
-                    break
-                if found.kind != "missing":
-                    error = FileExistsError if probe == target else NotADirectoryError
-                    raise error(errno.EEXIST if probe == target else errno.ENOTDIR,
-                                "File exists" if probe == target else "Not a directory", path)
-                probe = posixpath.dirname(probe)
-            if probe != target:
-                _checked(await tk.sandbox.exec(["mkdir", "-p", "--", target]), path)
-        await self._call(make_dir)
+        await self._call(lambda tk: files.make_dir(tk, path))
 
     async def remove(self, path: str) -> None:
-        async def remove(tk: Toolkit) -> None:
-            target = _absolute(tk, path)
-            base = tk.base_dir
-            if target == "/" or base == target or base.startswith(target.rstrip("/") + "/"):
-                raise ValueError(f"refusing to remove {path!r}: the working directory or one of "
-                                 "its ancestors")
-            # -L too: a symlink (dangling or not) is removed itself
-            done = await tk.sandbox.exec(["sh", "-c", '[ -e "$1" ] || [ -L "$1" ] || exit 3; '
-                                          'rm -rf -- "$1"', "sh", target])
-            if done.exit_code == 3:
-                raise FileNotFoundError(errno.ENOENT, "No such file or directory", path)
-            _checked(done, path)
-        await self._call(remove)
+        await self._call(lambda tk: files.remove(tk, path))
 
     async def exists(self, path: str) -> bool:
-        async def exists(tk: Toolkit) -> bool:
-            found = await _stat_or_none(tk, path)
-            return found is not None and found.kind != "missing"
-        return await self._call(exists)
+        return await self._call(lambda tk: files.exists(tk, path))
 
     async def realpath(self, path: str) -> str:
-        async def realpath(tk: Toolkit) -> str:
-            return (await _stat(tk, path)).canonical
-        return await self._call(realpath)
+        return await self._call(lambda tk: files.realpath(tk, path))
 
     # --- the session --------------------------------------------------------------------------
     def _runner_now(self) -> LoopThread:
@@ -345,40 +290,6 @@ def _command_result(result: ExecResult, limit: int) -> CommandResult:
                                         stderr=result.stderr)
     code = result.exit_code if result.exit_code is not None else -(result.signal or 0)
     return CommandResult(exit_code=code, stdout=result.stdout, stderr=result.stderr)
-
-
-def _checked(result: ExecResult, path: str) -> None:
-    if result.exit_code != 0:
-        message = result.stderr.strip() or f"exit code {result.exit_code}"
-        if "Permission denied" in message:
-            raise PermissionError(errno.EACCES, message, path)
-        raise OSError(errno.EIO, message, path)
-
-
-def _absolute(tk: Toolkit, path: str) -> str:
-    return posixpath.normpath(posixpath.join(tk.base_dir, path))
-
-
-def _entry(tk: Toolkit, path: str, kind: str, size: int | None) -> FileEntry:
-    absolute = _absolute(tk, path)
-    return FileEntry(name=posixpath.basename(absolute), path=absolute, is_dir=kind == "dir",
-                     size=size if kind == "file" else None)
-
-
-async def _stat(tk: Toolkit, path: str) -> FileStat:
-    try:
-        return await tk.backend.stat(PathRef(base=tk.base_dir, path=path))
-    except FileOpError as exc:
-        if "symbolic links" in (exc.detail or ""):  # a loop: an error, never a hang
-            raise OSError(errno.ELOOP, "Too many levels of symbolic links", path) from None
-        raise os_error(exc, path) from None
-
-
-async def _stat_or_none(tk: Toolkit, path: str) -> FileStat | None:
-    try:
-        return await _stat(tk, path)
-    except OSError:
-        return None
 
 
 __all__ = ["ToolseamWorkspace"]
