@@ -16,6 +16,8 @@ from toolseam import ConfigurationError, CouldNotRunError
 from toolseam.integrations.deepagents import ToolseamSandbox
 
 from .conftest import host_started, host_survivors
+from .engines import remove_shared
+from .helpers.providers import PROVIDER_BACKENDS, provider_options
 
 
 def test_output_keeps_its_order_and_exit_code() -> None:
@@ -104,3 +106,20 @@ def test_a_failed_open_leaves_no_thread_behind() -> None:
         ToolseamSandbox("podman", image="x",
                         backend_options={"endpoint": "unix:///nonexistent.sock"})
     assert [t for t in threading.enumerate() if t.name == "toolseam-deepagents"] == []
+
+
+@pytest.mark.parametrize("engine", PROVIDER_BACKENDS)
+async def test_large_output_whole_on_every_backend(engine: str) -> None:
+    """The suite's 500 KiB rules with ``python3`` (the reference image has no ``python``):
+    five at once, none cut."""
+    name, options, made = provider_options(engine)
+    sandbox = await ToolseamSandbox.acreate(name, **options)
+    try:
+        command = "python3 -c \"import sys; sys.stdout.write('x' * (500 * 1024))\""
+        results = await asyncio.gather(*(sandbox.aexecute(command) for _ in range(5)))
+        assert [(r.exit_code, r.truncated, len(r.output)) for r in results] == [
+            (0, False, 500 * 1024)] * 5
+    finally:
+        await sandbox.adelete()
+        if made is not None:
+            remove_shared(made)
