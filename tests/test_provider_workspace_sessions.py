@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 from pydantic_ai.workspaces import Workspace, WorkspaceRef, WorkspaceUnavailableError
 
+from toolseam import ConfigurationError
 from toolseam.integrations.pydantic_ai import ToolseamWorkspace
 
 from .conftest import host_started, host_survivors
-from .engines import remove_shared
+from .engines import remove_shared, shared_dir
 from .helpers.providers import provider_options
 
 
@@ -40,6 +41,11 @@ def test_building_does_no_io_and_a_bad_ref_is_unavailable(tmp_path: Path) -> Non
     assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError, match="not a toolseam"):
         ToolseamWorkspace.attach(WorkspaceRef(provider="local", id="/tmp"))
+    with pytest.raises(ConfigurationError, match="backend must be"):
+        ToolseamWorkspace("vm")
+    with pytest.raises(ConfigurationError, match="image is for a container"):
+        ToolseamWorkspace("host", image="alpine")
+    assert threading.active_count() == threads
 
 
 async def test_concurrent_first_use_opens_one_environment_and_keeps_no_secret_in_the_ref(
@@ -185,3 +191,30 @@ async def test_a_caller_cancelled_mid_create_keeps_the_environment(tmp_path: Pat
         assert os.path.isdir(root)
     finally:
         await backend.destroy()
+
+
+def test_a_container_sandbox_cannot_read_the_attach_secret(tmp_path: Path) -> None:
+    """The secret stays on this machine's side: not in the container's files, environment or
+    the ref — a command in the sandbox has nothing to attach with."""
+    store = Path(shared_dir())  # where the rootless engine's user could reach it, were it bound
+    name, options, made = provider_options("podman-rootless")
+    backend = ToolseamWorkspace(name, secret_store=store, **options)
+
+    async def probe() -> None:
+        try:
+            await backend.working_dir()
+            (kept,) = list(store.iterdir())
+            secret = json.loads(kept.read_text())["secret"]
+            found = await backend.run(["sh", "-c", 'cat "$1" 2>&1; env; cat /proc/1/environ',
+                                       "sh", str(kept)])
+            assert secret not in found.stdout + found.stderr
+            assert "No such file" in found.stdout
+        finally:
+            await backend.destroy()
+
+    try:
+        asyncio.run(probe())
+    finally:
+        remove_shared(store)
+        if made is not None:
+            remove_shared(made)

@@ -87,18 +87,23 @@ class Workspace:
             self.made = None
 
 
+def check_choice(backend: str, image: str | None) -> None:
+    """Refuse a backend name or an image that cannot work, before anything is made."""
+    if backend != "host" and backend not in CONTAINER_BACKENDS:
+        raise ConfigurationError(f"backend must be 'host', 'podman' or 'docker', got {backend!r}")
+    if backend == "host" and image is not None:
+        raise ConfigurationError("image is for a container backend (podman, docker); the host "
+                                 "backend runs on this machine")
+
+
 def toolkit_arguments(backend: str, image: str | None, workspace: Workspace,
                       options: Mapping[str, Any]) -> dict[str, Any]:
     """``Toolkit`` keyword arguments from a provider's: ``image`` goes to the container
     backend, the workspace is the host's base dir or the directory the container binds."""
-    if backend != "host" and backend not in CONTAINER_BACKENDS:
-        raise ConfigurationError(f"backend must be 'host', 'podman' or 'docker', got {backend!r}")
+    check_choice(backend, image)
     arguments = dict(options)
     backend_options = dict(arguments.pop("backend_options", None) or {})
     if backend == "host":
-        if image is not None:
-            raise ConfigurationError("image is for a container backend (podman, docker); the "
-                                     "host backend runs on this machine")
         arguments.setdefault("base_dir", workspace.path())
     else:
         if image is not None:

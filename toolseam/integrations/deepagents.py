@@ -34,7 +34,7 @@ from ..raw import ExecResult, FileLimitError
 from ..seam.errors import CouldNotRunError
 from ..toolkit import Toolkit
 from . import _deepagents_files as files
-from ._session import LoopThread, Workspace, toolkit_arguments
+from ._session import LoopThread, Workspace, check_choice, toolkit_arguments
 
 T = TypeVar("T")
 
@@ -69,6 +69,7 @@ class ToolseamSandbox(BaseSandbox):
                  output_limit: int | None = None, **options: Any) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
+        check_choice(backend, image)
         self._timeout, self._output_limit = timeout, output_limit
         self._workspace = Workspace(workspace)
         self._runner = LoopThread("toolseam-deepagents")

@@ -39,7 +39,7 @@ from ..toolkit import Toolkit
 from . import _live
 from . import _workspace_files as files
 from ._live import PROVIDER, LiveSession
-from ._session import LoopThread, Workspace, toolkit_arguments
+from ._session import LoopThread, Workspace, check_choice, toolkit_arguments
 
 T = TypeVar("T")
 
@@ -70,6 +70,7 @@ class ToolseamWorkspace:
     def __init__(self, backend: str = "host", *, image: str | None = None,
                  workspace: str | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
                  secret_store: str | Path | None = None, **options: Any) -> None:
+        check_choice(backend, image)  # a wrong name or image is the caller's, said at once
         self._backend, self._image, self._options = backend, image, options
         self._workspace_dir = workspace
         self._output_limit = output_limit
@@ -189,8 +190,16 @@ class ToolseamWorkspace:
                 self._session = shared
                 return shared
         runner = self._runner_now()
-        # shielded: a caller cancelled mid-create must not lose the environment (nor its ref)
-        return await runner.submit(self._open_once(runner), shielded=True)
+        try:
+            # shielded: a caller cancelled mid-create must not lose the environment (its ref)
+            return await runner.submit(self._open_once(runner), shielded=True)
+        except Exception:  # the open failed (a cancelled caller's open goes on: not here)
+            if self._session is None:  # nothing opened: no thread is left behind either
+                with self._runner_lock:
+                    self._runner = None
+                    self._opening = None
+                runner.stop()
+            raise
 
     async def _open_once(self, runner: LoopThread) -> LiveSession:
         """On the runner's loop: concurrent first operations share one open."""
