@@ -225,7 +225,12 @@ class ToolseamWorkspace:
         handle = toolkit.handle
         ref = WorkspaceRef(provider=PROVIDER, id=_live.ref_id(handle))
         self._ref = ref  # recorded before anything else can fail
-        _live.keep_secret(self._store, handle, workspace.made)
+        try:
+            _live.keep_secret(self._store, handle, workspace.made)
+        except OSError:  # no way back to it: end it rather than leave it running unreachable
+            await toolkit.close()
+            workspace.remove()
+            raise
         return _live.register(ref.id, LiveSession(runner, toolkit, workspace))
 
     async def _attach(self, runner: LoopThread) -> LiveSession:
