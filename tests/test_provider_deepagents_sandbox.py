@@ -123,3 +123,19 @@ async def test_large_output_whole_on_every_backend(engine: str) -> None:
         await sandbox.adelete()
         if made is not None:
             remove_shared(made)
+
+
+def test_a_forgotten_sandbox_still_ends() -> None:
+    import gc
+
+    marker = uuid.uuid4().hex[:10]
+    sandbox = ToolseamSandbox("host")
+    root = sandbox.working_dir
+    sandbox.execute(f"sh -c 'sleep 300; : {marker}' >/dev/null 2>&1 &")
+    assert host_started(marker)
+    del sandbox
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while host_survivors(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert host_survivors(marker) == [] and not os.path.exists(root)

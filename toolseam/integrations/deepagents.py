@@ -15,6 +15,7 @@ asks (toolseam's read window, edit, search and listing), with no script run in t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import posixpath
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -119,6 +120,13 @@ class ToolseamSandbox(BaseSandbox):
         finally:
             self._runner.stop()
             self._workspace.remove()
+
+    def __del__(self) -> None:
+        # a forgotten sandbox still ends (no orphaned process or container), as SyncToolkit's
+        if not getattr(self, "_runner", None) or self._runner.stopped:
+            return
+        with contextlib.suppress(Exception):  # nothing may escape a finaliser
+            self.close()
 
     def __enter__(self) -> ToolseamSandbox:
         return self
