@@ -16,6 +16,7 @@ import hashlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
+from .backends import backend_for_handle
 from .backends.agentlink.durable import canonical_state
 from .policy.settings import parse_settings
 from .seam.capabilities import durable_sessions
@@ -46,25 +47,6 @@ def handle_of(tk: Toolkit, secret: str) -> SessionHandle:
 async def detach(backend: BuiltinExec) -> None:
     """Close this client's connection and parts; the sandbox and its jobs go on."""
     await durable_sessions(backend).detach()
-
-
-def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> BuiltinExec:
-    """A backend of the handle's kind, for its workspace and engine (not yet open)."""
-    from .backends import backend_class
-    if handle.backend == "host":
-        host: Any = backend_class("host")
-        if handle.network == "egress":
-            options = {**options, "network": "egress"}
-        return host(handle.workspace, **options)  # type: ignore[no-any-return]
-    name = "docker" if handle.backend == "docker" else "podman"
-    if handle.backend == "podman-rootless":
-        options = {**options, "rootless": True}
-    if handle.network in ("bridge", "egress") and "limits" not in options:
-        from .policy.limits import SandboxLimits
-        options = {**options, "limits": SandboxLimits(network=handle.network)}
-    engine: Any = backend_class(name)
-    return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
-                  endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
 
 
 # --- the toolkit's own state, kept with the agent ---------------------------------------------
