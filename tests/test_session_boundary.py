@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from toolseam import AttachError, CouldNotRunError, Toolkit
-from toolseam.backends.agentlink.durable import seal_state
 from toolseam.backends import backend_for_handle
+from toolseam.backends.agentlink.durable import seal_state
 from toolseam.durable import prepare, session_state
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import STATE_PUT
