@@ -6,11 +6,11 @@ mode does not is here; ``ContainerSandbox`` holds the lifecycle both share.
 from __future__ import annotations
 
 import asyncio
-import glob
 import logging
 import os
 import shutil
 import socket
+import stat
 import tarfile
 import tempfile
 import time
@@ -20,6 +20,7 @@ from typing import IO, Any, Literal
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
+from ..staging import user_dir
 from .bundle import bundle_command
 from .pool_mounts import HOST_SLOTS, SlotMounts, release_slot
 from .sandbox import (
@@ -98,7 +99,7 @@ class BindMode:
             # one verdict, before any engine says it its own way
             raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
                                    "a directory", retryable=False)
-        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
+        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=user_dir("sockets"))
         owner = socket_owner(sandbox.engine.endpoint)
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
@@ -244,14 +245,19 @@ def sweep_socket_dirs(now: float | None = None) -> list[str]:
     inside a container the engine then removed. Called by the janitor; returns what went."""
     now = time.time() if now is None else now
     removed = []
-    for directory in glob.glob(os.path.join(tempfile.gettempdir(), SOCKET_DIR_PREFIX + "*")):
+    # this user's own socket directories only (staging.user_dir); one a rootless engine's user
+    # owns (chowned to it at the start) is taken as ours: its parent is ours alone
+    for entry in sorted(user_dir("sockets").iterdir()):
+        directory = str(entry)
         try:
-            if now - os.lstat(directory).st_mtime < _SOCKET_DIR_GRACE_S or _listening(
-                    os.path.join(directory, "agent.sock")):
+            seen = os.lstat(directory)
+            if (not stat.S_ISDIR(seen.st_mode) or not entry.name.startswith(SOCKET_DIR_PREFIX)
+                    or now - seen.st_mtime < _SOCKET_DIR_GRACE_S
+                    or _listening(os.path.join(directory, "agent.sock"))):
                 continue
             shutil.rmtree(directory)
         except OSError:
-            continue  # another user's, or gone meanwhile
+            continue  # gone meanwhile
         removed.append(directory)
     return removed
 
