@@ -17,11 +17,12 @@ import time
 from collections import deque
 from typing import IO, Any, Literal
 
-from ...seam.errors import CouldNotRunError
+from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
 from ..staging import user_dir
 from .bundle import bundle_command
+from .options import SetidFiles
 from .pool_mounts import HOST_SLOTS, SlotMounts, release_slot
 from .sandbox import (
     AGENT_MOUNT,
@@ -70,11 +71,14 @@ logger = logging.getLogger(__name__)
 class BindMode:
     name: Literal["bind"] = "bind"
     shares_host_dir = True  # the sandbox works in the host's directory itself
-    # no command may start without the set-id guard: a rootful engine's root writes the host
-    # dir directly (docs/security.md)
-    guard = "require"
 
-    def __init__(self) -> None:
+    def __init__(self, setid_files: SetidFiles = None) -> None:
+        # No command may start without the set-id guard: the container writes the host dir
+        # itself, as host root on a rootful engine (docs/security.md). A rootless engine's root
+        # is an unprivileged user: ``setid_files="allow"`` lets its commands make set-id files,
+        # which reach the host dir as that user's (decision 146).
+        self._setid_files = setid_files
+        self.guard = "require"
         self.workspace_id: tuple[int, int] | None = None
         self._socket_dir: str | None = None
         self.last_sync: SyncReport | None = None  # nothing is ever copied back
@@ -99,8 +103,16 @@ class BindMode:
             # one verdict, before any engine says it its own way
             raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
                                    "a directory", retryable=False)
-        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=user_dir("sockets"))
         owner = socket_owner(sandbox.engine.endpoint)
+        if self._setid_files == "allow":
+            if owner in (None, 0):
+                raise ConfigurationError(
+                    f"setid_files='allow': the {sandbox.engine_name} engine runs containers as "
+                    "host root, so a set-id file in the bind-mounted workspace would be a "
+                    "set-id-root program on the host; use rootless podman or "
+                    "workspace_mode='copy' (the copy-back strips set-id bits)")
+            self.guard = "off"
+        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=user_dir("sockets"))
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
