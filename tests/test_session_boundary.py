@@ -209,9 +209,11 @@ class _Relay:
         self._server.close()
 
 
-@pytest.fixture
-def detached_host(workspace: Path, tmp_path: Path) -> Iterator[tuple[object, Path]]:
-    tk = _toolkit("host", workspace)
+@pytest.fixture(params=["host", *BIND])
+def detached_host(request: pytest.FixtureRequest, workspace: Path,
+                  tmp_path: Path) -> Iterator[tuple[object, Path]]:
+    """A detached durable session whose socket this machine reaches (host, bind mode)."""
+    tk = _toolkit(str(request.param), workspace)
     loop = asyncio.new_event_loop()
     loop.run_until_complete(tk.open())
     handle = loop.run_until_complete(tk.detach())

@@ -67,6 +67,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         # A durable session's attached connection seals every line (toolseam_agent/attach_auth.py)
         self._seal: Sealer | None = None
         self._unseal: Sealer | None = None
+        self.tampered = False  # the channel died of a line that did not hold its seal
 
     @classmethod
     async def over_socket(cls, sock: socket.socket, endpoint: str) -> AgentChannel:
@@ -177,6 +178,7 @@ class AgentChannel(asyncio.BufferedProtocol):
                         continue
                 self._dispatch(wire_loads(line.decode()))  # str: skips detect_encoding
         except SealError as exc:
+            self.tampered = True  # the engine's state cannot explain it: say what it was
             self._die(f"a line from the session at {self.endpoint} did not hold its seal ({exc}): "
                       "something between this client and the agent changed the stream")
             assert self._transport is not None
