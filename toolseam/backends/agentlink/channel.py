@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import itertools
 import socket
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from toolseam_agent.attach_auth import Sealer, SealError
@@ -38,6 +40,10 @@ _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent 
 # above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
 # memory, an mremap and an munmap (docs/decisions.md, 140).
 _READ_SIZE = 1 << 18
+# Told the op of each request this task's calls hand to an agent (``serve --stdio`` at EOF:
+# a bash call whose ``start`` reached the agent goes on there; one that did not, never ran).
+REQUEST_SENT: ContextVar[Callable[[str], None] | None] = ContextVar("toolseam_request_sent",
+                                                                   default=None)
 
 
 class AgentChannel(asyncio.BufferedProtocol):
@@ -129,6 +135,9 @@ class AgentChannel(asyncio.BufferedProtocol):
                 self._transport.write((payload + "\n").encode())
             else:
                 self._transport.write(self._seal.seal(payload.encode()) + b"\n")
+            sent = REQUEST_SENT.get()
+            if sent is not None:
+                sent(op)
             if self._can_write is not None:
                 await asyncio.shield(self._can_write)
             answer = await future
