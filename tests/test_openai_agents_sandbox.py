@@ -1,0 +1,265 @@
+"""``ToolseamSandboxClient``: the OpenAI Agents SDK's own ``SandboxAgent`` and ``Runner``, driven
+by a scripted model (no network), on the host, podman, rootless podman and docker; the session
+API the runner uses (exec, files, snapshot tar, timeouts, missing files, delete after shutdown);
+a serialised session resumed in a new process."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import ModelSettings, RunConfig, Runner
+from agents.items import ModelResponse
+from agents.models.interface import Model
+from agents.run_config import SandboxRunConfig
+from agents.sandbox import SandboxAgent
+from agents.sandbox.errors import (
+    ExecTimeoutError,
+    WorkspaceArchiveReadError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.session import SandboxSession
+from agents.sandbox.snapshot import LocalSnapshotSpec
+from agents.usage import Usage
+from openai.types.responses import (
+    ResponseCustomToolCall,
+    ResponseFunctionToolCall,
+    ResponseOutputMessage,
+    ResponseOutputText,
+)
+
+from tests import engines
+from toolseam.integrations.openai_agents import (
+    ToolseamSandboxClient,
+    ToolseamSandboxClientOptions,
+)
+
+BACKENDS = ("host", *engines.ENGINES)
+
+
+def options_for(backend: str, **extra: Any) -> ToolseamSandboxClientOptions:
+    if backend == "host":
+        return ToolseamSandboxClientOptions(**extra)
+    backend_options: dict[str, Any] = {"image": engines.IMAGE, "endpoint": engines.endpoint(backend)}
+    if backend == "podman-rootless":
+        backend_options["rootless"] = True
+    return ToolseamSandboxClientOptions(
+        backend="docker" if backend == "docker" else "podman",
+        backend_options=backend_options, **extra)
+
+
+class ScriptedModel(Model):
+    """Answers each turn with the next scripted output items; keeps what the runner sent."""
+
+    def __init__(self, turns: list[list[Any]]) -> None:
+        self.turns = list(turns)
+        self.inputs: list[Any] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, model_settings: Any,
+                           tools: Any, output_schema: Any, handoffs: Any, tracing: Any, *,
+                           previous_response_id: Any = None, conversation_id: Any = None,
+                           prompt: Any = None, **_: Any) -> ModelResponse:
+        self.inputs.append(input)
+        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        raise NotImplementedError("the scripted model does not stream")
+
+    def outputs(self) -> dict[str, str]:
+        """Each tool call's output, by call id, from the last input the runner sent."""
+        found = {}
+        for item in self.inputs[-1]:
+            if isinstance(item, dict) and item.get("type", "").endswith("call_output"):
+                found[item["call_id"]] = str(item.get("output"))
+        return found
+
+
+def shell(call_id: str, cmd: str) -> ResponseFunctionToolCall:
+    return ResponseFunctionToolCall(type="function_call", name="exec_command", call_id=call_id,
+                                    arguments=json.dumps({"cmd": cmd}), id=f"fc-{call_id}")
+
+
+def patch(call_id: str, text: str) -> ResponseCustomToolCall:
+    return ResponseCustomToolCall(type="custom_tool_call", name="apply_patch", call_id=call_id,
+                                  input=text, id=f"ct-{call_id}")
+
+
+def say(text: str) -> ResponseOutputMessage:
+    return ResponseOutputMessage(
+        type="message", id="msg", role="assistant", status="completed",
+        content=[ResponseOutputText(type="output_text", text=text, annotations=[])])
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+async def test_sandbox_agent_runs_a_scripted_task(backend: str, tmp_path: Path) -> None:
+    """Shell, apply_patch (the filesystem capability) and shell again, through the runner;
+    the snapshot the runner's cleanup saves holds the workspace; the client's directory goes."""
+    model = ScriptedModel([
+        [shell("c1", "printf 'hello\\n' > hello.txt && pwd")],
+        [patch("c2", "*** Begin Patch\n*** Add File: notes/todo.txt\n+patched\n"
+                     "*** End Patch\n")],
+        [shell("c3", "cat hello.txt notes/todo.txt; echo to-err >&2; exit 3")],
+        [say("done")],
+    ])
+    agent = SandboxAgent(name="coder", instructions="Work in the workspace.", model=model,
+                         model_settings=ModelSettings())
+    client = ToolseamSandboxClient()
+    made: list[SandboxSession] = []
+    real_create = client.create
+
+    async def create(**kwargs: Any) -> SandboxSession:
+        made.append(await real_create(**kwargs))
+        return made[-1]
+
+    client.create = create  # type: ignore[method-assign]
+    config = RunConfig(sandbox=SandboxRunConfig(
+        client=client, options=options_for(backend),
+        snapshot=LocalSnapshotSpec(base_path=tmp_path / "snapshots")))
+    result = await Runner.run(agent, "make the files", run_config=config)
+    assert result.final_output == "done"
+    out = model.outputs()
+    root = made[0].state.manifest.root
+    assert root in out["c1"], out["c1"]
+    assert "hello\npatched\nto-err" in out["c3"] and "exited with code 3" in out["c3"], out
+    assert "notes/todo.txt" in out["c2"], out["c2"]
+    snapshot = next((tmp_path / "snapshots").glob("*.tar"))
+    with tarfile.open(snapshot) as tar:
+        names = set(tar.getnames())
+        assert {"./hello.txt", "./notes/todo.txt"} <= names, names
+        member = tar.extractfile("./notes/todo.txt")
+        assert member is not None and member.read() == b"patched"  # the SDK adds no newline
+    state = made[0].state
+    assert state.host_dir is not None and not os.path.exists(state.host_dir)  # type: ignore[attr-defined]
+
+
+async def test_session_api(backend: str) -> None:
+    """What the runner and the capabilities call: exec in the root, bytes both ways, missing
+    files, a timeout that kills, persist/hydrate, delete after shutdown."""
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(), options=options_for(backend))
+    try:
+        await session.start()
+        root = session.state.manifest.root
+        done = await session.exec("pwd; printf 'a\\n'; printf 'b' >&2; exit 4")
+        assert (done.stdout, done.stderr, done.exit_code) == (f"{root}\na\n".encode(), b"b", 4)
+        await session.write(Path("sub/data.bin"), io.BytesIO(b"\x00\xff" * 1000))
+        assert (await session.read(Path("sub/data.bin"))).read() == b"\x00\xff" * 1000
+        assert (await session.read(Path(f"{root}/sub/data.bin"))).read()[:2] == b"\x00\xff"
+        with pytest.raises(WorkspaceReadNotFoundError):
+            await session.read(Path("no/such.txt"))
+        with pytest.raises(ExecTimeoutError):
+            await session.exec("sleep 30", timeout=0.5)
+        tar = await session.persist_workspace()
+        await session.exec("rm -rf sub")
+        await session.hydrate_workspace(tar)
+        assert (await session.read(Path("sub/data.bin"))).read() == b"\x00\xff" * 1000
+        await session.aclose()  # stop + shutdown: the runner's cleanup before delete
+        assert not await session.running()
+    finally:
+        await client.delete(session)  # after shutdown: still works
+    assert not os.path.exists(session.state.host_dir)  # type: ignore[attr-defined]
+
+
+async def test_reads_and_writes_stay_in_the_workspace() -> None:
+    """The model plants a link to a host file; read and write through it are refused (the
+    agent resolves beneath the root), and '..' never leaves it."""
+    secret = Path(os.environ.get("TMPDIR", "/tmp")) / f"toolseam-secret-{os.getpid()}"
+    secret.write_text("host secret\n")
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(), options=ToolseamSandboxClientOptions())
+    try:
+        await session.start()
+        await session.exec(f"ln -s {secret} link")
+        with pytest.raises((WorkspaceArchiveReadError, WorkspaceReadNotFoundError)):
+            await session.read(Path("link"))
+        with pytest.raises(Exception):  # noqa: B017 - any refusal; what matters is below
+            await session.write(Path("link"), io.BytesIO(b"owned\n"))
+        with pytest.raises(Exception):  # noqa: B017 - the SDK's own path check
+            await session.read(Path("../../etc/passwd"))
+        assert secret.read_text() == "host secret\n"
+    finally:
+        await session.aclose()
+        await client.delete(session)
+        secret.unlink()
+
+
+_FIRST_PROCESS = textwrap.dedent("""
+    import asyncio, io, json, os, sys
+    from pathlib import Path
+    from agents.sandbox.manifest import Manifest
+    from toolseam.integrations.openai_agents import (
+        ToolseamSandboxClient, ToolseamSandboxClientOptions)
+    options = ToolseamSandboxClientOptions.model_validate_json(sys.argv[1])
+
+    async def main():
+        client = ToolseamSandboxClient()
+        session = await client.create(manifest=Manifest(), options=options)
+        await session.start()
+        await session.write(Path("kept.txt"), io.BytesIO(b"from the first process\\n"))
+        print(json.dumps(client.serialize_session_state(session.state)), flush=True)
+        os._exit(0)  # dies without stop, shutdown or delete
+
+    asyncio.run(main())
+""")
+
+
+async def test_resume_in_a_new_process(backend: str) -> None:
+    """A process makes a session, writes a file, prints the serialised state and dies without
+    cleaning up; this process resumes it: the same sandbox and workspace, untouched by start."""
+    options = options_for(backend)
+    first = subprocess.run([sys.executable, "-c", _FIRST_PROCESS, options.model_dump_json()],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert first.returncode == 0, first.stderr
+    payload = json.loads(first.stdout.strip().splitlines()[-1])
+    client = ToolseamSandboxClient()
+    state = client.deserialize_session_state(payload)
+    session = await client.resume(state)
+    try:
+        await session.start()
+        assert (await session.read(Path("kept.txt"))).read() == b"from the first process\n"
+        done = await session.exec("cat kept.txt")
+        assert done.stdout == b"from the first process\n"
+    finally:
+        await session.aclose()
+        await client.delete(session)
+
+
+async def test_resume_after_the_sandbox_ended_hydrates_a_new_one(tmp_path: Path) -> None:
+    """The durable session is gone (deleted): resume makes a new sandbox and start restores
+    the workspace from the snapshot."""
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(),
+                                  snapshot=LocalSnapshotSpec(base_path=tmp_path),
+                                  options=ToolseamSandboxClientOptions())
+    await session.start()
+    await session.write(Path("a.txt"), io.BytesIO(b"saved\n"))
+    await session.aclose()  # the snapshot is saved here
+    payload = client.serialize_session_state(session.state)
+    await client.delete(session)
+    resumed = await client.resume(client.deserialize_session_state(payload))
+    try:
+        await resumed.start()
+        assert (await resumed.read(Path("a.txt"))).read() == b"saved\n"
+    finally:
+        await resumed.aclose()
+        await client.delete(resumed)
+
+
+def test_options_and_state_round_trip_as_json() -> None:
+    options = ToolseamSandboxClientOptions(backend="podman", backend_options={"rootless": True})
+    again = ToolseamSandboxClientOptions.model_validate_json(options.model_dump_json())
+    assert again == options and again.type == "toolseam"

@@ -1,0 +1,1 @@
+"""Providers of other frameworks' sandbox interfaces."""
