@@ -20,10 +20,10 @@ from typing import Any, NoReturn
 from . import __version__
 from ._extras import install_hint
 from .declarations import FORMATS
-from .handle import SessionHandle
 from .policy.limits import SandboxLimits
 from .policy.settings import Settings, load_settings, parse_settings
 from .seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
+from .seam.handle import SessionHandle
 from .toolkit import Toolkit
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

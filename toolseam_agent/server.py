@@ -110,6 +110,10 @@ class Agent:
                 break
         self._inbuf += b"".join(chunks)
         *lines, self._inbuf = self._inbuf.split(b"\n")
+        self._lines(lines)
+
+    def _lines(self, lines: list[bytes]) -> None:
+        """Whole lines from the host, in order (a durable agent opens their seals first)."""
         for line in lines:
             if line.strip() and not self.tunnels.from_host_line(line):
                 self._handle(line)
@@ -168,6 +172,7 @@ class Agent:
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
             "proc_locked": _proc_locked, "setid_guard": setid_guard.status(),
+            "command_domain": setid_guard.domain_status(), "control_hidden": _control_hidden,
             "interfaces": userns.interfaces(), "run_hidden": _run_hidden,
             "reaper": self.reaper.mode,
         })
@@ -320,14 +325,20 @@ def _daemonize() -> None:
 
 _proc_locked: bool | None = None  # host agent: whether commands can no longer unmount /proc
 _run_hidden = False  # host agent in egress mode: /run (engine sockets, D-Bus, resolvers) hidden
+_control_hidden = False  # host durable agent: its session directory hidden from commands
 
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--daemonize" in args:
         _daemonize()
+    durable = args[args.index("--durable") + 1] if "--durable" in args else None
+    listener = None
+    if durable is not None:  # bound first: it must be where clients look, outside any mount
+        from .session_socket import Listener
+        listener = Listener(durable)
     if "--own-user-namespace" in args:  # the host backend's agent, pid 1 of its pid namespace
-        global _proc_locked
+        global _proc_locked, _control_hidden
         try:
             # --own-network (egress mode): commands get only loopback and no /run; the host
             # checks what hello reports and refuses the session unless both hold
@@ -338,6 +349,12 @@ def main(argv: list[str] | None = None) -> None:
                     _run_hidden = True
                 except OSError as exc:
                     print(f"the agent cannot hide /run: {exc}", file=sys.stderr)
+            if listener is not None:  # commands never see the socket a client attaches to
+                try:
+                    _control_hidden = listener.hide_from_commands()
+                except OSError as exc:
+                    print(f"the agent cannot hide its session directory: {exc}",
+                          file=sys.stderr)
             userns.enter_own_user_namespace(network="--own-network" in args)
             _proc_locked = True
         except OSError as exc:  # still better than no pid namespace at all: go on, and say so
@@ -346,9 +363,9 @@ def main(argv: list[str] | None = None) -> None:
     if "--relay" in args:  # an exec's stream into a durable agent's socket (relay.py)
         from .relay import relay
         raise SystemExit(relay(args[args.index("--relay") + 1]))
-    if "--durable" in args:  # a session that outlives its client (session_socket.py)
+    if listener is not None:  # a session that outlives its client (session_socket.py)
         from .session_socket import serve
-        serve(args[args.index("--durable") + 1], os.environ)
+        serve(listener, os.environ)
     elif "--listen" in args:
         path = args[args.index("--listen") + 1]
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
