@@ -263,3 +263,40 @@ def test_options_and_state_round_trip_as_json() -> None:
     options = ToolseamSandboxClientOptions(backend="podman", backend_options={"rootless": True})
     again = ToolseamSandboxClientOptions.model_validate_json(options.model_dump_json())
     assert again == options and again.type == "toolseam"
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+async def test_create_from_a_warm_pool(engine: str, tmp_path: Path) -> None:
+    """With a pool in the options the sandbox is a warm one (not durable: a pool's sandbox
+    was started as an ordinary one); resume after it ended makes a new one from the options'
+    backend and hydrates it from the snapshot."""
+    from toolseam import SandboxPool
+    from toolseam.backends.docker import DockerBackend
+    from toolseam.backends.podman import PodmanBackend
+
+    made = DockerBackend if engine == "docker" else PodmanBackend
+    base = options_for(engine)
+    async with SandboxPool(made, size=1, **base.backend_options) as pool:
+        await pool.wait_full()
+        options = base.model_copy(update={"pool": pool})
+        client = ToolseamSandboxClient()
+        session = await client.create(manifest=Manifest(), options=options,
+                                      snapshot=LocalSnapshotSpec(base_path=tmp_path))
+        assert pool.handed_count == 1
+        assert session.state.handle is None  # type: ignore[attr-defined]
+        with pytest.raises(ValueError, match="pooled sandbox cannot be durable"):
+            await client.create(options=base.model_copy(update={"pool": pool,
+                                                                 "orphan_timeout_s": 60}))
+        await session.start()
+        await session.write(Path("p.txt"), io.BytesIO(b"pooled\n"))
+        assert (await session.exec("cat p.txt")).stdout == b"pooled\n"
+        await session.aclose()
+        payload = client.serialize_session_state(session.state)
+        await client.delete(session)
+    resumed = await client.resume(client.deserialize_session_state(payload))
+    try:
+        await resumed.start()
+        assert (await resumed.exec("cat p.txt")).stdout == b"pooled\n"
+    finally:
+        await resumed.aclose()
+        await client.delete(resumed)

@@ -426,9 +426,14 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
                 made_dir = tempfile.mkdtemp(prefix="toolseam-openai-ws-")
                 state.host_dir, state.host_dir_owned = made_dir, True
             if pool is not None:
-                toolkit = await pool.toolkit(state.host_dir, base_dir=CONTAINER_WORKSPACE,
-                                             confine_to_base_dir=True, settings=state.settings,
-                                             env_extra=env)
+                pooled = await pool.backend(state.host_dir)  # a warm sandbox, open
+                try:
+                    toolkit = Toolkit(pooled, base_dir=CONTAINER_WORKSPACE,
+                                      confine_to_base_dir=True, settings=state.settings,
+                                      env_extra=env)
+                except BaseException:
+                    await asyncio.shield(pooled.close())
+                    raise
             else:
                 toolkit = Toolkit(state.backend, base_dir=CONTAINER_WORKSPACE,
                                   confine_to_base_dir=True, settings=state.settings,
