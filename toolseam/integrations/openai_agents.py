@@ -144,6 +144,14 @@ class ToolseamSandboxSession(BaseSandboxSession):
         await self.toolkit.close()  # every job ends with the sandbox; idempotent
 
     # --- commands -----------------------------------------------------------------------
+    def _prepare_exec_command(self, *command: str | Path, shell: bool | list[str],
+                              user: str | User | None) -> list[str]:
+        # On the host, as the SDK's own unix_local client: `sh -c`, not a login shell — this
+        # machine's profile costs ~9 ms a command here and the session's environment is set.
+        if shell is True and self.toolkit.info is not None and self.toolkit.info.local:
+            shell = ["sh", "-c"]
+        return super()._prepare_exec_command(*command, shell=shell, user=user)
+
     async def exec(self, *command: str | Path, timeout: float | None = None,
                    shell: bool | list[str] = True, user: str | User | None = None) -> ExecResult:
         # a user goes to toolseam's own switch (no sudo needed in the image)
