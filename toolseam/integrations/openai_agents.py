@@ -65,6 +65,7 @@ from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from pydantic import Field
 
+from ..backends import create_backend
 from ..handle import AttachError, SessionHandle
 from ..raw import UnknownUserError, UserUnsupportedError
 from ..seam.errors import ToolseamError
@@ -434,6 +435,9 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
                 made_dir = tempfile.mkdtemp(prefix="toolseam-openai-ws-")
                 state.host_dir, state.host_dir_owned = made_dir, True
             if pool is not None:
+                # the options describe the pool's engine: whose user a rootless one maps to
+                _give_to_engine_user(create_backend(state.backend, workspace=state.host_dir,
+                                                    **state.backend_options), state.host_dir)
                 pooled = await pool.backend(state.host_dir)  # a warm sandbox, open
                 try:
                     toolkit = Toolkit(pooled, base_dir=CONTAINER_WORKSPACE,
@@ -447,7 +451,7 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
                                   confine_to_base_dir=True, settings=state.settings,
                                   env_extra=env, backend_options={**state.backend_options,
                                                                   "workspace": state.host_dir})
-                _give_to_engine_user(toolkit, state.host_dir)
+                _give_to_engine_user(toolkit.backend, state.host_dir)
         assert toolkit is not None
         await toolkit.open()
         done = await toolkit.sandbox.exec(["mkdir", "-p", state.manifest.root], cwd="/")
@@ -465,10 +469,10 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
         raise
 
 
-def _give_to_engine_user(toolkit: Toolkit, directory: str) -> None:
+def _give_to_engine_user(backend: object, directory: str) -> None:
     """Rootless podman's container root is the engine's user: the directory the client made
-    (0700, this user's) must be that user's to be writable inside (bind mode)."""
-    engine = getattr(getattr(toolkit.backend, "sandbox", None), "engine", None)
+    (0700, this user's) must be that user's to be reachable inside (bind mode, pooled too)."""
+    engine = getattr(getattr(backend, "sandbox", None), "engine", None)
     endpoint = str(getattr(engine, "endpoint", "") or "")
     if not endpoint.startswith("unix://"):
         return
