@@ -25,6 +25,7 @@ from agents.sandbox import SandboxAgent
 from agents.sandbox.errors import (
     ExecTimeoutError,
     WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
 )
 from agents.sandbox.manifest import Manifest
@@ -300,3 +301,55 @@ async def test_create_from_a_warm_pool(engine: str, tmp_path: Path) -> None:
     finally:
         await resumed.aclose()
         await client.delete(resumed)
+
+
+def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> io.BytesIO:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for info, data in members:
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    buffer.seek(0)
+    return buffer
+
+
+def _link(name: str, target: str) -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = tarfile.SYMTYPE, target
+    return info, b""
+
+
+@pytest.mark.parametrize("members", [
+    [(tarfile.TarInfo("../escaped.txt"), b"x")],
+    [(tarfile.TarInfo("/tmp/absolute.txt"), b"x")],
+    [_link("out", "/etc"), (tarfile.TarInfo("out/passwd"), b"x")],
+    [(tarfile.TarInfo("ok.txt"), b"fine"), _link("up", "../../..")],
+], ids=["dotdot", "absolute", "link-then-through", "link-out"])
+async def test_a_hostile_snapshot_is_refused_whole(members: list[Any]) -> None:
+    """A tar that would write outside the root is refused before anything is unpacked."""
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(), options=ToolseamSandboxClientOptions())
+    try:
+        await session.start()
+        with pytest.raises(WorkspaceArchiveWriteError):
+            await session.hydrate_workspace(_tar(*members))
+        assert (await session.exec("ls -A")).stdout == b""  # nothing unpacked, not even ok.txt
+    finally:
+        await session.aclose()
+        await client.delete(session)
+
+
+async def test_a_timeout_kills_what_the_command_started() -> None:
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(), options=ToolseamSandboxClientOptions())
+    try:
+        await session.start()
+        with pytest.raises(ExecTimeoutError):
+            await session.exec("sleep 60 & echo $! > child.pid; sleep 60", timeout=0.5)
+        pid = int((await session.read(Path("child.pid"))).read())
+        # asked inside: the host backend's commands have a pid namespace of their own
+        alive = await session.exec(f"kill -0 {pid} 2>/dev/null && echo alive || echo gone")
+        assert alive.stdout == b"gone\n"
+    finally:
+        await session.aclose()
+        await client.delete(session)
