@@ -5,6 +5,7 @@ a serialised session resumed in a new process."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
@@ -353,3 +354,101 @@ async def test_a_timeout_kills_what_the_command_started() -> None:
     finally:
         await session.aclose()
         await client.delete(session)
+
+
+def _needs_pty() -> None:
+    from toolseam.raw import RawSandbox
+    if not hasattr(RawSandbox, "pty_start"):  # the raw API's PTY lands from branch h-ptyports
+        pytest.skip("this toolseam's raw API has no pty_start yet (issue 35 part 4)")
+
+
+async def test_an_interactive_process_over_several_calls(backend: str) -> None:
+    """The SDK's exec_command/write_stdin path: a process that waits for input is returned
+    with its id; the input reaches it; its end is an exit code and no id."""
+    _needs_pty()
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(), options=options_for(backend))
+    try:
+        await session.start()
+        assert session.supports_pty()
+        started = await session.pty_exec_start("printf 'name? '; read x; echo got-$x; exit 5",
+                                               tty=True, yield_time_s=0.5)
+        assert started.process_id is not None and started.exit_code is None
+        assert b"name?" in started.output
+        answered = await session.pty_write_stdin(session_id=started.process_id, chars="ada\n",
+                                                 yield_time_s=5)
+        assert b"got-ada" in answered.output
+        assert (answered.process_id, answered.exit_code) == (None, 5)
+        quick = await session.pty_exec_start("echo at-once", yield_time_s=10)
+        assert (quick.process_id, quick.exit_code) == (None, 0) and b"at-once" in quick.output
+    finally:
+        await session.aclose()
+        await client.delete(session)
+
+
+_PTY_FIRST_PROCESS = textwrap.dedent("""
+    import asyncio, json, os, sys
+    from agents.sandbox.manifest import Manifest
+    from toolseam.integrations.openai_agents import (
+        ToolseamSandboxClient, ToolseamSandboxClientOptions)
+    options = ToolseamSandboxClientOptions.model_validate_json(sys.argv[1])
+
+    async def main():
+        client = ToolseamSandboxClient()
+        session = await client.create(manifest=Manifest(), options=options)
+        await session.start()
+        started = await session.pty_exec_start("read x; echo got-$x", tty=True,
+                                               yield_time_s=0.3)
+        state = client.serialize_session_state(session.state)
+        print(json.dumps({"state": state, "pid": started.process_id}), flush=True)
+        os._exit(0)
+
+    asyncio.run(main())
+""")
+
+
+async def test_resume_reaches_a_process_started_before(backend: str) -> None:
+    """A process the first client started keeps running after it died; the resumed session
+    writes to it by the same id."""
+    _needs_pty()
+    options = options_for(backend)
+    first = subprocess.run([sys.executable, "-c", _PTY_FIRST_PROCESS, options.model_dump_json()],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert first.returncode == 0, first.stderr
+    found = json.loads(first.stdout.strip().splitlines()[-1])
+    client = ToolseamSandboxClient()
+    session = await client.resume(client.deserialize_session_state(found["state"]))
+    try:
+        await session.start()
+        answered = await session.pty_write_stdin(session_id=found["pid"], chars="later\n",
+                                                 yield_time_s=5)
+        assert b"got-later" in answered.output and answered.exit_code == 0
+    finally:
+        await session.aclose()
+        await client.delete(session)
+
+
+async def test_an_exposed_port_reaches_a_server_inside(backend: str) -> None:
+    """A server in the sandbox (network none in containers) is reached from this machine at
+    the address resolve_exposed_port gives; the port is closed once the session is deleted."""
+    _needs_pty()
+    import urllib.request
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy variables
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(),
+                                  options=options_for(backend, exposed_ports=(8765,)))
+    try:
+        await session.start()
+        await session.write(Path("index.html"), io.BytesIO(b"served from inside\n"))
+        await session.pty_exec_start("exec python3 -m http.server 8765 --bind 127.0.0.1",
+                                     yield_time_s=1.5)
+        endpoint = await session.resolve_exposed_port(8765)
+        assert endpoint.host == "127.0.0.1"
+        url = f"http://{endpoint.host}:{endpoint.port}/index.html"
+        body = await asyncio.to_thread(lambda: direct.open(url, timeout=10).read())
+        assert body == b"served from inside\n"
+    finally:
+        await session.aclose()
+        await client.delete(session)
+    with pytest.raises(OSError):
+        await asyncio.to_thread(lambda: direct.open(url, timeout=3).read())
