@@ -452,3 +452,21 @@ async def test_an_exposed_port_reaches_a_server_inside(backend: str) -> None:
         await client.delete(session)
     with pytest.raises(OSError):
         await asyncio.to_thread(lambda: direct.open(url, timeout=3).read())
+
+
+async def test_resume_while_the_first_client_lives_is_refused() -> None:
+    """A second client never gets a second sandbox beside a live one (the workspace would
+    fork): the attach's refusal is raised, and the first session goes on."""
+    from toolseam import AttachError
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(), options=ToolseamSandboxClientOptions())
+    try:
+        await session.start()
+        payload = client.serialize_session_state(session.state)
+        with pytest.raises(AttachError) as refused:
+            await ToolseamSandboxClient().resume(client.deserialize_session_state(payload))
+        assert refused.value.reason == "in_use"
+        assert (await session.exec("echo still")).stdout == b"still\n"
+    finally:
+        await session.aclose()
+        await client.delete(session)
