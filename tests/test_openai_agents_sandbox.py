@@ -470,3 +470,75 @@ async def test_resume_while_the_first_client_lives_is_refused() -> None:
     finally:
         await session.aclose()
         await client.delete(session)
+
+
+class _PipeProcesses:
+    """The raw API's PTY calls (``pty_start``/``pty_write``/``pty_read``/``pty_terminate``, as
+    specified for issue 35 part 4) over plain pipes on this machine, beside the real raw API:
+    a unit check of the client's yield windows and ids, independent of that branch."""
+
+    def __init__(self, real: Any) -> None:
+        self._real = real
+        self._procs: dict[int, Any] = {}
+        self._out: dict[int, bytearray] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    async def pty_start(self, argv: list[str], *, cwd: str | None = None, **_: Any) -> int:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, cwd=cwd, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        self._procs[proc.pid], self._out[proc.pid] = proc, bytearray()
+        return proc.pid
+
+    async def pty_write(self, pid: int, data: bytes) -> None:
+        proc = self._procs[pid]
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+
+    async def pty_read(self, pid: int, *, yield_ms: int, max_bytes: int) -> Any:
+        from types import SimpleNamespace
+        proc = self._procs[pid]
+        try:
+            chunk = await asyncio.wait_for(proc.stdout.read(max_bytes), yield_ms / 1000)
+        except TimeoutError:
+            chunk = b""
+        exited = chunk == b"" and proc.stdout.at_eof()
+        code = await proc.wait() if exited else None
+        return SimpleNamespace(data=chunk, exited=exited, exit_code=code, truncated_bytes=0)
+
+    async def pty_terminate(self, pid: int) -> None:
+        proc = self._procs.pop(pid)
+        if proc.returncode is None:
+            os.killpg(proc.pid, 9)  # the shell and what it started
+            await proc.wait()
+
+
+async def test_the_pty_adapter_on_the_specified_raw_calls() -> None:
+    from agents.sandbox.errors import PtySessionNotFoundError
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(), options=ToolseamSandboxClientOptions())
+    inner: Any = session._inner
+    fake = _PipeProcesses(inner.toolkit.sandbox)
+    inner.toolkit.sandbox = fake
+    try:
+        await session.start()
+        assert session.supports_pty()
+        started = await session.pty_exec_start("printf 'name? '; read x; echo got-$x; exit 5",
+                                               yield_time_s=0.3)
+        assert started.process_id is not None and started.output == b"name? "
+        answered = await session.pty_write_stdin(session_id=started.process_id, chars="ada\n",
+                                                 yield_time_s=5)
+        assert (answered.output, answered.process_id, answered.exit_code) == (b"got-ada\n",
+                                                                                None, 5)
+        with pytest.raises(PtySessionNotFoundError):
+            await session.pty_write_stdin(session_id=1, chars="x")
+        quick = await session.pty_exec_start("echo at-once", yield_time_s=10)
+        assert (quick.output, quick.process_id, quick.exit_code) == (b"at-once\n", None, 0)
+        running = await session.pty_exec_start("sleep 60", yield_time_s=0.3)
+        assert running.process_id in fake._procs
+        await session.aclose()  # stop() ends the session's processes first
+        assert running.process_id not in fake._procs
+    finally:
+        await client.delete(session)
