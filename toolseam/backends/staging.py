@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -96,7 +97,7 @@ def staging_root() -> Path:
     if not _private:
         private = Path(tempfile.mkdtemp(prefix=f"toolseam-{uid}-private-"))
         private.chmod(_ROOT_MODE)
-        atexit.register(shutil.rmtree, private, True)
+        atexit.register(_remove_unless_mounted, private)
         _private.append(private)
         _log.warning("staging the sandbox agent in %s for this process only: %s", private,
                      "; ".join(problems))
@@ -150,6 +151,29 @@ def read_own_file(dir_fd: int, name: str, limit: int = 4096) -> str | None:
         return os.read(fd, limit).decode("utf-8", "replace")
     finally:
         os.close(fd)
+
+
+def _remove_unless_mounted(root: Path) -> None:
+    """Remove this process's private root at exit — unless something is mounted at or below
+    it: a pool left open has a session's base dir bind-mounted on a slot there, and ``rmtree``
+    would delete the base dir's files through the mount. Another local user can force root
+    into a private root (by making ``<tmp>/toolseam-0`` first), so this is theirs to trigger;
+    such a root is left in place with a warning instead."""
+    real = os.path.realpath(root)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            points = [_OCTAL.sub(lambda m: chr(int(m[1], 8)), line.split(" ", 5)[4])
+                      for line in info]
+    except OSError:
+        points = [real]  # cannot tell: keep it
+    mounted = [p for p in points if p == real or p.startswith(real + "/")]
+    if mounted:
+        _log.warning("not removing %s at exit: %s is still mounted below it", root, mounted[0])
+        return
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_OCTAL = re.compile(r"\\([0-7]{3})")  # mountinfo's escapes: space is \040
 
 
 def write_manifest(work: Path) -> None:

@@ -235,6 +235,36 @@ class ReadScope:
             if not inside:
                 await self._ask(tool, target, probe)
 
+    async def hidden_in_search(self, tool: str, root: str, rels: set[str]) -> dict[str, str]:
+        """Of the files a search below ``root`` (checked already) found, those it may not show,
+        each with why. A search reads every file below its root in the sandbox, so each file
+        it shows is judged again on its own: one that is a secret whatever its name (another
+        hard link to one) asks like a read; one the check cannot see at all is left out —
+        on the host backend the search runs in the agent's mount namespace, where a command
+        can bind-mount /etc into the base dir (issue 32)."""
+        if self.mode == "unrestricted" or self._everything:
+            return {}
+        base = posixpath.normpath(posixpath.join(self.workdir, root))
+        top = await self._probe(base)
+        if top is None or top.kind != "dir":
+            return {}  # a single file: checked as the search's root
+        hidden = {}
+        for rel in sorted(rels):
+            target = posixpath.normpath(posixpath.join(base, rel))
+            probe = await self._probe(target)
+            if probe is None or probe.kind != "file":
+                hidden[rel] = "not visible to the read scope's check (a mount only the " \
+                              "sandbox's commands see?)"
+                continue
+            system = any(_under(probe.canonical, p) for p in SYSTEM_PREFIXES)
+            if (system and self._secret(tool, probe.canonical, probe)) or \
+                    await self._linked_secret(tool, probe):
+                try:
+                    await self.check(tool, target)
+                except Refusal as refusal:
+                    hidden[rel] = str(refusal)
+        return hidden
+
     async def check_command(self, command: str, cwd: str) -> None:
         """The narrow bash check: an absolute path under the homes' parent or a known system
         secret (``/proc/*/root/`` and ``/proc/self/cwd/`` spellings of them included), or a
