@@ -72,6 +72,7 @@ _SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
 # paths and the command's own streams (/dev/stdout, /dev/fd/N …) are the command's own business.
 _OWN_STREAMS = re.compile(r"^/(?:dev/(?:std(?:in|out|err)|fd|tty\w*|pts)|proc)(?:/|$)")
 _TEMP_DIRS = ("/tmp", "/var/tmp")
+_PROBES_AT_ONCE = 64  # stats in flight at once when a search's hits are judged file by file
 
 
 @dataclass(frozen=True)
@@ -249,9 +250,13 @@ class ReadScope:
         if top is None or top.kind != "dir":
             return {}  # a single file: checked as the search's root
         hidden = {}
-        for rel in sorted(rels):
-            target = posixpath.normpath(posixpath.join(base, rel))
-            probe = await self._probe(target)
+        ordered = sorted(rels)
+        targets = [posixpath.normpath(posixpath.join(base, rel)) for rel in ordered]
+        probes: list[_Probe | None] = []
+        for start in range(0, len(targets), _PROBES_AT_ONCE):  # a round trip each in a container:
+            probes += await asyncio.gather(  # at once, not one after the other
+                *(self._probe(t) for t in targets[start:start + _PROBES_AT_ONCE]))
+        for rel, target, probe in zip(ordered, targets, probes, strict=True):
             if probe is None or probe.kind != "file":
                 hidden[rel] = "not visible to the read scope's check (a mount only the " \
                               "sandbox's commands see?)"
