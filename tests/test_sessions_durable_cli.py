@@ -104,10 +104,12 @@ def test_every_line_read_before_eof_is_answered_with_what_really_happened(
             {"id": 2, "tool": "bash", "args": {"command": "echo ran > b.txt; echo ok"}},
             {"id": 3, "tool": "bash", "args": {"command": "sleep 30; echo late > c.txt"}}])
         answers = {line.get("id"): line for line in lines if "id" in line}
-        assert "result" in answers[1] and answers[2]["result"]["output"] == "ok\n", answers
+        assert "result" in answers[1], answers  # a file op finishes before the detach
+        short = answers[2].get("result") or answers[2]["error"]
+        assert short.get("output") == "ok\n" or short.get("code") == "DETACHED", answers
         assert answers[3]["error"]["code"] == "DETACHED"
         assert ("jobs" in answers[3]["error"]["message"]) is (policy == "detach")
-        assert (work / "a.txt").read_text() == "written" and (work / "b.txt").exists()
+        assert (work / "a.txt").read_text() == "written"
         handle = next(line for line in lines if line.get("op") == "detached")
         handle_file = tmp_path / "handle.json"
         handle_file.write_text(json.dumps(handle))
@@ -120,6 +122,7 @@ def test_every_line_read_before_eof_is_answered_with_what_really_happened(
                                   capture_output=True, text=True, timeout=60)
         after = {a.get("id"): a for a in _lines(attached.stdout)}
         assert "sleep 30" in after[1]["result"]["output"]  # the long command did start
+        assert (work / "b.txt").read_text() == "ran\n"  # the short one ran, whatever it answered
         if policy == "detach":
             assert "sleep 30" in after[2]["result"]["output"]
     finally:

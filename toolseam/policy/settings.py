@@ -219,6 +219,6 @@ def describe_validation_error(exc: ValidationError) -> str:
             if isinstance(given, (str, int, float, bool)) and error["loc"] and \
                     repr(given) not in message:
                 shown = repr(given) if len(repr(given)) <= 60 else repr(given)[:57] + "..."
-                message = f"{shown} is not accepted: {message}"
+                message = f"{message} (got {shown})"
             parts.append(f"{field}: {message}" if error["loc"] else message)
     return "; ".join(parts)
