@@ -40,7 +40,7 @@ def test_host_errors_exit_non_zero_with_a_message(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text("max_jobs = 0\n")
     bad_config = run("call", "read", "{}", "--config", str(config))
-    assert bad_config.returncode == 2 and "max_jobs = 0: should be greater than 0" in bad_config.stderr
+    assert bad_config.returncode == 2 and "max_jobs: Input should be greater than 0" in bad_config.stderr
     assert bad_config.stdout == ""
 
 

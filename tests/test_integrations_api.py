@@ -117,13 +117,13 @@ def test_sync_toolkit_bad_configuration_is_raised_at_once() -> None:
 
 # --- limits ---------------------------------------------------------------------------------
 @pytest.mark.parametrize(("data", "message"), [
-    ({"memory": "lots"}, "limits.memory = 'lots': 'lots' is not a size like 512m, 2g or 1048576"),
-    ({"memory": "1m"}, "limits.memory = '1m': '1m' is below the 6m an engine accepts"),
-    ({"cpus": 0}, "limits.cpus = 0: should be greater than 0"),
-    ({"pids": "64"}, "limits.pids = '64': should be a valid integer"),
-    ({"network": "host"}, "limits.network = 'host': should be 'none', 'bridge' or 'egress'"),
-    ({"tmpfs_size": "-1"}, "limits.tmpfs_size = '-1': '-1' is not a size"),
-    ({"swap": "1g"}, "unknown key 'limits.swap' = '1g'"),
+    ({"memory": "lots"}, "limits.memory: 'lots' is not a size like 512m, 2g or 1048576"),
+    ({"memory": "1m"}, "limits.memory: '1m' is below the 6m an engine accepts"),
+    ({"cpus": 0}, "limits.cpus: Input should be greater than 0"),
+    ({"pids": "64"}, "limits.pids: Input should be a valid integer"),
+    ({"network": "host"}, "limits.network: Input should be 'none', 'bridge' or 'egress'"),
+    ({"tmpfs_size": "-1"}, "limits.tmpfs_size: '-1' is not a size"),
+    ({"swap": "1g"}, "unknown field 'limits.swap'"),
 ])
 def test_limits_are_validated_naming_the_key(data: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigurationError) as caught:
@@ -167,7 +167,7 @@ def test_call_exit_codes(tmp_path: Path) -> None:
      "toolseam: --confine needs --base-dir (the directory to confine to)\n"),
     (["call", "read", "{nope"], "toolseam: JSON-ARGS is not valid JSON: "),
     (["call", "read", "{}", "--memory", "lots", "--backend", "docker"],
-     "toolseam: --memory: limits.memory = 'lots': 'lots' is not a size like 512m, 2g or 1048576"),
+     "toolseam: invalid limit: memory: 'lots' is not a size like 512m, 2g or 1048576\n"),
     (["call", "read", "{}", "--pids", "many"],
      "toolseam: argument --pids: invalid int value: 'many' (see 'toolseam call --help')\n"),
     (["call", "nosuchtool", "{}"], "toolseam: unknown tool 'nosuchtool'"),

@@ -21,7 +21,8 @@ from . import __version__
 from ._extras import install_hint
 from .declarations import FORMATS
 from .handle import SessionHandle
-from .policy.settings import Settings, parse_settings, read_settings_file
+from .policy.limits import SandboxLimits
+from .policy.settings import Settings, load_settings, parse_settings
 from .seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
 from .toolkit import Toolkit
 
@@ -100,33 +101,36 @@ def _session_options(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--tmpfs-size", help="size of /tmp (default 512m)")
 
 
-_LIMIT_FLAGS = ("memory", "cpus", "pids", "network", "tmpfs_size")
-
-
 def _settings(args: argparse.Namespace) -> Settings:
-    """The settings file with the flags laid over it, validated once as a whole: a flag can
-    complete what the file needs (--network egress for its egress_allow) and the reverse."""
-    config = getattr(args, "config", None)
-    data: dict[str, Any] = read_settings_file(config) if config else {}
-    flags: list[str] = []
+    settings = load_settings(args.config) if getattr(args, "config", None) else Settings()
     orphan = getattr(args, "orphan_timeout", None)
     if orphan is not None:
-        data["orphan_timeout_s"] = orphan
-        flags.append("--orphan-timeout")
-    if getattr(args, "pull", None) is not None and getattr(args, "backend", "host") != "host":
-        data["pull"] = args.pull
-    limits = {key: getattr(args, key) for key in _LIMIT_FLAGS if getattr(args, key, None) is not None}
-    if limits:
-        base = data.get("limits", {})
-        data["limits"] = {**base, **limits} if isinstance(base, dict) else base
-        flags += [f"--{key.replace('_', '-')}" for key in limits]
+        settings = parse_settings({**settings.model_dump(), "orphan_timeout_s": orphan},
+                                  "--orphan-timeout")
+    given = {key: value for key, value in (
+        ("memory", getattr(args, "memory", None)), ("cpus", getattr(args, "cpus", None)),
+        ("pids", getattr(args, "pids", None)), ("network", getattr(args, "network", None)),
+        ("tmpfs_size", getattr(args, "tmpfs_size", None))) if value is not None}
     allow = getattr(args, "egress_allow", None) or []
-    if allow:
-        base = data.get("egress_allow", [])
-        data["egress_allow"] = [*base, *allow] if isinstance(base, list) else base
-        flags.append("--egress-allow")
-    source = " with ".join(filter(None, (config, " ".join(flags)))) or "settings"
-    return parse_settings(data, source)
+    if not given and not allow:
+        return settings
+    from pydantic import ValidationError
+
+    from .policy.settings import describe_validation_error
+
+    try:
+        limits = SandboxLimits.model_validate({**settings.limits.model_dump(), **given})
+    except ValidationError as exc:
+        flags = describe_validation_error(exc).replace("tmpfs_size", "--tmpfs-size")
+        raise ConfigurationError(f"invalid limit: {flags}") from None
+    data = {**settings.model_dump(), "limits": limits,
+            "egress_allow": [*settings.egress_allow, *allow]}
+    try:  # validated whole: --egress-allow without --network egress is refused here
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        message = describe_validation_error(exc).replace("egress_allow", "--egress-allow")
+        raise ConfigurationError(message.replace('limits.network = "egress"', "--network egress")
+                                 ) from None
 
 
 def _toolkit(args: argparse.Namespace) -> Toolkit:

@@ -31,15 +31,6 @@ class Settings(BaseModel):
     # strict: "3600000" is not a number and true is not a count — a file says what it means
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    def __init__(self, **data: Any) -> None:
-        # Settings(...) from Python: the same one-line error as a settings file, not pydantic's.
-        # (A custom __init__ is what model_validate calls too; SettingsError is no ValueError,
-        # so pydantic passes it through rather than wrapping it as a "Value error".)
-        try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise SettingsError("settings", describe_validation_error(exc)) from None
-
     schema_version: int = Field(SCHEMA_VERSION, description="Version of the file's shape.")
     timeout_policy: Literal["kill", "detach"] = Field(
         "kill", description="What the DEFAULT timeout does: kill the job, or detach it as a job.")
@@ -173,14 +164,6 @@ _EGRESS_LIMIT_FIELDS = ("egress_max_connections", "egress_idle_timeout_s",
                         "egress_connect_timeout_s", "egress_log_kept")
 
 
-class SettingsError(ConfigurationError):
-    """Invalid settings: one line naming the key, the value and the fix."""
-
-    def __init__(self, source: str, detail: str) -> None:
-        super().__init__(f"{source}: {detail}")
-        self.detail = detail
-
-
 class _Unread(dict[str, str]):
     """An environment in which every variable is set: checks a credential rule's shape without
     reading (or needing) its secret."""
@@ -195,16 +178,13 @@ def parse_settings(data: dict[str, Any], source: str = "settings") -> Settings:
     upgraded.setdefault("schema_version", SCHEMA_VERSION)
     try:
         settings = Settings.model_validate(upgraded)
-    except SettingsError as exc:
-        raise SettingsError(source, exc.detail) from None
-    except ValidationError as exc:  # not a mapping at all
-        raise SettingsError(source, describe_validation_error(exc)) from None
+    except ValidationError as exc:
+        raise ConfigurationError(f"{source}: {describe_validation_error(exc)}") from None
     return settings.model_copy(update={"schema_version": SCHEMA_VERSION})
 
 
-def read_settings_file(path: str | Path) -> dict[str, Any]:
-    """A ``.toml`` or ``.json`` settings file's table, not yet validated (the CLI lays its
-    flags over it first)."""
+def load_settings(path: str | Path) -> Settings:
+    """Read settings from a ``.toml`` or ``.json`` file."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -216,39 +196,19 @@ def read_settings_file(path: str | Path) -> dict[str, Any]:
         raise ConfigurationError(f"{file}: not valid {file.suffix.lstrip('.') or 'JSON'}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigurationError(f"{file}: the top level must be a table/object")
-    return data
-
-
-def load_settings(path: str | Path) -> Settings:
-    """Read settings from a ``.toml`` or ``.json`` file."""
-    return parse_settings(read_settings_file(path), str(Path(path)))
-
-
-_UNSHOWN = ("egress_credentials",)  # never echo these values (they name secrets' variables)
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
-def _problem(error: Any) -> str:
-    """One problem: the key, the value given, what is wrong and what to do."""
-    loc = error["loc"]
-    field = ".".join(str(p) for p in loc) or "(top level)"
-    value = "" if not loc or loc[0] in _UNSHOWN else f" = {_shown(error.get('input'))}"
-    if error["type"] == "extra_forbidden":
-        return f"unknown key {field!r}{value}: remove it or correct its name"
-    if error["type"] == "missing":
-        return f"{field} is required: set it"
-    message = error["msg"].removeprefix("Value error, ")
-    if not loc:  # a check across keys: its message names them and the fix already
-        return str(message)
-    message = message.removeprefix("Input ").removeprefix("Value ")
-    return f"{field}{value}: {message}; set {field} to such a value or remove it for the default"
+    return parse_settings(data, str(file))
 
 
 def describe_validation_error(exc: ValidationError) -> str:
-    """One line, each problem naming the key, the value and the fix; none of pydantic's own
-    decoration (its input_value dumps and documentation links)."""
-    return " ".join("; ".join(_problem(error) for error in exc.errors()).split())
+    """One line per problem, each naming the field."""
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            parts.append(f"unknown field {field!r}")
+        elif error["type"] == "missing":
+            parts.append(f"{field} is required")
+        else:
+            message = error["msg"].removeprefix("Value error, ")
+            parts.append(f"{field}: {message}" if error["loc"] else message)
+    return "; ".join(parts)
