@@ -5,10 +5,17 @@ messages (a file widens to that file, a directory to that directory); the OS tem
 directories granted so far; system prefixes (``/usr``, ``/bin``, ``/etc`` …) except the
 secrets that live there (``SECRET_PATHS``, and anything there that is not world-readable).
 
-Decisions are taken on the CANONICAL path — every symlink resolved, ``/proc/self/root``,
-``/proc/*/cwd`` and ``/proc/*/fd/*`` included — never on the path as written: a symlink made
-inside the base dir, or ``/proc/self/root/<anything>``, is judged by where it leads. Roots
-count in both their written and their canonical form.
+Containment counts lexically or canonically (seed 003): a path written below a root is in
+scope, and so is one whose canonical form — every symlink resolved, ``/proc/self/root``,
+``/proc/*/cwd`` and ``/proc/*/fd/*`` included — lies below one; roots count in both their
+written and their canonical form. So a symlink in the base dir to an ordinary file elsewhere is
+in scope. The machine's secrets are judged on the file itself, whatever the spelling: a path
+whose canonical form is a secret asks, and so does a file with more than one hard link that is
+one of the secret files (the same device and inode), or that is not world-readable and lives
+on the system's own filesystem — a hard link a command made in the base dir to
+``/etc/shadow`` is ``/etc/shadow`` (issue 32). A hard link reaches no further: it cannot name
+a directory, cross a filesystem, or outlive the file's permissions (it has the same inode and
+mode), so the rest of a protected directory stays out of its reach.
 
 A read outside asks the host's approver — ``once``, ``directory`` (this directory, or a file's
 parent, for the session), ``session`` (everything, for the session) or ``deny``. Without an
@@ -53,6 +60,12 @@ SECRET_PATHS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
                 "/etc/ppp/*-secrets", "/etc/mysql/debian.cnf", "/etc/docker/key.json",
                 "/etc/containers/auth.json", "/dev/mem", "/dev/kmem", "/dev/port")
 _CONTENT_TOOLS = ("read", "grep", "edit", "apply_patch", "bash")  # glob lists names only
+# The secret files a hard link is compared with by identity (SECRET_PATHS' files, its globs
+# spelt out); any other multi-link file that is not world-readable on /etc's device asks too.
+_SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                 "/etc/security/opasswd", "/etc/sudoers", "/etc/ipsec.secrets",
+                 "/etc/mysql/debian.cnf", "/etc/docker/key.json", "/etc/containers/auth.json",
+                 *(f"/etc/ssh/ssh_host_{k}_key" for k in ("rsa", "dsa", "ecdsa", "ed25519")))
 # Bash tokens: a /proc path into a process's root or cwd names the file below it. Resolving it
 # here would ask the wrong process (this one, or the agent — not the command), so it is
 # rewritten: /proc/*/root/X is /X, /proc/self/cwd/X is X from the command's cwd. Other /proc
@@ -117,6 +130,8 @@ class _Probe:
     canonical: str
     kind: str = "missing"
     mode: int = 0
+    links: int = 1
+    inode: str = ""
 
 
 class ReadScope:
@@ -132,6 +147,8 @@ class ReadScope:
         self._everything = False
         self._question = asyncio.Lock()
         self._canonical_roots: dict[str, str] = {}  # a root as written -> its canonical form
+        self._secret_inodes: set[str] | None = None  # the secret files' identities, at first need
+        self._system_device = ""
         temp = set(_TEMP_DIRS)
         if local:
             temp.add(tempfile.gettempdir())
@@ -160,17 +177,38 @@ class ReadScope:
             found = await self._backend.stat(PathRef(base="/", path=path, confine=False))
         except FileOpError:
             return None
-        return _Probe(found.canonical, found.kind, found.mode)
+        return _Probe(found.canonical, found.kind, found.mode, found.links, found.inode)
 
     async def _verdict(self, tool: str, target: str) -> tuple[bool, _Probe | None]:
-        """Whether ``target`` (absolute, normalised) is in scope, judged by where it leads."""
+        """Whether ``target`` (absolute, normalised) is in scope: written or leading below a
+        root, unless the file itself is one of the machine's secrets."""
         probe = await self._probe(target)
         path = target if probe is None else probe.canonical
-        if self._everything or any(_under(path, root) for root in await self._roots()):
+        if self._everything:
             return True, probe
-        if not any(_under(path, prefix) for prefix in SYSTEM_PREFIXES):
+        roots = await self._roots()
+        if any(_under(path, root) for root in roots):  # leads below a root (a granted one too)
+            return not await self._linked_secret(tool, probe), probe
+        system = any(_under(path, prefix) for prefix in SYSTEM_PREFIXES)
+        if (system and self._secret(tool, path, probe)) or await self._linked_secret(tool, probe):
             return False, probe
-        return not self._secret(tool, path, probe), probe
+        return system or any(_under(target, root) for root in roots), probe
+
+    async def _linked_secret(self, tool: str, probe: _Probe | None) -> bool:
+        """A file with more than one hard link that is a secret file itself (its identity), or
+        is not world-readable on the system's own filesystem (where a link to one would be)."""
+        if tool not in _CONTENT_TOOLS or probe is None or probe.kind != "file" or \
+                probe.links < 2 or not probe.inode:
+            return False
+        if self._secret_inodes is None:
+            found = [await self._probe(path) for path in _SECRET_FILES]
+            self._secret_inodes = {p.inode for p in found if p is not None and p.inode
+                                   and p.kind == "file"}
+            system = await self._probe("/etc")
+            self._system_device = system.inode.split(":")[0] if system and system.inode else ""
+        if probe.inode in self._secret_inodes:
+            return True
+        return not probe.mode & 0o004 and probe.inode.split(":")[0] == self._system_device
 
     @staticmethod
     def _secret(tool: str, path: str, probe: _Probe | None) -> bool:
@@ -223,6 +261,9 @@ class ReadScope:
         shown = path if where == path else f"{path} (which is {where})"
         if any(_under(where, prefix) for prefix in SYSTEM_PREFIXES):
             what = f"{shown} holds secrets of this system"
+        elif probe is not None and probe.links > 1 and await self._linked_secret(tool, probe):
+            what = (f"{shown} is a hard link ({probe.links} names) to a file that may hold "
+                    "secrets of this system")
         else:
             what = f"{shown} is outside the working directory {self.workdir}"
         refusal = (f"{tool}: {what} and reading it was not approved; a host can set read_scope = "

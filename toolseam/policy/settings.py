@@ -185,6 +185,11 @@ def parse_settings(data: dict[str, Any], source: str = "settings") -> Settings:
 
 def load_settings(path: str | Path) -> Settings:
     """Read settings from a ``.toml`` or ``.json`` file."""
+    return parse_settings(read_settings_data(path), str(path))
+
+
+def read_settings_data(path: str | Path) -> dict[str, Any]:
+    """A settings file's mapping, not yet validated (the CLI merges its flags into it first)."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -196,7 +201,7 @@ def load_settings(path: str | Path) -> Settings:
         raise ConfigurationError(f"{file}: not valid {file.suffix.lstrip('.') or 'JSON'}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigurationError(f"{file}: the top level must be a table/object")
-    return parse_settings(data, str(file))
+    return data
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -210,5 +215,10 @@ def describe_validation_error(exc: ValidationError) -> str:
             parts.append(f"{field} is required")
         else:
             message = error["msg"].removeprefix("Value error, ")
+            given = error.get("input")
+            if isinstance(given, (str, int, float, bool)) and error["loc"] and \
+                    repr(given) not in message:
+                shown = repr(given) if len(repr(given)) <= 60 else repr(given)[:57] + "..."
+                message = f"{shown} is not accepted: {message}"
             parts.append(f"{field}: {message}" if error["loc"] else message)
     return "; ".join(parts)
