@@ -79,10 +79,12 @@ def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> s
     noun = "session" if toolkit.backend.name == "host" else "sandbox"  # the host sandboxes nothing
     whose = (f"one {noun} (jobs, read approvals) shared by every client of this server" if shared
              else f"a {noun} of your own (jobs, read approvals)")
-    if handles:
-        whose += (" (without a session too: calls without \"sandbox\" share your default "
-                  f"sandbox; \"sandbox\": \"{NEW}\" opens another, whose handle the result "
-                  "names — pass it back to keep using that one)")
+    if handles:  # sessionless clients: the principal's default, and more on request
+        whose = (f"a {noun} of your own per client session (jobs, read approvals); without a "
+                 f"session, calls without \"sandbox\" use your default {noun} (one per bearer "
+                 f"token, or one for this server without a token), and \"sandbox\": \"{NEW}\" "
+                 "opens another, whose handle the result names: pass it as \"sandbox\" to keep "
+                 "using that one")
     if toolkit.backend.name == "host":
         where = ("They run on the host backend: commands run directly on this machine as the user "
                  "running the server, with everything that user can reach (files, network, "
