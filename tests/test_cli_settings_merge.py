@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolseam import ConfigurationError, Toolkit
+from toolseam import ConfigurationError, Settings, Toolkit
 from toolseam.policy.settings import parse_settings
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,7 +67,8 @@ def test_every_settings_error_is_one_clean_line_naming_the_key(data: st.DataObje
     key, values = data.draw(BAD)
     value = data.draw(values)
     for attempt in (lambda: parse_settings({key: value}),
-                    lambda: Toolkit("host", settings={key: value})):
+                    lambda: Toolkit("host", settings={key: value}),
+                    lambda: Settings(**{key: value})):
         with pytest.raises(ConfigurationError) as refused:
             attempt()
         text = str(refused.value)

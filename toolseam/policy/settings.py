@@ -31,6 +31,15 @@ class Settings(BaseModel):
     # strict: "3600000" is not a number and true is not a count — a file says what it means
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    def __init__(self, **data: Any) -> None:
+        # Settings(...) from Python: the same one-line error as a settings file, not pydantic's
+        # own (its input_value dumps and documentation links). ConfigurationError is no
+        # ValueError, so pydantic passes it through model_validate unwrapped.
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(f"settings: {describe_validation_error(exc)}") from None
+
     schema_version: int = Field(SCHEMA_VERSION, description="Version of the file's shape.")
     timeout_policy: Literal["kill", "detach"] = Field(
         "kill", description="What the DEFAULT timeout does: kill the job, or detach it as a job.")
@@ -178,6 +187,8 @@ def parse_settings(data: dict[str, Any], source: str = "settings") -> Settings:
     upgraded.setdefault("schema_version", SCHEMA_VERSION)
     try:
         settings = Settings.model_validate(upgraded)
+    except ConfigurationError as exc:  # Settings.__init__'s, named "settings": name the source
+        raise ConfigurationError(f"{source}: {str(exc).removeprefix('settings: ')}") from None
     except ValidationError as exc:
         raise ConfigurationError(f"{source}: {describe_validation_error(exc)}") from None
     return settings.model_copy(update={"schema_version": SCHEMA_VERSION})
@@ -217,7 +228,7 @@ def describe_validation_error(exc: ValidationError) -> str:
             message = error["msg"].removeprefix("Value error, ")
             given = error.get("input")
             if isinstance(given, (str, int, float, bool)) and error["loc"] and \
-                    repr(given) not in message:
+                    error["loc"][0] != "egress_credentials" and repr(given) not in message:
                 shown = repr(given) if len(repr(given)) <= 60 else repr(given)[:57] + "..."
                 message = f"{message} (got {shown})"
             parts.append(f"{field}: {message}" if error["loc"] else message)
