@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from toolseam import AttachError, CouldNotRunError, Toolkit
+from toolseam.backends import backend_for_handle
 from toolseam.backends.agentlink.durable import seal_state
-from toolseam.durable import backend_for_handle, prepare, session_state
+from toolseam.durable import prepare, session_state
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import STATE_PUT
 
@@ -208,9 +209,11 @@ class _Relay:
         self._server.close()
 
 
-@pytest.fixture
-def detached_host(workspace: Path, tmp_path: Path) -> Iterator[tuple[object, Path]]:
-    tk = _toolkit("host", workspace)
+@pytest.fixture(params=["host", *BIND])
+def detached_host(request: pytest.FixtureRequest, workspace: Path,
+                  tmp_path: Path) -> Iterator[tuple[object, Path]]:
+    """A detached durable session whose socket this machine reaches (host, bind mode)."""
+    tk = _toolkit(str(request.param), workspace)
     loop = asyncio.new_event_loop()
     loop.run_until_complete(tk.open())
     handle = loop.run_until_complete(tk.detach())

@@ -13,7 +13,7 @@ from .pool import __getattr__  # noqa: F401 - SandboxPool on first use (a contai
 from .seam.handle import AttachError, SessionHandle
 
 if _TYPE_CHECKING:  # what type checkers see of the lazy name
-    from .backends.containers.pool import SandboxPool
+    from .sandbox_pool import SandboxPool
 from .seam.errors import (
     BackendUnavailable,
     ConfigurationError,

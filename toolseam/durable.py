@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
+from .backends import backend_for_handle
+from .backends.agentlink.durable import canonical_state
 from .policy.settings import parse_settings
 from .seam.capabilities import durable_sessions
 from .seam.errors import ConfigurationError, CouldNotRunError
@@ -48,25 +49,6 @@ async def detach(backend: BuiltinExec) -> None:
     await durable_sessions(backend).detach()
 
 
-def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> BuiltinExec:
-    """A backend of the handle's kind, for its workspace and engine (not yet open)."""
-    from .backends import backend_class
-    if handle.backend == "host":
-        host: Any = backend_class("host")
-        if handle.network == "egress":
-            options = {**options, "network": "egress"}
-        return host(handle.workspace, **options)  # type: ignore[no-any-return]
-    name = "docker" if handle.backend == "docker" else "podman"
-    if handle.backend == "podman-rootless":
-        options = {**options, "rootless": True}
-    if handle.network in ("bridge", "egress") and "limits" not in options:
-        from .policy.limits import SandboxLimits
-        options = {**options, "limits": SandboxLimits(network=handle.network)}
-    engine: Any = backend_class(name)
-    return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
-                  endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
-
-
 # --- the toolkit's own state, kept with the agent ---------------------------------------------
 def session_state(tk: Toolkit) -> dict[str, Any]:
     return {"v": STATE_VERSION, "session_id": tk.session_id, "base_dir": tk.base_dir,
@@ -75,8 +57,6 @@ def session_state(tk: Toolkit) -> dict[str, Any]:
             "session": tk.services.saved()}
 
 
-def state_digest(state: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
 def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
@@ -122,11 +102,12 @@ async def save_state(tk: Toolkit) -> None:
     durable = durable_sessions(tk.backend)
     await durable.keep_backend_state()  # copy mode's baseline, when an upload moved it
     state = session_state(tk)
-    digest = state_digest(state)
+    text = canonical_state(state)  # sealed as this text, and compared by its digest
+    digest = hashlib.sha256(text.encode()).hexdigest()
     if tk._state_digest == digest:
         return
     try:
-        await durable.keep_state("toolkit", state)
+        await durable.keep_state("toolkit", state, text)
     except (CouldNotRunError, ConfigurationError):
         return
     tk._state_digest = digest

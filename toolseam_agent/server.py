@@ -9,6 +9,7 @@ started outlives its host; each job's own deadline is enforced here too, not by 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import select
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 from . import ops, paths, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
+from .procscan import JobMark
 from .loop import Loop
 from .reaper import Reaper
 from .searcher import Search
@@ -55,6 +57,7 @@ class Agent:
         self.jobs: dict[str, Job] = {}
         self.leaders: dict[int, Job] = {}
         self.searchers: set[int] = set()  # search processes: the agent's, never a job's
+        self.detached_marks: list[JobMark] = []  # jobs whose setsid processes were kept
         self._next_job = 0
         # Environments by the host's id: a session sends its (often 2 KiB) environment once,
         # then names it. A few are kept, so a host alternating two environments stays cheap.
@@ -300,6 +303,8 @@ class Agent:
     # --- lifecycle ----------------------------------------------------------------------
     def _job_done(self, job: Job) -> None:
         self.leaders.pop(job.pid, None)
+        if job.detached_kept:  # its setsid processes live on: the session's close ends them
+            self.detached_marks.append(job.mark)
         if self._closing and not self.leaders:
             self.loop.running = False
 
@@ -316,6 +321,11 @@ class Agent:
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
             job.kill("shutdown")
+        others = [job.mark for job in running]
+        for mark in self.detached_marks:
+            for pid in procscan.job_members(mark, False, others, set(self.searchers)):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
         if not self.leaders:
             self.loop.running = False
 

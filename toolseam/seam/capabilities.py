@@ -34,8 +34,9 @@ class DurableSessions(Protocol):
     async def detach(self) -> None:
         """End this client's part; the sandbox and its jobs go on."""
 
-    async def keep_state(self, part: str, state: Any) -> None:
-        """Keep ``state`` with the sandbox's agent (sealed: ``agentlink/durable.py``)."""
+    async def keep_state(self, part: str, state: Any, text: str | None = None) -> None:
+        """Keep ``state`` with the sandbox's agent (sealed: ``agentlink/durable.py``);
+        ``text``: its canonical JSON, when the caller has it already."""
 
     def kept_state(self, part: str) -> Any:
         """What the last attach found kept as ``part`` (None if nothing), its seal checked.
@@ -52,11 +53,18 @@ class DurableSessions(Protocol):
         """Keep what the backend itself needs after a client's death (copy mode's baseline)."""
 
 
+_durable_types: dict[type, bool] = {}  # a Protocol isinstance costs ~16 µs; a class's answer is fixed
+
+
 def durable_sessions(backend: object) -> DurableSessions:
     """``backend`` as a ``DurableSessions``; a ``ConfigurationError`` naming the setting when
     it cannot keep a session past its client."""
-    if isinstance(backend, DurableSessions):
-        return backend
+    kind = type(backend)
+    found = _durable_types.get(kind)
+    if found is None:
+        found = _durable_types[kind] = isinstance(backend, DurableSessions)
+    if found:
+        return backend  # type: ignore[return-value]
     name = getattr(backend, "name", type(backend).__name__)
     raise ConfigurationError(f"orphan_timeout_s: the {name} backend cannot keep a session past "
                              "its client (host, podman and docker can)")

@@ -9,6 +9,8 @@ import asyncio
 import contextlib
 import itertools
 import socket
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from toolseam_agent.attach_auth import Sealer, SealError
@@ -38,6 +40,10 @@ _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent 
 # above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
 # memory, an mremap and an munmap (docs/decisions.md, 140).
 _READ_SIZE = 1 << 18
+# Told the op of each request this task's calls hand to an agent (``serve --stdio`` at EOF:
+# a bash call whose ``start`` reached the agent goes on there; one that did not, never ran).
+REQUEST_SENT: ContextVar[Callable[[str], None] | None] = ContextVar("toolseam_request_sent",
+                                                                   default=None)
 
 
 class AgentChannel(asyncio.BufferedProtocol):
@@ -67,6 +73,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         # A durable session's attached connection seals every line (toolseam_agent/attach_auth.py)
         self._seal: Sealer | None = None
         self._unseal: Sealer | None = None
+        self.tampered = False  # the channel died of a line that did not hold its seal
 
     @classmethod
     async def over_socket(cls, sock: socket.socket, endpoint: str) -> AgentChannel:
@@ -128,6 +135,9 @@ class AgentChannel(asyncio.BufferedProtocol):
                 self._transport.write((payload + "\n").encode())
             else:
                 self._transport.write(self._seal.seal(payload.encode()) + b"\n")
+            sent = REQUEST_SENT.get()
+            if sent is not None:
+                sent(op)
             if self._can_write is not None:
                 await asyncio.shield(self._can_write)
             answer = await future
@@ -177,6 +187,7 @@ class AgentChannel(asyncio.BufferedProtocol):
                         continue
                 self._dispatch(wire_loads(line.decode()))  # str: skips detect_encoding
         except SealError as exc:
+            self.tampered = True  # the engine's state cannot explain it: say what it was
             self._die(f"a line from the session at {self.endpoint} did not hold its seal ({exc}): "
                       "something between this client and the agent changed the stream")
             assert self._transport is not None

@@ -50,8 +50,14 @@ def state_key(secret: str) -> bytes:
     return hmac.digest(secret.encode(), b"toolseam client state v1", "sha256")
 
 
-def seal_state(secret: str, part: str, state: Any) -> dict[str, str]:
-    text = json.dumps(state, sort_keys=True, separators=(",", ":"))
+def canonical_state(state: Any) -> str:
+    """The one text a state is sealed (and compared) as."""
+    return json.dumps(state, sort_keys=True, separators=(",", ":"))
+
+
+def seal_state(secret: str, part: str, state: Any, text: str | None = None) -> dict[str, str]:
+    """``state`` sealed; ``text``: its ``canonical_state``, when the caller has it already."""
+    text = canonical_state(state) if text is None else text
     mac = hmac.digest(state_key(secret), part.encode() + b"\0" + text.encode(), "sha256")
     return {"sealed": text, "mac": mac.hex()}
 
@@ -186,10 +192,11 @@ class DurableChannel(AgentChannel):
             raise attach_refused(answer.get("error") or {})
         return dict(answer["result"])
 
-    async def put_state(self, state: Any, key: str = "toolkit") -> None:
+    async def put_state(self, state: Any, key: str = "toolkit", text: str | None = None) -> None:
         """Store a part of the client's state with the agent, sealed (the next attach hands
-        every part back, in ``attached["state"]`` by key, once its seal holds)."""
-        await self.call(STATE_PUT, key=key, state=seal_state(self._secret, key, state))
+        every part back, by key, once its seal holds: ``kept_state``). ``text``: the state's
+        ``canonical_state``, when the caller made it already."""
+        await self.call(STATE_PUT, key=key, state=seal_state(self._secret, key, state, text))
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
         if self._reconnecting is not None and not self._reconnecting.done():
@@ -257,8 +264,8 @@ class DurableMethods:
         """The open durable session's channel (``ConfigurationError`` if there is none)."""
         raise NotImplementedError
 
-    async def keep_state(self, part: str, state: Any) -> None:
-        await self.durable_channel().put_state(state, part)
+    async def keep_state(self, part: str, state: Any, text: str | None = None) -> None:
+        await self.durable_channel().put_state(state, part, text)
 
     def kept_state(self, part: str) -> Any:
         return self.durable_channel().kept_state(part)

@@ -37,8 +37,9 @@ __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 
 # The workspace modes, by name: a third is one new module in containers/ and one row here.
 MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
-    "bind": lambda options: BindMode(),
-    "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write),
+    "bind": lambda options: BindMode(options.setid_files),
+    "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write,
+                                     options.setid_files),
 }
 
 

@@ -22,6 +22,7 @@ from ...seam.handle import SessionHandle
 from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, durable_agent_env
 from .bind import BindMode, identity
+from .options import SetidFiles
 from .sandbox import (
     DURABLE_LABEL,
     OWNER_LABEL,
@@ -40,8 +41,9 @@ def durable_labels(labels: dict[str, str], orphan_timeout_s: float) -> dict[str,
 
 
 class DurableBindMode(BindMode):
-    def __init__(self, secret: str, orphan_timeout_s: float, adopt: SessionHandle | None) -> None:
-        super().__init__()
+    def __init__(self, secret: str, orphan_timeout_s: float, adopt: SessionHandle | None,
+                 setid_files: SetidFiles = None) -> None:
+        super().__init__(setid_files)
         self._secret = secret
         self._orphan_timeout_s = orphan_timeout_s
         self._adopt = adopt

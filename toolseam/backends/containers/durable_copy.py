@@ -33,6 +33,7 @@ from .bundle import bundle_command
 from .copy import CopyMode
 from .durable_bind import durable_labels
 from .exec_stream import exec_channel
+from .options import SetidFiles
 from .sandbox import (
     AGENT_MOUNT,
     CLOSING_LABEL,
@@ -51,8 +52,9 @@ _LISTEN_TIMEOUT_S = 15.0
 
 class DurableCopyMode(CopyMode):
     def __init__(self, copy_limit: int, keep_group_write: bool, secret: str,
-                 orphan_timeout_s: float, adopt: SessionHandle | None) -> None:
-        super().__init__(copy_limit, keep_group_write)
+                 orphan_timeout_s: float, adopt: SessionHandle | None,
+                 setid_files: SetidFiles = None) -> None:
+        super().__init__(copy_limit, keep_group_write, setid_files)
         self._secret = secret
         self._orphan_timeout_s = orphan_timeout_s
         self._adopt = adopt

@@ -27,9 +27,11 @@ class DurableMode(WorkspaceModeImpl, Protocol):
 
 Make = Callable[[ContainerOptions, str, float, SessionHandle | None], DurableMode]
 DURABLE_MODES: dict[type, Make] = {
-    BindMode: lambda options, secret, timeout, adopt: DurableBindMode(secret, timeout, adopt),
+    BindMode: lambda options, secret, timeout, adopt: DurableBindMode(
+        secret, timeout, adopt, options.setid_files),
     CopyMode: lambda options, secret, timeout, adopt: DurableCopyMode(
-        options.copy_bytes, options.copy_keep_group_write, secret, timeout, adopt),
+        options.copy_bytes, options.copy_keep_group_write, secret, timeout, adopt,
+        options.setid_files),
 }
 
 

@@ -393,7 +393,10 @@ class ContainerSandbox:
 
     async def explain(self, failure: CouldNotRunError | None, starting: bool = False
                       ) -> CouldNotRunError:
-        """Turn "the channel closed" into what happened to the container, from the engine's API."""
+        """Turn "the channel closed" into what happened to the container, from the engine's API
+        — unless the channel ended on a line that did not hold its seal: that is what happened."""
+        if failure is not None and self.channel is not None and self.channel.tampered:
+            return failure
         state = await self.state()
         if state is None:
             return failure or CouldNotRunError("the sandbox container is gone", retryable=True)
