@@ -24,8 +24,8 @@ from typing import Any
 from . import ops, paths, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
-from .procscan import JobMark
 from .loop import Loop
+from .procscan import JobMark
 from .reaper import Reaper
 from .searcher import Search
 from .wire import ErrorKind
