@@ -66,10 +66,10 @@ from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from pydantic import Field
 
 from ..backends import create_backend
-from ..handle import AttachError, SessionHandle
-from ..raw import UnknownUserError, UserUnsupportedError
+from ..seam.handle import AttachError, SessionHandle
+from ..session.raw import UnknownUserError, UserUnsupportedError
 from ..seam.errors import ToolseamError
-from ..toolkit import Toolkit
+from ..session.toolkit import Toolkit
 
 __all__ = ["ToolseamSandboxClient", "ToolseamSandboxClientOptions", "ToolseamSandboxSession",
            "ToolseamSandboxSessionState"]

@@ -17,7 +17,7 @@ from .handle import SessionHandle
 
 @runtime_checkable
 class DurableSessions(Protocol):
-    """What ``toolseam.durable`` needs of a backend to keep a session past its client."""
+    """What ``toolseam.session.durable`` needs of a backend to keep a session past its client."""
 
     def make_durable(self, secret: str, orphan_timeout_s: float,
                      adopt: SessionHandle | None = None) -> None:

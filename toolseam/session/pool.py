@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._extras import install_hint
-from .seam.errors import BackendUnavailable
+from .._extras import install_hint
+from ..seam.errors import BackendUnavailable
 
 
 def __getattr__(name: str) -> Any:

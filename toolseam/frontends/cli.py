@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__
-from ._extras import install_hint
-from .declarations import FORMATS
-from .policy.settings import Settings, parse_settings, read_settings_data
-from .seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
-from .seam.handle import SessionHandle
-from .toolkit import Toolkit
+from .. import __version__
+from .._extras import install_hint
+from ..session.declarations import FORMATS
+from ..policy.settings import Settings, parse_settings, read_settings_data
+from ..seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
+from ..seam.handle import SessionHandle
+from ..session.toolkit import Toolkit
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE
@@ -255,7 +255,7 @@ def _read_handle(path: str) -> SessionHandle:
 
 def _mcp(args: argparse.Namespace) -> int:
     # mcp_server first: without the mcp extra it raises the error naming the install line
-    from .mcp_server import serve_stdio
+    from .mcp.server import serve_stdio
 
     # A typo in a client's config must stop the server, not make every tool call fail later.
     container = args.backend != "host"
@@ -273,7 +273,7 @@ def _mcp(args: argparse.Namespace) -> int:
         host, _, port = args.http.rpartition(":")
         if not host or not port.isdigit():
             raise ConfigurationError(f"--http takes HOST:PORT, got {args.http!r}")
-        from .mcp_http import serve_http
+        from .mcp.http import serve_http
 
         serve_http(factory, host, int(port), approvals=args.approvals,
                    token_file=args.auth_token_file, shared=args.shared_sandbox)
@@ -326,7 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
     try:
-        from .backends.containers.recover import add_parser as add_recover_parser
+        from ..backends.containers.recover import add_parser as add_recover_parser
     except ModuleNotFoundError as exc:  # recover talks to engines: no container extra, no recover
         stub = commands.add_parser("recover", help="work kept after a failed copy-back (needs "
                                    "the podman or docker extra)", add_help=False,
@@ -369,7 +369,7 @@ def _main(argv: list[str] | None) -> int:
                 raise BackendUnavailable(
                     f"toolseam recover needs the {args.recover_missing!r} package: "
                     f"{install_hint('podman')}, or the same for docker")
-            from .backends.containers.recover import run as run_recover
+            from ..backends.containers.recover import run as run_recover
 
             return run_recover(args)
         return asyncio.run(_serve(args))

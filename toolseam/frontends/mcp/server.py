@@ -31,23 +31,23 @@ try:
     from mcp.server.context import ServerRequestContext
     from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
-    from ._extras import install_hint
-    from .seam.errors import BackendUnavailable
+    from ..._extras import install_hint
+    from ...seam.errors import BackendUnavailable
 
     raise BackendUnavailable(
         f"the MCP server needs the {exc.name!r} package: {install_hint('mcp')}") from None
 
-from . import __version__
-from . import mcp_approvals as approvals
-from .builtins import OutputEvent, ToolResult
-from .mcp_approvals import SANDBOX_ARG
-from .mcp_sandboxes import LOCAL, NEW, Handles, Sandbox, SandboxRefused
-from .policy.readscope import Answer
-from .seam.errors import HostError
-from .toolkit import Toolkit
+from ... import __version__
+from . import approvals
+from ...builtins import OutputEvent, ToolResult
+from .approvals import SANDBOX_ARG
+from .sandboxes import LOCAL, NEW, Handles, Sandbox, SandboxRefused
+from ...policy.readscope import Answer
+from ...seam.errors import HostError
+from ...session.toolkit import Toolkit
 
 if TYPE_CHECKING:
-    from .egress.audit import EgressEvent
+    from ...egress.audit import EgressEvent
 
 ToolkitFactory = Callable[[], Toolkit]
 
@@ -291,7 +291,7 @@ class McpTools:
         while (event := await outbox.get()) is not None:
             if not isinstance(event, OutputEvent):  # an egress event: a log notification only
                 if log:
-                    from .egress.session import event_record  # loaded only in egress mode
+                    from ...egress.session import event_record  # loaded only in egress mode
 
                     await _log(ctx, event_record(event), "egress")
                 continue

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..policy.limits import SandboxLimits
+from ...policy.limits import SandboxLimits
 
 
 class ToolseamSandboxConfig(BaseModel):

@@ -17,15 +17,15 @@ import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-from .builtins import OutputEvent, ToolResult
+from ..builtins import OutputEvent, ToolResult
 from .declarations import Format
-from .policy.readscope import Approver
-from .policy.settings import Settings
-from .policy.shells import ShellChoice
-from .seam.errors import SessionClosedError
-from .seam.handle import SessionHandle
-from .seam.models import SandboxInfo
-from .seam.protocol import BuiltinExec
+from ..policy.readscope import Approver
+from ..policy.settings import Settings
+from ..policy.shells import ShellChoice
+from ..seam.errors import SessionClosedError
+from ..seam.handle import SessionHandle
+from ..seam.models import SandboxInfo
+from ..seam.protocol import BuiltinExec
 from .toolkit import HostTool, Toolkit
 
 T = TypeVar("T")

@@ -16,13 +16,13 @@ import hashlib
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from .backends import backend_for_handle
-from .backends.agentlink.durable import canonical_state
-from .policy.settings import parse_settings
-from .seam.capabilities import durable_sessions
-from .seam.errors import ConfigurationError, CouldNotRunError
-from .seam.handle import AttachError, SessionHandle
-from .seam.protocol import BuiltinExec
+from ..backends import backend_for_handle
+from ..backends.agentlink.durable import canonical_state
+from ..policy.settings import parse_settings
+from ..seam.capabilities import durable_sessions
+from ..seam.errors import ConfigurationError, CouldNotRunError
+from ..seam.handle import AttachError, SessionHandle
+from ..seam.protocol import BuiltinExec
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit
@@ -83,7 +83,7 @@ def toolkit_options(state: dict[str, Any], handle: SessionHandle) -> dict[str, A
 
 
 def _all_builtin_names() -> tuple[str, ...]:
-    from .builtins import BUILTIN_NAMES
+    from ..builtins import BUILTIN_NAMES
     return tuple(BUILTIN_NAMES)
 
 

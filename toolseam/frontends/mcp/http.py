@@ -28,9 +28,9 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
-from .mcp_server import McpTools, build_server
-from .seam.errors import ConfigurationError
-from .toolkit import Toolkit
+from .server import McpTools, build_server
+from ...seam.errors import ConfigurationError
+from ...session.toolkit import Toolkit
 
 TOKEN_ENV = "TOOLSEAM_MCP_TOKEN"
 MIN_TOKEN_CHARS = 32  # `openssl rand -hex 32` gives 64
@@ -148,7 +148,7 @@ def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: 
     try:
         import uvicorn
     except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
-        from ._extras import install_hint
+        from ..._extras import install_hint
 
         raise ConfigurationError(f"--http needs the {exc.name!r} package: "
                                  f"{install_hint('mcp')}") from None

@@ -13,8 +13,8 @@ from typing import Any
 
 import psutil
 
-from .seam.models import SandboxInfo
-from .toolkit import Toolkit
+from ..seam.models import SandboxInfo
+from ..session.toolkit import Toolkit
 
 _PATCH = """*** Begin Patch
 *** Update File: src/greet.py

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .seam.errors import HostError
-from .toolkit import Toolkit
+from ...seam.errors import HostError
+from ...session.toolkit import Toolkit
 
 IDLE_SECONDS = 30 * 60  # as the SDK's HTTP sessions
 MOST_HANDLES = 16  # handle sandboxes per principal; each is an agent process or a container

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .seam.errors import CouldNotRunError, FileOpError, HostError, ToolseamError
-from .seam.models import MAX_MS, ChangeSet, DeleteOp, PathRef
-from .seam.protocol import ExecRequest
+from ..seam.errors import CouldNotRunError, FileOpError, HostError, ToolseamError
+from ..seam.models import MAX_MS, ChangeSet, DeleteOp, PathRef
+from ..seam.protocol import ExecRequest
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit

@@ -9,10 +9,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .backends.containers.pool import ContainerPool
-from .policy.limits import SandboxLimits
-from .policy.settings import Settings, parse_settings
-from .seam.errors import ConfigurationError
+from ..backends.containers.pool import ContainerPool
+from ..policy.limits import SandboxLimits
+from ..policy.settings import Settings, parse_settings
+from ..seam.errors import ConfigurationError
 from .toolkit import Toolkit
 
 __all__ = ["SandboxPool"]

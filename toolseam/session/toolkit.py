@@ -16,9 +16,10 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from . import durable, stdio_wire
-from .backends import backend_for
-from .builtins import (
+from . import durable
+from .. import stdio_wire
+from ..backends import backend_for
+from ..builtins import (
     BUILTIN_NAMES,
     CallContext,
     OutputEvent,
@@ -28,26 +29,26 @@ from .builtins import (
     remove_spills,
 )
 from .declarations import Format, declare
-from .policy.environment import command_environment
-from .policy.readscope import Approver, ReadScope
-from .policy.session import Session
-from .policy.settings import Settings, parse_settings
-from .policy.shells import ShellChoice, ShellResolver
+from ..policy.environment import command_environment
+from ..policy.readscope import Approver, ReadScope
+from ..policy.session import Session
+from ..policy.settings import Settings, parse_settings
+from ..policy.shells import ShellChoice, ShellResolver
 from .raw import RawSandbox
-from .seam.errors import (
+from ..seam.errors import (
     ConfigurationError,
     CouldNotRunError,
     HostError,
     SessionClosedError,
     UnknownToolError,
 )
-from .seam.handle import SessionHandle
-from .seam.models import PathRef, SandboxInfo, SyncReport
-from .seam.protocol import BuiltinExec, WorkspaceTransfer
+from ..seam.handle import SessionHandle
+from ..seam.models import PathRef, SandboxInfo, SyncReport
+from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 
 if TYPE_CHECKING:
-    from .egress.audit import EgressEvent
-    from .egress.session import SessionEgress
+    from ..egress.audit import EgressEvent
+    from ..egress.session import SessionEgress
 
 
 def _json_object(text: str | bytes, depth_limit: int) -> Any:
@@ -265,7 +266,7 @@ class Toolkit:
     async def _start_egress(self) -> None:
         """The session's proxy, reached through the agent; its variables win over any other
         source (a sandbox in egress mode has no other way out). On failure nothing is left."""
-        from .egress.session import SessionEgress  # loaded only for egress sessions
+        from ..egress.session import SessionEgress  # loaded only for egress sessions
 
         def on_event(event: EgressEvent) -> None:
             if self.on_egress is not None:

@@ -33,15 +33,15 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from . import stdio_wire
-from .backends.agentlink.channel import REQUEST_SENT
-from .builtins import OutputEvent
-from .policy.readscope import ANSWERS, Answer, ReadQuestion
-from .seam.errors import HostError, SessionClosedError
-from .toolkit import Toolkit
+from .. import stdio_wire
+from ..backends.agentlink.channel import REQUEST_SENT
+from ..builtins import OutputEvent
+from ..policy.readscope import ANSWERS, Answer, ReadQuestion
+from ..seam.errors import HostError, SessionClosedError
+from ..session.toolkit import Toolkit
 
 if TYPE_CHECKING:
-    from .egress.audit import EgressEvent
+    from ..egress.audit import EgressEvent
 
 MAX_ID_CHARS = 1024
 MAX_ID_INT = 2**63 - 1  # what every client language holds in a 64-bit integer
@@ -83,7 +83,7 @@ class StdioServer:
 
     def _egress(self, event: EgressEvent) -> None:
         """Egress mode: each connection attempt, as its connection ends."""
-        from .egress.session import event_record  # loaded only in egress mode
+        from ..egress.session import event_record  # loaded only in egress mode
 
         self.send({"op": "egress", **event_record(event)})
 

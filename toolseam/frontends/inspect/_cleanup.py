@@ -27,8 +27,8 @@ from typing import Any
 
 import psutil
 
-from ..backends.owner import still_runs
-from ..seam.errors import CouldNotRunError
+from ...backends.owner import still_runs
+from ...seam.errors import CouldNotRunError
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +42,12 @@ def _local_engines() -> list[Any]:
     engines: list[Any] = []
     podman_urls = {os.environ.get("TOOLSEAM_PODMAN_URL") or "unix:///run/podman/podman.sock"}
     with contextlib.suppress(ImportError):
-        from ..backends.podman import PodmanEngine, default_endpoint
+        from ...backends.podman import PodmanEngine, default_endpoint
 
         podman_urls.add(os.environ.get("TOOLSEAM_PODMAN_ROOTLESS_URL") or default_endpoint(True))
         engines += [PodmanEngine(url) for url in sorted(podman_urls) if _socket_exists(url)]
     with contextlib.suppress(ImportError):
-        from ..backends.docker import docker_engine
+        from ...backends.docker import docker_engine
 
         url = (os.environ.get("TOOLSEAM_DOCKER_URL") or os.environ.get("DOCKER_HOST")
                or "unix:///var/run/docker.sock")

@@ -42,11 +42,11 @@ from inspect_ai.util import (
 )
 from pydantic import BaseModel, ValidationError
 
-from ..backends import backend_for
-from ..policy.settings import Settings, describe_validation_error, parse_settings
-from ..raw import FileLimitError, UnknownUserError, UserUnsupportedError
-from ..seam.errors import ConfigurationError, CouldNotRunError
-from ..toolkit import Toolkit
+from ...backends import backend_for
+from ...policy.settings import Settings, describe_validation_error, parse_settings
+from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
+from ...seam.errors import ConfigurationError, CouldNotRunError
+from ...session.toolkit import Toolkit
 from . import _cleanup
 from ._config import ToolseamSandboxConfig
 
@@ -105,7 +105,7 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
             raise ConfigurationError(f"toolseam sandbox config: {', '.join(refused)} apply to a "
                                      "container backend, not host")
         return {}
-    from ..backends.containers.sandbox import Hardening
+    from ...backends.containers.sandbox import Hardening
 
     options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace,
                                "hardening": Hardening(read_only_root=config.read_only_root)}
@@ -116,7 +116,7 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     if config.tls_cert_path is not None:
         if config.backend != "docker":
             raise ConfigurationError("toolseam sandbox config: tls_cert_path is a docker option")
-        from ..backends.containers.attach import TlsFiles
+        from ...backends.containers.attach import TlsFiles
 
         options["tls"] = TlsFiles.from_dir(config.tls_cert_path)
     if config.rootless:
@@ -132,7 +132,7 @@ def _give_to_engine_user(workspace: str, config: ToolseamSandboxConfig) -> None:
     than opening the directory to every local user. Run as that user, it is already theirs."""
     if not (config.backend == "podman" and config.rootless and os.geteuid() == 0):
         return
-    from ..backends.podman import default_endpoint
+    from ...backends.podman import default_endpoint
 
     url = config.endpoint or os.environ.get("TOOLSEAM_PODMAN_ROOTLESS_URL") or default_endpoint(True)
     if not url.startswith("unix://"):
