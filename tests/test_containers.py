@@ -296,7 +296,7 @@ def test_cli_call_on_a_container_backend(engine: str, workspace: Path) -> None:
     option = ["--backend", "docker"] if engine == "docker" else ["--backend", "podman"]
     if engine == "podman-rootless":
         option.append("--rootless")
-    done = subprocess.run([sys.executable, "-m", "toolseam.cli", "call", "bash",
+    done = subprocess.run([sys.executable, "-m", "toolseam.frontends.cli", "call", "bash",
                            '{"command": "pwd; cat hello.txt"}', *option, "--workspace", str(workspace),
                            "--image", IMAGE],
                           capture_output=True, text=True, timeout=120, cwd=REPO)

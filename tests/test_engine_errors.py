@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from toolseam import CouldNotRunError
-from toolseam.backends.containers.docker_dialect import DockerDialect
-from toolseam.backends.containers.errors import (
+from toolseam.backends.containers.engine.docker_dialect import DockerDialect
+from toolseam.backends.containers.engine.errors import (
     EngineConflict,
     EngineError,
     EngineNotFound,
@@ -29,8 +29,8 @@ from toolseam.backends.containers.errors import (
     SdkErrors,
     map_engine_error,
 )
-from toolseam.backends.containers.podman_dialect import PodmanDialect
-from toolseam.backends.containers.retry import is_transient
+from toolseam.backends.containers.engine.podman_dialect import PodmanDialect
+from toolseam.backends.containers.engine.retry import is_transient
 from toolseam.backends.docker import DockerEngine
 from toolseam.backends.podman import PodmanEngine
 

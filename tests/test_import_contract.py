@@ -25,7 +25,7 @@ def test_lint_imports_keeps_every_contract() -> None:
 
 def _package(module: str) -> str:
     """A module's package one level below the top (``toolseam.backends``); the top-level
-    modules (``toolseam.toolkit``) and ``toolseam_agent`` are each one package."""
+    modules (``toolseam.session.toolkit``) and ``toolseam_agent`` are each one package."""
     parts = module.split(".")
     if parts[0] == "toolseam" and len(parts) > 1 and (REPO / "toolseam" / parts[1]).is_dir():
         return ".".join(parts[:2])

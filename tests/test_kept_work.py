@@ -21,7 +21,7 @@ import pytest
 
 from toolseam import Toolkit
 from toolseam.backends.containers.sandbox import KEPT_RETENTION_S, janitor
-from toolseam.cli import main
+from toolseam.frontends.cli import main
 
 from .engines import backend, endpoint
 

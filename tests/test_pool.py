@@ -33,7 +33,7 @@ from toolseam import (
 from toolseam.backends import staging
 from toolseam.backends.containers import bundle, pool_mounts, sandbox
 from toolseam.backends.containers import pool as pool_module
-from toolseam.backends.containers.engine import SdkEngine
+from toolseam.backends.containers.engine.sdk import SdkEngine
 from toolseam.backends.containers.sandbox import POOL_LABEL, janitor
 
 from .engines import ENGINES, REMOTE_ENGINES, backend, endpoint, remove_shared, shared_dir

@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolseam.backends.containers.bind import SOCKET_DIR_PREFIX, sweep_socket_dirs
+from toolseam.backends.containers.modes.bind import SOCKET_DIR_PREFIX, sweep_socket_dirs
 from toolseam.backends.staging import user_dir
 
 

@@ -19,10 +19,10 @@ from typing import Any, NoReturn
 
 from .. import __version__
 from .._extras import install_hint
-from ..session.declarations import FORMATS
 from ..policy.settings import Settings, parse_settings, read_settings_data
 from ..seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
+from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130

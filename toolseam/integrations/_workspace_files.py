@@ -9,9 +9,9 @@ import posixpath
 
 from pydantic_ai.workspaces import FileEntry
 
-from ..session.raw import ExecResult, os_error
 from ..seam.errors import FileOpError
 from ..seam.models import FileStat, PathRef
+from ..session.raw import ExecResult, os_error
 from ..session.toolkit import Toolkit
 
 

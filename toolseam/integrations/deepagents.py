@@ -31,8 +31,8 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from ..session.raw import ExecResult, FileLimitError
 from ..seam.errors import CouldNotRunError
+from ..session.raw import ExecResult, FileLimitError
 from ..session.toolkit import Toolkit
 from . import _deepagents_files as files
 from ._session import LoopThread, Workspace, check_choice, toolkit_arguments

@@ -66,9 +66,9 @@ from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from pydantic import Field
 
 from ..backends import create_backend
+from ..seam.errors import ToolseamError
 from ..seam.handle import AttachError, SessionHandle
 from ..session.raw import UnknownUserError, UserUnsupportedError
-from ..seam.errors import ToolseamError
 from ..session.toolkit import Toolkit
 
 __all__ = ["ToolseamSandboxClient", "ToolseamSandboxClientOptions", "ToolseamSandboxSession",

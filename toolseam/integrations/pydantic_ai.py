@@ -31,10 +31,10 @@ from pydantic_ai.workspaces import (
 )
 from pydantic_ai.workspaces.protocol import validate_timeout
 
-from ..seam.handle import AttachError
 from ..policy.settings import Settings, parse_settings
-from ..session.raw import ExecResult
 from ..seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
+from ..seam.handle import AttachError
+from ..session.raw import ExecResult
 from ..session.toolkit import Toolkit
 from . import _live
 from . import _workspace_files as files

@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..backends.containers.pool import ContainerPool
+from ..backends.containers.pool.warm import ContainerPool
 from ..policy.limits import SandboxLimits
 from ..policy.settings import Settings, parse_settings
 from ..seam.errors import ConfigurationError

@@ -18,7 +18,6 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from ..builtins import OutputEvent, ToolResult
-from .declarations import Format
 from ..policy.readscope import Approver
 from ..policy.settings import Settings
 from ..policy.shells import ShellChoice
@@ -26,6 +25,7 @@ from ..seam.errors import SessionClosedError
 from ..seam.handle import SessionHandle
 from ..seam.models import SandboxInfo
 from ..seam.protocol import BuiltinExec
+from .declarations import Format
 from .toolkit import HostTool, Toolkit
 
 T = TypeVar("T")

@@ -16,7 +16,6 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from . import durable
 from .. import stdio_wire
 from ..backends import backend_for
 from ..builtins import (
@@ -28,13 +27,11 @@ from ..builtins import (
     could_not_run_result,
     remove_spills,
 )
-from .declarations import Format, declare
 from ..policy.environment import command_environment
 from ..policy.readscope import Approver, ReadScope
 from ..policy.session import Session
 from ..policy.settings import Settings, parse_settings
 from ..policy.shells import ShellChoice, ShellResolver
-from .raw import RawSandbox
 from ..seam.errors import (
     ConfigurationError,
     CouldNotRunError,
@@ -45,6 +42,9 @@ from ..seam.errors import (
 from ..seam.handle import SessionHandle
 from ..seam.models import PathRef, SandboxInfo, SyncReport
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
+from . import durable
+from .declarations import Format, declare
+from .raw import RawSandbox
 
 if TYPE_CHECKING:
     from ..egress.audit import EgressEvent

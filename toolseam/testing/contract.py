@@ -39,7 +39,6 @@ import pytest_asyncio
 
 # The public package only: what a user's own backend is tested against is what users import.
 from toolseam import FileOpError, Settings, Toolkit
-from toolseam.session.raw import FileLimitError, RawSandbox, UnknownUserError, UserUnsupportedError
 from toolseam.seam import (
     BuiltinExec,
     ChangeSet,
@@ -51,6 +50,7 @@ from toolseam.seam import (
     SpawnRequest,
     WriteOp,
 )
+from toolseam.session.raw import FileLimitError, RawSandbox, UnknownUserError, UserUnsupportedError
 
 from .hostile import ORDERS, HostileBackend
 

@@ -20,9 +20,9 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
-from .bind import BindMode
-from .copy import CopyMode
-from .durable_modes import DurableMode, durable_mode
+from .modes.bind import BindMode
+from .modes.copy import CopyMode
+from .modes.durable import DurableMode, durable_mode
 from .options import DEFAULT_IMAGE, ContainerOptions
 from .sandbox import (
     GO_MODE_SYMLINK,

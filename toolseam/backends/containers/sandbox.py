@@ -38,10 +38,10 @@ from ...seam.models import SandboxInfo, SyncReport
 from ..agentlink.channel import AgentChannel
 from ..composed import Liveness
 from ..owner import still_runs
-from .attach import EngineAddress
-from .bundle import stage_bundle
-from .bundle_arch import select_bundle
-from .pull import PullCallback, PullPolicy
+from .bundle.foreign_arch import select_bundle
+from .bundle.staged import stage_bundle
+from .engine.attach import EngineAddress
+from .engine.pull import PullCallback, PullPolicy
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
@@ -540,8 +540,8 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove_volume(volume)
-    from .bind import sweep_socket_dirs  # bind.py imports this module
-    from .pool_mounts import sweep_dead_pools  # it reads the owner labels of this module
+    from .modes.bind import sweep_socket_dirs  # bind.py imports this module
+    from .pool.mounts import sweep_dead_pools  # it reads the owner labels of this module
     sweep_dead_pools()
     sweep_socket_dirs()
     return removed

@@ -44,8 +44,8 @@ from pydantic import BaseModel, ValidationError
 
 from ...backends import backend_for
 from ...policy.settings import Settings, describe_validation_error, parse_settings
-from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
 from ...seam.errors import ConfigurationError, CouldNotRunError
+from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
 from ...session.toolkit import Toolkit
 from . import _cleanup
 from ._config import ToolseamSandboxConfig
@@ -116,7 +116,7 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     if config.tls_cert_path is not None:
         if config.backend != "docker":
             raise ConfigurationError("toolseam sandbox config: tls_cert_path is a docker option")
-        from ...backends.containers.attach import TlsFiles
+        from ...backends.containers.engine.attach import TlsFiles
 
         options["tls"] = TlsFiles.from_dir(config.tls_cert_path)
     if config.rootless:

@@ -19,8 +19,8 @@ from typing import Any
 import mcp_types as types
 from mcp.server.context import ServerRequestContext
 
-from .sandboxes import Sandbox
 from ...policy.readscope import ANSWERS, Answer, ReadQuestion
+from .sandboxes import Sandbox
 
 APPROVAL_KEY = "read-approval"
 SANDBOX_ARG = "sandbox"

@@ -28,9 +28,9 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
-from .server import McpTools, build_server
 from ...seam.errors import ConfigurationError
 from ...session.toolkit import Toolkit
+from .server import McpTools, build_server
 
 TOKEN_ENV = "TOOLSEAM_MCP_TOKEN"
 MIN_TOKEN_CHARS = 32  # `openssl rand -hex 32` gives 64

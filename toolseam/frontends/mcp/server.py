@@ -38,13 +38,13 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installe
         f"the MCP server needs the {exc.name!r} package: {install_hint('mcp')}") from None
 
 from ... import __version__
-from . import approvals
 from ...builtins import OutputEvent, ToolResult
-from .approvals import SANDBOX_ARG
-from .sandboxes import LOCAL, NEW, Handles, Sandbox, SandboxRefused
 from ...policy.readscope import Answer
 from ...seam.errors import HostError
 from ...session.toolkit import Toolkit
+from . import approvals
+from .approvals import SANDBOX_ARG
+from .sandboxes import LOCAL, NEW, Handles, Sandbox, SandboxRefused
 
 if TYPE_CHECKING:
     from ...egress.audit import EgressEvent

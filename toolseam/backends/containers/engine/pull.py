@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import requests
 
-from ...seam.errors import CouldNotRunError
+from ....seam.errors import CouldNotRunError
 
 PullPolicy = Literal["never", "missing", "always"]
 PULL_POLICIES: tuple[PullPolicy, ...] = ("never", "missing", "always")

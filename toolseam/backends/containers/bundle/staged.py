@@ -25,10 +25,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-from ...seam.errors import CouldNotRunError
-from .. import staging
-from ..agentlink.launch import AGENT_PACKAGE, agent_command, stage_agent
-from .workspace_copy import as_root
+from ....seam.errors import CouldNotRunError
+from ... import staging
+from ...agentlink.launch import AGENT_PACKAGE, agent_command, stage_agent
+from ..workspace_sync.tar_sync import as_root
 
 # --- the agent for any image: this interpreter, with everything it loads, run by its own loader
 RUNTIME_DIR = "rt"  # inside the staged bundle, beside toolseam_agent/

@@ -18,12 +18,11 @@ from typing import Any
 
 from toolseam_agent.landlock import DOMAIN_VAR
 
-from ...seam.handle import SessionHandle
-from ..agentlink.channel import AgentChannel
-from ..agentlink.durable import DurableChannel, durable_agent_env
-from .bind import BindMode, identity
-from .options import SetidFiles
-from .sandbox import (
+from ....seam.handle import SessionHandle
+from ...agentlink.channel import AgentChannel
+from ...agentlink.durable import DurableChannel, durable_agent_env
+from ..options import SetidFiles
+from ..sandbox import (
     DURABLE_LABEL,
     OWNER_LABEL,
     SOCKET_MOUNT,
@@ -31,6 +30,7 @@ from .sandbox import (
     ContainerSpec,
     adopt_running,
 )
+from .bind import BindMode, identity
 
 
 def durable_labels(labels: dict[str, str], orphan_timeout_s: float) -> dict[str, str]:

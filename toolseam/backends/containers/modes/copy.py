@@ -18,14 +18,14 @@ import time
 from collections import deque
 from typing import IO, Any, Literal
 
-from ...seam.errors import CouldNotRunError
-from ...seam.models import SyncReport
-from ..staging import staging_root
-from .attach import attach_channel
-from .bundle import bundle_archive, bundle_command, bundle_digest
-from .options import SetidFiles
-from .retry import transient_retry
-from .sandbox import (
+from ....seam.errors import CouldNotRunError
+from ....seam.models import SyncReport
+from ...staging import staging_root
+from ..bundle.staged import bundle_archive, bundle_command, bundle_digest
+from ..engine.attach import attach_channel
+from ..engine.retry import transient_retry
+from ..options import SetidFiles
+from ..sandbox import (
     AGENT_MOUNT,
     AGENT_VOLUME_LABEL,
     KEPT_CONTAINER_LABEL,
@@ -40,7 +40,7 @@ from .sandbox import (
     in_engine_thread,
     recover_command,
 )
-from .workspace_copy import WorkspaceCopy
+from ..workspace_sync.tar_sync import WorkspaceCopy
 
 
 class CopyLiveness:

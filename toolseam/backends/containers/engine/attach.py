@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from ...seam.errors import CouldNotRunError
-from ..agentlink.channel import AgentChannel
+from ....seam.errors import CouldNotRunError
+from ...agentlink.channel import AgentChannel
 
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT, _STDERR = 1, 2

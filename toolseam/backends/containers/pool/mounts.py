@@ -27,8 +27,8 @@ import shutil
 import tempfile
 import warnings
 
-from ..staging import own_entries, read_own_file, user_dir
-from .sandbox import owner_is_gone, owner_label
+from ...staging import own_entries, read_own_file, user_dir
+from ..sandbox import owner_is_gone, owner_label
 
 MS_BIND = 0x1000
 MS_REC = 0x4000

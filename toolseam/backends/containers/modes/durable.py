@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from ...seam.handle import SessionHandle
+from ....seam.handle import SessionHandle
+from ..options import ContainerOptions
+from ..sandbox import ContainerSandbox, WorkspaceModeImpl
 from .bind import BindMode
 from .copy import CopyMode
 from .durable_bind import DurableBindMode
 from .durable_copy import DurableCopyMode
-from .options import ContainerOptions
-from .sandbox import ContainerSandbox, WorkspaceModeImpl
 
 
 class DurableMode(WorkspaceModeImpl, Protocol):

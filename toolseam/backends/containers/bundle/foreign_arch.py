@@ -8,7 +8,7 @@ the standard library's extension modules load for the wanted architecture
 unpacks them into a sysroot and lays the bundle out exactly as ``stage_bundle`` does: the same
 agent, the same ``bundle_command``. Bytecode is arch-independent, so it is compiled here.
 
-    python -m toolseam.backends.containers.bundle_arch arm64 /srv/toolseam-agent-arm64
+    python -m toolseam.backends.containers.bundle.foreign_arch arm64 /srv/toolseam-agent-arm64
 
 then ``PodmanBackend(..., agent_bundles={"arm64": "/srv/toolseam-agent-arm64"})`` (or
 ``TOOLSEAM_AGENT_BUNDLE_ARM64``). Written by hand: no packaging tool assembles a relocatable
@@ -24,9 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ...seam.errors import ConfigurationError, CouldNotRunError
-from ..agentlink.launch import stage_agent
-from .bundle import (
+from ....seam.errors import ConfigurationError, CouldNotRunError
+from ...agentlink.launch import stage_agent
+from .staged import (
     LOADER_NAME,
     RUNTIME_DIR,
     copy_interpreter,
@@ -118,7 +118,7 @@ def select_bundle(engine_arch: str, local_bundle: str, configured: dict[str, str
         return path
     raise CouldNotRunError(
         f"the engine runs {arch} and this machine is {host_arch()}: build the agent for it with "
-        f"`python -m toolseam.backends.containers.bundle_arch {arch} DIR` and pass agent_bundles="
+        f"`python -m toolseam.backends.containers.bundle.foreign_arch {arch} DIR` and pass agent_bundles="
         f"{{'{arch}': DIR}} (or set TOOLSEAM_AGENT_BUNDLE_{arch.upper()})", retryable=False)
 
 
@@ -136,7 +136,7 @@ def _in_sysroot(sysroot: Path, path: Path) -> Path:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        raise SystemExit("usage: python -m toolseam.backends.containers.bundle_arch ARCH OUT-DIR")
+        raise SystemExit("usage: python -m toolseam.backends.containers.bundle.foreign_arch ARCH OUT-DIR")
     arch, out = args[0], Path(args[1]).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="toolseam-sysroot-") as sysroot:

@@ -14,8 +14,8 @@ import json
 import ssl
 from typing import Any
 
-from ...seam.errors import CouldNotRunError
-from ..agentlink.channel import AgentChannel
+from ....seam.errors import CouldNotRunError
+from ...agentlink.channel import AgentChannel
 from .attach import EngineAddress, _AttachProtocol, _keepalive
 
 _TIMEOUT_S = 15.0

@@ -13,11 +13,11 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Protocol, TypeVar
 
+from ..sandbox import ContainerSpec, ContainerState, decode_path_stat
 from .attach import EngineAddress, TlsFiles
 from .errors import EngineError, EngineNotFound, EngineUnreachable, SdkErrors, map_engine_error
 from .pull import PullCallback, follow_pull, split_reference
 from .retry import transient_retry
-from .sandbox import ContainerSpec, ContainerState, decode_path_stat
 from .ssh import SshTunnel
 
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import requests
 
-from ...seam.errors import CouldNotRunError
+from ....seam.errors import CouldNotRunError
 
 
 class EngineError(CouldNotRunError):

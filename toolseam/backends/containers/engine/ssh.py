@@ -21,7 +21,7 @@ import tempfile
 import time
 from urllib.parse import urlsplit
 
-from ...seam.errors import ConfigurationError, CouldNotRunError
+from ....seam.errors import ConfigurationError, CouldNotRunError
 
 _UP_TIMEOUT_S = 20.0
 

@@ -17,14 +17,14 @@ import time
 from collections import deque
 from typing import IO, Any, Literal
 
-from ...seam.errors import ConfigurationError, CouldNotRunError
-from ...seam.models import SyncReport
-from ..agentlink.channel import AgentChannel
-from ..staging import user_dir
-from .bundle import bundle_command
-from .options import SetidFiles
-from .pool_mounts import HOST_SLOTS, SlotMounts, release_slot
-from .sandbox import (
+from ....seam.errors import ConfigurationError, CouldNotRunError
+from ....seam.models import SyncReport
+from ...agentlink.channel import AgentChannel
+from ...staging import user_dir
+from ..bundle.staged import bundle_command
+from ..options import SetidFiles
+from ..pool.mounts import HOST_SLOTS, SlotMounts, release_slot
+from ..sandbox import (
     AGENT_MOUNT,
     SOCKET_MOUNT,
     WORKSPACE,

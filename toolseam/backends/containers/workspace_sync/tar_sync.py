@@ -51,8 +51,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import IO, Literal
 
-from ...seam.errors import CouldNotRunError
-from ...seam.models import SyncReport
+from ....seam.errors import CouldNotRunError
+from ....seam.models import SyncReport
 
 Kind = Literal["file", "dir", "link"]
 CONFLICT_SUFFIX = ".toolseam-conflict"

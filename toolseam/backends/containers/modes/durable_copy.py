@@ -25,16 +25,14 @@ from typing import Any, Literal
 
 from toolseam_agent.attach_auth import KEY_VAR
 
-from ...seam.errors import CouldNotRunError
-from ...seam.handle import AttachError, SessionHandle
-from ...seam.models import SyncReport
-from ..agentlink.durable import DurableChannel, durable_agent_env
-from .bundle import bundle_command
-from .copy import CopyMode
-from .durable_bind import durable_labels
-from .exec_stream import exec_channel
-from .options import SetidFiles
-from .sandbox import (
+from ....seam.errors import CouldNotRunError
+from ....seam.handle import AttachError, SessionHandle
+from ....seam.models import SyncReport
+from ...agentlink.durable import DurableChannel, durable_agent_env
+from ..bundle.staged import bundle_command
+from ..engine.exec_stream import exec_channel
+from ..options import SetidFiles
+from ..sandbox import (
     AGENT_MOUNT,
     CLOSING_LABEL,
     OWNER_LABEL,
@@ -44,7 +42,9 @@ from .sandbox import (
     adopt_running,
     owner_label,
 )
-from .workspace_copy import Entry, WorkspaceCopy
+from ..workspace_sync.tar_sync import Entry, WorkspaceCopy
+from .copy import CopyMode
+from .durable_bind import durable_labels
 
 ADDRESS_PREFIX = "@toolseam-agent-"
 _LISTEN_TIMEOUT_S = 15.0

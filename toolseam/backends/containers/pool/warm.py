@@ -31,12 +31,13 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal, Self
 
-from ...policy.limits import SandboxLimits
-from ...seam.errors import ConfigurationError, CouldNotRunError, HostError
-from ...seam.models import PathRef
-from .backend import ContainerBackend
-from .bind import BindMode, socket_owner
-from .pool_mounts import (
+from ....policy.limits import SandboxLimits
+from ....seam.errors import ConfigurationError, CouldNotRunError, HostError
+from ....seam.models import PathRef
+from ..backend import ContainerBackend
+from ..modes.bind import BindMode, socket_owner
+from ..sandbox import POOL_LABEL, WORKSPACE, in_engine_thread
+from .mounts import (
     HOST_SLOTS,
     NamespaceSlots,
     SlotMounts,
@@ -47,7 +48,6 @@ from .pool_mounts import (
     rootless_namespace,
     slot_marker,
 )
-from .sandbox import POOL_LABEL, WORKSPACE, in_engine_thread
 
 __all__ = ["ContainerPool"]
 
