@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from toolseam import ConfigurationError, CouldNotRunError, Toolkit
-from toolseam.backends.containers.sandbox import Hardening
+from toolseam.backends.containers.engine.protocol import Hardening
 from toolseam.policy.limits import SandboxLimits
 
 from .conftest import host_started, host_survivors

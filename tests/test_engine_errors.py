@@ -110,7 +110,7 @@ def test_the_status_decides_the_kind_never_the_message(status: int, kind: type[E
 def test_an_engine_answers_each_kind_typed(engine: str) -> None:
     """On the real engines: a missing container or volume is ``EngineNotFound`` (and removing
     one is no failure); a name in use is ``EngineConflict`` where the engine says 409."""
-    from toolseam.backends.containers.sandbox import ContainerSpec, Hardening
+    from toolseam.backends.containers.engine.protocol import ContainerSpec, Hardening
 
     url = endpoint(engine)
     made = DockerEngine(url) if engine == "docker" else PodmanEngine(url)

@@ -42,7 +42,7 @@ _SWEEP_AND_LOOK = """
     import os, subprocess, sys
     victim = sys.argv[1] if len(sys.argv) > 1 else VICTIM
     from toolseam.backends.containers.pool.mounts import sweep_dead_pools
-    from toolseam.backends.containers.modes.bind import sweep_socket_dirs
+    from toolseam.backends.containers.janitor import sweep_socket_dirs
     sweep_dead_pools(); sweep_socket_dirs()
     mounted = any(line.split()[4] == victim for line in open("/proc/self/mountinfo"))
     print("MOUNTED" if mounted else "GONE", sorted(os.listdir(victim)))

@@ -25,7 +25,8 @@ import pytest
 from toolseam import Settings, Toolkit
 from toolseam.backends.containers.backend import resolve_mode
 from toolseam.backends.containers.engine.attach import TlsFiles
-from toolseam.backends.containers.sandbox import OWNER_LABEL, Hardening
+from toolseam.backends.containers.engine.protocol import Hardening
+from toolseam.backends.containers.labels import OWNER_LABEL
 from toolseam.backends.docker import DockerBackend, DockerEngine
 from toolseam.backends.podman import PodmanBackend, PodmanEngine
 from toolseam.builtins._base import OutputEvent

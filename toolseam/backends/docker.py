@@ -18,10 +18,11 @@ except ModuleNotFoundError as exc:
 from ..policy.limits import SandboxLimits
 from .containers.backend import ContainerBackend
 from .containers.engine.attach import TlsFiles
+from .containers.engine.protocol import Hardening
 from .containers.engine.pull import PullCallback, PullPolicy
 from .containers.engine.sdk import SdkEngine
 from .containers.options import DEFAULT_IMAGE, ContainerOptions, SetidFiles
-from .containers.sandbox import Hardening, WorkspaceMode
+from .containers.sandbox import WorkspaceMode
 
 
 class DockerEngine(SdkEngine):

@@ -20,18 +20,13 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
+from .engine.protocol import GO_MODE_SYMLINK, Engine
+from .labels import WORKSPACE
 from .modes.bind import BindMode
 from .modes.copy import CopyMode
 from .modes.durable import DurableMode, durable_mode
 from .options import DEFAULT_IMAGE, ContainerOptions
-from .sandbox import (
-    GO_MODE_SYMLINK,
-    WORKSPACE,
-    ContainerSandbox,
-    Engine,
-    WorkspaceMode,
-    WorkspaceModeImpl,
-)
+from .sandbox import ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
 
 __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 

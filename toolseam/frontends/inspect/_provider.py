@@ -105,7 +105,7 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
             raise ConfigurationError(f"toolseam sandbox config: {', '.join(refused)} apply to a "
                                      "container backend, not host")
         return {}
-    from ...backends.containers.sandbox import Hardening
+    from ...backends.containers.engine.protocol import Hardening
 
     options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace,
                                "hardening": Hardening(read_only_root=config.read_only_root)}

@@ -11,9 +11,9 @@ from docker.errors import DockerException, ImageNotFound, NotFound
 from docker.tls import TLSConfig
 from docker.types import LogConfig, Mount, Ulimit
 
-from ..sandbox import ContainerSpec
 from .attach import TlsFiles
 from .errors import SdkErrors
+from .protocol import ContainerSpec
 
 
 class DockerDialect:

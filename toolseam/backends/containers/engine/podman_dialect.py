@@ -11,9 +11,9 @@ from podman import PodmanClient
 from podman.api import encode_auth_header
 from podman.errors import ImageNotFound, NotFound, PodmanError
 
-from ..sandbox import ContainerSpec
 from .attach import TlsFiles
 from .errors import SdkErrors
+from .protocol import ContainerSpec
 
 
 class PodmanDialect:

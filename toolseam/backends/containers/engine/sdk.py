@@ -13,9 +13,9 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Protocol, TypeVar
 
-from ..sandbox import ContainerSpec, ContainerState, decode_path_stat
 from .attach import EngineAddress, TlsFiles
 from .errors import EngineError, EngineNotFound, EngineUnreachable, SdkErrors, map_engine_error
+from .protocol import ContainerSpec, ContainerState, decode_path_stat
 from .pull import PullCallback, follow_pull, split_reference
 from .retry import transient_retry
 from .ssh import SshTunnel

@@ -9,8 +9,6 @@ import asyncio
 import logging
 import os
 import shutil
-import socket
-import stat
 import tarfile
 import tempfile
 import time
@@ -22,16 +20,11 @@ from ....seam.models import SyncReport
 from ...agentlink.channel import AgentChannel
 from ...staging import user_dir
 from ..bundle.staged import bundle_command
+from ..engine.protocol import ContainerSpec, in_engine_thread
+from ..labels import AGENT_MOUNT, SOCKET_DIR_PREFIX, SOCKET_MOUNT, WORKSPACE
 from ..options import SetidFiles
 from ..pool.mounts import HOST_SLOTS, SlotMounts, release_slot
-from ..sandbox import (
-    AGENT_MOUNT,
-    SOCKET_MOUNT,
-    WORKSPACE,
-    ContainerSandbox,
-    ContainerSpec,
-    in_engine_thread,
-)
+from ..sandbox import ContainerSandbox
 
 _CONNECT_TIMEOUT_S = 15.0
 
@@ -247,42 +240,3 @@ def socket_owner(endpoint: str) -> int | None:
         return None
 
 
-SOCKET_DIR_PREFIX = "toolseam-sock-"
-_SOCKET_DIR_GRACE_S = 120.0  # a directory this young may belong to a session still starting
-
-
-def sweep_socket_dirs(now: float | None = None) -> list[str]:
-    """Remove the socket directories no agent listens in any more: their session's process
-    was killed, or (a session that outlived its client) its agent ended at its orphan timeout
-    inside a container the engine then removed. Called by the janitor; returns what went."""
-    now = time.time() if now is None else now
-    removed = []
-    # this user's own socket directories only (staging.user_dir); one a rootless engine's user
-    # owns (chowned to it at the start) is taken as ours: its parent is ours alone
-    for entry in sorted(user_dir("sockets").iterdir()):
-        directory = str(entry)
-        try:
-            seen = os.lstat(directory)
-            if (not stat.S_ISDIR(seen.st_mode) or not entry.name.startswith(SOCKET_DIR_PREFIX)
-                    or now - seen.st_mtime < _SOCKET_DIR_GRACE_S
-                    or _listening(os.path.join(directory, "agent.sock"))):
-                continue
-            shutil.rmtree(directory)
-        except OSError:
-            continue  # gone meanwhile
-        removed.append(directory)
-    return removed
-
-
-def _listening(path: str) -> bool:
-    if not os.path.exists(path):
-        return False
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.settimeout(1)
-        probe.connect(path)
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()

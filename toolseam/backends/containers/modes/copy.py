@@ -23,9 +23,10 @@ from ....seam.models import SyncReport
 from ...staging import staging_root
 from ..bundle.staged import bundle_archive, bundle_command, bundle_digest
 from ..engine.attach import attach_channel
+from ..engine.protocol import ContainerSpec, in_engine_thread
 from ..engine.retry import transient_retry
-from ..options import SetidFiles
-from ..sandbox import (
+from ..janitor import recover_command
+from ..labels import (
     AGENT_MOUNT,
     AGENT_VOLUME_LABEL,
     KEPT_CONTAINER_LABEL,
@@ -35,11 +36,9 @@ from ..sandbox import (
     KEPT_WORKSPACE_LABEL,
     SESSION_LABEL,
     WORKSPACE,
-    ContainerSandbox,
-    ContainerSpec,
-    in_engine_thread,
-    recover_command,
 )
+from ..options import SetidFiles
+from ..sandbox import ContainerSandbox
 from ..workspace_sync.tar_sync import WorkspaceCopy
 
 

@@ -21,15 +21,10 @@ from toolseam_agent.landlock import DOMAIN_VAR
 from ....seam.handle import SessionHandle
 from ...agentlink.channel import AgentChannel
 from ...agentlink.durable import DurableChannel, durable_agent_env
+from ..engine.protocol import ContainerSpec
+from ..labels import DURABLE_LABEL, OWNER_LABEL, SOCKET_MOUNT
 from ..options import SetidFiles
-from ..sandbox import (
-    DURABLE_LABEL,
-    OWNER_LABEL,
-    SOCKET_MOUNT,
-    ContainerSandbox,
-    ContainerSpec,
-    adopt_running,
-)
+from ..sandbox import ContainerSandbox, adopt_running
 from .bind import BindMode, identity
 
 

@@ -31,17 +31,10 @@ from ....seam.models import SyncReport
 from ...agentlink.durable import DurableChannel, durable_agent_env
 from ..bundle.staged import bundle_command
 from ..engine.exec_stream import exec_channel
+from ..engine.protocol import ContainerSpec
+from ..labels import AGENT_MOUNT, CLOSING_LABEL, OWNER_LABEL, SESSION_LABEL, owner_label
 from ..options import SetidFiles
-from ..sandbox import (
-    AGENT_MOUNT,
-    CLOSING_LABEL,
-    OWNER_LABEL,
-    SESSION_LABEL,
-    ContainerSandbox,
-    ContainerSpec,
-    adopt_running,
-    owner_label,
-)
+from ..sandbox import ContainerSandbox, adopt_running
 from ..workspace_sync.tar_sync import Entry, WorkspaceCopy
 from .copy import CopyMode
 from .durable_bind import durable_labels

@@ -28,7 +28,7 @@ import tempfile
 import warnings
 
 from ...staging import own_entries, read_own_file, user_dir
-from ..sandbox import owner_is_gone, owner_label
+from ..labels import owner_is_gone, owner_label
 
 MS_BIND = 0x1000
 MS_REC = 0x4000

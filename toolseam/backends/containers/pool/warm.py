@@ -35,8 +35,9 @@ from ....policy.limits import SandboxLimits
 from ....seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ....seam.models import PathRef
 from ..backend import ContainerBackend
+from ..engine.protocol import in_engine_thread
+from ..labels import POOL_LABEL, WORKSPACE
 from ..modes.bind import BindMode, socket_owner
-from ..sandbox import POOL_LABEL, WORKSPACE, in_engine_thread
 from .mounts import (
     HOST_SLOTS,
     NamespaceSlots,
