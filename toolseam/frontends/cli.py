@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 from .. import __version__
 from .._extras import install_hint
+from ..backends import DEFAULT_BACKEND, backend_kind
 from ..policy.settings import Settings, parse_settings, read_settings_data
 from ..seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
@@ -138,7 +139,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _toolkit(args: argparse.Namespace) -> Toolkit:
     settings = _settings(args)
     options: dict[str, Any] = {}
-    if args.backend != "host":
+    if backend_kind(args.backend).contained:
         if args.image:
             options["image"] = args.image
         if args.rootless:
@@ -220,7 +221,7 @@ async def _serve(args: argparse.Namespace) -> int:
     from .stdio import StdioServer
 
     if args.attach:  # the session's own settings, base dir and backend come with it
-        given = [flag for flag, value in (("--backend", args.backend != "host"),
+        given = [flag for flag, value in (("--backend", args.backend != DEFAULT_BACKEND),
                                           ("--base-dir", args.base_dir), ("--config", args.config),
                                           ("--orphan-timeout", args.orphan_timeout)) if value]
         if given:
@@ -258,7 +259,7 @@ def _mcp(args: argparse.Namespace) -> int:
     from .mcp.server import serve_stdio
 
     # A typo in a client's config must stop the server, not make every tool call fail later.
-    container = args.backend != "host"
+    container = backend_kind(args.backend).contained
     for flag, path in (("--base-dir", None if container else args.base_dir),
                        ("--workspace", (args.workspace or args.base_dir) if container else None)):
         if path and not (container and path.startswith("/workspace")) and not os.path.isdir(path):

@@ -17,6 +17,7 @@ import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..backends import backend_for_handle
+from ..builtins import BUILTIN_NAMES
 from ..backends.agentlink.durable import canonical_state
 from ..policy.settings import parse_settings
 from ..seam.capabilities import durable_sessions
@@ -83,7 +84,6 @@ def toolkit_options(state: dict[str, Any], handle: SessionHandle) -> dict[str, A
 
 
 def _all_builtin_names() -> tuple[str, ...]:
-    from ..builtins import BUILTIN_NAMES
     return tuple(BUILTIN_NAMES)
 
 

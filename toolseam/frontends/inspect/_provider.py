@@ -42,8 +42,9 @@ from inspect_ai.util import (
 )
 from pydantic import BaseModel, ValidationError
 
-from ...backends import backend_for
+from ...backends import backend_for, backend_kind
 from ...policy.settings import Settings, describe_validation_error, parse_settings
+from ...seam.capabilities import EngineShell
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
 from ...session.toolkit import Toolkit
@@ -94,7 +95,8 @@ def session_settings(config: ToolseamSandboxConfig) -> Settings:
 def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, Any]:
     """The backend's options; a container's workspace is the sample's own dir (bind-mounted
     or copied), never the current directory."""
-    if config.backend == "host":
+    kind = backend_kind(config.backend)
+    if not kind.contained:
         refused = [name for name in ("image", "endpoint", "tls_cert_path")
                    if getattr(config, name) is not None]
         if "read_only_root" in config.model_fields_set:
@@ -114,13 +116,13 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     if config.endpoint is not None:
         options["endpoint"] = config.endpoint
     if config.tls_cert_path is not None:
-        if config.backend != "docker":
+        if "tls" not in kind.own_options:
             raise ConfigurationError("toolseam sandbox config: tls_cert_path is a docker option")
         from ...backends.containers.engine.attach import TlsFiles
 
         options["tls"] = TlsFiles.from_dir(config.tls_cert_path)
     if config.rootless:
-        if config.backend != "podman":
+        if "rootless" not in kind.own_options:
             raise ConfigurationError("toolseam sandbox config: rootless is a podman option")
         options["rootless"] = True
     return options
@@ -130,7 +132,7 @@ def _give_to_engine_user(workspace: str, config: ToolseamSandboxConfig) -> None:
     """A rootless engine's container root is the engine user's uid on this machine: root
     running the eval hands it the (0700) workspace — the owner of the engine's socket — rather
     than opening the directory to every local user. Run as that user, it is already theirs."""
-    if not (config.backend == "podman" and config.rootless and os.geteuid() == 0):
+    if not (config.rootless and os.geteuid() == 0):  # rootless: podman's alone (backend_options)
         return
     from ...backends.podman import default_endpoint
 
@@ -190,7 +192,7 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
             sandbox = getattr(backend, "sandbox", None)
             if sandbox is not None:  # the container's name and label: cli_cleanup finds it
                 sandbox.session_id = session
-            toolkit = Toolkit(backend, base_dir=None if chosen.backend != "host" else workspace,
+            toolkit = Toolkit(backend, base_dir=None if backend_kind(chosen.backend).contained else workspace,
                               settings=settings, tools={"bash": False}, session_id=session)
             try:
                 await toolkit.open()
@@ -293,16 +295,13 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
         return data.decode("utf-8") if text else data
 
     async def connection(self, *, user: str | None = None) -> SandboxConnection:
-        sandbox = getattr(self.toolkit.backend, "sandbox", None)
-        container = getattr(sandbox, "container", None)
-        if sandbox is None or container is None:
-            raise NotImplementedError("the host backend runs on this machine: cd "
+        backend = self.toolkit.backend
+        access = backend.shell_access(user) if isinstance(backend, EngineShell) else None
+        if access is None:
+            raise NotImplementedError(f"the {backend.name} backend runs on this machine: cd "
                                       f"{self.workspace}")
-        endpoint = sandbox.engine.endpoint
-        tool = "docker -H" if self.toolkit.backend.name == "docker" else "podman --url"
-        who = f" --user {user}" if user else ""
-        return SandboxConnection(type="toolseam", container=container,
-                                 command=f"{tool} {endpoint} exec -it{who} {container} bash -l")
+        return SandboxConnection(type="toolseam", container=access.container,
+                                 command=access.command)
 
     def default_polling_interval(self) -> float:
         return 0.2  # a call costs about a millisecond here

@@ -25,6 +25,8 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ...backends import backend_kind
+
 try:
     import mcp_types as types
     from mcp.server import Server
@@ -76,7 +78,8 @@ def result_to_mcp(result: ToolResult) -> types.CallToolResult:
 def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> str:
     """What the sandbox is, said plainly to the model (the server's instructions)."""
     tools = "The builtin tools of a coding agent (bash, read, write, edit, apply_patch, grep, glob). "
-    noun = "session" if toolkit.backend.name == "host" else "sandbox"  # the host sandboxes nothing
+    contained = backend_kind(toolkit.backend.name).contained
+    noun = "sandbox" if contained else "session"  # the host sandboxes nothing
     whose = (f"one {noun} (jobs, read approvals) shared by every client of this server" if shared
              else f"a {noun} of your own (jobs, read approvals)")
     if handles:  # sessionless clients: the principal's default, and more on request
@@ -85,7 +88,7 @@ def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> s
                  f"token, or one for this server without a token), and \"sandbox\": \"{NEW}\" "
                  "opens another, whose handle the result names: pass it as \"sandbox\" to keep "
                  "using that one")
-    if toolkit.backend.name == "host":
+    if not contained:
         where = ("They run on the host backend: commands run directly on this machine as the user "
                  "running the server, with everything that user can reach (files, network, "
                  "processes); there is no container. ")
@@ -207,7 +210,7 @@ class McpTools:
     async def list_tools(self, ctx: ServerRequestContext[Any, Any],
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         handles = not self.single and _sessionless(ctx)
-        on_host = self.probe.backend.name == "host"
+        on_host = not backend_kind(self.probe.backend.name).contained
         tools = []
         for declared in self.probe.declarations("anthropic"):
             schema = declared["input_schema"]
