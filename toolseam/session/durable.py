@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from ..backends import backend_for_handle
-from ..builtins import BUILTIN_NAMES
 from ..backends.agentlink.durable import canonical_state
+from ..builtins import BUILTIN_NAMES
 from ..policy.settings import parse_settings
 from ..seam.capabilities import durable_sessions
 from ..seam.errors import ConfigurationError, CouldNotRunError
@@ -31,18 +30,10 @@ if TYPE_CHECKING:
 STATE_VERSION = 1
 
 
-def new_secret() -> str:
-    return secrets.token_urlsafe(32)
-
-
 def prepare(backend: BuiltinExec, secret: str, orphan_timeout_s: float,
             adopt: SessionHandle | None = None) -> None:
     """Before ``backend.open()``: make it start (or, with ``adopt``, attach to) a durable agent."""
     durable_sessions(backend).make_durable(secret, orphan_timeout_s, adopt)
-
-
-def handle_of(tk: Toolkit, secret: str) -> SessionHandle:
-    return durable_sessions(tk.backend).durable_handle(tk.session_id, secret)
 
 
 async def detach(backend: BuiltinExec) -> None:
@@ -54,7 +45,7 @@ async def detach(backend: BuiltinExec) -> None:
 def session_state(tk: Toolkit) -> dict[str, Any]:
     return {"v": STATE_VERSION, "session_id": tk.session_id, "base_dir": tk.base_dir,
             "confine": tk.confine, "settings": tk.settings.model_dump(mode="json"),
-            "tools": sorted(tk._builtins),  # the enabled builtins
+            "tools": sorted(tk.enabled_builtins),
             "session": tk.services.saved()}
 
 
@@ -87,30 +78,53 @@ def _all_builtin_names() -> tuple[str, ...]:
     return tuple(BUILTIN_NAMES)
 
 
-# --- the toolkit's side ------------------------------------------------------------------------
-async def opened(tk: Toolkit) -> None:
-    """At the end of ``Toolkit.open``: an attach puts its state back; then the agent gets it."""
-    if tk._restore is not None:
-        state, tk._restore = tk._restore, None
-        tk.adopted_jobs = restore(tk, state, durable_sessions(tk.backend).attached_jobs())
-    await save_state(tk)
+# --- the lifetime the toolkit holds ------------------------------------------------------------
+class Durable:
+    """A session that outlives its client: chosen once, when the toolkit is made (settings with
+    ``orphan_timeout_s`` above 0) or by ``attach``. The toolkit tells it when the session
+    opened and when its state changed; it keeps that state with the agent."""
 
+    def __init__(self, secret: str, orphan_timeout_s: float,
+                 restore: dict[str, Any] | None = None) -> None:
+        self.secret = secret
+        self.orphan_timeout_s = orphan_timeout_s
+        self.restore = restore  # an attach's state, put back at open
+        self.adopted = restore is not None  # the sandbox was there before this client
+        self._digest = ""  # of the state the agent has
 
-async def save_state(tk: Toolkit) -> None:
-    """Give the agent the toolkit's state when it changed (one digest compare otherwise). A
-    failure is the next call's to report: the result in hand is not lost over it."""
-    durable = durable_sessions(tk.backend)
-    await durable.keep_backend_state()  # copy mode's baseline, when an upload moved it
-    state = session_state(tk)
-    text = canonical_state(state)  # sealed as this text, and compared by its digest
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    if tk._state_digest == digest:
-        return
-    try:
-        await durable.keep_state("toolkit", state, text)
-    except (CouldNotRunError, ConfigurationError):
-        return
-    tk._state_digest = digest
+    def before_open(self, backend: BuiltinExec) -> None:
+        if not self.adopted:  # an attach opened its backend on the handle already
+            prepare(backend, self.secret, self.orphan_timeout_s)
+
+    async def opened(self, tk: Toolkit) -> None:
+        """An attach puts its state back; then the agent gets it."""
+        if self.restore is not None:
+            state, self.restore = self.restore, None
+            tk.adopted_jobs = restore(tk, state, durable_sessions(tk.backend).attached_jobs())
+        await self.changed(tk)
+
+    async def changed(self, tk: Toolkit) -> None:
+        """Give the agent the toolkit's state when it changed (one digest compare otherwise).
+        A failure is the next call's to report: the result in hand is not lost over it."""
+        durable = durable_sessions(tk.backend)
+        await durable.keep_backend_state()  # copy mode's baseline, when an upload moved it
+        state = session_state(tk)
+        text = canonical_state(state)  # sealed as this text, and compared by its digest
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if self._digest == digest:
+            return
+        try:
+            await durable.keep_state("toolkit", state, text)
+        except (CouldNotRunError, ConfigurationError):
+            return
+        self._digest = digest
+
+    def handle(self, tk: Toolkit) -> SessionHandle:
+        return durable_sessions(tk.backend).durable_handle(tk.session_id, self.secret)
+
+    async def detach(self, tk: Toolkit) -> None:
+        await self.changed(tk)
+        await detach(tk.backend)
 
 
 async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[str, Any]
@@ -118,7 +132,8 @@ async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[
     if isinstance(handle, str):
         handle = SessionHandle.from_json(handle)
     backend_options = dict(options.pop("backend_options", None) or {})
-    fixed = {"settings", "base_dir", "confine_to_base_dir", "session_id", "tools", "backend"}
+    fixed = {"settings", "base_dir", "confine_to_base_dir", "session_id", "tools", "backend",
+             "lifetime"}
     clash = sorted(fixed & set(options))
     if clash:
         raise ConfigurationError(f"attach: {', '.join(clash)} come from the session itself")
@@ -129,12 +144,11 @@ async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[
         state = durable_sessions(backend).kept_state("toolkit")
         if not isinstance(state, dict):
             raise AttachError("protocol", "the session kept no toolkit state")
-        tk = cls(backend, **toolkit_options(state, handle), **options)
+        tk = cls(backend, **toolkit_options(state, handle), **options,
+                 lifetime=Durable(handle.secret, 0, restore=state))
     except BaseException:
         await _let_go(backend)
         raise
-    tk._secret = handle.secret
-    tk._restore = state
     try:
         await tk.open()
     except BaseException:

@@ -44,6 +44,7 @@ from ..seam.models import PathRef, SandboxInfo, SyncReport
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from . import durable
 from .declarations import Format, declare
+from .lifetime import Ephemeral, Lifetime, lifetime_for
 from .raw import RawSandbox
 
 if TYPE_CHECKING:
@@ -121,6 +122,8 @@ class Toolkit:
         shell_id_persisted: ``settings.shell_id`` was saved from an earlier run: if that
             shell is no longer available, fall back to the first available one
             (``shellFallback`` in the result) instead of refusing.
+        lifetime: how long the sandbox lives (``lifetime.py``); by default chosen from
+            ``settings.orphan_timeout_s`` (``Toolkit.attach`` passes its own).
         backend_options: keyword arguments for the backend class when ``backend`` is a name
             (e.g. ``{"rootless": True, "image": ...}`` for podman).
 
@@ -145,6 +148,7 @@ class Toolkit:
         session_id: str | None = None,
         approver: Approver | None = None,
         shell_id_persisted: bool = False,
+        lifetime: Lifetime | None = None,
         backend_options: Mapping[str, Any] | None = None,
     ) -> None:
         if settings is None:
@@ -191,9 +195,8 @@ class Toolkit:
         self._egress: SessionEgress | None = None
         # Called with each egress event as its connection ends (serve and MCP stream them).
         self.on_egress: Callable[[EgressEvent], None] | None = None
-        self._secret: str | None = None  # a durable session's (durable.py, docs/sessions.md)
-        self._restore: dict[str, Any] | None = None  # state an attach puts back at open
-        self._state_digest = ""  # of the state the agent has (durable.save_state)
+        # ends with its client, or outlives it (lifetime.py, docs/sessions.md): chosen once
+        self._lifetime: Lifetime = lifetime or lifetime_for(self.settings)
         self.adopted_jobs: list[int] = []  # jobs an attach found running outside the table
 
     def _same_loop(self) -> None:
@@ -220,9 +223,7 @@ class Toolkit:
         if self.info is not None:
             return self.info
         self._check_network()
-        if self.settings.orphan_timeout_s > 0 and self._secret is None:
-            self._secret = durable.new_secret()
-            durable.prepare(self.backend, self._secret, self.settings.orphan_timeout_s)
+        self._lifetime.before_open(self.backend)
         info = await self.backend.open()
         base = self._base_dir_option or info.workspace
         if info.local:
@@ -248,8 +249,7 @@ class Toolkit:
             await self.services.start_shells(ShellResolver(
                 info.platform, self._executable_exists, self.services.command_env))
         self.info = info
-        if self._secret is not None:
-            await durable.opened(self)
+        await self._lifetime.opened(self)
         return info
 
     def _check_network(self) -> None:
@@ -297,7 +297,7 @@ class Toolkit:
             return
         problem = "does not exist" if found.kind == "missing" else "is not a directory"
         self._closed = True
-        if self._restore is None:  # an attach lets the session go on instead (durable.py)
+        if not self._lifetime.adopted:  # an attach lets the session go on instead
             await self.backend.close()
         raise ConfigurationError(f"base_dir {base} {problem}")
 
@@ -351,32 +351,35 @@ class Toolkit:
         await self.open()
         await self._transfer().download(src, local)
 
+    @property
+    def enabled_builtins(self) -> list[str]:
+        """The builtins this session answers (``tools`` may turn some off)."""
+        return sorted(self._builtins)
+
     # --- sessions that outlive their client (durable.py, docs/sessions.md) ----------------
     @property
     def handle(self) -> SessionHandle:
         """What another process passes to ``Toolkit.attach`` to continue this session; there
         once the session is open with ``orphan_timeout_s`` above 0 (``ConfigurationError``
         otherwise). It holds the session's secret."""
-        if self._secret is None or self.info is None:
+        if self.info is None:
             raise ConfigurationError("a session has a handle once it is open with the setting "
                                      "orphan_timeout_s above 0")
-        return durable.handle_of(self, self._secret)
+        return self._lifetime.handle(self)
 
     async def detach(self) -> SessionHandle:
         """Leave the sandbox and its jobs running, end this client's part, and return the
         handle; the sandbox waits ``orphan_timeout_s`` for an attach. Refused (naming the
         setting) while ``orphan_timeout_s`` is 0."""
-        if self.settings.orphan_timeout_s <= 0:
-            raise ConfigurationError("detach needs the setting orphan_timeout_s above 0 (how "
-                                     "long the sandbox waits for an attach); it is 0")
+        if isinstance(self._lifetime, Ephemeral):  # said before anything opens
+            await self._lifetime.detach(self)
         if self._closed:
             raise SessionClosedError("the toolkit was closed")
         await self.open()
         self._same_loop()
         handle = self.handle
-        await durable.save_state(self)
         self._closed = True
-        await durable.detach(self.backend)
+        await self._lifetime.detach(self)
         return handle
 
     @classmethod
@@ -401,8 +404,7 @@ class Toolkit:
         if the resolution changes before a spawn, that call fails with COMMAND_SHELL_CHANGED."""
         await self.open()
         pinned = await self.services.pin_shell()
-        if self._secret is not None:
-            await durable.save_state(self)
+        await self._lifetime.changed(self)
         return pinned
 
     async def end_turn(self) -> list[int]:
@@ -412,8 +414,7 @@ class Toolkit:
             return []
         self._same_loop()
         killed = [job.id for job in await self.services.jobs.end_turn()]
-        if self._secret is not None:
-            await durable.save_state(self)
+        await self._lifetime.changed(self)
         return killed
 
     def user_message(self, text: str) -> None:
@@ -466,8 +467,7 @@ class Toolkit:
             if made:
                 result = result.model_copy(update={"metadata": {**result.metadata,
                                                                 "egress": made}})
-        if self._secret is not None:
-            await durable.save_state(self)
+        await self._lifetime.changed(self)
         return result
 
     async def call_stream(self, name: str, args: Any, *, call_id: str | None = None
