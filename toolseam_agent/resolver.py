@@ -32,6 +32,7 @@ _TTL = 3600
 _A, _AAAA, _IN = 1, 28, 1
 _NOERROR, _SERVFAIL, _NXDOMAIN, _NOTIMP = 0, 2, 3, 4
 
+RESOLV_CONF_PATH = "/etc/resolv.conf"
 Ask = Callable[[str], list[int]]  # name → the ports it may reach (empty: refused)
 Adopt = Callable[[socket.socket, str, int], None]  # an accepted connection, its name and port
 
@@ -184,3 +185,22 @@ class Capture:
             with contextlib.suppress(OSError, KeyError, ValueError):
                 self._selector.unregister(key.fileobj)
                 key.fileobj.close()  # type: ignore[union-attr]
+
+
+def point_resolv_conf(path: str = RESOLV_CONF_PATH) -> str | None:
+    """A container's ``/etc/resolv.conf`` names this resolver: rewritten in place (an engine
+    bind-mounts the file, so it cannot be replaced), unless it says so already (bind mode
+    mounts one read-only). Engines do not agree on ``--dns`` with no network: a remote podman
+    writes its own nameserver whatever it is told. None, or why it could not be written."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as conf:
+            if conf.read() == RESOLV_CONF:
+                return None
+    except OSError:
+        pass  # none yet: write one
+    try:
+        with open(path, "w", encoding="ascii") as conf:
+            conf.write(RESOLV_CONF)
+    except OSError as exc:
+        return f"the agent cannot point {path} at its resolver: {exc.strerror}"
+    return None

@@ -184,7 +184,8 @@ class Agent:
     def _op_egress_listen(self, rid: Any, request: dict[str, Any]) -> None:
         """Egress mode: listen on 127.0.0.1 for the commands' proxy (``tunnel.py``), and with
         ``capture`` resolve every name to an address of its own (``resolver.py``)."""
-        self._answer(rid, self.tunnels.listen(request.get("ca_pem"), bool(request.get("capture"))))
+        self._answer(rid, self.tunnels.listen(request.get("ca_pem"), bool(request.get("capture")),
+                                              bool(request.get("resolv_conf"))))
 
     def _job_of(self, pid: int) -> str | None:
         """The job a process belongs to: the nearest job leader among its ancestors (called

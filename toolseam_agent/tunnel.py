@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import sockowner
-from .resolver import Capture
+from .resolver import Capture, point_resolv_conf
 from .wire import TO_AGENT, TO_HOST, TUNNEL_EVENT, tunnel_data, tunnel_number, tunnel_payload
 
 WINDOW = 512 * 1024  # unacknowledged bytes per connection and direction
@@ -142,7 +142,7 @@ class _Connection:
         self.reader.join(_LINGER_S)
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
-        self.reader.join()
+        self.reader.join(_LINGER_S)  # bounded: a reader stuck writing to the host is a daemon
         self.sock.close()
         self.tunnels.forget(self.number)
 
@@ -184,10 +184,12 @@ class Tunnels:
         self._listened = False
         self.ca_dir: str | None = None
 
-    def listen(self, ca_pem: str | None, capture: bool = False) -> dict[str, Any]:
+    def listen(self, ca_pem: str | None, capture: bool = False,
+               resolv_conf: bool = False) -> dict[str, Any]:
         """Listen on 127.0.0.1 (a port the kernel picks); write the CA bundle when given; with
-        ``capture``, start the resolver (``resolver.py``). Returns what the host puts in the
-        commands' environment, and ``capture``: None, or why the resolver could not start."""
+        ``capture``, start the resolver (``resolver.py``), and with ``resolv_conf`` (a
+        container's agent) point /etc/resolv.conf at it. Returns what the host puts in the
+        commands' environment, and ``capture``: None, or why names cannot be captured."""
         if self._server is not None:
             return self._relisten(ca_pem)
         if self._listened:
@@ -200,6 +202,8 @@ class Tunnels:
         threading.Thread(target=self._accept, daemon=True, name="tun-accept").start()
         ca_file = None if ca_pem is None else self._write_bundle(ca_pem)
         problem = self._start_capture() if capture else "not asked"
+        if problem is None and resolv_conf:
+            problem = point_resolv_conf()
         return {"port": server.getsockname()[1], "ca_file": ca_file, "capture": problem}
 
     def _start_capture(self) -> str | None:

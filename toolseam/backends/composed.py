@@ -78,6 +78,10 @@ class ComposedBackend:
 
     name = "composed"
     network = "none"  # what commands can reach: "none", "bridge", "egress" (or "host")
+    # captured connections: the agent points /etc/resolv.conf at its resolver itself (a
+    # container's own file, which an engine may have written with its nameserver whatever
+    # --dns says); never the host backend's, which its agent mounted in its own namespace
+    agent_writes_resolv_conf = False
 
     def __init__(self, files: FileMethods, exec_part: AgentExec) -> None:
         self._files = files
@@ -120,7 +124,8 @@ class ComposedBackend:
                 "not loopback alone, so commands could go around the proxy; refusing to start "
                 "(docs/network.md)", retryable=False)
         channel.carry_tunnels(TunnelMux(serve, channel.send_frame, ports_for))
-        return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem, capture=ports_for is not None)
+        return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem, capture=ports_for is not None,
+                                  resolv_conf=self.agent_writes_resolv_conf)
 
     async def close(self) -> None:
         raise NotImplementedError

@@ -24,6 +24,7 @@ from .rules import EgressPolicy, normalize_host
 from .upstream import ProxyRefusal, Upstream, open_upstream, refused
 
 _CLOSED_READ_S = 1.0
+_CLOSE_WAIT_S = 10.0  # how long close waits for aborted connections' handlers to finish
 
 
 class EgressProxy:
@@ -72,8 +73,11 @@ class EgressProxy:
         self._closed = True
         for connection in list(self._active):
             connection.abort("the proxy was closed")
-        for connection in list(self._active):
-            await connection.done.wait()
+        waits = [asyncio.ensure_future(connection.done.wait()) for connection in self._active]
+        if waits:  # bounded: a handler that never ends must not hold the session's close
+            _, late = await asyncio.wait(waits, timeout=_CLOSE_WAIT_S)
+            for wait in late:
+                wait.cancel()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one inbound connection until it ends; never raises for a client's doing."""

@@ -22,6 +22,7 @@ Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 PortsFor = Callable[[str], list[int]]  # the resolver's question: which ports may NAME reach
 SendFrame = Callable[[dict[str, Any] | bytes], None]
 _READER_LIMIT = 1 << 16
+_CLOSE_WAIT_S = 10.0
 _log = logging.getLogger("toolseam.egress")
 
 
@@ -266,8 +267,8 @@ class TunnelMux:
 
     async def close(self) -> None:
         self.end_all()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if tasks:  # bounded: a handler that swallows its cancellation must not hang the close
+            await asyncio.wait(tasks, timeout=_CLOSE_WAIT_S)

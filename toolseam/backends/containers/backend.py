@@ -44,6 +44,8 @@ class ContainerBackend(DurableMethods, ComposedBackend):
     """One warm container per session. A configured container backend that cannot start fails
     the session (``CouldNotRunError``); it never falls back to the host."""
 
+    agent_writes_resolv_conf = True  # composed.py: a container's own resolv.conf
+
     def __init__(self, engine: Engine, engine_name: str, workspace: str,
                  options: ContainerOptions) -> None:
         super().__init__(AgentFiles(self._agent), AgentExec(self._agent))

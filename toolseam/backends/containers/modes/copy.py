@@ -11,12 +11,15 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import io
 import os
 import tarfile
 import tempfile
 import time
 from collections import deque
 from typing import IO, Any, Literal
+
+from toolseam_agent.resolver import RESOLV_CONF
 
 from ....seam.errors import CouldNotRunError
 from ....seam.models import SyncReport
@@ -102,8 +105,15 @@ class CopyMode:
         spec = sandbox.spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
                             volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
         # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
-        await sandbox.launch(self.finish_spec(spec), before_start=None if sandbox.awaiting_workspace else
-                             lambda: self._copy_in(sandbox, sandbox.workspace))
+        egress = sandbox.hardening.limits.network == "egress"
+
+        def before_start() -> None:
+            if egress:
+                _point_resolv_conf(sandbox)
+            if not sandbox.awaiting_workspace:
+                self._copy_in(sandbox, sandbox.workspace)
+
+        await sandbox.launch(self.finish_spec(spec), before_start=before_start)
         try:
             await self._attach(sandbox)
         except CouldNotRunError as exc:
@@ -311,3 +321,21 @@ async def _wait_stopped(sandbox: ContainerSandbox, timeout_s: float = 10.0) -> N
         if state is None or not state.running:
             return
         await asyncio.sleep(0.05)
+
+
+def _point_resolv_conf(sandbox: ContainerSandbox) -> None:
+    """Egress: the created container's ``/etc/resolv.conf`` names the agent's resolver, written
+    through the archive API before the start (a read-only root is read-only from then on).
+    Engines do not agree on ``--dns`` without a network: a podman 4 leaves the image's file,
+    whatever it is told. An engine that refuses (docker on a read-only root, which honours
+    ``--dns``) leaves it to the agent (``toolseam_agent/resolver.point_resolv_conf``)."""
+    assert sandbox.container is not None
+    data = RESOLV_CONF.encode()
+    with tempfile.TemporaryFile(prefix="toolseam-resolv-") as archive:
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo("resolv.conf")
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+        archive.seek(0)
+        with contextlib.suppress(CouldNotRunError):
+            sandbox.engine.put_archive(sandbox.container, "/etc", archive)
