@@ -10,8 +10,10 @@ only the derived key, never the secret):
 * both take ``Ks = HMAC(K, "session" | nc | na)``, and from then on every line each way is
   ``payload TAB tag``, ``tag = HMAC(Ks, direction | sequence | payload)[:16]``. The client's
   first sealed line is the attach itself: the agent accepts it only if the tag holds, which
-  proves the client knows ``K``. A relay in the middle (a command that swapped the socket and
-  passes the bytes on) can read what passes — nothing a command inside could not read anyway
+  proves the client knows ``K``. A tunnel's binary data frame (``frames.py``) carries the
+  same tag over its header and data, numbered in the same sequence as the lines. A relay in
+  the middle (a command that swapped the socket and passes the bytes on) can read what passes
+  — nothing a command inside could not read anyway
   — but cannot change, drop, reorder or replay a line unnoticed: the sequence numbers are in
   the tags and ``Ks`` is new for every attach.
 
@@ -28,6 +30,7 @@ import secrets
 KEY_VAR = "TOOLSEAM_SESSION_KEY"  # hex K, in the agent's environment only (scrubbed at start)
 NONCE_BYTES = 32
 _TAG_HEX = 32  # 16 bytes of tag: forging one is 2^-128 per try
+TAG_LEN = _TAG_HEX  # a sealed data frame's tag (frames.py)
 _SEQ = 8
 
 
@@ -65,14 +68,26 @@ class Sealer:
         self._direction = direction
         self._seq = 0
 
-    def _tag(self, payload: bytes) -> bytes:
-        message = self._direction + self._seq.to_bytes(_SEQ, "big") + payload
+    def _tag(self, payload: bytes, more: bytes = b"") -> bytes:
+        mac = hmac.new(self._key, self._direction + self._seq.to_bytes(_SEQ, "big") + payload,
+                       "sha256")
+        if more:  # a data frame's bytes: not copied into one message first
+            mac.update(more)
         self._seq += 1
-        return hmac.digest(self._key, message, "sha256")[:_TAG_HEX // 2].hex().encode()
+        return mac.digest()[:_TAG_HEX // 2].hex().encode()
 
     def seal(self, payload: bytes) -> bytes:
         """``payload`` (one line, no newline) with its tag."""
         return payload + b"\t" + self._tag(payload)
+
+    def seal_frame(self, head: bytes, data: bytes) -> bytes:
+        """A data frame's tag (``frames.py``), over its header and data, in the lines' sequence."""
+        return self._tag(head, data)
+
+    def open_frame(self, head: bytes, data: bytes, tag: bytes) -> None:
+        """``SealError`` unless ``tag`` holds for this frame."""
+        if not hmac.compare_digest(self._tag(head, data), tag):
+            raise SealError("a data frame whose tag does not hold")
 
     def open(self, line: bytes) -> bytes:
         """The payload of a sealed line; ``SealError`` if its tag does not hold."""

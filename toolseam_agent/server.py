@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from . import ops, paths, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
+from . import frames, ops, paths, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
@@ -32,6 +32,7 @@ from .wire import ErrorKind
 
 _ENVS_KEPT = 4
 _READ_SIZE = 1 << 16
+TURN_WAIT_S = 0.05  # tunnel data waits at most this long for answers being written
 
 
 def _decode_bytes(obj: Any) -> Any:
@@ -62,12 +63,15 @@ class Agent:
         # Environments by the host's id: a session sends its (often 2 KiB) environment once,
         # then names it. A few are kept, so a host alternating two environments stays cheap.
         self._envs: OrderedDict[int, dict[str, str]] = OrderedDict()
-        self._inbuf = b""
+        self._splitter = frames.Splitter()  # lines and tunnels' data frames, as they come
         self._closing = False
         self._write_lock = threading.Lock()
+        # The priority lane: answers and events go ahead of tunnel data waiting for its turn
+        self._turn = threading.Condition()
+        self._urgent = 0  # senders of answers and events between their turn and their write
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
         # egress: listening only once asked to
-        self.tunnels = tunnel.Tunnels(self.send, self.send_bytes, self._job_of)
+        self.tunnels = tunnel.Tunnels(self.send, self.send_data, self._job_of)
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
@@ -78,10 +82,26 @@ class Agent:
 
     # --- channel ------------------------------------------------------------------------
     def send(self, message: Mapping[str, Any]) -> None:
-        self.send_bytes((wire.dumps(message) + "\n").encode())
+        line = (wire.dumps(message) + "\n").encode()
+        with self._turn:
+            self._urgent += 1
+        try:
+            self._write(line)
+        finally:
+            with self._turn:
+                self._urgent -= 1
+                if not self._urgent:
+                    self._turn.notify_all()
 
-    def send_bytes(self, data: bytes) -> None:
-        """One whole line (or several), written without interleaving another thread's."""
+    def send_data(self, number: int, data: bytes) -> None:
+        """A tunnel's data frame (``frames.py``), from its connection's thread: it waits while
+        an answer or event is being written, so a call's answer waits behind one frame at most."""
+        with self._turn:
+            self._turn.wait_for(lambda: not self._urgent, TURN_WAIT_S)
+        self._write(frames.header(number, len(data)) + data)
+
+    def _write(self, data: bytes) -> None:
+        """Whole lines or frames, written without interleaving another thread's."""
         with self._write_lock:
             view = memoryview(data)
             while view:
@@ -112,15 +132,23 @@ class Agent:
             chunks.append(data)
             if len(data) < _READ_SIZE:
                 break
-        self._inbuf += b"".join(chunks)
-        *lines, self._inbuf = self._inbuf.split(b"\n")
-        self._lines(lines)
+        try:
+            items = self._splitter.feed(b"".join(chunks))
+        except frames.FrameError as exc:  # not our framing: the channel is broken
+            self.send(wire.failure(None, ErrorKind.PROTOCOL, str(exc)))
+            self.loop.remove_reader(self.infd)
+            self._input_ended()
+            return
+        self._lines(items)
 
-    def _lines(self, lines: list[bytes]) -> None:
-        """Whole lines from the host, in order (a durable agent opens their seals first)."""
-        for line in lines:
-            if line.strip() and not self.tunnels.from_host_line(line):
-                self._handle(line)
+    def _lines(self, items: list[bytes | frames.Frame]) -> None:
+        """Whole lines and data frames from the host, in order (a durable agent opens their
+        seals first)."""
+        for item in items:
+            if isinstance(item, frames.Frame):
+                self.tunnels.from_host_data(item.number, item.data)
+            elif item.strip():
+                self._handle(item)
 
     def _input_ended(self) -> None:
         """The channel closed: the host is gone (a durable agent, session_socket.py, waits)."""

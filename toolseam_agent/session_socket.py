@@ -29,10 +29,11 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from . import userns, wire
+from . import frames, userns, wire
 from .attach_auth import (
     KEY_VAR,
     NONCE_BYTES,
+    TAG_LEN,
     Sealer,
     SealError,
     agent_proof,
@@ -42,7 +43,7 @@ from .attach_auth import (
 )
 from .loop import Timer
 from .relay import socket_address
-from .server import Agent
+from .server import TURN_WAIT_S, Agent
 from .wire import ErrorKind
 
 ORPHAN_VAR = "TOOLSEAM_ORPHAN_TIMEOUT_S"
@@ -235,7 +236,8 @@ class DurableAgent(Agent):
             self._conn = conn
             self._seal, self._unseal = seal, unseal
             self.infd = self.outfd = conn.fileno()
-        self._inbuf = b""
+        self._splitter.reset()
+        self._splitter.tag_len = TAG_LEN  # every frame from here on is sealed too
         self._answer(rid, {"state": self._state, "next_id": self._max_rid + 1,
                            "jobs": [{"job": job.id, "argv": job.argv, "pid": job.pid,
                                      "started": job.started,
@@ -253,29 +255,34 @@ class DurableAgent(Agent):
         self._kept_bytes = 0
         self.loop.add_reader(conn.fileno(), self._on_input)
         if rest:
-            self._inbuf = rest
-            self._on_input_lines()
+            try:
+                items = self._splitter.feed(rest)
+            except frames.FrameError:
+                items = [b"not a frame"]  # fails its seal below: the connection ends
+            self._lines(items)
 
-    def _on_input_lines(self) -> None:
-        *lines, self._inbuf = self._inbuf.split(b"\n")
-        self._lines(lines)
-
-    def _lines(self, lines: list[bytes]) -> None:
-        """Every line of an attached connection is sealed: one that does not hold ends the
-        connection (something between client and agent changed it); nothing else is lost."""
+    def _lines(self, items: list[bytes | frames.Frame]) -> None:
+        """Every line and data frame of an attached connection is sealed: one that does not
+        hold ends the connection (something between client and agent changed it); nothing
+        else is lost."""
         unseal = self._unseal
-        for line in lines:
-            if not line.strip() or unseal is None:
+        for item in items:
+            if unseal is None or (not isinstance(item, frames.Frame) and not item.strip()):
                 continue
             try:
-                line = unseal.open(line)
+                if isinstance(item, frames.Frame):
+                    unseal.open_frame(item.head, item.data, item.tag)
+                else:
+                    item = unseal.open(item)
             except SealError:
                 if self._conn is not None:
                     self.loop.remove_reader(self._conn.fileno())
                     self._input_ended()
                 return
-            if not self.tunnels.from_host_line(line):
-                self._handle(line)
+            if isinstance(item, frames.Frame):
+                self.tunnels.from_host_data(item.number, item.data)
+            else:
+                self._handle(item)
 
     def _input_ended(self) -> None:
         """The connection ended without ``shutdown``: keep everything, wait for an attach."""
@@ -328,10 +335,19 @@ class DurableAgent(Agent):
         if self._conn is not None:
             self._write(line)
 
-    def send_bytes(self, data: bytes) -> None:
-        """A tunnel's data frame (egress): only to a client that is there, like live output."""
-        if self._conn is not None:
-            self._write(data)
+    def send_data(self, number: int, data: bytes) -> None:
+        """A tunnel's data frame (egress): only to a client that is there, like live output;
+        sealed like a line, in the same sequence."""
+        if self._conn is None:
+            return
+        with self._turn:
+            self._turn.wait_for(lambda: not self._urgent, TURN_WAIT_S)
+        head = frames.header(number, len(data))
+        with self._write_lock:
+            seal, fd = self._seal, self.outfd
+            if seal is None:
+                return
+            self._write_all(fd, head + data + seal.seal_frame(head, data))
 
     def _write(self, data: bytes) -> None:
         """Whole lines to the attached connection, each sealed (in the order written: the
@@ -340,15 +356,19 @@ class DurableAgent(Agent):
             seal, fd = self._seal, self.outfd
             if seal is None:
                 return  # nobody attached: an answer is kept for the next attach
-            view = memoryview(b"".join(seal.seal(line) + b"\n"
-                                       for line in data.split(b"\n")[:-1]))
-            while view:
-                try:
-                    view = view[os.write(fd, view):]
-                except BlockingIOError:
-                    select.select([], [fd], [], 5)
-                except OSError:
-                    return  # the connection is gone: the answer is kept for the next attach
+            self._write_all(fd, b"".join(seal.seal(line) + b"\n"
+                                         for line in data.split(b"\n")[:-1]))
+
+    @staticmethod
+    def _write_all(fd: int, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                select.select([], [fd], [], 5)
+            except OSError:
+                return  # the connection is gone: an answer is kept for the next attach
 
     def run(self) -> None:
         try:

@@ -7,9 +7,10 @@ Each accepted connection is a numbered stream of ``tun`` frames on the channel:
 * agent → host (events): ``{"ev": "tun", "c": N, "o": "open"}`` (with, for a captured
   connection, ``"h": NAME, "p": PORT`` — what it was resolved from and dialled — and, where the
   agent can see it, ``"pid"``, ``"argv"`` and ``"job"`` of the process that opened it), data
-  ``{"ev": "tun", "c": N, "d": BASE64}``, ``"o": "eof"`` (the client half-closed), ``"o":
+  as a binary frame (``frames.py``: raw bytes, no JSON), ``"o": "eof"`` (the client half-closed), ``"o":
   "end"`` (the socket failed or was closed), and ``"a": COUNT`` — bytes the host sent that reached the client.
-* host → agent (``op: "tun"``, no answer): the same ``d``, ``eof``, ``end`` and ``a``.
+* host → agent (``op: "tun"``, no answer): the same ``eof``, ``end`` and ``a``; data as
+  binary frames.
 * the resolver (``resolver.py``) asks ``{"ev": "tun", "o": "dns", "q": N, "h": NAME}``; the
   host answers ``{"op": "tun", "o": "dns", "q": N, "p": [PORTS]}`` (empty: refused).
 
@@ -33,10 +34,10 @@ from typing import Any
 
 from . import sockowner
 from .resolver import Capture, point_resolv_conf
-from .wire import TO_AGENT, TO_HOST, TUNNEL_EVENT, tunnel_data, tunnel_number, tunnel_payload
+from .wire import TUNNEL_EVENT
 
-WINDOW = 512 * 1024  # unacknowledged bytes per connection and direction
-CHUNK = 64 * 1024
+WINDOW = 1 << 20  # unacknowledged bytes per connection and direction
+CHUNK = 128 * 1024  # a data frame's most: what a call's answer may wait behind at the agent
 _LINGER_S = 2.0  # after the last byte, how long a client may take to close its end
 MAX_CONNECTIONS = 512  # beyond it the agent closes at once; the host's limit (503) comes first
 # Where images keep their trusted roots (Debian/Ubuntu/Alpine, Fedora/RHEL, others).
@@ -44,7 +45,7 @@ SYSTEM_ROOTS = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bun
                 "/etc/ssl/cert.pem", "/etc/ssl/ca-bundle.pem")
 
 Send = Callable[[dict[str, Any]], None]
-SendBytes = Callable[[bytes], None]
+SendData = Callable[[int, bytes], None]  # a data frame: connection number, bytes
 JobOf = Callable[[int], str | None]  # a pid → the job it belongs to
 _ASK_TIMEOUT_S = 10.0
 _END = object()
@@ -114,7 +115,7 @@ class _Connection:
                 return
             with self.credit:
                 self.unacked += len(data)
-            self.tunnels.send_bytes(tunnel_data(TO_HOST, self.number, data))
+            self.tunnels.send_data(self.number, data)
 
     def _write(self) -> None:
         """Host → client, each piece acknowledged once the client's socket took it."""
@@ -128,9 +129,9 @@ class _Connection:
                     self.sock.shutdown(socket.SHUT_WR)
                     continue
                 assert isinstance(item, bytes)
-                data = tunnel_payload(item)  # decoded here, off the agent's loop thread
+                data = item
                 self.sock.sendall(data)
-            except (OSError, ValueError):  # the socket failed, or a frame was not base64
+            except OSError:  # the socket failed
                 self.end(tell_host=True)
                 break
             self._event(a=len(data))
@@ -172,9 +173,9 @@ class _Connection:
 class Tunnels:
     """The listener and its connections; ``send`` writes one message to the host."""
 
-    def __init__(self, send: Send, send_bytes: SendBytes,
+    def __init__(self, send: Send, send_data: SendData,
                  job_of: JobOf = lambda _pid: None) -> None:
-        self.send, self.send_bytes, self.job_of = send, send_bytes, job_of
+        self.send, self.send_data, self.job_of = send, send_data, job_of
         self.capture: Capture | None = None
         self._asked: dict[int, tuple[threading.Event, list[int]]] = {}
         self._server: socket.socket | None = None
@@ -303,17 +304,12 @@ class Tunnels:
         if connection is not None:  # one that ended meanwhile: nothing to do
             connection.from_host(frame)
 
-    def from_host_line(self, line: bytes) -> bool:
-        """A data frame, queued undecoded for its connection's writer thread (the loop thread
-        only finds its number); False for any other line."""
-        found = tunnel_number(line, TO_AGENT)
-        if found is None or not found[1]:
-            return False
+    def from_host_data(self, number: int, data: bytes) -> None:
+        """A data frame's bytes, queued for its connection's writer thread."""
         with self._lock:
-            connection = self._connections.get(found[0])
+            connection = self._connections.get(number)
         if connection is not None and not connection.ended:
-            connection.outbox.put(line)
-        return True
+            connection.outbox.put(data)
 
     def close(self) -> None:
         """Stop listening and end every connection (the session is closing)."""

@@ -9,14 +9,15 @@ One JSON object per line, UTF-8, over one socket:
   ``{"id": ID, "ok": false, "error": {"kind": KIND, "message": TEXT, ...}}``
 * event (agent → host):    ``{"ev": "output", "job": JOB, "stream": "stdout"|"stderr",
   "data": TEXT}`` — live output, before the job's answer; ``{"ev": "tun", "c": N, ...}`` — an
-  egress connection's frame (``tunnel.py``).
+  egress connection's control frame (``tunnel.py``).
+* a tunnel's data, both ways: a binary frame, ``NUL`` + number + length + raw bytes, where a
+  line would begin (``frames.py``).
 
 Bytes travel as base64 under keys ending in ``_b64``.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 from json import encoder as _json_encoder
 from json import scanner as _json_scanner
@@ -68,37 +69,7 @@ OUTPUT_EVENT = "output"
 # an ``ev``.
 EGRESS_LISTEN, TUNNEL = "egress_listen", "tun"
 TUNNEL_EVENT = TUNNEL
-# A tunnel's data frames are most of the bytes on a busy channel, so both ends write and read
-# them by hand, in exactly this shape — the base64 needs no JSON escaping — and skip the JSON
-# codec (and, in the agent, the loop thread) for them: ``{"id":0,"op":"tun","c":N,"d":"…"}``
-# to the agent, ``{"ev":"tun","c":N,"d":"…"}`` to the host. Every other frame is plain JSON.
-TO_AGENT = b'{"id":0,"op":"tun","c":'
-TO_HOST = b'{"ev":"tun","c":'
-_DATA = b',"d":"'
-
-
-def tunnel_data(prefix: bytes, number: int, data: bytes) -> bytes:
-    """One data frame, its line end included."""
-    return b"%s%d%s%s\"}\n" % (prefix, number, _DATA, base64.b64encode(data))
-
-
-def tunnel_number(line: bytes, prefix: bytes) -> tuple[int, bool] | None:
-    """A tunnel frame's connection number and whether it is a data frame; None for a line
-    that is not a tunnel frame in ``prefix``'s direction."""
-    if not line.startswith(prefix):
-        return None
-    end = line.find(b",", len(prefix))
-    try:
-        number = int(line[len(prefix):end])
-    except ValueError:
-        return None
-    return number, line.startswith(_DATA, end)
-
-
-def tunnel_payload(line: bytes) -> bytes:
-    """The bytes a data frame (a line without its line end) carries."""
-    start = line.index(_DATA) + len(_DATA)
-    return base64.b64decode(line[start:line.rindex(b'"')])
+# A tunnel's data is not JSON: binary frames between the lines (``frames.py``).
 
 
 # --- error kinds: the one table (the host maps each to a seam exception in _channel.py) -------

@@ -123,7 +123,7 @@ class ComposedBackend:
                 f"network 'egress': the {self.name} sandbox sees the network interfaces {seen}, "
                 "not loopback alone, so commands could go around the proxy; refusing to start "
                 "(docs/network.md)", retryable=False)
-        channel.carry_tunnels(TunnelMux(serve, channel.send_frame, ports_for))
+        channel.carry_tunnels(TunnelMux(serve, channel.send_frame, channel.send_data, ports_for))
         return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem, capture=ports_for is not None,
                                   resolv_conf=self.agent_writes_resolv_conf)
 

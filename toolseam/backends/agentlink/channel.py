@@ -9,21 +9,20 @@ import asyncio
 import contextlib
 import itertools
 import socket
+from collections import deque
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-from toolseam_agent.attach_auth import Sealer, SealError
+from toolseam_agent.attach_auth import TAG_LEN, Sealer, SealError
+from toolseam_agent.frames import Frame, FrameError, Splitter, header
 from toolseam_agent.wire import (
     HELLO,
     OUTPUT_EVENT,
     PROTOCOL_VERSION,
     SHUTDOWN,
     STATUS_DEFAULTS,
-    TO_HOST,
     TUNNEL_EVENT,
-    tunnel_number,
-    tunnel_payload,
 )
 from toolseam_agent.wire import dumps as wire_dumps
 from toolseam_agent.wire import loads as wire_loads
@@ -34,7 +33,11 @@ from ...seam.protocol import OutputCallback
 from .errors import map_agent_error
 from .tunnel import TunnelMux
 
-_PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent to catch up
+# Unsent bytes at which the transport pauses us: a caller then waits for the agent to catch up,
+# and tunnel data waits in the channel's own queue (the priority lane) — a request written
+# meanwhile goes straight to the transport, ahead of every queued frame, and so waits behind
+# at most this much tunnel data.
+_PAUSE_AT = 1 << 17
 # What one read takes from the socket, into ONE buffer kept for the channel's life. As a plain
 # protocol, asyncio's socket transport received into a fresh 256 KiB bytes object per read —
 # above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
@@ -61,7 +64,9 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._listeners: dict[str, OutputCallback] = {}
-        self._partial: list[bytes] = []  # an answer's bytes before its newline arrives
+        self._splitter = Splitter()  # lines and tunnels' data frames, as they come
+        self._data: deque[tuple[int, bytes]] = deque()  # tunnel data waiting for its turn
+        self._pumping = False
         self._read_buffer = memoryview(bytearray(_READ_SIZE))
         self._transport: asyncio.Transport | None = None
         self._can_write: asyncio.Future[None] | None = None
@@ -107,16 +112,40 @@ class AgentChannel(asyncio.BufferedProtocol):
 
     def carry_tunnels(self, tunnels: TunnelMux) -> None:
         self.tunnels = tunnels
-        tunnels.send_frame = self.send_frame
+        tunnels.send_frame, tunnels.send_data = self.send_frame, self.send_data
 
-    def send_frame(self, message: dict[str, Any] | bytes) -> None:
-        """A message that has no answer (a tunnel frame; bytes: a whole line already made);
-        dropped once the channel is dead."""
+    def send_frame(self, message: dict[str, Any]) -> None:
+        """A message that has no answer (a tunnel's control frame); dropped once the channel
+        is dead."""
         if self.death is None and self._transport is not None:
-            data = message if isinstance(message, bytes) else (wire_dumps(message) + "\n").encode()
-            if self._seal is not None:
-                data = b"".join(self._seal.seal(line) + b"\n" for line in data.split(b"\n")[:-1])
-            self._transport.write(data)
+            payload = wire_dumps(message).encode()
+            self._transport.write(payload + b"\n" if self._seal is None
+                                  else self._seal.seal(payload) + b"\n")
+
+    def send_data(self, number: int, data: bytes) -> None:
+        """A tunnel's bytes, as a binary frame (``toolseam_agent/frames.py``) behind every
+        request: queued here while the transport holds enough, so calls overtake it. Sealed
+        when written, not when queued: the seals' sequence is the order on the wire."""
+        if self.death is not None or self._transport is None:
+            return
+        self._data.append((number, data))
+        self._pump()
+
+    def _pump(self) -> None:
+        transport = self._transport
+        if transport is None or self._pumping:
+            return
+        self._pumping = True  # a write may call pause_writing/resume_writing back
+        try:
+            # until the transport pauses us (above _DATA_QUEUED_AT_MOST): resume_writing
+            # pumps again once it is down to a quarter of that
+            while self._data and self.death is None and self._can_write is None:
+                number, data = self._data.popleft()
+                head = header(number, len(data))
+                transport.write(head + data if self._seal is None
+                                else head + data + self._seal.seal_frame(head, data))
+        finally:
+            self._pumping = False
 
     def unlisten(self, job: str) -> None:
         self._listeners.pop(job, None)
@@ -162,37 +191,26 @@ class AgentChannel(asyncio.BufferedProtocol):
         self.data_received(self._read_buffer[:nbytes].tobytes())
 
     def data_received(self, data: bytes) -> None:
-        lines: list[bytes]
-        if not self._partial and data.endswith(b"\n") and data.find(b"\n") == len(data) - 1:
-            lines = [data[:-1]]  # one whole line, the common case: no join, no split
-        elif b"\n" not in data:  # a big answer arrives in many pieces: join them once
-            self._partial.append(data)
-            return
-        else:
-            if self._partial:
-                self._partial.append(data)
-                data = b"".join(self._partial)
-                self._partial.clear()
-            *lines, rest = data.split(b"\n")
-            if rest:
-                self._partial.append(rest)
+        unseal = self._unseal
+        self._splitter.tag_len = 0 if unseal is None else TAG_LEN
         try:
-            for line in lines:
-                if self._unseal is not None:
-                    line = self._unseal.open(line)
-                if self.tunnels is not None and line.startswith(TO_HOST):
-                    found = tunnel_number(line, TO_HOST)
-                    if found is not None and found[1]:  # data: no JSON codec on the hot path
-                        self.tunnels.data(found[0], tunnel_payload(line))
-                        continue
-                self._dispatch(wire_loads(line.decode()))  # str: skips detect_encoding
+            for item in self._splitter.feed(data):
+                if isinstance(item, Frame):  # a tunnel's bytes: no JSON codec on the hot path
+                    if unseal is not None:
+                        unseal.open_frame(item.head, item.data, item.tag)
+                    if self.tunnels is not None:
+                        self.tunnels.data(item.number, item.data)
+                    continue
+                if unseal is not None:
+                    item = unseal.open(item)
+                self._dispatch(wire_loads(item.decode()))  # str: skips detect_encoding
         except SealError as exc:
             self.tampered = True  # the engine's state cannot explain it: say what it was
             self._die(f"a line from the session at {self.endpoint} did not hold its seal ({exc}): "
                       "something between this client and the agent changed the stream")
             assert self._transport is not None
             self._transport.abort()
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not our JSON lines
+        except (ValueError, KeyError, TypeError, AttributeError, FrameError) as exc:  # not ours
             self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
             assert self._transport is not None
             self._transport.abort()
@@ -234,6 +252,7 @@ class AgentChannel(asyncio.BufferedProtocol):
             if not self._can_write.done():
                 self._can_write.set_result(None)
             self._can_write = None
+        self._pump()
 
     # --- lifecycle ------------------------------------------------------------------------
     async def hello(self) -> dict[str, Any]:
@@ -249,6 +268,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         return answer
 
     def _die(self, reason: str) -> None:
+        self._data.clear()  # tunnel data never sent: its connections end with the channel
         if self.death is None:
             self.death = CouldNotRunError(reason, retryable=True)
         for future in self._pending.values():

@@ -134,7 +134,7 @@ class DurableChannel(AgentChannel):
 
     async def _attach(self, pending: list[int]) -> None:
         self.death = None
-        self._partial.clear()
+        self._splitter.reset()
         self._seal = self._unseal = None
         self._lost = self._loop.create_future()
         await self._connector(self)

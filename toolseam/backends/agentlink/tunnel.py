@@ -15,12 +15,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from toolseam_agent.tunnel import WINDOW
-from toolseam_agent.wire import TO_AGENT, TUNNEL, tunnel_data
+from toolseam_agent.tunnel import CHUNK, WINDOW
+from toolseam_agent.wire import TUNNEL
 
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 PortsFor = Callable[[str], list[int]]  # the resolver's question: which ports may NAME reach
-SendFrame = Callable[[dict[str, Any] | bytes], None]
+SendFrame = Callable[[dict[str, Any]], None]
+SendData = Callable[[int, bytes], None]  # a data frame: connection number, bytes
 _READER_LIMIT = 1 << 16
 _CLOSE_WAIT_S = 10.0
 _log = logging.getLogger("toolseam.egress")
@@ -50,9 +51,9 @@ class TunnelTransport(asyncio.Transport):
         if self._closing or not data:
             return
         data = bytes(data)
-        for start in range(0, len(data), 1 << 16):
-            piece = data[start:start + (1 << 16)]
-            self._mux.send_frame(tunnel_data(TO_AGENT, self._number, piece))
+        for start in range(0, len(data), CHUNK):
+            piece = data[start:start + CHUNK] if len(data) > CHUNK else data
+            self._mux.send_data(self._number, piece)
             self._unacked += len(piece)
         if self._unacked >= WINDOW and not self._paused_writer:
             self._paused_writer = True
@@ -184,9 +185,10 @@ class TunnelMux:
     ``send`` writes a frame on the session's current channel (``channel.py`` moves the mux to a
     new channel after a reconnect, and ends what was open: bytes in flight are lost)."""
 
-    def __init__(self, serve: Serve, send: SendFrame, ports_for: PortsFor | None = None) -> None:
+    def __init__(self, serve: Serve, send: SendFrame, send_data: SendData,
+                 ports_for: PortsFor | None = None) -> None:
         self._serve, self._ports_for = serve, ports_for
-        self.send_frame = send
+        self.send_frame, self.send_data = send, send_data
         self._open: dict[int, TunnelTransport] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -201,7 +203,7 @@ class TunnelMux:
         return len(self._open)
 
     def data(self, number: int, data: bytes) -> None:
-        """A data frame from the agent (``channel.py`` decodes it without the JSON codec)."""
+        """A data frame from the agent (``channel.py`` splits it out without the JSON codec)."""
         transport = self._open.get(number)
         if transport is None:
             self.send({"c": number, "o": "end"})  # one we ended already: tell it again
