@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tests.helpers.egress_servers import Seen, web_server
@@ -37,7 +37,13 @@ def policy(allow: list[str], **extra: object) -> EgressPolicy:
 
 # -- the shape ---------------------------------------------------------------------------------
 @given(st.text(alphabet=string.ascii_letters + string.digits + "_-.", min_size=8, max_size=80))
+@example("a_______")  # a prefix, then punctuation alone: once a loop that never ended
+@example("--------")
 def test_a_placeholder_keeps_the_values_shape_and_never_equals_it(value: str) -> None:
+    if not any(ch.isalnum() for ch in value):  # nothing to change: refused, never a hang
+        with pytest.raises(ValueError, match="no letter or digit"):
+            shaped_like(value)
+        return
     fake = shaped_like(value)
     assert fake != value and len(fake) == len(value)
     for made, real in zip(fake, value, strict=True):
@@ -214,3 +220,12 @@ def test_capture_gives_each_name_an_address_and_listens_on_its_ports() -> None:
             pass
     finally:
         capture.close()
+
+
+def test_a_credential_with_no_letter_or_digit_cannot_have_a_placeholder() -> None:
+    with pytest.raises(ValueError, match="no letter or digit") as raised:
+        EgressPolicy.from_settings(
+            {"egress_allow": ["api.test"], "egress_credentials": [
+                {"host": "api.test", "header": "Authorization", "value_env": "REAL",
+                 "placeholder_env": "TOKEN"}]}, environ={"REAL": "-_-_-_-_"})
+    assert "-_-_-_-_" not in str(raised.value)

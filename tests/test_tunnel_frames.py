@@ -45,7 +45,7 @@ def test_lines_and_frames_come_out_whole_however_the_bytes_are_cut(
     splitter.tag_len = TAG_LEN if sealed else 0
     found: list[bytes | Frame] = []
     at = 0
-    for cut in sorted({min(cut, len(data)) for cut in cuts}) + [len(data)]:
+    for cut in [*sorted({min(cut, len(data)) for cut in cuts}), len(data)]:
         found += splitter.feed(data[at:cut]) if cut > at else []
         at = cut
     unseal = Sealer(key, b"A")

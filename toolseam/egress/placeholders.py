@@ -23,10 +23,15 @@ WHERE = ("header", "url", "body")
 
 
 def shaped_like(value: str) -> str:
-    """A random value of ``value``'s shape (see the module docstring); never equal to it."""
+    """A random value of ``value``'s shape (see the module docstring); never equal to it.
+    ValueError for a value with no letter or digit to change (no stand-in could differ)."""
     prefix = _PREFIX.match(value)
     kept = prefix.group(0) if prefix else ""
-    while True:
+    if not any(ch.isascii() and ch.isalnum() for ch in value[len(kept):]):
+        kept = ""  # the rest is punctuation alone: the prefix's characters are changed too
+    if not any(ch.isascii() and ch.isalnum() for ch in value):
+        raise ValueError("the value has no letter or digit, so no stand-in of its shape differs")
+    while True:  # ends: at least one character is drawn from 10 or more
         body = "".join(_same_class(ch) for ch in value[len(kept):])
         made = kept + body
         if made != value and (not body or body != value[len(kept):]):

@@ -182,9 +182,13 @@ class EgressPolicy(BaseModel):
                     f"egress_credentials[{index}] (host {rule.host!r}): {rule.value_env} is empty "
                     "or holds a line break / NUL, which cannot go in a header")
             if rule.placeholder_env is not None:
+                try:
+                    fake = shaped_like(value)
+                except ValueError as exc:  # the value is never quoted back: it is a secret
+                    raise EgressRuleError(f"egress_credentials[{index}] (host {rule.host!r}): "
+                                          f"placeholder for {rule.value_env}: {exc}") from None
                 placeholders.append(Placeholder(rule.host, rule.header, rule.placeholder_env,
-                                                shaped_like(value), value,
-                                                frozenset(rule.placeholder_in)))
+                                                fake, value, frozenset(rule.placeholder_in)))
             else:
                 secrets.setdefault(rule.host, []).append((rule.header, value))
         self._secrets = {host: tuple(pairs) for host, pairs in secrets.items()}
