@@ -1,4 +1,4 @@
-"""Egress speed (issue 21, point 7), in ONE run, on 127.0.0.1 only.
+"""Egress speed (issue 21, point 7; issue 36, part 5), in ONE run, on 127.0.0.1 only.
 
     python benchmarks/egress.py [--mb 100] [--rounds 3] [--backends host,docker,...] [--profile]
     python benchmarks/egress.py --core            # the proxy core alone, by curl
