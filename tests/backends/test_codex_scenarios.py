@@ -17,9 +17,9 @@ import pytest
 
 from toolseam import Toolkit
 
-from .engines import backend, remove_shared, shared_dir
+from ..support.engines import backend, remove_shared, shared_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PEER_DATA = Path(os.environ.get("TOOLSEAM_PEER_DATA",
                                 REPO.parent / "shared" / "peer-data")) / "codex-apply-patch"
 

@@ -23,8 +23,7 @@ from toolseam import ConfigurationError, CouldNotRunError, Toolkit
 from toolseam.backends.containers.engine.protocol import Hardening
 from toolseam.policy.limits import SandboxLimits
 
-from .conftest import host_started, host_survivors
-from .engines import (
+from ..support.engines import (
     ENGINES,
     IMAGE,
     REMOTE_ENGINES,
@@ -34,8 +33,9 @@ from .engines import (
     serve_every_builtin,
     shared_dir,
 )
+from ..support.processes import host_started, host_survivors
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest_asyncio.fixture(params=ENGINES)
@@ -189,7 +189,7 @@ async def test_container_dying_is_could_not_run(engine: str, workspace: Path) ->
 @pytest.mark.parametrize("engine", ENGINES)
 async def test_host_sigkill_then_janitor(engine: str, workspace: Path) -> None:
     marker = f"{uuid.uuid4().int % 900 + 100}.25"
-    holder = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/hold_job.py"), engine,
+    holder = subprocess.Popen([sys.executable, str(REPO / "tests/support/hold_job.py"), engine,
                                str(workspace), marker], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert holder.stdout is not None
     try:

@@ -18,7 +18,7 @@ import pytest
 
 from toolseam import Toolkit
 
-from .engines import REMOTE_ENGINES, backend
+from ..support.engines import REMOTE_ENGINES, backend
 
 pytestmark = pytest.mark.slow
 
@@ -79,7 +79,7 @@ sys.path.insert(0, {root!r})
 mnt = {mnt!r}
 os.makedirs(mnt, exist_ok=True)
 subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt], check=True)
-from tests.engines import backend
+from tests.support.engines import backend
 from toolseam import Toolkit
 from toolseam.backends.containers.workspace_sync.tar_sync import CopyLimitError
 
@@ -112,7 +112,7 @@ def test_a_workspace_past_the_limit_is_refused_on_its_headers(engine: str, base:
     (sparse in the sandbox, 3 GiB in the engine's archive) is refused on its tar header now:
     the sync runs with its temp dir on a 64 MiB tmpfs (a private mount namespace) and is
     refused quickly, nothing written on the host; before, the spool filled that tmpfs."""
-    script = LIMIT_RUN.format(root=str(Path(__file__).parent.parent), mnt=str(tmp_path / "tmp"),
+    script = LIMIT_RUN.format(root=str(Path(__file__).parents[2]), mnt=str(tmp_path / "tmp"),
                               engine=engine, base=str(base))
     done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c",
                            script], capture_output=True, text=True, timeout=300)

@@ -2,9 +2,9 @@
 host backend (its own user + network namespace), podman rootful and rootless, docker, and the
 remote engines in copy mode (tcp, TLS; and over ssh) — one sandbox per backend for the module.
 
-Commands inside run ``tests/helpers/egress_client.py`` (the test image has python3 alone: no
+Commands inside run ``tests/support/egress_client.py`` (the test image has python3 alone: no
 curl, git or pip; the host backend uses the real ones too). Every upstream is a real server on
-the host's 127.0.0.1 (``tests/helpers/egress_servers.py``), reached by names pinned with
+the host's 127.0.0.1 (``tests/support/egress_servers.py``), reached by names pinned with
 ``egress_resolve``. Nothing is sent anywhere else: isolation is proven by listeners on the
 host's 127.0.0.1 that must see nothing, and by route lookups (a UDP ``connect`` sends no
 packet) that must fail.
@@ -36,7 +36,12 @@ import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers.egress_servers import (
+from toolseam import Toolkit, ToolResult
+from toolseam.egress import EgressEvent
+from toolseam.policy.limits import SandboxLimits
+from toolseam.seam.errors import ConfigurationError
+
+from ..support.egress_servers import (
     Seen,
     Streams,
     Trap,
@@ -55,18 +60,21 @@ from tests.helpers.egress_servers import (
     udp_trap,
     web_server,
 )
-from toolseam import Toolkit, ToolResult
-from toolseam.egress import EgressEvent
-from toolseam.policy.limits import SandboxLimits
-from toolseam.seam.errors import ConfigurationError
-
-from .conftest import host_survivors
-from .engines import backend, endpoint, remote_image, remove_shared, required_env, shared_dir
+from ..support.engines import (
+    EVERY_BACKEND,
+    backend,
+    endpoint,
+    remote_image,
+    remove_shared,
+    required_env,
+    shared_dir,
+)
+from ..support.processes import host_survivors
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-BACKENDS = ("host", "podman", "podman-rootless", "docker", "podman-remote", "docker-remote")
-CLIENT = Path(__file__).parent / "helpers" / "egress_client.py"
+BACKENDS = EVERY_BACKEND
+CLIENT = Path(__file__).parents[1] / "support" / "egress_client.py"
 NAMES = ("web.test", "secure.test", "tls.test", "git.test", "pypi.test", "sized.test",
          "down.test", "other.test", "stream.test", "npm.test")
 # Not secret-looking by name or value: the host backend's environment filter would pass them,
@@ -772,7 +780,7 @@ async def test_the_host_backend_refuses_egress_without_its_namespaces(tmp_path: 
     done = await asyncio.to_thread(subprocess.run, ["unshare", "--user", "--map-root-user",
                                                     "sh", "-c", shell],
                                    capture_output=True, text=True, timeout=120,
-                                   cwd=Path(__file__).parent.parent)
+                                   cwd=Path(__file__).parents[2])
     said = done.stdout + done.stderr
     assert "OPENED" not in said, said
     assert "CouldNotRunError" in said and "network 'egress'" in said, said

@@ -13,9 +13,9 @@ import pytest
 
 from toolseam import SandboxLimits, SandboxPool, Toolkit
 
-from .engines import ENGINES, backend
-from .helpers.egress_servers import Seen, UpstreamCA, make_test_ca, web_server
-from .test_sessions_durable import _attach_options
+from ..support.egress_servers import Seen, UpstreamCA, make_test_ca, web_server
+from ..support.engines import ENGINES, EVERY_BACKEND, backend
+from ..support.sessions import attach_options
 
 SECRET = "Bearer durable-egress-t0ken"
 
@@ -32,7 +32,7 @@ def _fetch(url: str) -> str:
             "end=\"\")'")
 
 
-@pytest.mark.parametrize("engine", ["host", *ENGINES, "podman-remote", "docker-remote"])
+@pytest.mark.parametrize("engine", EVERY_BACKEND)
 async def test_egress_goes_on_after_an_attach(engine: str, workspace: Path,
                                               upstream: tuple[int, UpstreamCA],
                                               monkeypatch: pytest.MonkeyPatch) -> None:
@@ -59,7 +59,7 @@ async def test_egress_goes_on_after_an_attach(engine: str, workspace: Path,
     except BaseException:
         await tools.close()
         raise
-    attached = await Toolkit.attach(handle.to_json(), **_attach_options(engine))
+    attached = await Toolkit.attach(handle.to_json(), **attach_options(engine))
     try:
         after = await attached.call("bash", {"command": _fetch(url) + "; grep -c BEGIN "
                                              + bundle})

@@ -34,7 +34,7 @@ from toolseam.backends.containers.engine.retry import is_transient
 from toolseam.backends.docker import DockerEngine
 from toolseam.backends.podman import PodmanEngine
 
-from .engines import ENGINES, IMAGE, endpoint
+from ..support.engines import ENGINES, IMAGE, endpoint
 
 DOCKER, PODMAN = DockerDialect.errors, PodmanDialect.errors
 

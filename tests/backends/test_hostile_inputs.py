@@ -25,8 +25,9 @@ from toolseam.seam.errors import FileOpError
 from toolseam.seam.models import PathRef
 from toolseam_agent.searcher import TIMEOUT
 
-from .engines import backend, remove_shared, shared_dir
-from .test_mcp import stdio_params
+from ..support.engines import backend, remove_shared, shared_dir
+from ..support.mcp import stdio_params
+from ..support.stdio import RawServer
 
 DEFAULTS = InputLimits()
 # (tool, args with one argument over its default limit, the argument, the setting)
@@ -159,7 +160,6 @@ async def test_mcp_refuses_the_same_arguments(tmp_path: Path) -> None:
 
 
 def test_serve_stdio_refuses_the_same_arguments(tmp_path: Path) -> None:
-    from .test_hostile_stdio import RawServer
 
     with RawServer("--base-dir", str(tmp_path)) as server:
         server.send({"id": 1, "tool": "bash", "args": {"command": ":" + " " * MAX_ARG_STRLEN}})

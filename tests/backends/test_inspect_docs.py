@@ -12,9 +12,9 @@ from pathlib import Path
 
 from inspect_ai.log import list_eval_logs, read_eval_log
 
-from .engines import endpoint
+from ..support.engines import endpoint
 
-PAGE = Path(__file__).resolve().parents[1] / "docs" / "integrations" / "inspect.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "integrations" / "inspect.md"
 INSPECT = str(Path(sys.executable).with_name("inspect"))
 
 

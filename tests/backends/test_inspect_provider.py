@@ -24,7 +24,7 @@ from toolseam.frontends.inspect import ToolseamSandboxConfig, ToolseamSandboxEnv
 from toolseam.frontends.inspect._cleanup import _local_engines
 from toolseam.seam.errors import ConfigurationError
 
-from .engines import IMAGE, endpoint
+from ..support.engines import IMAGE, endpoint
 
 INSPECT = str(Path(sys.executable).with_name("inspect"))
 

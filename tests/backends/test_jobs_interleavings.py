@@ -23,8 +23,9 @@ from toolseam import Toolkit, ToolResult
 from toolseam.policy.settings import Settings
 from toolseam.seam.errors import HostError
 
-from .conftest import host_survivors
-from .engines import backend, remove_shared, shared_dir
+from ..support.engines import backend, remove_shared, shared_dir
+from ..support.processes import host_survivors
+from ..support.stdio import RawServer
 
 MAX_JOBS = 3
 _examples = itertools.count()
@@ -187,7 +188,6 @@ async def test_six_detaching_calls_at_once_hold_max_jobs(engine: str, tmp_path: 
 
 def test_six_detaching_calls_over_serve_stdio_each_get_an_answer(tmp_path: Path) -> None:
     """Over ``serve --stdio`` a call that raised was never answered and the client hung."""
-    from .test_hostile_stdio import RawServer
 
     config = tmp_path / "settings.json"
     config.write_text('{"timeout_policy": "detach", "default_timeout_ms": 200, "max_jobs": 3}')

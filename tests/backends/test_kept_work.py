@@ -24,9 +24,9 @@ from toolseam.backends.containers.janitor import janitor
 from toolseam.backends.containers.labels import KEPT_RETENTION_S
 from toolseam.frontends.cli import main
 
-from .engines import backend, endpoint
+from ..support.engines import backend, endpoint
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KeptSession = Callable[[str], tuple[dict[str, Any], list[str]]]
 
 # A session in its own process, as the CLI makes one per call: the sandbox writes more than
@@ -34,7 +34,7 @@ KeptSession = Callable[[str], tuple[dict[str, Any], list[str]]]
 _SESSION = r"""
 import asyncio, json, sys
 sys.path.insert(0, sys.argv[1])
-from tests.engines import backend
+from tests.support.engines import backend
 from toolseam import CouldNotRunError, Toolkit
 
 async def session():

@@ -5,46 +5,20 @@ answer to the question this server put to that client."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import secrets
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
-from .test_mcp import outside_tree, start_http, stop  # noqa: F401 - outside_tree is a fixture
+from ..support.mcp import client, outside_tree, start_http, stop, text, tokens_file  # noqa: F401 - outside_tree is a fixture
 
 Server = tuple[str, subprocess.Popen[bytes]]
-TOKENS = {"alice": secrets.token_hex(32), "mallory": secrets.token_hex(32)}
-
-
-def tokens_file(tmp: Path) -> list[str]:
-    """The server's ``--auth-token-file``: one line per client, each its own principal."""
-    path = tmp.parent / f"{tmp.name}-tokens"
-    path.write_text("".join(f"{token}\n" for token in TOKENS.values()))
-    path.chmod(0o600)
-    return ["--auth-token-file", str(path)]
-
-
-@contextlib.asynccontextmanager
-async def client(url: str, who: str, **options: Any) -> AsyncIterator[Client]:
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKENS[who]}"})
-    async with http, Client(streamable_http_client(url, http_client=http), **options) as made:
-        yield made
-
-
-def text(result: types.CallToolResult) -> str:
-    first = result.content[0]
-    assert isinstance(first, types.TextContent)
-    return first.text
 
 
 def settings(tmp: Path, **values: Any) -> str:
@@ -185,7 +159,7 @@ async def test_an_answer_counts_once(approvals_server: tuple[str, Path]) -> None
 async def test_sessionless_clients_never_see_each_others_files_in_containers(
         tmp_path: Path) -> None:
     """docker, copy mode: each client's container has its own copy of the workspace and /tmp."""
-    from .engines import IMAGE, endpoint
+    from ..support.engines import IMAGE, endpoint
 
     url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log", "--backend",
                               "docker", "--endpoint", endpoint("docker"), "--image", IMAGE,

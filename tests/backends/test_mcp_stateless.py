@@ -15,8 +15,7 @@ import psutil
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from .test_mcp import TOOLSEAM, start_http, stop
-from .test_mcp_isolation import TOKENS, client, text, tokens_file
+from ..support.mcp import TOKENS, TOOLSEAM, client, start_http, stop, text, tokens_file
 
 
 async def _keeps_state(call: Any) -> None:
@@ -109,7 +108,7 @@ def _containers(workspace: Path) -> set[str]:
     """This test's sandbox containers: those that mount its workspace (other tests run too)."""
     import docker
 
-    from .engines import endpoint
+    from ..support.engines import endpoint
 
     engine = docker.DockerClient(base_url=endpoint("docker"))
     try:
@@ -121,7 +120,7 @@ def _containers(workspace: Path) -> set[str]:
 
 async def test_two_hundred_calls_keep_state_in_a_docker_sandbox(tmp_path: Path) -> None:
     """docker: handle-less calls share one container (files, /tmp, jobs); "new" makes a second."""
-    from .engines import IMAGE, endpoint
+    from ..support.engines import IMAGE, endpoint
 
     config = tmp_path.parent / f"{tmp_path.name}-settings.json"
     config.write_text('{"timeout_policy": "detach", "default_timeout_ms": 200}')
@@ -145,7 +144,7 @@ async def test_two_hundred_calls_keep_state_in_a_docker_sandbox(tmp_path: Path) 
 def _remove(containers: set[str]) -> None:
     import docker
 
-    from .engines import endpoint
+    from ..support.engines import endpoint
 
     engine = docker.DockerClient(base_url=endpoint("docker"))
     try:

@@ -6,43 +6,15 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
-from toolseam import Settings, Toolkit, ToolResult
+from toolseam import Settings
 
-from .engines import backend, remove_shared, shared_dir
-
-WHERE = ["host", "docker"]
-
-
-class Sandbox:
-    def __init__(self, tk: Toolkit, work: Path) -> None:
-        self.tk = tk
-        self.work = work
-
-    async def call(self, tool: str, **args: Any) -> ToolResult:
-        return await self.tk.call(tool, args)
-
-    def put(self, rel: str, data: bytes, mode: int = 0o666) -> Path:
-        path = self.work / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        path.chmod(mode)
-        return path
-
-
-async def open_sandbox(where: str, settings: Settings | None = None
-                       ) -> tuple[Toolkit, Path]:
-    work = shared_dir()
-    chosen = "host" if where == "host" else backend(where, str(work))
-    tk = Toolkit(chosen, base_dir=str(work) if where == "host" else "/workspace",
-                 confine_to_base_dir=True, settings=settings)
-    await tk.open()
-    return tk, work
+from ..support.engines import remove_shared
+from ..support.model_sandboxes import WHERE, Sandbox, open_sandbox
 
 
 @pytest_asyncio.fixture(params=WHERE)

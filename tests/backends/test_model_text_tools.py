@@ -14,8 +14,8 @@ import pytest_asyncio
 
 from toolseam import Settings, ToolResult
 
-from .engines import remove_shared
-from .test_model_parity import WHERE, Sandbox, open_sandbox
+from ..support.engines import remove_shared
+from ..support.model_sandboxes import WHERE, Sandbox, open_sandbox
 
 MARK = re.compile(r"\[… [^\n]*?…\]")
 

@@ -18,7 +18,7 @@ import pytest
 from toolseam import ConfigurationError, HostError, SyncToolkit, Toolkit
 from toolseam.backends.host import HostBackend
 
-from .conftest import host_survivors
+from ..support.processes import host_survivors
 
 TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 

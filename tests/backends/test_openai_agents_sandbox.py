@@ -40,13 +40,14 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from tests import engines
 from toolseam.integrations.openai_agents import (
     ToolseamSandboxClient,
     ToolseamSandboxClientOptions,
 )
 
-BACKENDS = ("host", *engines.ENGINES)
+from ..support import engines
+
+BACKENDS = engines.LOCAL_BACKENDS
 
 
 def options_for(backend: str, **extra: Any) -> ToolseamSandboxClientOptions:
@@ -267,7 +268,7 @@ def test_options_and_state_round_trip_as_json() -> None:
     assert again == options and again.type == "toolseam"
 
 
-@pytest.mark.parametrize("engine", ["podman", "podman-rootless", "docker"])
+@pytest.mark.parametrize("engine", engines.ENGINES)
 async def test_create_from_a_warm_pool(engine: str, tmp_path: Path) -> None:
     """With a pool in the options the sandbox is a warm one (not durable: a pool's sandbox
     was started as an ordinary one); resume after it ended makes a new one from the options'

@@ -39,10 +39,10 @@ from toolseam.backends.containers.labels import POOL_LABEL
 from toolseam.backends.containers.pool import mounts as pool_mounts
 from toolseam.backends.containers.pool import warm as pool_module
 
-from .engines import ENGINES, REMOTE_ENGINES, backend, endpoint, remove_shared, shared_dir
-from .test_pool_contract import pool_factory
+from ..support.contract_bindings import pool_factory
+from ..support.engines import ENGINES, REMOTE_ENGINES, backend, endpoint, remove_shared, shared_dir
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ async def test_leaving_the_pool_removes_every_sandbox_it_made(engine: str, works
 _CRASHING = textwrap.dedent("""
     import asyncio, functools, json, sys
     from toolseam import SandboxPool
-    from tests.engines import backend
+    from tests.support.engines import backend
 
     async def main():
         pool = await SandboxPool(functools.partial(backend, sys.argv[1]), size=2).start()

@@ -15,9 +15,9 @@ import pytest
 from toolseam import ConfigurationError, CouldNotRunError
 from toolseam.integrations.deepagents import ToolseamSandbox
 
-from .conftest import host_started, host_survivors
-from .engines import remove_shared
-from .helpers.providers import PROVIDER_BACKENDS, provider_options
+from ..support.engines import remove_shared
+from ..support.processes import host_started, host_survivors
+from ..support.providers import PROVIDER_BACKENDS, provider_options
 
 
 def test_output_keeps_its_order_and_exit_code() -> None:

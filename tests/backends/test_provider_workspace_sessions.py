@@ -22,9 +22,9 @@ from pydantic_ai.workspaces import Workspace, WorkspaceRef, WorkspaceUnavailable
 from toolseam import ConfigurationError
 from toolseam.integrations.pydantic_ai import ToolseamWorkspace
 
-from .conftest import host_started, host_survivors
-from .engines import remove_shared, shared_dir
-from .helpers.providers import provider_options
+from ..support.engines import remove_shared, shared_dir
+from ..support.processes import host_started, host_survivors
+from ..support.providers import provider_options
 
 
 def test_building_does_no_io_and_a_bad_ref_is_unavailable(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from toolseam import Toolkit
 from toolseam.backends.containers.engine.pull import PullProgress, registry_of, split_reference
 
-from .engines import ENGINES, backend, endpoint, required_env
+from ..support.engines import ENGINES, backend, endpoint, required_env
 
 SANDBOX = "localhost/toolseam-sandbox:latest"
 NOPYTHON = "localhost/toolseam-nopython:latest"

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from toolseam import ReadQuestion, Settings, Toolkit
 from toolseam.policy.readscope import _without_proc_links, user_named_paths
 
-from .conftest import scratch_root
+from ..support.processes import scratch_root
 
 
 @pytest.fixture
@@ -279,7 +279,7 @@ async def test_a_user_named_secret_is_read_without_asking(root: Path) -> None:
 @pytest.mark.parametrize("engine", ["podman"])
 async def test_a_container_backend_decides_on_the_canonical_path(engine: str) -> None:
     """The read scope sits above the seam: the sandbox resolves, the policy decides."""
-    from . import engines
+    from ..support import engines
 
     workspace = engines.shared_dir()
     approver = Approver(["deny"] * 3)

@@ -33,7 +33,7 @@ from toolseam.builtins._base import OutputEvent
 from toolseam.policy.limits import SandboxLimits
 from toolseam.seam.errors import CouldNotRunError
 
-from .engines import REMOTE_ENGINES, backend, endpoint, required_env
+from ..support.engines import REMOTE_ENGINES, backend, endpoint, required_env
 
 pytestmark = pytest.mark.slow
 

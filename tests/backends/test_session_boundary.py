@@ -23,11 +23,12 @@ from toolseam.session.durable import prepare, session_state
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import STATE_PUT
 
-from .engines import backend
+from ..support.engines import ENGINES, REMOTE_ENGINES, backend
+from ..support.sessions import attach_options
 
-PROBE = (Path(__file__).parent / "helpers" / "boundary_probe.py").read_text()
-BIND = ("podman", "podman-rootless", "docker")
-COPY = ("podman:copy", "podman-rootless:copy", "docker:copy", "podman-remote", "docker-remote")
+PROBE = (Path(__file__).parents[1] / "support" / "boundary_probe.py").read_text()
+BIND = ENGINES
+COPY = (*(f"{engine}:copy" for engine in ENGINES), *REMOTE_ENGINES)
 
 
 def _toolkit(engine: str, workspace: Path, **settings: object) -> Toolkit:
@@ -38,16 +39,6 @@ def _toolkit(engine: str, workspace: Path, **settings: object) -> Toolkit:
     options = {"workspace_mode": "copy"} if mode else {}
     return Toolkit(backend(name, str(workspace), **options),
                    settings={"orphan_timeout_s": 30, **settings})
-
-
-def _attach_options(engine: str) -> dict[str, object]:
-    if engine != "docker-remote":
-        return {}
-    from toolseam.backends.containers.engine.attach import TlsFiles
-
-    from .engines import required_env
-    return {"backend_options": {"tls": TlsFiles.from_dir(
-        required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", engine))}}
 
 
 async def _probe(tk: Toolkit, control_dir: str = "") -> dict[str, object]:
@@ -76,7 +67,7 @@ async def test_bind_mode_commands_cannot_touch_the_socket_dir_or_the_agent(
         assert _allowed(found) == {}, found
         assert (await tk.call("bash", {"command": "echo still"})).output == "still\n"
         handle = await tk.detach()
-        again = await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
+        again = await Toolkit.attach(handle, **attach_options(engine))  # type: ignore[arg-type]
         await again.close()
     finally:
         await tk.close()
@@ -95,7 +86,7 @@ async def test_copy_mode_commands_cannot_reach_the_relay_or_the_agent(
         assert "abstract connect" in found
         assert _allowed(found) == {}, found
         handle = await tk.detach()
-        again = await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
+        again = await Toolkit.attach(handle, **attach_options(engine))  # type: ignore[arg-type]
         assert (await again.call("bash", {"command": "echo after"})).output == "after\n"
         await again.close()
     finally:
@@ -280,7 +271,7 @@ async def test_state_rewritten_inside_is_refused_at_attach(engine: str, workspac
     forged["settings"]["egress_allow"] = ["leak.test"]
     forged["settings"]["egress_credentials"] = [
         {"host": "leak.test", "header": "X-Leak", "value_env": "SOME_SECRET"}]
-    options = _attach_options(engine)
+    options = attach_options(engine)
     middle = await Toolkit.attach(handle, **options)  # type: ignore[arg-type]
     channel = middle.backend.durable_channel()  # type: ignore[attr-defined]
     await channel.call(STATE_PUT, key="toolkit",  # sealed, but not with this session's secret

@@ -27,12 +27,13 @@ from toolseam import (
 )
 from toolseam.backends.agentlink.durable import DurableChannel
 
-from .conftest import host_survivors
-from .engines import backend, endpoint
+from ..support.engines import LOCAL_BACKENDS, REMOTE_ENGINES, backend, endpoint
+from ..support.processes import host_survivors
+from ..support.sessions import attach_options
 
-REPO = Path(__file__).resolve().parents[1]
-BACKENDS = ("host", "podman", "podman-rootless", "docker")
-REMOTE = ("podman-remote", "docker-remote")  # copy mode: another machine's engine
+REPO = Path(__file__).resolve().parents[2]
+BACKENDS = LOCAL_BACKENDS
+REMOTE = REMOTE_ENGINES  # copy mode: another machine's engine
 EVERY_LINE = "".join(f"line-{i}\n" for i in range(1, 41)) + "done\n"
 
 
@@ -48,7 +49,7 @@ def _client(engine: str, workspace: Path, form: str, orphan_s: float, tag: str =
     """A client process with a call in flight; its handle. ``tag`` goes into the command."""
     if engine != "host":
         endpoint(engine)  # a missing engine: a visible skip here (or a failure in CI)
-    client = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/durable_client.py"),
+    client = subprocess.Popen([sys.executable, str(REPO / "tests/support/durable_client.py"),
                                engine, str(workspace), form, str(orphan_s), tag],
                               stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert client.stdout is not None
@@ -56,17 +57,6 @@ def _client(engine: str, workspace: Path, form: str, orphan_s: float, tag: str =
     if form != "idle":
         assert client.stdout.readline().strip() == "started"
     return client, handle
-
-
-def _attach_options(engine: str) -> dict[str, object]:
-    """What a handle does not carry: a TLS engine's client files."""
-    if engine != "docker-remote":
-        return {}
-    from toolseam.backends.containers.engine.attach import TlsFiles
-
-    from .engines import required_env
-    return {"backend_options": {"tls": TlsFiles.from_dir(
-        required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", engine))}}
 
 
 def _kill(client: subprocess.Popen[str]) -> None:
@@ -112,7 +102,7 @@ async def test_killed_client_leaves_a_session_another_process_continues(
         engine: str, form: str, workspace: Path) -> None:
     client, handle = _client(engine, workspace, form, 60)
     _kill(client)  # SIGKILL while the command runs in the foreground of a call
-    tk = await Toolkit.attach(handle.to_json(), **_attach_options(engine))  # type: ignore[arg-type]
+    tk = await Toolkit.attach(handle.to_json(), **attach_options(engine))  # type: ignore[arg-type]
     try:
         assert tk.adopted_jobs == [1]  # the call in flight, now a job
         done = await tk.call("bash", {"wait": 1, "timeout": 20_000})
@@ -162,7 +152,7 @@ async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
     if engine == "host":
         assert not os.path.exists(os.path.dirname(handle.socket))
     with pytest.raises(AttachError) as refused:
-        await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
+        await Toolkit.attach(handle, **attach_options(engine))  # type: ignore[arg-type]
     assert refused.value.reason in ("ended", "gone")
 
 
@@ -174,10 +164,10 @@ async def test_attach_refusals_kill_nothing(engine: str, workspace: Path) -> Non
         handle = tk.handle
         wrong = handle.model_copy(update={"secret": "x" * 43})
         with pytest.raises(AttachError) as refused:
-            await Toolkit.attach(wrong, **_attach_options(engine))  # type: ignore[arg-type]
+            await Toolkit.attach(wrong, **attach_options(engine))  # type: ignore[arg-type]
         assert refused.value.reason == "wrong_secret"
         with pytest.raises(AttachError) as busy:  # a second attach while one is live
-            await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
+            await Toolkit.attach(handle, **attach_options(engine))  # type: ignore[arg-type]
         assert busy.value.reason == "in_use"
         assert (await tk.call("bash", {"command": "echo alive"})).output == "alive\n"
     finally:
@@ -195,7 +185,7 @@ async def test_detach_then_attach_keeps_jobs_files_settings_and_shell(
     handle = await tk.detach()
     with pytest.raises(Exception, match="closed"):
         await tk.call("bash", {"command": "true"})
-    again = await Toolkit.attach(handle, **_attach_options(engine))  # type: ignore[arg-type]
+    again = await Toolkit.attach(handle, **attach_options(engine))  # type: ignore[arg-type]
     try:
         assert again.services._pinned == pinned
         assert again.settings == tk.settings
@@ -282,7 +272,7 @@ async def test_a_handle_whose_session_ended(tmp_path: Path) -> None:
 
 
 @given(st.builds(
-    SessionHandle, backend=st.sampled_from(["host", "podman", "podman-rootless", "docker"]),
+    SessionHandle, backend=st.sampled_from(LOCAL_BACKENDS),
     endpoint=st.none() | st.text(max_size=40), socket=st.text(max_size=80),
     sandbox=st.text(max_size=64), workspace_mode=st.sampled_from(["host", "bind", "copy"]),
     workspace=st.text(max_size=80), image=st.none() | st.text(max_size=40),

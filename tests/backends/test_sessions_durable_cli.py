@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from .engines import IMAGE, remove_shared, shared_dir
+from ..support.engines import IMAGE, remove_shared, shared_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli", "serve", "--stdio"]
 COMMAND = "for i in $(seq 1 15); do echo line-$i; sleep 0.1; done"
 

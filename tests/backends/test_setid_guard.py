@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from toolseam import ConfigurationError, Toolkit
 from toolseam_agent import setid_guard as guard
 
-from .engines import ENGINES, backend, remove_shared, shared_dir
+from ..support.engines import ENGINES, backend, remove_shared, shared_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _AGENT_ONLY = {"PYTHONPATH": str(REPO)}  # the checkout's toolseam_agent, for a bare interpreter
 
 

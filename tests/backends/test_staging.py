@@ -20,7 +20,7 @@ from toolseam.backends import staging
 from toolseam.backends.agentlink.launch import AGENT_PACKAGE, AGENT_SOURCE
 from toolseam.backends.containers.bundle.staged import stage_bundle
 
-from . import engines
+from ..support import engines
 
 NOBODY = 65534
 PLANT = '\nopen("/workspace/PLANTED", "w").close()  # a line another user added\n'

@@ -17,7 +17,7 @@ from toolseam.testing.contract import (
     Sandbox,
 )
 
-from .conftest import host_survivors
+from ..support.processes import host_survivors
 
 
 class TestHostBackend(FileContract, ListingContract, ExecContract, ProcessTreeContract,

@@ -25,11 +25,11 @@ from inspect_ai.util._sandbox.self_check import *  # noqa: F403
 
 from toolseam.frontends.inspect import ToolseamSandboxConfig, ToolseamSandboxEnvironment
 
-from .engines import IMAGE, endpoint, remote_image, required_env, shared_dir
+from ..support.engines import EVERY_BACKEND, IMAGE, endpoint, remote_image, required_env, shared_dir
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-BACKENDS = ("host", "podman", "podman-rootless", "docker", "podman-remote", "docker-remote")
+BACKENDS = EVERY_BACKEND
 KNOWN_FAILURES = {
     "host": {"test_read_file_not_allowed": "root reads any file (CAP_DAC_OVERRIDE)"}
     if os.geteuid() == 0 else {},

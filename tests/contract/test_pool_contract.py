@@ -9,10 +9,9 @@ cases included; a pool made to copy skips the same cases as copy mode everywhere
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest_asyncio
 
@@ -20,13 +19,7 @@ from toolseam import SandboxPool
 from toolseam.backends.containers.backend import ContainerBackend
 from toolseam.testing.contract import Sandbox
 
-from .engines import backend
-from .test_contract_containers import _ContainerBinding, _CopyModeBinding
-
-
-def pool_factory(engine: str) -> Any:
-    """The pool's backend class for a test engine: ``engines.backend`` with its endpoint."""
-    return functools.partial(cast(Any, backend), engine)
+from ..support.contract_bindings import ContainerBinding, CopyModeBinding, pool_factory
 
 
 class _Pooled:
@@ -52,19 +45,19 @@ class _Pooled:
                 await pooled.close()
 
 
-class TestPooledPodman(_Pooled, _ContainerBinding):
+class TestPooledPodman(_Pooled, ContainerBinding):
     engine = "podman"
 
 
-class TestPooledDocker(_Pooled, _ContainerBinding):
+class TestPooledDocker(_Pooled, ContainerBinding):
     engine = "docker"
 
 
-class TestPooledPodmanRootless(_Pooled, _ContainerBinding):
+class TestPooledPodmanRootless(_Pooled, ContainerBinding):
     engine = "podman-rootless"
 
 
-class TestPooledPodmanRootlessCopy(_Pooled, _CopyModeBinding):
+class TestPooledPodmanRootlessCopy(_Pooled, CopyModeBinding):
     """Where the pool cannot mount (a process that is not root), rootless podman copies."""
 
     engine = "podman-rootless"

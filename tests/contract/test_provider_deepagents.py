@@ -15,8 +15,8 @@ from langchain_tests.integration_tests import SandboxIntegrationTests
 
 from toolseam.integrations.deepagents import ToolseamSandbox
 
-from .engines import remove_shared
-from .helpers.providers import provider_options
+from ..support.engines import remove_shared
+from ..support.providers import provider_options
 
 # the suite's own fixtures are class-scoped instance methods, which pytest 9 warns about. Its
 # own guard (test_no_overrides_DO_NOT_OVERRIDE) wants every overridden rule marked xfail with a

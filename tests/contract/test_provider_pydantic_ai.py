@@ -17,8 +17,8 @@ from pydantic_ai.workspaces.conformance import WorkspaceBackendSuite
 
 from toolseam.integrations.pydantic_ai import ToolseamWorkspace
 
-from .engines import remove_shared
-from .helpers.providers import provider_options
+from ..support.engines import remove_shared
+from ..support.providers import provider_options
 
 
 class _ToolseamSuite(WorkspaceBackendSuite):

@@ -13,7 +13,7 @@ from toolseam.backends.host import HostBackend
 from toolseam.seam.protocol import BuiltinExec
 from toolseam.testing.contract import RawContract
 
-from .engines import backend, shared_dir
+from ..support.engines import backend, shared_dir
 
 
 class TestHostRaw(RawContract):

@@ -20,7 +20,7 @@ from toolseam.backends.host import LocalAgent
 from toolseam.seam.errors import CouldNotRunError
 from toolseam.seam.models import SandboxInfo
 
-from .engines import serve_every_builtin
+from ..support.engines import serve_every_builtin
 
 pytestmark = pytest.mark.slow
 QEMU = "qemu-aarch64-static"

@@ -23,7 +23,7 @@ import pytest
 
 from toolseam_agent.reaper import MODE_VAR
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MODES = ["pidfd", "sigchld", "pidfd-exhausted"]
 # pidfds work at the agent's start, then none can be had (out of descriptors, say): each job
 # finds its leader's exit itself once the pipes close

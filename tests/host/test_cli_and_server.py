@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from .conftest import host_survivors
+from ..support.cli import Server, run
+from ..support.processes import host_survivors
 
 TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
-
-
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*TOOLSEAM, *args], capture_output=True, text=True, cwd=cwd, timeout=60)
 
 
 def test_call_prints_one_json_result(tmp_path: Path) -> None:
@@ -58,46 +53,6 @@ def test_demo_runs_and_leaves_nothing() -> None:
     assert "Applied patch: 3 file operations" in done.stdout
     assert "bash: command timed out after 1500ms" in done.stdout
     assert done.stdout.rstrip().endswith("processes left from the timed-out job: none")
-
-
-class Server:
-    def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([*TOOLSEAM, "serve", "--stdio", *args], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
-
-    def send(self, message: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((message if isinstance(message, str) else json.dumps(message)) + "\n")
-        self.proc.stdin.flush()
-
-    def read(self) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, "the server closed its output"
-        return json.loads(line)  # type: ignore[no-any-return]
-
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *_: object) -> None:  # a failed assertion must not leak the server
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.finish()
-
-    def finish(self) -> int:
-        code = self.proc.wait(timeout=10)
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None and not pipe.closed:
-                pipe.close()
-        return code
-
-    def read_until(self, predicate: Any) -> list[dict[str, Any]]:
-        seen = []
-        while True:
-            message = self.read()
-            seen.append(message)
-            if predicate(message):
-                return seen
 
 
 def test_serve_overlapping_calls_malformed_lines_and_close(tmp_path: Path) -> None:

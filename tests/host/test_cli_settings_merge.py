@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from toolseam import ConfigurationError, Settings, Toolkit
 from toolseam.policy.settings import parse_settings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "integrations"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "integrations"
 PAGES = sorted(DOCS.glob("*.md"))
 
 

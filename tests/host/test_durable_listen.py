@@ -18,7 +18,7 @@ from pathlib import Path
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import ORPHAN_VAR
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 _SLOW_LISTEN = """
 import socket, sys, time
 listen = socket.socket.listen

@@ -17,8 +17,7 @@ import os
 import ssl
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from tests.helpers.egress_servers import (
+from toolseam.egress import EgressEvent, EgressPolicy, EgressProxy, address_class
+from toolseam.egress.audit import REDACTED, Redactor
+from toolseam.egress.patterns import EgressRuleError, parse_allow_rule
+
+from ..support.egress_proxy import raw_request, running
+from ..support.egress_servers import (
     Seen,
     UpstreamCA,
     closed_port,
@@ -39,9 +43,6 @@ from tests.helpers.egress_servers import (
     static_handler,
     web_server,
 )
-from toolseam.egress import EgressEvent, EgressPolicy, EgressProxy, address_class
-from toolseam.egress.audit import REDACTED, Redactor
-from toolseam.egress.patterns import EgressRuleError, parse_allow_rule
 
 SECRET = "Bearer tok-3c1b9e7f-never-inside"
 PINS = {"web.test": "127.0.0.1", "secure.test": "127.0.0.1", "git.test": "127.0.0.1",
@@ -68,24 +69,6 @@ def client_env(home: Path) -> dict[str, str]:
     return env
 
 
-@asynccontextmanager
-async def running(proxy: EgressProxy) -> AsyncIterator[str]:
-    """A TCP listener on 127.0.0.1 handing every connection to ``proxy.handle``."""
-    server = await asyncio.start_server(proxy.handle, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-        # A client may have its whole answer a moment before the proxy's handler returns.
-        for _ in range(100):
-            if not proxy.active_connections:
-                break
-            await asyncio.sleep(0.02)
-    finally:
-        await proxy.close()
-        server.close()
-        await server.wait_closed()
-
-
 async def run(*argv: str, env: dict[str, str], cwd: Path | None = None) -> tuple[int, str, str]:
     process = await asyncio.create_subprocess_exec(*argv, env=env, cwd=cwd,
                                                    stdout=asyncio.subprocess.PIPE,
@@ -93,17 +76,6 @@ async def run(*argv: str, env: dict[str, str], cwd: Path | None = None) -> tuple
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-async def raw_request(proxy_url: str, request: bytes) -> bytes:
-    """Send ``request`` to the proxy and read until it closes."""
-    host, port = proxy_url.removeprefix("http://").split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    writer.write(request)
-    await writer.drain()
-    data = await asyncio.wait_for(reader.read(), 10)
-    writer.close()
-    return data
 
 
 def shape(event: EgressEvent) -> dict[str, Any]:

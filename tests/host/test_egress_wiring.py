@@ -23,7 +23,7 @@ from toolseam import Toolkit
 from toolseam.backends.host import HostBackend
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 
-from .test_cli_and_server import Server, run
+from ..support.cli import Server, run
 
 
 class _Hello(http.server.BaseHTTPRequestHandler):
@@ -102,7 +102,7 @@ async def test_mcp_sends_egress_events_as_log_notifications(tmp_path: Path, web:
         command=sys.executable,
         args=["-m", "toolseam.frontends.cli", "mcp", "--base-dir", str(tmp_path), "--config",
               str(_config(tmp_path)), "--egress-allow", f"web.test:{web}"],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
     async with Client(params, logging_callback=on_log, log_level="info") as client:
         result = await client.call_tool("bash", {"command": _fetch(f"http://web.test:{web}/")})
     assert result.content[0].text == "hello through the tunnel\n"  # type: ignore[union-attr]

@@ -116,7 +116,7 @@ def test_a_command_cannot_uncover_the_hosts_proc(user: str) -> None:
             [*as_user, sys.executable, "-c", HOST, str(base), marker, json.dumps(UNCOVER)],
             capture_output=True, text=True, timeout=120, cwd=str(base),
             env={"PATH": os.environ["PATH"], "FOO_TOKEN": SECRET,
-                 "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                 "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     finally:
         shutil.rmtree(base)
     assert run.returncode == 0, run.stderr

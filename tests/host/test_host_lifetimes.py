@@ -16,9 +16,9 @@ import pytest
 
 from toolseam import OutputEvent, Settings, Toolkit, ToolResult
 
-from .conftest import host_started, host_survivors
+from ..support.processes import host_started, host_survivors
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _marker() -> str:
@@ -41,7 +41,7 @@ async def test_session_close_leaves_no_process(tmp_path: Path) -> None:
 
 async def test_sigkilled_host_leaves_no_process(tmp_path: Path) -> None:
     marker = _marker()
-    holder = subprocess.Popen([sys.executable, str(REPO / "tests/helpers/hold_job.py"), "host",
+    holder = subprocess.Popen([sys.executable, str(REPO / "tests/support/hold_job.py"), "host",
                                str(tmp_path), marker], stdout=subprocess.PIPE, text=True, cwd=REPO)
     assert holder.stdout is not None
     try:

@@ -22,7 +22,7 @@ import pytest
 
 from toolseam.backends.staging import user_dir
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEAD_OWNER = f"{os.uname().nodename}:4194303:1.000"  # pid_max's last pid, a start time of 1 s
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the janitor's mounts need root")

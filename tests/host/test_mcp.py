@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,9 +15,8 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from .conftest import scratch_root
+from ..support.mcp import start_http, stdio_params, stop
 
-TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 ALL_CALLS: dict[str, dict[str, Any]] = {
     "write": {"path": "new.txt", "content": "one\ntwo\n"},
     "read": {"path": "new.txt"},
@@ -31,13 +26,6 @@ ALL_CALLS: dict[str, dict[str, Any]] = {
     "glob": {"pattern": "*.txt"},
     "bash": {"command": "cat new.txt p.txt"},
 }
-
-
-def stdio_params(work: Path, *extra: str, confine: bool = True) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "toolseam.frontends.cli", "mcp", "--base-dir", str(work),
-                                       *(["--confine"] if confine else []), *extra],
-                                 env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
 
 
 async def exercise(client: Client, work: Path) -> None:
@@ -110,15 +98,6 @@ def _approval_params(work: Path, tmp: Path) -> StdioServerParameters:
     return stdio_params(work / "inside", "--config", str(config), "--approvals", confine=False)
 
 
-@pytest.fixture
-def outside_tree() -> Iterator[Path]:
-    work = scratch_root() / f"mcp-{os.getpid()}-{time.monotonic_ns()}"
-    (work / "inside").mkdir(parents=True)
-    (work / "outside.txt").write_text("outside\n")
-    yield work
-    subprocess.run(["rm", "-rf", str(work)], check=False)
-
-
 @pytest.mark.parametrize("mode", ["auto", "legacy"])  # 2026-07-28 input requests; 2025 elicitation
 async def test_read_scope_asks_through_elicitation(outside_tree: Path, tmp_path: Path,
                                                    mode: str) -> None:
@@ -143,39 +122,6 @@ async def test_read_scope_without_elicitation_refuses(outside_tree: Path, tmp_pa
 
 
 # --- streamable HTTP ----------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_http(work: Path, log: Path, *extra: str, env: dict[str, str] | None = None,
-               confine: bool = True) -> tuple[str, subprocess.Popen[bytes]]:
-    """``toolseam mcp --http`` on 127.0.0.1, waited for until it accepts connections."""
-    port = _free_port()
-    with log.open("wb") as out:
-        process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", f"127.0.0.1:{port}", "--base-dir",
-                                    str(work), *(["--confine"] if confine else []), *extra],
-                                   stdout=subprocess.DEVNULL, stderr=out, env=env)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return f"http://127.0.0.1:{port}/mcp", process
-        if process.poll() is not None:
-            break
-        time.sleep(0.1)
-    stop(process)
-    pytest.fail(f"toolseam mcp --http did not start: {log.read_text()}")
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from .test_mcp import TOOLSEAM, _free_port, start_http, stop
+from ..support.mcp import TOOLSEAM, free_port, start_http, stop
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -90,7 +90,7 @@ def assert_one_line_exit_2(done: subprocess.CompletedProcess[str], *words: str) 
 def test_a_non_loopback_address_without_a_token_refuses_to_start(tmp_path: Path,
                                                                  address: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "TOOLSEAM_MCP_TOKEN"}
-    done = run_mcp("--http", f"{address}:{_free_port()}", "--base-dir", str(tmp_path), env=env)
+    done = run_mcp("--http", f"{address}:{free_port()}", "--base-dir", str(tmp_path), env=env)
     assert_one_line_exit_2(done, "refusing", "not a loopback address", "--auth-token-file",
                            "TOOLSEAM_MCP_TOKEN")
 
@@ -103,7 +103,7 @@ def test_a_non_loopback_address_without_a_token_refuses_to_start(tmp_path: Path,
 def test_a_bad_token_refuses_to_start(tmp_path: Path, token: str, mode: int,
                                       words: tuple[str, ...]) -> None:
     path = token_file(tmp_path, token, mode)
-    done = run_mcp("--http", f"127.0.0.1:{_free_port()}", "--auth-token-file", str(path))
+    done = run_mcp("--http", f"127.0.0.1:{free_port()}", "--auth-token-file", str(path))
     assert_one_line_exit_2(done, "--auth-token-file", *words)
     assert token not in done.stderr
 

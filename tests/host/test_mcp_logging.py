@@ -9,7 +9,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from .test_mcp import start_http, stdio_params, stop
+from ..support.mcp import start_http, stdio_params, stop
 
 
 @pytest.mark.filterwarnings("ignore:The logging capability is deprecated")  # what 2025 clients use

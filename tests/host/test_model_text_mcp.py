@@ -17,7 +17,7 @@ from mcp import Client
 from toolseam import Settings, Toolkit
 from toolseam.session.declarations import FORMATS
 
-from .test_mcp import stdio_params
+from ..support.mcp import stdio_params
 
 MARK = re.compile(r"\[… [^\n]*?…\]")
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from toolseam import ReadQuestion, Settings, Toolkit
 
-from .conftest import scratch_root
+from ..support.processes import scratch_root
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="links and reads what only root can read")
 

@@ -19,9 +19,9 @@ import pytest
 
 from toolseam import ReadQuestion, Settings, Toolkit
 
-from .conftest import scratch_root
+from ..support.processes import scratch_root
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="links /etc/shadow, mounts: root")
 
 

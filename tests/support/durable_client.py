@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.engines import backend
+from tests.support.engines import backend
 from toolseam import Toolkit
 
 COMMAND = "for i in $(seq 1 40); do echo line-$i; sleep 0.1; done; echo done"

@@ -92,7 +92,7 @@ def connect(host: str, port: int, timeout: float = 30) -> socket.socket:
 
 
 def sized(host: str, port: int, up: int, down: int, cut: int | None = None) -> dict[str, Any]:
-    """The ``UP DOWN`` exchange (tests/helpers/egress_servers.py ``_Sized``) in a tunnel: what
+    """The ``UP DOWN`` exchange (tests/support/egress_servers.py ``_Sized``) in a tunnel: what
     arrived, and whether it is what the server sent; ``cut``: stop reading after that many bytes
     of the answer and close."""
     sock = connect(host, port)

@@ -21,9 +21,15 @@ from toolseam.backends.podman import PodmanBackend
 from toolseam.seam.protocol import BuiltinExec
 
 IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
+# THE backend list of the suite: every other list is made from these.
 ENGINES = ("podman", "podman-rootless", "docker")
-# engines in their own mount namespaces, reached over TCP (docker with TLS): copy mode
+"""The engines on this machine (unix sockets: bind mode)."""
 REMOTE_ENGINES = ("podman-remote", "docker-remote")
+"""Engines in their own mount namespaces, reached over TCP (docker with TLS): copy mode."""
+ALL_ENGINES = (*ENGINES, *REMOTE_ENGINES)
+LOCAL_BACKENDS = ("host", *ENGINES)
+"""Every backend on this machine: the host and the local engines."""
+EVERY_BACKEND = ("host", *ALL_ENGINES)
 _URLS = {"podman": "TOOLSEAM_PODMAN_URL", "podman-rootless": "TOOLSEAM_PODMAN_ROOTLESS_URL",
          "docker": "TOOLSEAM_DOCKER_URL", "podman-remote": "TOOLSEAM_REMOTE_PODMAN_URL",
          "docker-remote": "TOOLSEAM_REMOTE_DOCKER_URL"}

@@ -11,7 +11,7 @@ from toolseam.seam.models import SpawnRequest
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[2]))
 
-from tests.engines import backend
+from tests.support.engines import backend
 
 
 async def main(engine: str, workspace: str, marker: str) -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..engines import IMAGE, endpoint, shared_dir
+from .engines import IMAGE, LOCAL_BACKENDS, endpoint, shared_dir
 
-PROVIDER_BACKENDS = ("host", "podman", "podman-rootless", "docker")
+PROVIDER_BACKENDS = LOCAL_BACKENDS
 
 
 def provider_options(engine: str) -> tuple[str, dict[str, Any], Path | None]:

@@ -31,6 +31,8 @@ from toolseam.backends.containers.workspace_sync.tar_sync import (
 )
 from toolseam.seam.errors import CouldNotRunError
 
+from ..support.copyback import FailingOps, archive_of, started, tree
+
 LONG = "é" * 127 + "x"  # 255 bytes in UTF-8: the longest name Linux takes
 
 
@@ -57,44 +59,6 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, mode: int = 0o644, linkname
     info = tarfile.TarInfo(name)
     info.type, info.mode, info.linkname, info.mtime = kind, mode, linkname, mtime
     return info
-
-
-def tree(root: Path) -> dict[str, tuple[str, int, str]]:
-    """Every entry below root (staging dirs too): kind, permission bits, content or target."""
-    found = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = Path(dirpath, name)
-            st = path.lstat()
-            rel = str(path.relative_to(root))
-            if stat.S_ISLNK(st.st_mode):
-                found[rel] = ("link", 0, os.readlink(path))
-            elif stat.S_ISDIR(st.st_mode):
-                found[rel] = ("dir", stat.S_IMODE(st.st_mode), "")
-            elif stat.S_ISREG(st.st_mode):
-                found[rel] = ("file", stat.S_IMODE(st.st_mode), path.read_bytes().hex())
-            else:
-                found[rel] = ("special", stat.S_IMODE(st.st_mode), "")
-    return found
-
-
-def archive_of(sandbox: Path) -> io.BytesIO:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(sandbox, arcname="workspace")
-    buffer.seek(0)
-    return buffer
-
-
-def started(host: Path, sandbox: Path | None = None, **options: bool) -> WorkspaceCopy:
-    copy = WorkspaceCopy(str(host), **options)
-    buffer = io.BytesIO()
-    copy.pack(buffer)
-    if sandbox is not None:
-        buffer.seek(0)
-        with tarfile.open(fileobj=buffer) as tar:
-            tar.extractall(sandbox, filter="tar")
-    return copy
 
 
 @pytest.fixture
@@ -243,24 +207,6 @@ def test_times_are_clamped_to_what_the_host_takes(host: Path, mtime: float) -> N
 
 # --- all or nothing ----------------------------------------------------------------------
 
-class FailingOps(_Ops):
-    """The host's disk failing at the n-th change (every method of _Ops counts)."""
-
-    def __init__(self, at: int, code: int = errno.ENOSPC) -> None:
-        self.at, self.code, self.calls, self.failed_in = at, code, 0, ""
-
-    def __getattribute__(self, name: str) -> object:
-        value = object.__getattribute__(self, name)
-        if name in ("mkdir", "write", "symlink", "rename", "link", "rmdir", "chmod", "utime"):
-            def counted(*args: object) -> object:
-                self.calls += 1
-                if self.calls == self.at:
-                    self.failed_in = name
-                    raise OSError(self.code, os.strerror(self.code))
-                return value(*args)
-            return counted
-        return value
-
 
 def busy_host(host: Path, sandbox: Path) -> WorkspaceCopy:
     """Twelve changes of every kind between host and sandbox."""
@@ -337,8 +283,8 @@ def test_a_host_disk_that_fills_up_leaves_the_tree_unchanged(tmp_path: Path) -> 
     namespace (nothing outside sees it)."""
     script = textwrap.dedent(f"""
         import io, os, subprocess, sys, tarfile
-        sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
-        from tests.test_copyback_policy import tree, archive_of, started
+        sys.path.insert(0, {str(Path(__file__).parents[2])!r})
+        from tests.support.copyback import tree, archive_of, started
         from toolseam.backends.containers.workspace_sync.tar_sync import CopyBackError
         mnt = {str(tmp_path / "mnt")!r}
         os.makedirs(mnt)

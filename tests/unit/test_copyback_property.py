@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from toolseam.backends.containers.workspace_sync.tar_sync import CopyBackError, WorkspaceCopy, policy_mode
 
-from .test_copyback_policy import FailingOps, archive_of, started, tree
+from ..support.copyback import FailingOps, archive_of, started, tree
 
 _NAMES = ["a", "b", "é", "日本", "é" * 127 + "x", "z" * 255]
 _paths = st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3).map("/".join)

@@ -15,7 +15,7 @@ import pytest
 
 from toolseam import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^```(toml|json)[ \t]*\n(.*?)^```", re.M | re.S)
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from toolseam.egress import EgressPolicy, EgressProxy
 from toolseam.egress.masking import Masker
 
-from .test_egress_core import raw_request, running
+from ..support.egress_proxy import raw_request, running
 
 SECRET = "Bearer s3cret-t0ken-value"
 TOKEN = SECRET.split()[-1]

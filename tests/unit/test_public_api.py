@@ -22,7 +22,7 @@ def test_all_names_exist_and_nothing_public_is_missing() -> None:
 
 
 def test_only_toolseam_and_its_agent_are_installed_at_top_level() -> None:
-    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    config = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert config["tool"]["setuptools"]["packages"]["find"]["include"] == [
         "toolseam", "toolseam.*", "toolseam_agent"]
     top = {p.name for p in Path(toolseam.__file__).parent.iterdir() if p.is_dir()
