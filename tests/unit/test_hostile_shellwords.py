@@ -29,11 +29,15 @@ def test_the_same_words_as_shlex(text: str) -> None:
 
 
 def test_linear_in_the_length_of_one_word() -> None:
+    """The growth, not a time: 8 times the text takes about 8 times as long (shlex: 64 times).
+    Each size's best of three, so a busy machine does not decide it."""
     timings = []
     for size in (60_000, 480_000):
         text = "echo '" + "a b " * (size // 4) + "' \"" + "c\\\"d " * (size // 5) + '"'
-        started = time.perf_counter()
-        split_words(text)
-        timings.append(time.perf_counter() - started)
-    assert timings[1] < 0.5  # shlex: about 3 s for the longer one
-    assert timings[1] < 8 * max(timings[0], 0.005) * 2  # 8 times the text, not 64 times the time
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            split_words(text)
+            best = min(best, time.perf_counter() - started)
+        timings.append(best)
+    assert timings[1] < 8 * max(timings[0], 0.005) * 2.5
