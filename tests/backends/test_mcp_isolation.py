@@ -156,6 +156,7 @@ async def test_an_answer_counts_once(approvals_server: tuple[str, Path]) -> None
         assert not (isinstance(replay, types.CallToolResult) and not replay.is_error), replay
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_sessionless_clients_never_see_each_others_files_in_containers(
         tmp_path: Path) -> None:
     """docker, copy mode: each client's container has its own copy of the workspace and /tmp."""
