@@ -21,7 +21,12 @@ import pytest
 
 from toolseam import Toolkit
 from toolseam.backends.containers.janitor import janitor
-from toolseam.backends.containers.labels import KEPT_RETENTION_S
+from toolseam.backends.containers.labels import (
+    KEPT_CONTAINER_LABEL,
+    KEPT_LABEL,
+    KEPT_RETENTION_S,
+    SESSION_LABEL,
+)
 from toolseam.frontends.cli import main
 
 from ..support.engines import backend, endpoint
@@ -121,7 +126,9 @@ async def test_kept_work_goes_after_its_retention(engine: str, workspace: Path,
     try:
         assert command[-1] not in [c[:12] for c in janitor(sandbox_engine)]
         assert _container_exists(engine, command[-1])
-        removed = janitor(sandbox_engine, now=time.time() + KEPT_RETENTION_S + 60)
+        # a week later for this session's work only: tests running beside this one keep theirs
+        removed = janitor(_OnlySession(sandbox_engine, command[-1]),  # type: ignore[arg-type]
+                          now=time.time() + KEPT_RETENTION_S + 60)
         assert command[-1] in [c[:12] for c in removed]
         assert command[-1] not in _cli(*command[1:-1], "--list")[1]
     finally:
@@ -150,3 +157,25 @@ def test_close_message_names_the_engine() -> None:
                            "0123456789abcdef") == (
         "toolseam recover --backend podman --rootless --endpoint "
         "unix:///run/user/1001/podman/podman.sock 0123456789ab")
+
+
+class _OnlySession:
+    """The real engine, as a janitor sees it, narrowed to one kept session's containers and
+    volumes (found by its kept container's id)."""
+
+    def __init__(self, engine: Any, container: str) -> None:
+        self.engine = engine
+        self.session = next(labels.get(SESSION_LABEL) for _, labels in
+                            engine.labeled_volumes(KEPT_LABEL)
+                            if labels.get(KEPT_CONTAINER_LABEL, "").startswith(container))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]:
+        return [(volume, labels) for volume, labels in self.engine.labeled_volumes(label)
+                if labels.get(SESSION_LABEL) == self.session]
+
+    def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]:
+        return [(container, labels) for container, labels in self.engine.labeled(label)
+                if labels.get(SESSION_LABEL) == self.session]

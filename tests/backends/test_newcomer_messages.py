@@ -248,7 +248,7 @@ def test_the_command_line_works_without_any_extra(tmp_path: Path) -> None:
     assert "recover" in bare("--help").stdout
     for args, needs in ((("mcp", "--base-dir", str(tmp_path)), "mcp"),
                         (("call", "bash", "{}", "--backend", "podman"), "podman"),
-                        (("recover", "--backend", "docker", "--list"), "podman")):
+                        (("recover", "--backend", "docker", "--list"), "docker")):
         done = bare(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

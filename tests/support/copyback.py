@@ -10,10 +10,8 @@ import stat
 import tarfile
 from pathlib import Path
 
-from toolseam.backends.containers.workspace_sync.tar_sync import (
-    WorkspaceCopy,
-    _Ops,
-)
+from toolseam.backends.containers.workspace_sync.host_ops import HostOps
+from toolseam.backends.containers.workspace_sync.tar_sync import WorkspaceCopy
 
 
 def tree(root: Path) -> dict[str, tuple[str, int, str]]:
@@ -54,8 +52,8 @@ def started(host: Path, sandbox: Path | None = None, **options: bool) -> Workspa
     return copy
 
 
-class FailingOps(_Ops):
-    """The host's disk failing at the n-th change (every method of _Ops counts)."""
+class FailingOps(HostOps):
+    """The host's disk failing at the n-th change (every method of HostOps counts)."""
 
     def __init__(self, at: int, code: int = errno.ENOSPC) -> None:
         self.at, self.code, self.calls, self.failed_in = at, code, 0, ""

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from toolseam.backends.containers.workspace_sync.tar_sync import (
+from toolseam.backends.containers.workspace_sync.host_ops import HostOps
+from toolseam.backends.containers.workspace_sync.policy import (
     CONFLICT_SUFFIX,
     STAGING_PREFIX,
     CopyBackError,
     CopyLimitError,
-    WorkspaceCopy,
-    _Ops,
     fit_name,
 )
+from toolseam.backends.containers.workspace_sync.tar_sync import WorkspaceCopy
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.copyback import FailingOps, archive_of, started, tree
@@ -265,7 +265,7 @@ def test_a_failure_at_any_step_leaves_the_host_exactly_as_it_was(tmp_path: Path)
             assert os.strerror(code) in exc.reason and "left exactly as it was" in exc.reason
             assert "still in the sandbox" in exc.reason
             assert exc.retryable == (code != errno.ENAMETOOLONG)
-            copy._ops = _Ops()
+            copy._ops = HostOps()
             report = copy.apply(archive_of(sandbox))  # the disk has room again
         else:  # past the last step, or a time this filesystem refused (set clamped instead)
             assert failing.calls < at or failing.failed_in == "utime"
@@ -429,7 +429,7 @@ def test_a_directory_that_conflicts_comes_home_as_its_conflict_copy(host: Path, 
     assert not (host / f"a{CONFLICT_SUFFIX}-2").exists()
 
 
-class RacingOps(_Ops):
+class RacingOps(HostOps):
     """The host user edits a file right after the copy-back has staged its changes."""
 
     def __init__(self, path: Path) -> None:
@@ -463,7 +463,7 @@ def test_a_host_edit_during_the_copy_back_is_never_overwritten(host: Path, tmp_p
     assert caught.value.retryable
     assert (host / "a.txt").read_text() == "a"
     assert (host / "z.txt").read_text() == "the host's edit, meanwhile"
-    copy._ops = _Ops()
+    copy._ops = HostOps()
     report = copy.apply(archive_of(sandbox))  # the retry: now a conflict, both kept
     assert report.modified == ["a.txt"] and report.conflicts == ["z.txt"]
     assert (host / f"z.txt{CONFLICT_SUFFIX}").read_text() == "sandbox z"

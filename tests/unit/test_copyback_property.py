@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from toolseam.backends.containers.workspace_sync.tar_sync import CopyBackError, WorkspaceCopy, policy_mode
+from toolseam.backends.containers.workspace_sync.policy import CopyBackError, policy_mode
+from toolseam.backends.containers.workspace_sync.tar_sync import WorkspaceCopy
 
 from ..support.copyback import FailingOps, archive_of, started, tree
 

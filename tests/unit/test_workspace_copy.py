@@ -16,11 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolseam.backends.containers.workspace_sync.tar_sync import (
-    CONFLICT_SUFFIX,
-    CopyLimitError,
-    WorkspaceCopy,
-)
+from toolseam.backends.containers.workspace_sync.policy import CONFLICT_SUFFIX, CopyLimitError
+from toolseam.backends.containers.workspace_sync.tar_sync import WorkspaceCopy
 from toolseam.seam.errors import CouldNotRunError
 
 
