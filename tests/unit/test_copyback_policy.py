@@ -285,7 +285,7 @@ def test_a_host_disk_that_fills_up_leaves_the_tree_unchanged(tmp_path: Path) -> 
         import io, os, subprocess, sys, tarfile
         sys.path.insert(0, {str(Path(__file__).parents[2])!r})
         from tests.support.copyback import tree, archive_of, started
-        from toolseam.backends.containers.workspace_sync.tar_sync import CopyBackError
+        from toolseam.backends.containers.workspace_sync.policy import CopyBackError
         mnt = {str(tmp_path / "mnt")!r}
         os.makedirs(mnt)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], check=True)
