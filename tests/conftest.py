@@ -88,7 +88,9 @@ def _names_an_engine(value: object) -> bool:
         return value.startswith(_ENGINE_PREFIXES)
     if isinstance(value, (tuple, list)):
         return any(_names_an_engine(v) for v in value)
-    return False
+    # an object that says which engine it needs (a docs example: tests/helpers/doc_examples.py)
+    engine = getattr(value, "engine", None)
+    return isinstance(engine, str) and engine.startswith(_ENGINE_PREFIXES)
 
 
 def _needs_an_engine(item: pytest.Item) -> bool:
