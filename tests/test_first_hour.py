@@ -20,7 +20,7 @@ from toolseam.backends.host import HostBackend
 
 from .conftest import host_survivors
 
-TOOLSEAM = [sys.executable, "-m", "toolseam.cli"]
+TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -229,7 +229,7 @@ BARE = textwrap.dedent("""
     import sys
     for sdk in ("podman", "docker", "requests", "mcp", "mcp_types", "uvicorn"):
         sys.modules[sdk] = None  # as if no extra were installed
-    from toolseam.cli import main
+    from toolseam.frontends.cli import main
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -248,7 +248,7 @@ def test_the_command_line_works_without_any_extra(tmp_path: Path) -> None:
     assert "recover" in bare("--help").stdout
     for args, needs in ((("mcp", "--base-dir", str(tmp_path)), "mcp"),
                         (("call", "bash", "{}", "--backend", "podman"), "podman"),
-                        (("recover", "--backend", "docker", "--list"), "podman")):
+                        (("recover", "--backend", "docker", "--list"), "docker")):
         done = bare(*args)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr

@@ -357,7 +357,7 @@ async def test_a_timeout_kills_what_the_command_started() -> None:
 
 
 def _needs_pty() -> None:
-    from toolseam.raw import RawSandbox
+    from toolseam.session.raw import RawSandbox
     if not hasattr(RawSandbox, "pty_start"):  # the raw API's PTY lands from branch h-ptyports
         pytest.skip("this toolseam's raw API has no pty_start yet (issue 35 part 4)")
 
