@@ -18,13 +18,14 @@ from toolseam.testing.contract import (
     ProcessTreeContract,
     Sandbox,
 )
+from toolseam.testing.read_tool import ReadToolContract
 
 from .conftest import host_survivors
 from .engines import backend, shared_dir
 
 
 class _ContainerBinding(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                        HostDirContract, JobContract, HostileContract):
+                        HostDirContract, JobContract, HostileContract, ReadToolContract):
     engine = ""
 
     def host_root(self, tmp_path: Path) -> Path:
@@ -74,7 +75,7 @@ def _listed(reason: str) -> Any:
 
 
 class _CopyModeBinding(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                       JobContract, HostileContract):
+                       JobContract, HostileContract, ReadToolContract):
     engine = ""
     locals().update({name: _listed(why) for name, why in HOST_FILESYSTEM_CASES.items()})
 
