@@ -178,3 +178,20 @@ def test_continues_needs_a_block_before(tmp_path: Path) -> None:
     page.write_text("<!-- example: continues -->\n```sh\ntrue\n```\n")
     with pytest.raises(DirectiveError, match="no shell block comes before"):
         page_examples(page)
+
+
+@pytest.mark.parametrize(("line", "problem"), [
+    ("install -e '/path/to/checkout[mcp,integrations]'", None),
+    ("install -e /path/to/toolseam langchain-core", None),
+    ("install 'dist/toolseam-0.1.0-py3-none-any.whl[podman,mcp]'", None),
+    ("install -e '/path/to/checkout[mcp,inspekt]'", "toolseam has no extra 'inspekt'"),
+    ("install no-such-package-for-toolseam", "no-such-package-for-toolseam"),
+    ("uninstall -y pydantic", "only 'pip install' is checked"),
+])
+def test_pip_in_an_example_checks_and_installs_nothing(line: str, problem: str | None) -> None:
+    import shlex
+
+    done = subprocess.run([sys.executable, "-m", "tests.helpers.pip_check", *shlex.split(line)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert (done.returncode == 0) == (problem is None), done.stderr
+    assert problem is None or problem in done.stderr
