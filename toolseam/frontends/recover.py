@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import os
 
-from ..backends import backend_class
+from ..backends import engine_for
 from ..backends.containers.engine.protocol import Engine
 from ..backends.containers.labels import KEPT_RETENTION_S
 from ..backends.containers.recover import copy_out, find, kept, remove
@@ -38,16 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if args.list == bool(args.container) or (args.container and not (args.to or args.remove)):
         raise ConfigurationError("recover: give --list, or CONTAINER with --to DIR and/or "
                                  "--remove")
-    backend_class(args.backend)  # its SDK is an extra: a missing one is named with its install line
-    engine: Engine
-    if args.backend == "docker":
-        from ..backends.docker import docker_engine
-
-        engine = docker_engine(args.endpoint)
-    else:
-        from ..backends.podman import podman_engine
-
-        engine = podman_engine(args.endpoint, args.rootless)
+    engine: Engine = engine_for(args.backend, args.endpoint,
+                                **({"rootless": True} if args.rootless else {}))
     try:
         if args.list:
             for item in kept(engine):
