@@ -61,7 +61,9 @@ def _names_an_engine(value: object) -> bool:
         return value.startswith(ALL_ENGINES)
     if isinstance(value, (tuple, list)):
         return any(_names_an_engine(v) for v in value)
-    return False
+    # an object that says which engine it needs (a docs example: tests/support/doc_examples.py)
+    engine = getattr(value, "engine", None)
+    return isinstance(engine, str) and engine.startswith(ALL_ENGINES)
 
 
 def _needs_an_engine(item: pytest.Item) -> bool:
