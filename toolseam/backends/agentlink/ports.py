@@ -24,6 +24,7 @@ from toolseam_agent.wire import EXPOSE, EXPOSE_TO_AGENT
 from .tunnel import SendFrame, TunnelMux, TunnelTransport
 
 MAX_CONNECTIONS = 500  # per session, below the agent's 512: past it a connection closes at once
+_LINGER_S = 2.0  # after the sandbox's end, how long a client may take to close its own
 _log = logging.getLogger("toolseam.ports")
 
 
@@ -81,7 +82,17 @@ class _SandboxSide(asyncio.Protocol):
         return True  # half-closed: the client may still send
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.client.close()  # what was written still goes out, then FIN
+        """The sandbox's end is gone (closed, refused): FIN after what was written, and a
+        moment for the client to close first — closing a socket whose input is unread would
+        reset it, and a reset can destroy the answer still in flight to the client."""
+        client = self.client
+        if client.is_closing():
+            return
+        if client.can_write_eof():
+            client.write_eof()
+            asyncio.get_running_loop().call_later(_LINGER_S, client.close)
+        else:
+            client.close()
 
     def pause_writing(self) -> None:  # the sandbox's window is full: stop reading the client
         self.client.pause_reading()
@@ -114,8 +125,9 @@ class _ClientSide(asyncio.Protocol):
             self.sandbox.write(data)
 
     def eof_received(self) -> bool:
-        if self.sandbox is not None:
-            self.sandbox.write_eof()
+        if self.sandbox is None or self.sandbox.is_closing():
+            return False  # both ends are done: close
+        self.sandbox.write_eof()
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
