@@ -28,11 +28,9 @@ from toolseam.seam.capabilities import ExposedPort, ExposedPorts, supports
 from toolseam.session.raw import RawSandbox
 from toolseam.testing.fake import FakeBackend
 
-from .engines import backend as engine_backend
-from .engines import endpoint
+from ..support.engines import EVERY_BACKEND, endpoint
+from ..support.engines import backend as engine_backend
 
-LOCAL = ("host", "podman", "podman-rootless", "docker")
-REMOTE = ("podman-remote", "docker-remote")  # copy mode: an engine on "another machine"
 BIG = 256 * 1024  # a body bigger than the stream's credit window is not (512 KiB) — and one that is
 HUGE = 3 * 1024 * 1024
 
@@ -120,7 +118,7 @@ def _toolkit(engine: str, workspace: Path, **settings: Any) -> Toolkit:
     return Toolkit(engine_backend(engine, str(workspace)), settings=settings or None)
 
 
-@pytest.fixture(params=LOCAL + REMOTE)
+@pytest.fixture(params=EVERY_BACKEND)  # the remote engines: copy mode, "another machine"
 def engine(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
