@@ -74,7 +74,8 @@ class _SandboxSide(asyncio.Protocol):
         self.client = client
 
     def data_received(self, data: bytes) -> None:
-        self.client.write(data)
+        if not self.client.is_closing():  # a client gone (a reset): its end is on its way
+            self.client.write(data)
 
     def eof_received(self) -> bool:
         if self.client.can_write_eof() and not self.client.is_closing():
