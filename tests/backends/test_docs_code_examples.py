@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from ..support.engines import remove_shared, required_env, shared_dir
 from ..support.doc_examples import ROOT, DirectiveError, DocExample, all_examples, page_examples
+from ..support.engines import remove_shared, required_env, shared_dir
 
 EXAMPLES = all_examples()
 RUN_ELSEWHERE = [e for e in EXAMPLES if e.tag == "python" and e.where.startswith("docs/integrations/")]
