@@ -3,7 +3,9 @@ the real thing. Helpers live in ``tests/support/`` (no test module imports anoth
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,17 @@ def scratch() -> Iterator[Path]:
     path.mkdir()
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def outside_tree() -> Iterator[Path]:
+    """A directory outside every temp dir holding ``inside/`` (a base dir) and ``outside.txt``
+    (a file a read from there must ask about), removed afterwards."""
+    work = scratch_root() / f"mcp-{os.getpid()}-{time.monotonic_ns()}"
+    (work / "inside").mkdir(parents=True)
+    (work / "outside.txt").write_text("outside\n")
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
 
 
 # --- what a test needs: engine tests are marked at collection (issue 34) -----------------------
