@@ -232,7 +232,7 @@ async def test_a_process_outlives_detach_and_is_reached_after_attach(
         from .engines import required_env
         options["backend_options"] = {"tls": TlsFiles.from_dir(
             required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", engine))}
-    again = await Toolkit.attach(handle, **options)  # type: ignore[arg-type]
+    again = await Toolkit.attach(handle, **options)
     try:
         assert [p.id for p in await again.sandbox.pty_list()] == [repl]
         await again.sandbox.pty_write(repl, "print(kept.upper())\n")
@@ -279,7 +279,7 @@ async def test_clear_errors(tmp_path: Path) -> None:
         with pytest.raises(UnknownProcessError):
             await sandbox.pty_read(999, yield_ms=0)
         with pytest.raises(ValueError, match="argv"):
-            await sandbox.pty_start("python3 -q")  # type: ignore[arg-type]
+            await sandbox.pty_start("python3 -q")
         with pytest.raises(ValueError, match="rows and cols"):
             await sandbox.pty_start(["sh"], rows=0)
         with pytest.raises(FileNotFoundError):
