@@ -55,6 +55,7 @@ class SyncToolkit:
         approver: asked before reads outside the read scope (``settings.read_scope``).
         shell_id_persisted: ``settings.shell_id`` came from an earlier run: fall back if gone.
         backend_options: keyword arguments for the backend class when ``backend`` is a name.
+        interactive_tools: add the model tools ``exec_command`` and ``write_stdin``.
     """
 
     def __init__(
@@ -74,6 +75,7 @@ class SyncToolkit:
         approver: Approver | None = None,
         shell_id_persisted: bool = False,
         backend_options: Mapping[str, Any] | None = None,
+        interactive_tools: bool = False,
     ) -> None:
         args = (backend,)
         kwargs: dict[str, Any] = {
@@ -81,7 +83,8 @@ class SyncToolkit:
             "settings": settings, "tools": tools, "host_tools": host_tools,
             "raise_could_not_run": raise_could_not_run, "env": env, "env_extra": env_extra,
             "on_output": on_output, "session_id": session_id, "approver": approver,
-            "shell_id_persisted": shell_id_persisted, "backend_options": backend_options}
+            "shell_id_persisted": shell_id_persisted, "backend_options": backend_options,
+            "interactive_tools": interactive_tools}
         self._start_loop()
         try:
             # built on the loop's thread: whatever it binds to a loop binds to ours
