@@ -245,13 +245,16 @@ _PROBE = ("grep -E '^(NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\\t ' ' '
           "cat /proc/1/environ >/dev/null 2>&1 && echo pid1-environ-read || echo pid1-environ-no; "
           "ls /proc/1/fd >/dev/null 2>&1 && echo pid1-fds-listed || echo pid1-fds-no; "
           "kill -0 1 2>/dev/null && echo pid1-signal-ok || echo pid1-signal-no; "
+          "f=$(mktemp); chmod 4755 \"$f\" 2>/dev/null && echo setuid-made || echo setuid-no; "
+          "rm -f \"$f\"; "
           "ls /proc/self/fd | tr '\\n' ' '; echo; "
           "for t in /run/toolseam/* /tmp/toolseam-session-*/*; do "
           "[ -S \"$t\" ] && { [ -w \"$t\" ] && echo socket-writable || echo socket-seen; }; "
           "done; echo probe-done")
 
 
-async def test_a_terminal_gets_nothing_a_bash_command_does_not(session: RawSandbox) -> None:
+async def test_a_terminal_gets_nothing_a_bash_command_does_not(engine: str,
+                                                                session: RawSandbox) -> None:
     """The attacker's view: the same probe of the agent (pid 1: in a container, and on the
     host in the agent's own pid namespace), its control socket, the guards and the open
     descriptors, run as a raw command and on a terminal, says the same."""
@@ -266,6 +269,8 @@ async def test_a_terminal_gets_nothing_a_bash_command_does_not(session: RawSandb
     if not tools_are_local(session):  # in a container, the agent is out of the command's reach
         for line in ("NoNewPrivs: 1", "Seccomp: 2", "pid1-environ-no", "pid1-signal-no"):
             assert line in plain.stdout.splitlines()
+        if engine in LOCAL:  # bind mode: the set-id guard is required (copy mode: a copy)
+            assert "setuid-no" in plain.stdout.splitlines()
 
 
 def tools_are_local(sandbox: RawSandbox) -> bool:
@@ -293,3 +298,15 @@ async def test_clear_errors(tmp_path: Path) -> None:
         assert not fake.sandbox.supports_pty
         with pytest.raises(InteractiveUnsupportedError, match="cannot run interactive"):
             await fake.sandbox.pty_start(["sh"])
+
+
+async def test_a_command_ending_leaves_a_later_terminal_alone(tmp_path: Path) -> None:
+    """A job's leftovers are the processes orphaned out of it and started after it: a
+    terminal started while the job ran is the agent's child too, but never the job's."""
+    async with Toolkit("host", base_dir=str(tmp_path)) as tools:
+        job = asyncio.ensure_future(tools.sandbox.exec(["sleep", "1"]))
+        await asyncio.sleep(0.3)
+        repl = await tools.sandbox.pty_start(["python3", "-q"])
+        assert (await job).exit_code == 0
+        await tools.sandbox.pty_write(repl, "print('alive', 1 + 1)\n")
+        await read_until(tools.sandbox, repl, b"alive 2")
