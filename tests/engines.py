@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit, ToolResult
-from toolseam.backends.containers.attach import TlsFiles
+from toolseam.backends.containers.engine.attach import TlsFiles
 from toolseam.backends.docker import DockerBackend
 from toolseam.backends.podman import PodmanBackend
 from toolseam.seam.protocol import BuiltinExec

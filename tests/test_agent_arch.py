@@ -15,7 +15,7 @@ from toolseam import Toolkit
 from toolseam.backends.agentlink.channel import AgentChannel
 from toolseam.backends.agentlink.parts import AgentExec, AgentFiles
 from toolseam.backends.composed import ComposedBackend
-from toolseam.backends.containers.bundle_arch import build, fetch_sysroot, host_arch, select_bundle
+from toolseam.backends.containers.bundle.foreign_arch import build, fetch_sysroot, host_arch, select_bundle
 from toolseam.backends.host import LocalAgent
 from toolseam.seam.errors import CouldNotRunError
 from toolseam.seam.models import SandboxInfo
@@ -99,6 +99,6 @@ def test_an_engine_of_another_cpu_gets_its_bundle_or_a_clear_error(tmp_path: Pat
     with pytest.raises(CouldNotRunError, match="is incomplete"):
         select_bundle(other, local, {other: str(tmp_path / "empty")})
     with pytest.raises(CouldNotRunError, match=f"runs {other}.*python -m "
-                                               f"toolseam.backends.containers.bundle_arch {other}") as caught:
+                       f"toolseam.backends.containers.bundle.foreign_arch {other}") as caught:
         select_bundle(other, local, {})
     assert not caught.value.retryable

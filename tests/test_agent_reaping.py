@@ -36,7 +36,7 @@ def pidfd_open(pid, flags=0):
         raise OSError(errno.EMFILE, "Too many open files")
     return real(pid, flags)
 os.pidfd_open = pidfd_open
-from toolseam_agent.server import main; main()
+from toolseam_agent.main import main; main()
 """
 
 
@@ -49,7 +49,7 @@ class RawAgent:
         if mode == "sigchld":
             env[MODE_VAR] = "sigchld"
         code = _EXHAUSTED if mode == "pidfd-exhausted" else \
-            "from toolseam_agent.server import main; main()"
+            "from toolseam_agent.main import main; main()"
         self.process = subprocess.Popen(
             [sys.executable, "-S", "-B", "-c", code],
             stdin=theirs.fileno(), stdout=theirs.fileno(), env=env, cwd="/")

@@ -92,7 +92,7 @@ _CRASH_WITH_A_POOL = """
     tempfile.tempdir = shared
     os.environ["XDG_CACHE_HOME"] = os.path.join(shared, "no-cache")
     from toolseam.backends import staging
-    from toolseam.backends.containers import pool_mounts
+    from toolseam.backends.containers.pool import mounts as pool_mounts
     root = staging.staging_root()
     assert "-private-" in str(root), root  # the shared root was taken first
     pool = pool_mounts.make_pool_dir(pool_mounts.HOST_SLOTS)

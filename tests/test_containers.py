@@ -20,7 +20,7 @@ import pytest
 import pytest_asyncio
 
 from toolseam import ConfigurationError, CouldNotRunError, Toolkit
-from toolseam.backends.containers.sandbox import Hardening
+from toolseam.backends.containers.engine.protocol import Hardening
 from toolseam.policy.limits import SandboxLimits
 
 from .conftest import host_started, host_survivors
@@ -296,7 +296,7 @@ def test_cli_call_on_a_container_backend(engine: str, workspace: Path) -> None:
     option = ["--backend", "docker"] if engine == "docker" else ["--backend", "podman"]
     if engine == "podman-rootless":
         option.append("--rootless")
-    done = subprocess.run([sys.executable, "-m", "toolseam.cli", "call", "bash",
+    done = subprocess.run([sys.executable, "-m", "toolseam.frontends.cli", "call", "bash",
                            '{"command": "pwd; cat hello.txt"}', *option, "--workspace", str(workspace),
                            "--image", IMAGE],
                           capture_output=True, text=True, timeout=120, cwd=REPO)

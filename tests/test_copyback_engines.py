@@ -81,7 +81,7 @@ os.makedirs(mnt, exist_ok=True)
 subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", mnt], check=True)
 from tests.engines import backend
 from toolseam import Toolkit
-from toolseam.backends.containers.workspace_copy import CopyLimitError
+from toolseam.backends.containers.workspace_sync.tar_sync import CopyLimitError
 
 async def main():
     async with Toolkit(backend({engine!r}, {base!r}, workspace_mode="copy")) as tk:

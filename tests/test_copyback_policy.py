@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from toolseam.backends.containers.workspace_copy import (
+from toolseam.backends.containers.workspace_sync.tar_sync import (
     CONFLICT_SUFFIX,
     STAGING_PREFIX,
     CopyBackError,
@@ -339,7 +339,7 @@ def test_a_host_disk_that_fills_up_leaves_the_tree_unchanged(tmp_path: Path) -> 
         import io, os, subprocess, sys, tarfile
         sys.path.insert(0, {str(Path(__file__).parent.parent)!r})
         from tests.test_copyback_policy import tree, archive_of, started
-        from toolseam.backends.containers.workspace_copy import CopyBackError
+        from toolseam.backends.containers.workspace_sync.tar_sync import CopyBackError
         mnt = {str(tmp_path / "mnt")!r}
         os.makedirs(mnt)
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt], check=True)

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from toolseam.backends.containers.workspace_copy import CopyBackError, WorkspaceCopy, policy_mode
+from toolseam.backends.containers.workspace_sync.tar_sync import CopyBackError, WorkspaceCopy, policy_mode
 
 from .test_copyback_policy import FailingOps, archive_of, started, tree
 

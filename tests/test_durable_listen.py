@@ -26,7 +26,7 @@ def slow(self, *args):
     time.sleep(0.3)
     return listen(self, *args)
 socket.socket.listen = slow
-from toolseam_agent.server import main
+from toolseam_agent.main import main
 main(["--durable", sys.argv[1]])
 """
 

@@ -100,7 +100,7 @@ async def test_mcp_sends_egress_events_as_log_notifications(tmp_path: Path, web:
 
     params = StdioServerParameters(
         command=sys.executable,
-        args=["-m", "toolseam.cli", "mcp", "--base-dir", str(tmp_path), "--config",
+        args=["-m", "toolseam.frontends.cli", "mcp", "--base-dir", str(tmp_path), "--config",
               str(_config(tmp_path)), "--egress-allow", f"web.test:{web}"],
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
     async with Client(params, logging_callback=on_log, log_level="info") as client:
@@ -156,8 +156,8 @@ async def test_host_egress_commands_see_loopback_alone(tmp_path: Path, web: int)
 
 
 def test_inspect_config_limits_and_settings_are_validated_whole() -> None:
-    from toolseam.inspect_provider._config import ToolseamSandboxConfig
-    from toolseam.inspect_provider._provider import session_settings
+    from toolseam.frontends.inspect._config import ToolseamSandboxConfig
+    from toolseam.frontends.inspect._provider import session_settings
 
     made = session_settings(ToolseamSandboxConfig(
         backend="host", limits={"network": "egress"}, settings={"egress_allow": ["pypi.org"]}))

@@ -19,8 +19,8 @@ import pytest
 import requests
 
 from toolseam import CouldNotRunError
-from toolseam.backends.containers.docker_dialect import DockerDialect
-from toolseam.backends.containers.errors import (
+from toolseam.backends.containers.engine.docker_dialect import DockerDialect
+from toolseam.backends.containers.engine.errors import (
     EngineConflict,
     EngineError,
     EngineNotFound,
@@ -29,8 +29,8 @@ from toolseam.backends.containers.errors import (
     SdkErrors,
     map_engine_error,
 )
-from toolseam.backends.containers.podman_dialect import PodmanDialect
-from toolseam.backends.containers.retry import is_transient
+from toolseam.backends.containers.engine.podman_dialect import PodmanDialect
+from toolseam.backends.containers.engine.retry import is_transient
 from toolseam.backends.docker import DockerEngine
 from toolseam.backends.podman import PodmanEngine
 
@@ -110,7 +110,7 @@ def test_the_status_decides_the_kind_never_the_message(status: int, kind: type[E
 def test_an_engine_answers_each_kind_typed(engine: str) -> None:
     """On the real engines: a missing container or volume is ``EngineNotFound`` (and removing
     one is no failure); a name in use is ``EngineConflict`` where the engine says 409."""
-    from toolseam.backends.containers.sandbox import ContainerSpec, Hardening
+    from toolseam.backends.containers.engine.protocol import ContainerSpec, Hardening
 
     url = endpoint(engine)
     made = DockerEngine(url) if engine == "docker" else PodmanEngine(url)

@@ -20,7 +20,7 @@ from toolseam.backends.host import HostBackend
 
 from .conftest import host_survivors
 
-TOOLSEAM = [sys.executable, "-m", "toolseam.cli"]
+TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -229,7 +229,7 @@ BARE = textwrap.dedent("""
     import sys
     for sdk in ("podman", "docker", "requests", "mcp", "mcp_types", "uvicorn"):
         sys.modules[sdk] = None  # as if no extra were installed
-    from toolseam.cli import main
+    from toolseam.frontends.cli import main
     sys.exit(main(sys.argv[1:]))
 """)
 

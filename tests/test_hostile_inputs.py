@@ -139,7 +139,7 @@ def test_the_check_counts_utf8_bytes_and_pattern_characters(text: str, limit: in
 def test_cli_call_over_a_limit_is_a_tool_failure(tmp_path: Path) -> None:
     config = tmp_path / "settings.toml"
     config.write_text("[input_limits]\ncommand_bytes = 100\n")
-    done = subprocess.run([sys.executable, "-m", "toolseam.cli", "call", "bash",
+    done = subprocess.run([sys.executable, "-m", "toolseam.frontends.cli", "call", "bash",
                            json.dumps({"command": "echo " + "x" * 200}), "--base-dir",
                            str(tmp_path), "--config", str(config)],
                           capture_output=True, text=True, timeout=60)

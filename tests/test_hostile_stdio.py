@@ -20,7 +20,7 @@ from toolseam.stdio_wire import deeper_than
 
 from .engines import IMAGE, endpoint, remove_shared, shared_dir
 
-TOOLSEAM = [sys.executable, "-m", "toolseam.cli"]
+TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 
 
 def _no_constant(name: str) -> Any:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -25,7 +27,7 @@ def test_lint_imports_keeps_every_contract() -> None:
 
 def _package(module: str) -> str:
     """A module's package one level below the top (``toolseam.backends``); the top-level
-    modules (``toolseam.toolkit``) and ``toolseam_agent`` are each one package."""
+    modules (``toolseam.session.toolkit``) and ``toolseam_agent`` are each one package."""
     parts = module.split(".")
     if parts[0] == "toolseam" and len(parts) > 1 and (REPO / "toolseam" / parts[1]).is_dir():
         return ".".join(parts[:2])
@@ -74,3 +76,48 @@ def test_the_check_sees_a_private_name_taken_across_packages(tmp_path: Path) -> 
     assert isinstance(node, ast.ImportFrom)
     assert _resolve("toolseam.backends.host", node, False) == "toolseam.policy.settings"
     assert _package("toolseam.policy.settings") != _package("toolseam.backends.host")
+
+
+# Above the seam a backend is asked for facts (``toolseam.backends.backend_kind``, the seam's
+# capabilities), never told apart by its name (issue 34).
+ABOVE_THE_SEAM = ("frontends", "session", "integrations", "builtins", "policy")
+BACKEND_NAMES = {"host", "podman", "podman-rootless", "docker"}
+
+
+def backend_names_tested(source: str, where: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                 for op in node.ops):
+            for side in [node.left, *node.comparators]:
+                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                for value in values:
+                    if isinstance(value, ast.Constant) and value.value in BACKEND_NAMES:
+                        found.append(f"{where}:{node.lineno} tests the backend name {value.value!r}")
+    return found
+
+
+def test_no_backend_name_is_tested_above_the_seam() -> None:
+    found = []
+    for package in ABOVE_THE_SEAM:
+        for path in sorted((REPO / "toolseam" / package).rglob("*.py")):
+            found += backend_names_tested(path.read_text(), str(path.relative_to(REPO)))
+    assert found == []
+
+
+def test_the_name_check_sees_a_name_tested() -> None:
+    assert backend_names_tested('if toolkit.backend.name == "host":\n    pass\n', "x.py") == [
+        "x.py:1 tests the backend name 'host'"]
+    assert backend_names_tested('if name in ("docker", "x"):\n    pass\n', "x.py") == [
+        "x.py:1 tests the backend name 'docker'"]
+    assert backend_names_tested('if name in ("bind", "copy"):\n    pass\n', "x.py") == []
+
+
+def test_backend_kinds_answer_for_every_name_an_open_backend_reports() -> None:
+    from toolseam.backends import BACKENDS, backend_kind
+    from toolseam.seam.errors import BackendUnavailable
+
+    assert [backend_kind(name).contained for name in BACKENDS] == [False, True, True]
+    assert backend_kind("podman-rootless").name == "podman"
+    with pytest.raises(BackendUnavailable, match="unknown backend 'lxc'; choose one of host, podman, docker"):
+        backend_kind("lxc")

@@ -20,8 +20,8 @@ from inspect_ai.util import (
 )
 from inspect_ai.util._sandbox.limits import override_max_exec_output_size
 
-from toolseam.inspect_provider import ToolseamSandboxConfig, ToolseamSandboxEnvironment
-from toolseam.inspect_provider._cleanup import _local_engines
+from toolseam.frontends.inspect import ToolseamSandboxConfig, ToolseamSandboxEnvironment
+from toolseam.frontends.inspect._cleanup import _local_engines
 from toolseam.seam.errors import ConfigurationError
 
 from .engines import IMAGE, endpoint
@@ -35,7 +35,7 @@ def test_the_entry_point_registers_the_sandbox_type() -> None:
             "print(find('toolseam').__module__)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=True)
-    assert done.stdout.strip() == "toolseam.inspect_provider._provider"
+    assert done.stdout.strip() == "toolseam.frontends.inspect._provider"
 
 
 def test_config_comes_from_a_dict_and_hashes() -> None:
@@ -153,7 +153,7 @@ async def test_task_cleanup_closes_what_an_interrupted_task_left() -> None:
 
 _ENDED_EVAL = """
 import asyncio, json, os, sys
-from toolseam.inspect_provider import ToolseamSandboxConfig, ToolseamSandboxEnvironment
+from toolseam.frontends.inspect import ToolseamSandboxConfig, ToolseamSandboxEnvironment
 
 async def main():
     made = []

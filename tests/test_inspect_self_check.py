@@ -23,7 +23,7 @@ import pytest_asyncio
 from inspect_ai.util import SandboxEnvironment
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403
 
-from toolseam.inspect_provider import ToolseamSandboxConfig, ToolseamSandboxEnvironment
+from toolseam.frontends.inspect import ToolseamSandboxConfig, ToolseamSandboxEnvironment
 
 from .engines import IMAGE, endpoint, remote_image, required_env, shared_dir
 

@@ -24,7 +24,7 @@ from toolseam.builtins._base import MAX_TIMEOUT_MS
 from toolseam.policy.settings import parse_settings
 from toolseam.testing.fake import FakeBackend
 
-TOOLSEAM = [sys.executable, "-m", "toolseam.cli"]
+TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 
 
 def check_strict(schema: dict[str, Any], where: str = "") -> None:

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit
-from toolseam.interactive import (
+from toolseam.session.interactive import (
     InteractiveLimitError,
     InteractiveUnsupportedError,
     ProcessExitedError,
     UnknownProcessError,
 )
-from toolseam.raw import RawSandbox
+from toolseam.session.raw import RawSandbox
 
 from .conftest import host_survivors
 from .engines import backend as engine_backend
@@ -227,7 +227,7 @@ async def test_a_process_outlives_detach_and_is_reached_after_attach(
     handle = await tools.detach()
     options: dict[str, object] = {}
     if engine == "docker-remote":
-        from toolseam.backends.containers.attach import TlsFiles
+        from toolseam.backends.containers.engine.attach import TlsFiles
 
         from .engines import required_env
         options["backend_options"] = {"tls": TlsFiles.from_dir(
@@ -310,3 +310,17 @@ async def test_a_command_ending_leaves_a_later_terminal_alone(tmp_path: Path) ->
         assert (await job).exit_code == 0
         await tools.sandbox.pty_write(repl, "print('alive', 1 + 1)\n")
         await read_until(tools.sandbox, repl, b"alive 2")
+
+
+async def test_the_terminal_size_wins_over_lines_and_columns(tmp_path: Path) -> None:
+    """A LINES/COLUMNS in the environment commands start from (a host shell's) would win over
+    the terminal's size in curses, and stay wrong after a resize: a terminal never inherits
+    them (the caller's own ``env`` may still set them)."""
+    import os
+    env = {**os.environ, "LINES": "24", "COLUMNS": "80"}
+    async with Toolkit("host", base_dir=str(tmp_path), env=env) as tools:
+        screen = await tools.sandbox.pty_start(["python3", "-c", _CURSES], rows=30, cols=100)
+        assert b"FULL 30x100" in await read_until(tools.sandbox, screen, b"BOTTOM-ROW")
+        forced = await tools.sandbox.pty_start(["python3", "-c", _CURSES], rows=30, cols=100,
+                                               env={"LINES": "20", "COLUMNS": "70"})
+        assert b"FULL 20x70" in await read_until(tools.sandbox, forced, b"BOTTOM-ROW")

@@ -41,8 +41,8 @@ def _in_private_namespace(script: str) -> str:
 _SWEEP_AND_LOOK = """
     import os, subprocess, sys
     victim = sys.argv[1] if len(sys.argv) > 1 else VICTIM
-    from toolseam.backends.containers.pool_mounts import sweep_dead_pools
-    from toolseam.backends.containers.bind import sweep_socket_dirs
+    from toolseam.backends.containers.pool.mounts import sweep_dead_pools
+    from toolseam.backends.containers.janitor import sweep_socket_dirs
     sweep_dead_pools(); sweep_socket_dirs()
     mounted = any(line.split()[4] == victim for line in open("/proc/self/mountinfo"))
     print("MOUNTED" if mounted else "GONE", sorted(os.listdir(victim)))
@@ -128,7 +128,7 @@ def test_a_dead_pool_of_our_own_is_swept(tmp_path: Path) -> None:
     entry = user_dir("pools") / f"toolseam-pool-dead-{uuid.uuid4().hex[:6]}"
     script = f"""
     import os, subprocess
-    from toolseam.backends.containers.pool_mounts import sweep_dead_pools
+    from toolseam.backends.containers.pool.mounts import sweep_dead_pools
     entry = {str(entry)!r}
     os.mkdir(entry, 0o711)
     open(os.path.join(entry, "owner"), "w").write({DEAD_OWNER!r})

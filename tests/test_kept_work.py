@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends.containers.sandbox import KEPT_RETENTION_S, janitor
-from toolseam.cli import main
+from toolseam.backends.containers.janitor import janitor
+from toolseam.backends.containers.labels import KEPT_RETENTION_S
+from toolseam.frontends.cli import main
 
 from .engines import backend, endpoint
 
@@ -143,7 +144,7 @@ def test_recover_needs_a_container_or_list() -> None:
 
 
 def test_close_message_names_the_engine() -> None:
-    from toolseam.backends.containers.sandbox import recover_command
+    from toolseam.backends.containers.janitor import recover_command
 
     assert recover_command("podman-rootless", "unix:///run/user/1001/podman/podman.sock",
                            "0123456789abcdef") == (

@@ -21,7 +21,7 @@ from mcp.client.stdio import StdioServerParameters
 
 from .conftest import scratch_root
 
-TOOLSEAM = [sys.executable, "-m", "toolseam.cli"]
+TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 ALL_CALLS: dict[str, dict[str, Any]] = {
     "write": {"path": "new.txt", "content": "one\ntwo\n"},
     "read": {"path": "new.txt"},
@@ -35,7 +35,7 @@ ALL_CALLS: dict[str, dict[str, Any]] = {
 
 def stdio_params(work: Path, *extra: str, confine: bool = True) -> StdioServerParameters:
     return StdioServerParameters(command=sys.executable,
-                                 args=["-m", "toolseam.cli", "mcp", "--base-dir", str(work),
+                                 args=["-m", "toolseam.frontends.cli", "mcp", "--base-dir", str(work),
                                        *(["--confine"] if confine else []), *extra],
                                  env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
 

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolseam import Toolkit
-from toolseam.mcp_sandboxes import Handles, Sandbox, SandboxRefused
+from toolseam.frontends.mcp.sandboxes import Handles, Sandbox, SandboxRefused
 
 
 def table(**options: Any) -> Handles:
@@ -87,7 +87,7 @@ def test_only_idle_sandboxes_are_taken() -> None:
 
 async def test_one_failed_close_leaves_no_other_sandbox_open(capsys: pytest.CaptureFixture[str]
                                                              ) -> None:
-    from toolseam.mcp_server import McpTools
+    from toolseam.frontends.mcp.server import McpTools
     from toolseam.seam.errors import CouldNotRunError
 
     closed: list[str] = []

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 
 from toolseam import Settings, Toolkit
-from toolseam.declarations import FORMATS
+from toolseam.session.declarations import FORMATS
 
 from .test_mcp import stdio_params
 
@@ -87,7 +87,7 @@ async def test_mcp_tools_and_text_content_are_what_a_model_is_shown(tmp_path: Pa
 
 
 # --- the other paths to a model: serve --stdio, toolseam call, the spill file's life -----------
-TOOLSEAM = [sys.executable, "-m", "toolseam.cli"]
+TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
 
 
 def test_serve_stdio_sends_the_model_text_beside_output(tmp_path: Path) -> None:

@@ -357,7 +357,7 @@ async def test_a_timeout_kills_what_the_command_started() -> None:
 
 
 def _needs_ports() -> None:
-    from toolseam.raw import RawSandbox
+    from toolseam.session.raw import RawSandbox
     if not hasattr(RawSandbox, "expose"):  # exposed ports land from another branch
         pytest.skip("this toolseam's raw API has no expose yet (issue 35 part 5)")
 

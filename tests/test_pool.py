@@ -31,10 +31,13 @@ from toolseam import (
     Toolkit,
 )
 from toolseam.backends import staging
-from toolseam.backends.containers import bundle, pool_mounts, sandbox
-from toolseam.backends.containers import pool as pool_module
-from toolseam.backends.containers.engine import SdkEngine
-from toolseam.backends.containers.sandbox import POOL_LABEL, janitor
+from toolseam.backends.containers import sandbox
+from toolseam.backends.containers.bundle import staged as bundle
+from toolseam.backends.containers.engine.sdk import SdkEngine
+from toolseam.backends.containers.janitor import janitor
+from toolseam.backends.containers.labels import POOL_LABEL
+from toolseam.backends.containers.pool import mounts as pool_mounts
+from toolseam.backends.containers.pool import warm as pool_module
 
 from .engines import ENGINES, REMOTE_ENGINES, backend, endpoint, remove_shared, shared_dir
 from .test_pool_contract import pool_factory

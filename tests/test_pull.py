@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends.containers.pull import PullProgress, registry_of, split_reference
+from toolseam.backends.containers.engine.pull import PullProgress, registry_of, split_reference
 
 from .engines import ENGINES, backend, endpoint, required_env
 
@@ -143,7 +143,7 @@ def test_pull_policy_from_the_cli_and_settings(workspace: Path, fresh_tag: str) 
     push(SANDBOX, fresh_tag)
     env = {**os.environ, "TOOLSEAM_DOCKER_URL": endpoint("docker")}
     never = subprocess.run(
-        [sys.executable, "-m", "toolseam.cli", "call", "bash", '{"command": "true"}', "--backend",
+        [sys.executable, "-m", "toolseam.frontends.cli", "call", "bash", '{"command": "true"}', "--backend",
          "docker", "--image", fresh_tag, "--workspace", str(workspace), "--pull", "never"],
         capture_output=True, text=True, timeout=120, env=env)
     assert never.returncode == 3 and "pull policy: never" in never.stdout

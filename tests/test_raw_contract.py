@@ -57,8 +57,8 @@ async def test_the_fake_backend_runs_argv_and_refuses_what_it_cannot() -> None:
     """The in-process fake (for tests above the seam) runs a raw argv as one statement of its
     tiny shell and refuses stdin and users clearly, leaving no staged stdin file behind."""
     from toolseam import Toolkit
-    from toolseam.raw import UserUnsupportedError
     from toolseam.seam.errors import CouldNotRunError
+    from toolseam.session.raw import UserUnsupportedError
     from toolseam.testing.fake import FakeBackend
 
     fake = FakeBackend("/workspace")

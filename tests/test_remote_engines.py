@@ -23,9 +23,10 @@ from typing import Any
 import pytest
 
 from toolseam import Settings, Toolkit
-from toolseam.backends.containers.attach import TlsFiles
 from toolseam.backends.containers.backend import resolve_mode
-from toolseam.backends.containers.sandbox import OWNER_LABEL, Hardening
+from toolseam.backends.containers.engine.attach import TlsFiles
+from toolseam.backends.containers.engine.protocol import Hardening
+from toolseam.backends.containers.labels import OWNER_LABEL
 from toolseam.backends.docker import DockerBackend, DockerEngine
 from toolseam.backends.podman import PodmanBackend, PodmanEngine
 from toolseam.builtins._base import OutputEvent
@@ -330,7 +331,7 @@ def test_a_remote_engine_over_the_cli_leaves_the_base_dir_as_the_session_left_it
     env = {**os.environ, "DOCKER_CERT_PATH": required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", ""),
            "DOCKER_TLS_VERIFY": "1"}
     result = subprocess.run(
-        [sys.executable, "-m", "toolseam.cli", "call", "bash",
+        [sys.executable, "-m", "toolseam.frontends.cli", "call", "bash",
          json.dumps({"command": "echo from-cli > cli.txt"}), "--backend", "docker",
          "--endpoint", url, "--image", required_env("TOOLSEAM_REMOTE_IMAGE", ""),
          "--workspace", str(base)], capture_output=True, text=True, env=env, timeout=120)
@@ -342,7 +343,7 @@ def test_serve_with_a_remote_engine_leaves_the_base_dir_as_the_session_left_it(
         base: Path) -> None:
     request = {"id": 1, "tool": "write", "args": {"path": "served.txt", "content": "served\n"}}
     done = subprocess.run(
-        [sys.executable, "-m", "toolseam.cli", "serve", "--stdio", "--backend", "podman",
+        [sys.executable, "-m", "toolseam.frontends.cli", "serve", "--stdio", "--backend", "podman",
          "--endpoint", endpoint("podman-remote"), "--image", required_env("TOOLSEAM_REMOTE_IMAGE", ""),
          "--workspace", str(base)], input=json.dumps(request) + "\n", capture_output=True,
         text=True, timeout=120)

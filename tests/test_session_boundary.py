@@ -19,7 +19,7 @@ import pytest
 from toolseam import AttachError, CouldNotRunError, Toolkit
 from toolseam.backends import backend_for_handle
 from toolseam.backends.agentlink.durable import seal_state
-from toolseam.durable import prepare, session_state
+from toolseam.session.durable import prepare, session_state
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import STATE_PUT
 
@@ -43,7 +43,7 @@ def _toolkit(engine: str, workspace: Path, **settings: object) -> Toolkit:
 def _attach_options(engine: str) -> dict[str, object]:
     if engine != "docker-remote":
         return {}
-    from toolseam.backends.containers.attach import TlsFiles
+    from toolseam.backends.containers.engine.attach import TlsFiles
 
     from .engines import required_env
     return {"backend_options": {"tls": TlsFiles.from_dir(

@@ -62,7 +62,7 @@ def _attach_options(engine: str) -> dict[str, object]:
     """What a handle does not carry: a TLS engine's client files."""
     if engine != "docker-remote":
         return {}
-    from toolseam.backends.containers.attach import TlsFiles
+    from toolseam.backends.containers.engine.attach import TlsFiles
 
     from .engines import required_env
     return {"backend_options": {"tls": TlsFiles.from_dir(
@@ -80,7 +80,7 @@ def _engine_has(handle: SessionHandle) -> bool:
     """Whether the handle's sandbox still exists: its container, or the host agent's socket."""
     if handle.backend == "host":
         return os.path.exists(handle.socket)
-    from toolseam.backends.containers.errors import EngineNotFound
+    from toolseam.backends.containers.engine.errors import EngineNotFound
     engine = _engine(handle)
     try:
         return engine.state(handle.sandbox).running
@@ -92,7 +92,7 @@ def _engine_has(handle: SessionHandle) -> bool:
 
 def _left_of(engine: Any, handle: SessionHandle) -> tuple[list[str], list[str]]:
     """The containers and volumes the engine still has of the handle's session."""
-    from toolseam.backends.containers.sandbox import SESSION_LABEL
+    from toolseam.backends.containers.labels import SESSION_LABEL
     session = handle.socket.rsplit("-", 1)[-1]
     return ([c for c, labels in engine.labeled(SESSION_LABEL)
              if labels.get(SESSION_LABEL) == session],
@@ -140,7 +140,7 @@ async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
         await asyncio.sleep(0.2)
     assert not _engine_has(handle)  # no running container, no host agent socket
     if handle.workspace_mode == "copy":  # kept stopped for a copy-back; the next janitor's
-        from toolseam.backends.containers.sandbox import janitor
+        from toolseam.backends.containers.janitor import janitor
         engine_ = _engine(handle)
         try:
             janitor(engine_)
@@ -148,7 +148,7 @@ async def test_orphan_timeout_ends_the_sandbox_and_leaves_nothing(
         finally:
             engine_.close()
     elif engine != "host":  # bind mode: the engine removes it (auto-remove), just after it stops
-        from toolseam.backends.containers.errors import EngineNotFound
+        from toolseam.backends.containers.engine.errors import EngineNotFound
         engine_ = _engine(handle)
         try:
             removed_by = time.monotonic() + 10
@@ -387,8 +387,8 @@ async def test_another_sessions_janitor_spares_a_closing_copy(engine: str, works
     closing client for the copy-back, it looked to another session's janitor like one that had
     ended by itself, and went — with the work — under the copy-back (seen with two workers on
     one engine). That janitor runs here in exactly that window."""
-    from toolseam.backends.containers.copy import CopyMode
-    from toolseam.backends.containers.sandbox import janitor
+    from toolseam.backends.containers.janitor import janitor
+    from toolseam.backends.containers.modes.copy import CopyMode
 
     tk = _toolkit(engine, workspace)
     await tk.open()

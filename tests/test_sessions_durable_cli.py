@@ -14,7 +14,7 @@ import pytest
 from .engines import IMAGE, remove_shared, shared_dir
 
 REPO = Path(__file__).resolve().parents[1]
-TOOLSEAM = [sys.executable, "-m", "toolseam.cli", "serve", "--stdio"]
+TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli", "serve", "--stdio"]
 COMMAND = "for i in $(seq 1 15); do echo line-$i; sleep 0.1; done"
 
 

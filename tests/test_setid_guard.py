@@ -319,7 +319,7 @@ async def test_a_rootful_bind_mode_open_says_commands_act_as_host_root(
     says so (never silently host root); rootless podman's root is the unprivileged user."""
     base = shared_dir()
     try:
-        with caplog.at_level("WARNING", logger="toolseam.backends.containers.bind"):
+        with caplog.at_level("WARNING", logger="toolseam.backends.containers.modes.bind"):
             async with Toolkit(backend(engine, str(base), workspace_mode="bind")):
                 pass
         said = [r.getMessage() for r in caplog.records if "host root" in r.getMessage()]

@@ -10,7 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from toolseam.backends.containers.bind import SOCKET_DIR_PREFIX, sweep_socket_dirs
+from toolseam.backends.containers.janitor import sweep_socket_dirs
+from toolseam.backends.containers.labels import SOCKET_DIR_PREFIX
 from toolseam.backends.staging import user_dir
 
 

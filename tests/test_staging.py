@@ -18,7 +18,7 @@ import pytest
 from toolseam import Toolkit
 from toolseam.backends import staging
 from toolseam.backends.agentlink.launch import AGENT_PACKAGE, AGENT_SOURCE
-from toolseam.backends.containers.bundle import stage_bundle
+from toolseam.backends.containers.bundle.staged import stage_bundle
 
 from . import engines
 

@@ -16,7 +16,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolseam.backends.containers.workspace_copy import CONFLICT_SUFFIX, CopyLimitError, WorkspaceCopy
+from toolseam.backends.containers.workspace_sync.tar_sync import (
+    CONFLICT_SUFFIX,
+    CopyLimitError,
+    WorkspaceCopy,
+)
 from toolseam.seam.errors import CouldNotRunError
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import IO
 
 from ...seam.errors import ConfigurationError
-from .sandbox import (
+from .engine.protocol import Engine
+from .labels import (
     KEPT_CONTAINER_LABEL,
     KEPT_LABEL,
     KEPT_RETENTION_S,
@@ -30,7 +31,6 @@ from .sandbox import (
     KEPT_WORKSPACE_LABEL,
     SESSION_LABEL,
     WORKSPACE,
-    Engine,
 )
 
 
