@@ -147,6 +147,14 @@ async def test_a_full_screen_program_and_a_resize(session: RawSandbox) -> None:
     assert b"40 132" in (await read_to_exit(session, sized))[0]
 
 
+async def test_the_terminal_is_its_owners_alone(session: RawSandbox) -> None:
+    """No other user (on the host backend: this machine's) can write to it: mode 0600, not
+    devpts' 0620 for the tty group."""
+    probe = await session.pty_start(["sh", "-c", "stat -c 'mode=%a' \"$(tty)\""])
+    seen, code = await read_to_exit(session, probe)
+    assert b"mode=600" in seen and code == 0
+
+
 async def test_ctrl_c_interrupts_the_running_command(session: RawSandbox) -> None:
     shell = await session.pty_start(["sh", "-i"], env={"PS1": "ready$ "})
     await read_until(session, shell, b"ready$ ")

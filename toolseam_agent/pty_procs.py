@@ -58,6 +58,9 @@ def _stdio(tty: bool, rows: int, cols: int) -> tuple[list[Any], int, int, list[i
     descriptors to close once the child has its own."""
     if tty:
         master, slave = os.openpty()  # both close-on-exec
+        # 0600, not devpts' 0620 group tty: no other local user's `write` or `wall` (set-gid
+        # tty) reaches a session's terminal on the host backend
+        os.fchmod(slave, 0o600)
         set_size(slave, rows, cols)
         actions = [(os.POSIX_SPAWN_OPEN, 0, os.ttyname(slave), os.O_RDWR, 0),  # after setsid:
                    (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]  # the ctty
