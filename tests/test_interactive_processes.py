@@ -105,8 +105,8 @@ async def test_a_python_repl_over_several_calls(session: RawSandbox) -> None:
 async def test_a_password_prompt_does_not_echo(session: RawSandbox) -> None:
     """``read -s`` as sudo asks: the prompt comes, the typed secret is not echoed, the
     program gets it."""
-    prompt = await session.pty_start(["sh", "-c", "stty -echo; printf 'Password: '; read pw; "
-                                      "stty echo; echo; echo \"len=${#pw}\""])
+    prompt = await session.pty_start(["bash", "-c", "read -s -p 'Password: ' pw; echo; "
+                                      "echo \"len=${#pw}\""])
     await read_until(session, prompt, b"Password: ")
     await session.pty_write(prompt, "hunter22\n")
     seen, code = await read_to_exit(session, prompt)
@@ -357,3 +357,20 @@ async def test_bytes_written_come_back_exactly_on_pipes(tmp_path: Path,
         while len(seen) < len(want) and time.monotonic() < deadline:
             seen += (await tools.sandbox.pty_read(cat, yield_ms=500)).data
         assert seen == want
+
+
+@pytest.mark.parametrize("engine", ["host", "docker"])
+async def test_an_orphaned_session_ends_its_processes(engine: str, workspace: Path) -> None:
+    """Detached and never attached again: at ``orphan_timeout_s`` the sandbox ends, and every
+    process on a terminal with it."""
+    marker = f"pty-orphan-{time.monotonic_ns()}"
+    tools = _toolkit(engine, workspace, orphan_timeout_s=1)
+    await tools.open()
+    await tools.sandbox.pty_start(["sh", "-c", f"{_sleeper(marker)} & {_sleeper(marker)}"])
+    await asyncio.sleep(0.5)
+    assert len(host_survivors(marker)) >= 2
+    await tools.detach()
+    deadline = time.monotonic() + 20
+    while host_survivors(marker) and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    assert host_survivors(marker) == []
