@@ -128,6 +128,12 @@ def test_a_job_ending_beside_a_terminal_leaves_it_alone(agent: Agent) -> None:
 
 def test_malformed_requests_are_answered(agent: Agent) -> None:
     assert agent.call("pty_start", spec={})["error"]["kind"] == "protocol"
+    assert agent.call("pty_start", spec={"argv": []})["error"]["kind"] == "protocol"
+    before = len(os.listdir(f"/proc/{agent.process.pid}/fd"))
+    for rows in (0, 1 << 16, -3):
+        refused = agent.call("pty_start", spec={"argv": ["/bin/true"], "rows": rows})
+        assert refused["error"]["kind"] == "protocol"
+    assert len(os.listdir(f"/proc/{agent.process.pid}/fd")) == before  # no terminal leaked
     assert agent.call("pty_read", pty="x")["error"]["kind"] == "unknown_job"
     assert agent.call("pty_resize", pty=1, rows=0, cols=5)["error"]["kind"] == "protocol"
     assert agent.call("pty_start", spec={"argv": ["/no/such"], "cwd": "/"})["error"]["kind"] \

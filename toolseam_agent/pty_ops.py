@@ -29,7 +29,7 @@ from typing import Any
 from .jobs import SpawnError
 from .loop import Loop
 from .procscan import JobMark
-from .pty_procs import PtyError, PtyProc
+from .pty_procs import PtyError, PtyProc, size_of
 from .reaper import Reaper
 from .wire import ErrorKind
 
@@ -161,6 +161,9 @@ class PtyOps:
 
         def run() -> None:
             spec = request["spec"]
+            _check_size(*size_of(spec))
+            if not spec["argv"]:
+                raise ValueError("argv is empty")
             env = {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
             try:
                 proc = self.ptys.start(spec, env)
@@ -203,8 +206,7 @@ class PtyOps:
     def _op_pty_resize(self, rid: Any, request: dict[str, Any]) -> None:
         def run() -> None:
             rows, cols = int(request["rows"]), int(request["cols"])
-            if not (0 < rows < 1 << 16 and 0 < cols < 1 << 16):
-                raise ValueError(f"rows and cols must be 1-65535, got {rows}x{cols}")
+            _check_size(rows, cols)
             self.ptys.get(request["pty"]).resize(rows, cols)
             self._answer(rid, {})
         self._pty_op(rid, request, run)
@@ -217,3 +219,9 @@ class PtyOps:
 
     def _op_pty_list(self, rid: Any, request: dict[str, Any]) -> None:
         self._answer(rid, {"ptys": [p.status() for p in self.ptys.procs.values()]})
+
+
+def _check_size(rows: int, cols: int) -> None:
+    if not (0 < rows < 1 << 16 and 0 < cols < 1 << 16):
+        raise ValueError(f"rows and cols must be 1-65535, got {rows}x{cols}")
+

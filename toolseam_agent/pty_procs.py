@@ -49,6 +49,12 @@ class PtyError(Exception):
         self.kind = kind
 
 
+def size_of(spec: dict[str, Any]) -> tuple[int, int]:
+    """A start's terminal size (24 x 80 unless given)."""
+    rows, cols = spec.get("rows"), spec.get("cols")
+    return 24 if rows is None else int(rows), 80 if cols is None else int(cols)
+
+
 def set_size(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
@@ -58,12 +64,18 @@ def _stdio(tty: bool, rows: int, cols: int) -> tuple[list[Any], int, int, list[i
     descriptors to close once the child has its own."""
     if tty:
         master, slave = os.openpty()  # both close-on-exec
-        # 0600, not devpts' 0620 group tty: no other local user's `write` or `wall` (set-gid
-        # tty) reaches a session's terminal on the host backend
-        os.fchmod(slave, 0o600)
-        set_size(slave, rows, cols)
-        actions = [(os.POSIX_SPAWN_OPEN, 0, os.ttyname(slave), os.O_RDWR, 0),  # after setsid:
-                   (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]  # the ctty
+        try:
+            # 0600, not devpts' 0620 group tty: no other local user's `write` or `wall`
+            # (set-gid tty) reaches a session's terminal on the host backend
+            os.fchmod(slave, 0o600)
+            set_size(slave, rows, cols)
+            path = os.ttyname(slave)
+        except BaseException:
+            os.close(master)
+            os.close(slave)
+            raise
+        actions = [(os.POSIX_SPAWN_OPEN, 0, path, os.O_RDWR, 0),  # after setsid: the ctty
+                   (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
         return actions, master, master, [slave]
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -84,8 +96,7 @@ class PtyProc:
         self.tty = bool(spec.get("tty", True))
         token = new_token()
         started = now_ticks()  # before the fork: every process of it starts at or after it
-        actions, self._reader, self._writer, theirs = _stdio(
-            self.tty, int(spec.get("rows") or 24), int(spec.get("cols") or 80))
+        actions, self._reader, self._writer, theirs = _stdio(self.tty, *size_of(spec))
         try:
             self.pid = spawn_with(self.argv, str(spec.get("cwd") or "/"),
                                   {**env, TOKEN_VAR: token}, actions)
