@@ -28,7 +28,7 @@ from typing import IO
 from ....seam.errors import CouldNotRunError
 from ... import staging
 from ...agentlink.launch import AGENT_PACKAGE, agent_command, stage_agent
-from ..workspace_sync.tar_sync import as_root
+from ..workspace_sync.policy import as_root
 
 # --- the agent for any image: this interpreter, with everything it loads, run by its own loader
 RUNTIME_DIR = "rt"  # inside the staged bundle, beside toolseam_agent/
