@@ -26,6 +26,7 @@ from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
 from .procscan import JobMark
+from .pty_ops import PtyOps, PtyTable
 from .reaper import Reaper
 from .searcher import Search
 from .wire import ErrorKind
@@ -50,7 +51,7 @@ def _encode_bytes(obj: dict[str, Any]) -> dict[str, Any]:
             for k, v in obj.items()}
 
 
-class Agent:
+class Agent(PtyOps):
     def __init__(self, infd: int, outfd: int) -> None:
         self.loop = Loop()
         self.infd, self.outfd = infd, outfd
@@ -71,6 +72,9 @@ class Agent:
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
+        self.ptys = PtyTable(self.loop, self.reaper,  # interactive processes (pty_ops.py)
+                             lambda: [job.mark for job in self.leaders.values()],
+                             lambda: self.searchers)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda *_: self.shut_down())
         os.set_blocking(infd, False)
@@ -207,7 +211,8 @@ class Agent:
             return
         try:
             job = Job(self.loop, job_id, spec, env, self.reaper, self.send,
-                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id],
+                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id]
+                      + self.ptys.marks(),
                       lambda: self.searchers, self._job_done)
         except SpawnError as exc:
             self._fail(rid, ErrorKind.SPAWN, exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
@@ -300,12 +305,15 @@ class Agent:
         job = self.leaders.get(pid)
         if job is not None:
             job.on_exit(status)
+        elif self.ptys.by_pid:
+            self.ptys.on_exit(pid, status)
 
     def shut_down(self) -> None:
         """Kill every job; the loop stops once none is left."""
         self._closing = True
         self.ports.close()
         self.tunnels.close()
+        self.ptys.kill_all()
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
             job.kill("shutdown")

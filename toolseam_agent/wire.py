@@ -61,6 +61,9 @@ PROTOCOL_VERSION = 2  # 2: a job status leaves out the fields at their STATUS_DE
 # --- operations -----------------------------------------------------------------------------
 HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", "release", "shutdown"
 GREP = "grep"  # a file operation, searched in a killable child process
+# Interactive processes (``pty_ops.py``)
+PTY_START, PTY_WRITE, PTY_READ = "pty_start", "pty_write", "pty_read"
+PTY_RESIZE, PTY_TERMINATE, PTY_LIST = "pty_resize", "pty_terminate", "pty_list"
 # The other file operations: the keys of ops.FILE_OPS.
 OUTPUT_EVENT = "output"
 # Egress (``tunnel.py``): the agent listens for the commands' proxy; each connection is a stream
@@ -118,10 +121,13 @@ class ErrorKind:
     PROTOCOL = "protocol"  # a malformed request: the host's bug
     AGENT = "agent"  # the agent's own fault (an exception it did not expect)
     ATTACH = "attach"  # a durable session refused an attach, or lost an answer: reason
+    LIMIT = "limit"  # a session limit reached (interactive processes, their waiting input)
+    PTY_EXITED = "pty_exited"  # an interactive process ended: its input is not read
 
 
 ERROR_KINDS = (ErrorKind.FS, ErrorKind.SPAWN, ErrorKind.UNKNOWN_JOB, ErrorKind.CLOSING,
-               ErrorKind.PROTOCOL, ErrorKind.AGENT, ErrorKind.ATTACH)
+               ErrorKind.PROTOCOL, ErrorKind.AGENT, ErrorKind.ATTACH, ErrorKind.LIMIT,
+               ErrorKind.PTY_EXITED)
 
 
 # --- the messages ----------------------------------------------------------------------------

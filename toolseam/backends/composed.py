@@ -30,6 +30,7 @@ from ..seam.models import (
 )
 from ..seam.protocol import OutputCallback
 from .agentlink.channel import AgentChannel
+from .agentlink.interactive import AgentInteractive
 from .agentlink.parts import AgentExec, FileMethods
 from .agentlink.ports import ForwardedPort, PortMux
 from .agentlink.tunnel import Serve, TunnelMux
@@ -73,9 +74,10 @@ class AlwaysThere:
         return False
 
 
-class ComposedBackend:
+class ComposedBackend(AgentInteractive):
     """Forwards the seam to a file part and an exec part; subclasses bring them up and down,
-    and set ``liveness``."""
+    and set ``liveness``. Interactive processes come over the same channel
+    (``agentlink/interactive.py``)."""
 
     name = "composed"
     network = "none"  # what commands can reach: "none", "bridge", "egress" (or "host")

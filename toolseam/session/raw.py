@@ -39,6 +39,7 @@ from ..seam.errors import CouldNotRunError, FileOpError, HostError, ToolseamErro
 from ..seam.models import MAX_MS, ChangeSet, DeleteOp, PathRef
 from ..seam.protocol import ExecRequest
 from . import ports
+from .interactive import InteractiveSandbox, PtyOutput
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit
@@ -92,8 +93,9 @@ class ExecResult(BaseModel):
         return self.exit_code == 0 and not self.timed_out
 
 
-class RawSandbox:
-    """The session's sandbox, raw. Relative paths (and ``cwd``) are against the base dir."""
+class RawSandbox(InteractiveSandbox):
+    """The session's sandbox, raw. Relative paths (and ``cwd``) are against the base dir.
+    Interactive processes (``pty_*``) are in ``interactive.py``."""
 
     def __init__(self, toolkit: Toolkit) -> None:
         self._tk = toolkit
@@ -121,10 +123,7 @@ class RawSandbox:
             CouldNotRunError: the sandbox failed (not the command).
         """
         args = _checked_argv(argv)
-        extra = {} if env is None else dict(env)
-        for key, value in extra.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ValueError(f"env: {key!r} is not a valid variable (no '=', no NUL)")
+        extra = checked_env(env)
         if timeout is not None and not 0 < timeout * 1000 <= MAX_MS:
             raise ValueError(f"timeout must be more than 0 and at most {MAX_MS // 1000} s, "
                              f"got {timeout}")
@@ -288,6 +287,15 @@ class RawSandbox:
         return False if seen_other else None
 
 
+def checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """``env`` as a dict; a ``ValueError`` naming a variable that cannot be set."""
+    extra = {} if env is None else dict(env)
+    for key, value in extra.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise ValueError(f"env: {key!r} is not a valid variable (no '=', no NUL)")
+    return extra
+
+
 def _checked_argv(argv: Sequence[str]) -> list[str]:
     if isinstance(argv, str | bytes):
         raise ValueError("argv must be a list of strings, not one string (it is never parsed "
@@ -321,5 +329,6 @@ def os_error(exc: FileOpError, path: str) -> OSError:
     return kind(number, f"{text}{detail}", path)
 
 
-__all__ = ["ExecResult", "ExposedPort", "FileLimitError", "RawSandbox", "UnknownUserError",
+__all__ = ["ExecResult", "ExposedPort", "FileLimitError", "PtyOutput", "RawSandbox",
+           "UnknownUserError",
            "UserUnsupportedError", "os_error"]

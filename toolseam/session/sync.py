@@ -58,6 +58,7 @@ class SyncToolkit:
         lifetime: how long the sandbox lives (``lifetime.py``); by default chosen from
             ``settings.orphan_timeout_s``.
         backend_options: keyword arguments for the backend class when ``backend`` is a name.
+        interactive_tools: add the model tools ``exec_command`` and ``write_stdin``.
     """
 
     def __init__(
@@ -78,6 +79,7 @@ class SyncToolkit:
         shell_id_persisted: bool = False,
         lifetime: Lifetime | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        interactive_tools: bool = False,
     ) -> None:
         args = (backend,)
         kwargs: dict[str, Any] = {
@@ -86,7 +88,7 @@ class SyncToolkit:
             "raise_could_not_run": raise_could_not_run, "env": env, "env_extra": env_extra,
             "on_output": on_output, "session_id": session_id, "approver": approver,
             "shell_id_persisted": shell_id_persisted, "lifetime": lifetime,
-            "backend_options": backend_options}
+            "backend_options": backend_options, "interactive_tools": interactive_tools}
         self._start_loop()
         try:
             # built on the loop's thread: whatever it binds to a loop binds to ours
