@@ -1,0 +1,115 @@
+"""Reaching the cluster, choosing a node, and the node actors.
+
+Node actors are *detached* (decisions 195): a session must outlive the driver that opened it
+(a new driver attaches and continues its jobs), so its host may not die with that driver; the
+orphan timeout, not the driver's lifetime, ends what nobody holds any more.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from typing import Any
+
+from .._extras import install_hint
+from ..seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError
+
+NAMESPACE = "toolseam"
+ACTOR_PREFIX = "toolseam-node-"
+CONNECT_TIMEOUT_S = 5.0
+
+_lock = threading.Lock()
+_actor_class: Any = None
+_actors: dict[str, Any] = {}
+
+
+def ray_module() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise BackendUnavailable(f"toolseam.ray needs Ray: {install_hint('ray')}") from None
+    return ray
+
+
+def connect(address: str | None) -> Any:
+    """This process's connection to the cluster at ``address`` (None: the one already made,
+    else ``RAY_ADDRESS``/the local cluster, as ``ray.init`` finds it). An address that does not
+    answer is a ``ConfigurationError`` naming it within ``CONNECT_TIMEOUT_S`` — ``ray.init``
+    itself would retry for a long while."""
+    ray = ray_module()
+    if ray.is_initialized():
+        return ray
+    if address and address != "auto" and not address.startswith("ray://"):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_TIMEOUT_S):
+                pass
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"the Ray cluster at {address} does not answer ({exc})"
+                                     ) from None
+    try:
+        ray.init(address=address or "auto", log_to_driver=False, logging_level="error",
+                 configure_logging=False)
+    except ConnectionError as exc:
+        raise ConfigurationError(f"the Ray cluster at {address or 'auto'} does not answer "
+                                 f"({exc})") from None
+    return ray
+
+
+def alive_nodes(ray: Any) -> list[dict[str, Any]]:
+    return [node for node in ray.nodes() if node.get("Alive")]
+
+
+def describe_resources(resources: dict[str, float]) -> str:
+    return ", ".join(f"{name}={value:g}" for name, value in sorted(resources.items())) or "none"
+
+
+def fitting_nodes(ray: Any, resources: dict[str, float]) -> list[dict[str, Any]]:
+    """Alive nodes whose total resources include ``resources``; none is a refusal naming the
+    resources asked (Ray would queue such an actor forever)."""
+    nodes = alive_nodes(ray)
+    fit = [node for node in nodes
+           if all(node["Resources"].get(name, 0) >= value for name, value in resources.items())]
+    if not fit:
+        offered = "; ".join(describe_resources(node["Resources"]) for node in nodes)
+        raise CouldNotRunError(f"no node of the Ray cluster offers the resources asked "
+                               f"({describe_resources(resources)}); the nodes offer: "
+                               f"{offered or 'no node is alive'}", retryable=False)
+    return fit
+
+
+def node_is_alive(ray: Any, node_id: str) -> bool:
+    return any(node["NodeID"] == node_id for node in alive_nodes(ray))
+
+
+def node_actor(ray: Any, node_id: str) -> Any:
+    """The node's actor, made on first use: named, detached, pinned to its node, no CPU."""
+    with _lock:
+        actor = _actors.get(node_id)
+        if actor is not None:
+            return actor
+        global _actor_class
+        if _actor_class is None:
+            from .node import NodeSessions
+            _actor_class = ray.remote(NodeSessions)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        actor = _actor_class.options(
+            name=ACTOR_PREFIX + node_id, namespace=NAMESPACE, lifetime="detached",
+            get_if_exists=True, num_cpus=0, max_concurrency=10_000, max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+        _actors[node_id] = actor
+        return actor
+
+
+def forget_actor(node_id: str) -> None:
+    with _lock:
+        _actors.pop(node_id, None)
+
+
+def ray_failures(ray: Any) -> tuple[type[BaseException], ...]:
+    """What Ray raises when the actor, its worker or its node is gone."""
+    exc = ray.exceptions
+    return tuple(getattr(exc, name) for name in (
+        "RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError",
+        "WorkerCrashedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
+        "GetTimeoutError") if hasattr(exc, name))
