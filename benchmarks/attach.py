@@ -6,8 +6,10 @@
 
 One durable session per engine is opened and detached; then, N times, ``Toolkit.attach(handle)``
 plus one ``bash true`` is timed and the session detached again. For scale, the same first call
-on a fresh session (open + first call) is timed too. Figures are p50 of the samples, one run,
-one event loop; the Python start-up of a new process is not in them.
+on a fresh session (open + first call) is timed too, and a ``bash true`` call on an attached
+durable session (every line sealed: toolseam_agent/attach_auth.py) against the same call on an
+ordinary session, alternated in one run. Figures are p50 of the samples, one run, one event
+loop; the Python start-up of a new process is not in them.
 """
 
 from __future__ import annotations
@@ -42,6 +44,26 @@ def _attach_options(engine: str) -> dict[str, Any]:
     from toolseam.backends.containers.attach import TlsFiles
     return {"backend_options": {"tls": TlsFiles.from_dir(
         os.environ["TOOLSEAM_REMOTE_DOCKER_CERT_PATH"])}}
+
+
+async def per_call(engine: str, workspace: str, calls: int) -> tuple[float, float]:
+    """p50 µs of ``bash true`` on a durable session and on an ordinary one, alternated."""
+    durable = Toolkit(_backend(engine, workspace),
+                      base_dir=workspace if engine == "host" else None, settings=SETTINGS)
+    plain = Toolkit(_backend(engine, workspace), base_dir=workspace if engine == "host" else None)
+    times: dict[int, list[float]] = {0: [], 1: []}
+    try:
+        for tk in (durable, plain):
+            await tk.call("bash", {"command": "true"})
+        for i in range(calls * 2):
+            tk = (durable, plain)[i % 2]
+            started = time.perf_counter()
+            await tk.call("bash", {"command": "true"})
+            times[i % 2].append(time.perf_counter() - started)
+    finally:
+        await durable.close()
+        await plain.close()
+    return statistics.median(times[0]) * 1e6, statistics.median(times[1]) * 1e6
 
 
 async def measure(engine: str, workspace: str, rounds: int) -> tuple[float, float, float]:
@@ -79,13 +101,15 @@ async def main() -> None:
     engines = ["host"] + (["podman", "podman-rootless", "docker"] if args.containers else []) \
         + (["podman-remote", "docker-remote"] if args.remote else [])
     print("| engine | attach → first call answered, p50 ms | min ms | fresh open + first call, "
-          "p50 ms |")
-    print("|---|---|---|---|")
+          "p50 ms | `bash true` durable (sealed) / ordinary, p50 µs |")
+    print("|---|---|---|---|---|")
     for engine in engines:
         workspace = tempfile.mkdtemp(prefix="toolseam-bench-attach-", dir="/tmp")
         os.chmod(workspace, 0o777)
         p50, low, fresh = await measure(engine, workspace, args.rounds)
-        print(f"| {engine} | {p50:.1f} | {low:.1f} | {fresh:.1f} |", flush=True)
+        sealed, plain = await per_call(engine, workspace, args.rounds * 10)
+        print(f"| {engine} | {p50:.1f} | {low:.1f} | {fresh:.1f} | {sealed:.0f} / {plain:.0f} "
+              f"({sealed / plain:.2f}x) |", flush=True)
 
 
 if __name__ == "__main__":

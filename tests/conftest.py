@@ -73,3 +73,33 @@ def host_survivors(marker: str) -> list[str]:
         except psutil.Error:
             continue
     return found
+
+
+# --- what a test needs: engine tests are marked at collection (issue 34) -----------------------
+# Every engine's name in the suite starts with one of these (podman-rootless, docker-remote,
+# "podman:copy" …): a test parametrized over one needs that engine. Modules whose tests all need
+# an engine without naming it in a parameter say so with ``pytestmark = pytest.mark.engines``.
+# ``pytest -m "not engines"`` is the loop that needs none (README, "Working on toolseam").
+_ENGINE_PREFIXES = ("podman", "docker")
+
+
+def _names_an_engine(value: object) -> bool:
+    if isinstance(value, str):
+        return value.startswith(_ENGINE_PREFIXES)
+    if isinstance(value, (tuple, list)):
+        return any(_names_an_engine(v) for v in value)
+    return False
+
+
+def _needs_an_engine(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and any(_names_an_engine(v) for v in callspec.params.values()):
+        return True
+    # a contract binding names its engine as a class attribute (test_contract_containers.py)
+    return _names_an_engine(getattr(getattr(item, "cls", None), "engine", None))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if _needs_an_engine(item):
+            item.add_marker(pytest.mark.engines)

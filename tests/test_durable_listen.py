@@ -8,7 +8,6 @@ stand-in for being preempted between the two calls.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import subprocess
@@ -16,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from toolseam_agent.session_socket import ORPHAN_VAR, SECRET_VAR
+from toolseam_agent.attach_auth import KEY_VAR, agent_key
+from toolseam_agent.session_socket import ORPHAN_VAR
 
 REPO = Path(__file__).resolve().parent.parent
 _SLOW_LISTEN = """
@@ -34,7 +34,7 @@ main(["--durable", sys.argv[1]])
 def test_the_socket_path_appears_only_when_it_listens(tmp_path: Path) -> None:
     path = str(tmp_path / "agent.sock")
     env = {"PATH": os.defpath, "PYTHONPATH": str(REPO), ORPHAN_VAR: "1",
-           SECRET_VAR: hashlib.sha256(b"s" * 32).hexdigest()}
+           KEY_VAR: agent_key("s" * 32).hex()}
     agent = subprocess.Popen([sys.executable, "-c", _SLOW_LISTEN, path], env=env)
     try:
         deadline = time.monotonic() + 10

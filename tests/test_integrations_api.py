@@ -167,7 +167,7 @@ def test_call_exit_codes(tmp_path: Path) -> None:
      "toolseam: --confine needs --base-dir (the directory to confine to)\n"),
     (["call", "read", "{nope"], "toolseam: JSON-ARGS is not valid JSON: "),
     (["call", "read", "{}", "--memory", "lots", "--backend", "docker"],
-     "toolseam: invalid limit: memory: 'lots' is not a size like 512m, 2g or 1048576\n"),
+     "toolseam: settings: --memory: 'lots' is not a size like 512m, 2g or 1048576\n"),
     (["call", "read", "{}", "--pids", "many"],
      "toolseam: argument --pids: invalid int value: 'many' (see 'toolseam call --help')\n"),
     (["call", "nosuchtool", "{}"], "toolseam: unknown tool 'nosuchtool'"),

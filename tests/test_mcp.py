@@ -213,19 +213,24 @@ async def test_http_one_sandbox_per_session_closed_at_its_end(
     assert agents_of(process) == []
 
 
-async def test_http_sessionless_clients_get_a_sandbox_each(
+async def test_http_sessionless_clients_share_their_principals_default_sandbox(
         http_server: tuple[str, subprocess.Popen[bytes], Path]) -> None:
-    """2026-07-28 requests stand alone: each client's first call opens a sandbox of its own
-    (an agent each), named by the handle its results carry; the server's stop closes them."""
+    """2026-07-28 requests stand alone: on a loopback server without a token every handle-less
+    call goes to the one default sandbox (one agent); "new" opens another, named by the handle
+    its results carry; the server's stop closes them all."""
     url, process, _ = http_server
     async with Client(url) as first, Client(url) as second:
         one = await first.call_tool("bash", {"command": "true"})
         two = await second.call_tool("bash", {"command": "true"})
+        assert len(agents_of(process)) == 1
+        assert "sandbox" not in (one.structured_content or {})
+        opened = await second.call_tool("bash", {"command": "true", "sandbox": "new"})
         assert len(agents_of(process)) == 2
-        mine = one.structured_content["sandbox"]  # type: ignore[index]
-        assert mine != two.structured_content["sandbox"]  # type: ignore[index]
+        mine = opened.structured_content["sandbox"]
+        said = opened.content[-1].text  # type: ignore[union-attr]
+        assert mine in said and "default sandbox" in said, said
         again = await first.call_tool("bash", {"command": "true", "sandbox": mine})
-        assert not again.is_error and len(agents_of(process)) == 2
+        assert not again.is_error and not two.is_error and len(agents_of(process)) == 2
     agents = agents_of(process)
     process.terminate()
     process.wait(timeout=15)

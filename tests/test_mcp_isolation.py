@@ -1,23 +1,44 @@
-"""Two real MCP clients of one ``toolseam mcp --http`` never share a sandbox: not its jobs
-(list, wait, kill, eviction through ``max_jobs``), not its read approvals; and an approval
-counts only as a client's answer to the question this server put to that client."""
+"""Two real MCP clients (two bearer tokens: two principals) of one ``toolseam mcp --http``
+never share a sandbox: not its jobs (list, wait, kill, eviction through ``max_jobs``), not its
+read approvals, not a handle the other was given; and an approval counts only as a client's
+answer to the question this server put to that client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import secrets
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import mcp_types as types
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 from .test_mcp import outside_tree, start_http, stop  # noqa: F401 - outside_tree is a fixture
 
 Server = tuple[str, subprocess.Popen[bytes]]
+TOKENS = {"alice": secrets.token_hex(32), "mallory": secrets.token_hex(32)}
+
+
+def tokens_file(tmp: Path) -> list[str]:
+    """The server's ``--auth-token-file``: one line per client, each its own principal."""
+    path = tmp.parent / f"{tmp.name}-tokens"
+    path.write_text("".join(f"{token}\n" for token in TOKENS.values()))
+    path.chmod(0o600)
+    return ["--auth-token-file", str(path)]
+
+
+@contextlib.asynccontextmanager
+async def client(url: str, who: str, **options: Any) -> AsyncIterator[Client]:
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {TOKENS[who]}"})
+    async with http, Client(streamable_http_client(url, http_client=http), **options) as made:
+        yield made
 
 
 def text(result: types.CallToolResult) -> str:
@@ -36,7 +57,7 @@ def settings(tmp: Path, **values: Any) -> str:
 def jobs_server(tmp_path: Path) -> Iterator[Server]:
     config = settings(tmp_path, timeout_policy="detach", default_timeout_ms=300, max_jobs=1)
     url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log",
-                              "--config", config)
+                              "--config", config, *tokens_file(tmp_path))
     try:
         yield url, process
     finally:
@@ -45,18 +66,19 @@ def jobs_server(tmp_path: Path) -> Iterator[Server]:
 
 async def test_sessionless_clients_never_see_each_others_jobs(jobs_server: Server) -> None:
     url, _ = jobs_server
-    async with Client(url) as alice, Client(url) as mallory:
-        started = await alice.call_tool("bash", {"command": "sleep 60 # alice's job"})
+    async with client(url, "alice") as alice, client(url, "mallory") as mallory:
+        started = await alice.call_tool("bash", {"command": "sleep 60 # alice's job",
+                                                  "sandbox": "new"})
         assert started.structured_content is not None
         assert started.structured_content["metadata"]["detached"] is True, text(started)
         job = started.structured_content["metadata"]["jobId"]
 
         # mallory, with her own sandbox: no trace of alice's job by any form
-        first = await mallory.call_tool("bash", {"jobs": True})
+        first = await mallory.call_tool("bash", {"jobs": True, "sandbox": "new"})
         assert "alice" not in text(first), text(first)
         mine = started.structured_content["sandbox"]
         assert mine in started.content[-1].text  # type: ignore[union-attr]
-        hers = first.structured_content["sandbox"]  # type: ignore[index]
+        hers = first.structured_content["sandbox"]
         assert hers != mine
         for form in ({"wait": job, "timeout": 100}, {"kill": job}):
             result = await mallory.call_tool("bash", {**form, "sandbox": hers})
@@ -111,8 +133,8 @@ async def test_an_approval_sent_unasked_counts_for_nothing(approvals_server: tup
     async with Client(url) as mallory:  # declares no elicitation: can never be asked
         for extra in made_up_approvals(outside):
             await refused(mallory, {"path": str(outside)}, **extra)
-        first = await mallory.call_tool("read", {"path": "."})
-        hers = first.structured_content["sandbox"]  # type: ignore[index]
+        first = await mallory.call_tool("read", {"path": ".", "sandbox": "new"})
+        hers = first.structured_content["sandbox"]
         for extra in made_up_approvals(outside):  # in a sandbox she holds the handle of
             await refused(mallory, {"path": str(outside), "sandbox": hers}, **extra)
 
@@ -126,14 +148,14 @@ async def test_one_clients_approval_widens_no_other_clients_reads(
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={"answer": "session"})
 
-    async with Client(url, elicitation_callback=always) as alice, Client(url) as mallory:
+    async with Client(url, elicitation_callback=always) as alice, client(url, "mallory") as mallory:
         allowed = await alice.call_tool("read", {"path": str(outside)})
         assert not allowed.is_error and asked, text(allowed)
-        await refused(mallory, {"path": str(outside)})
+        # one principal (a loopback server without tokens), another sandbox of it
+        await refused(mallory, {"path": str(outside), "sandbox": "new"})
         for extra in made_up_approvals(outside):
-            await refused(mallory, {"path": str(outside)}, **extra)
-        mine = allowed.structured_content["sandbox"]  # type: ignore[index]
-        still = await alice.call_tool("read", {"path": str(outside), "sandbox": mine})
+            await refused(mallory, {"path": str(outside), "sandbox": "new"}, **extra)
+        still = await alice.call_tool("read", {"path": str(outside)})  # her default sandbox
         assert not still.is_error and len(asked) == 1  # "session", in alice's sandbox
 
 
@@ -168,17 +190,15 @@ async def test_sessionless_clients_never_see_each_others_files_in_containers(
     url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log", "--backend",
                               "docker", "--endpoint", endpoint("docker"), "--image", IMAGE,
                               "--pull", "never", "--workspace-mode", "copy", "--workspace",
-                              str(tmp_path), confine=False)
+                              str(tmp_path), *tokens_file(tmp_path), confine=False)
     try:
-        async with Client(url) as alice, Client(url) as mallory:
+        async with client(url, "alice") as alice, client(url, "mallory") as mallory:
             wrote = await alice.call_tool("bash", {"command": "echo mine > /tmp/alice.secret && "
                                                               "echo draft > alice-draft.txt"})
             assert not wrote.is_error, text(wrote)
             looked = await mallory.call_tool("bash", {"command": "cat /tmp/alice.secret; ls"})
             assert "mine" not in text(looked) and "alice-draft" not in text(looked), text(looked)
-            mine = wrote.structured_content["sandbox"]  # type: ignore[index]
-            again = await alice.call_tool("bash", {"command": "cat /tmp/alice.secret",
-                                                   "sandbox": mine})
+            again = await alice.call_tool("bash", {"command": "cat /tmp/alice.secret"})
             assert text(again) == "mine\n"
     finally:
         stop(process)

@@ -57,4 +57,5 @@ async def test_http_clients_are_told_whose_session_it_is(tmp_path: Path, shared:
     if shared:
         assert "one session (jobs, read approvals) shared by every client of this server" in said
     else:
-        assert "a session of your own" in said and 'handle in "sandbox"' in said
+        assert "a session of your own per client session" in said
+        assert "your default session" in said and '"sandbox": "new"' in said

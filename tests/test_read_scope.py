@@ -206,19 +206,28 @@ async def test_proc_cwd_and_fd_lead_where_they_lead(root: Path) -> None:
     assert [q.path for q in approver.asked] == paths
 
 
-async def test_a_symlink_bash_made_in_the_base_dir_leads_where_it_leads(root: Path) -> None:
-    approver = Approver(["deny", "deny", "deny"])
+async def test_a_symlink_bash_made_in_the_base_dir_to_an_ordinary_file_is_in_scope(
+        root: Path) -> None:
+    """Seed 003: lexical or canonical containment both count — a path written below the base
+    dir is in scope wherever its symlinks lead, unless it leads to a secret of the machine."""
+    approver = Approver(["deny", "deny"])
     async with toolkit(root, approver) as tk:
         # no absolute path in the command: the bash token check has nothing to see
         made = await tk.call("bash", {"command": "ln -s \"$(dirname \"$PWD\")/home/other\" o && "
-                                                 "ln -s o/a/f.txt f && echo made"})
+                                                 "ln -s o/a/f.txt f && "
+                                                 "ln -s \"$(printf /etc/sh%sow ad)\" s && echo made"})
         assert made.output == "made\n" and approver.asked == []
         results = [await tk.call("read", {"path": "f"}),
                    await tk.call("grep", {"pattern": ".", "path": "o/a"}),
                    await tk.call("read", {"path": str(root / "work" / "o" / "b" / "g.txt")})]
-    assert all(r.is_error and r.metadata == {"refused": True} for r in results)
-    assert [q.directory for q in approver.asked] == [str(root / "home/other/a")] * 2 + [
-        str(root / "home/other/b")]
+        secret = await tk.call("read", {"path": "s"})
+        outside = await tk.call("read", {"path": str(root / "home/other/a/f.txt")})
+    assert [r.is_error for r in results] == [False, False, False], results
+    assert results[0].output.startswith("00001| a\n")
+    assert secret.is_error and secret.metadata == {"refused": True}
+    assert outside.is_error and outside.metadata == {"refused": True}  # written outside: asks
+    assert [q.path for q in approver.asked] == [str(root / "work/s"),
+                                               str(root / "home/other/a/f.txt")]
 
 
 async def test_a_symlink_into_the_base_dir_is_inside(root: Path) -> None:
@@ -273,15 +282,15 @@ async def test_a_container_backend_decides_on_the_canonical_path(engine: str) ->
     from . import engines
 
     workspace = engines.shared_dir()
-    approver = Approver(["deny"] * 4)
+    approver = Approver(["deny"] * 3)
     try:
         async with Toolkit(engines.backend(engine, str(workspace)), approver=approver,  # type: ignore[arg-type]
                            settings=Settings(read_scope="working-dir")) as tk:
             made = await tk.call("bash", {"command": "ln -s \"$(printf /var/lib/dpkg)\" o && "
                                                      "ln -s \"$(printf /etc/shadow)\" s"})
             assert not made.is_error, made.output
-            results = [await tk.call("read", {"path": "o/status"}),
-                       await tk.call("read", {"path": "s"}),
+            through_link = await tk.call("read", {"path": "o/status"})  # lexically inside
+            results = [await tk.call("read", {"path": "s"}),
                        await tk.call("read", {"path": "/proc/self/root/var/lib/dpkg/status"}),
                        await tk.call("grep", {"pattern": "root", "path": "/proc/self/root/etc"})]
             inside = await tk.call("read", {"path": "/etc/hostname"})
@@ -289,9 +298,9 @@ async def test_a_container_backend_decides_on_the_canonical_path(engine: str) ->
         engines.remove_shared(workspace)
     assert all(r.is_error and r.metadata == {"refused": True} for r in results), \
         [r.output for r in results]
-    assert [q.directory for q in approver.asked] == ["/var/lib/dpkg", "/etc", "/var/lib/dpkg",
-                                                     "/etc"]
+    assert [q.directory for q in approver.asked] == ["/etc", "/var/lib/dpkg", "/etc"]
     assert not inside.is_error, inside.output
+    assert not through_link.is_error, through_link.output  # seed 003: lexical containment
 
 
 _part = st.text(alphabet="abcxyz.-_", min_size=1, max_size=6).filter(lambda p: p not in (".", ".."))

@@ -213,7 +213,7 @@ async def test_past_the_copy_limit_nothing_is_written_and_the_container_is_kept(
     assert (base / "a.txt").read_text() == "base\n"
     client = engine_of(engine)
     try:
-        assert client.state(container).status == "exited"
+        assert client.state(container).status in ("exited", "stopped")  # podman: either, by timing
         with client.get_archive(container, "/workspace/a.txt") as chunks:
             assert b"x\n" in b"".join(chunks)
     finally:

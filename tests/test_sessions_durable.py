@@ -26,7 +26,6 @@ from toolseam import (
     Toolkit,
 )
 from toolseam.backends.agentlink.durable import DurableChannel
-from toolseam.durable import channel_of
 
 from .conftest import host_survivors
 from .engines import backend, endpoint
@@ -213,7 +212,7 @@ async def test_connection_dropped_mid_call_is_resumed(engine: str, workspace: Pa
     tk = _toolkit(engine, workspace)
     await tk.open()
     try:
-        channel = channel_of(tk.backend)
+        channel = tk.backend.durable_channel()  # type: ignore[attr-defined]
         call = asyncio.ensure_future(tk.call("bash", {"command": "sleep 0.8; echo finished"}))
         await asyncio.sleep(0.3)
         assert channel._transport is not None
@@ -231,7 +230,7 @@ async def test_an_answer_the_agent_never_saw_is_reported_lost(tmp_path: Path) ->
     tk = _toolkit("host", tmp_path)
     await tk.open()
     try:
-        channel = channel_of(tk.backend)
+        channel = tk.backend.durable_channel()  # type: ignore[attr-defined]
         assert isinstance(channel, DurableChannel)
         transport = channel._transport
         assert transport is not None

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolseam import Toolkit
+from toolseam import ConfigurationError, Toolkit
 from toolseam_agent import setid_guard as guard
 
 from .engines import ENGINES, backend, remove_shared, shared_dir
@@ -240,13 +240,60 @@ def test_without_the_filter_require_starts_nothing(mode: str) -> None:
                        "without it")
 
 
-@pytest.mark.parametrize("engine", ["docker-remote", "podman-remote"])
-async def test_the_guard_runs_in_copy_mode_too(engine: str, workspace: Path) -> None:
-    """Copy mode tries the guard (the copy-back's mode mask is the boundary there): on the
-    remote engines it is in place, so the sandbox's own copy never holds a set-id file."""
-    async with Toolkit(backend(engine, str(workspace))) as tk:
-        result = await tk.call("bash", {"command": "cp /bin/true a; chmod 4755 a; stat -c %a a"})
+SETID = "cp /bin/true a; chmod 4755 a; stat -c %a a"
+
+
+@pytest.mark.parametrize("engine", ["docker-remote", "podman-remote", "docker:copy",
+                                    "podman-rootless:copy"])
+async def test_copy_mode_lets_commands_make_set_id_files_that_never_come_home(
+        engine: str, workspace: Path) -> None:
+    """Decision 146: in copy mode the copy-back's mode mask is the boundary, so a step that
+    builds set-id programs works in its own container — and none comes home set-id."""
+    name, _, copy = engine.partition(":")
+    options = {"workspace_mode": "copy"} if copy else {}
+    async with Toolkit(backend(name, str(workspace), **options)) as tk:
+        made = await tk.call("bash", {"command": SETID})
+        assert made.output.strip() == "4755", made.output
+    assert (workspace / "a").exists()
+    assert not (workspace / "a").stat().st_mode & 0o6000  # stripped on the way home
+
+
+@pytest.mark.parametrize("engine", ["docker-remote", "podman-rootless:copy"])
+async def test_copy_mode_can_refuse_set_id_files(engine: str, workspace: Path) -> None:
+    name, _, copy = engine.partition(":")
+    options = {"workspace_mode": "copy"} if copy else {}
+    async with Toolkit(backend(name, str(workspace), setid_files="refuse", **options)) as tk:
+        result = await tk.call("bash", {"command": SETID})
     assert "Operation not permitted" in result.output and result.output.endswith("755\n")
+
+
+async def test_rootless_bind_mode_refuses_by_default_and_allows_when_asked(
+        workspace: Path) -> None:
+    """Rootless podman's root is an unprivileged host user: the set-id file it makes in the
+    bind-mounted workspace is that user's, so "allow" is a choice a host may make."""
+    async with Toolkit(backend("podman-rootless", str(workspace))) as tk:
+        refused = await tk.call("bash", {"command": SETID})
+    assert "Operation not permitted" in refused.output
+    (workspace / "a").unlink()
+    async with Toolkit(backend("podman-rootless", str(workspace), setid_files="allow")) as tk:
+        allowed = await tk.call("bash", {"command": SETID})
+    assert allowed.output.strip() == "4755", allowed.output
+    made = (workspace / "a").stat()
+    assert made.st_uid != 0  # the engine's user's, never host root's
+    (workspace / "a").unlink()
+
+
+@pytest.mark.parametrize("engine", ["docker", "podman"])
+async def test_a_rootful_bind_mode_cannot_allow_set_id_files(engine: str, workspace: Path) -> None:
+    with pytest.raises(ConfigurationError, match="host root"):
+        async with Toolkit(backend(engine, str(workspace), setid_files="allow"),
+                           raise_could_not_run=True) as tk:
+            await tk.call("bash", {"command": "true"})
+
+
+def test_a_bad_setting_names_the_values() -> None:
+    with pytest.raises(ConfigurationError, match="setid_files must be"):
+        backend("docker", "/tmp", setid_files="sometimes")
 
 
 def test_the_guard_reports_its_state_before_any_command() -> None:

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 from toolseam.backends.containers.bind import SOCKET_DIR_PREFIX, sweep_socket_dirs
+from toolseam.backends.staging import user_dir
 
 
 def _made(name: str, age_s: float) -> Path:
-    directory = Path(tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{name}-"))
+    directory = Path(tempfile.mkdtemp(prefix=f"{SOCKET_DIR_PREFIX}{name}-", dir=user_dir("sockets")))
     old = time.time() - age_s
     os.utime(directory, (old, old))
     return directory

@@ -6,14 +6,14 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
-from .handle import AttachError, SessionHandle
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
 from .pool import __getattr__  # noqa: F401 - SandboxPool on first use (a container extra)
+from .seam.handle import AttachError, SessionHandle
 
 if _TYPE_CHECKING:  # what type checkers see of the lazy name
-    from .backends.containers.pool import SandboxPool
+    from .sandbox_pool import SandboxPool
 from .seam.errors import (
     BackendUnavailable,
     ConfigurationError,

@@ -20,10 +20,9 @@ from typing import Any, NoReturn
 from . import __version__
 from ._extras import install_hint
 from .declarations import FORMATS
-from .handle import SessionHandle
-from .policy.limits import SandboxLimits
-from .policy.settings import Settings, load_settings, parse_settings
+from .policy.settings import Settings, parse_settings, read_settings_data
 from .seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
+from .seam.handle import SessionHandle
 from .toolkit import Toolkit
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -101,34 +100,37 @@ def _session_options(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--tmpfs-size", help="size of /tmp (default 512m)")
 
 
+# The flags that are settings, by where they go in the settings' mapping: merged into the
+# --config file's mapping BEFORE anything is validated, so a file's egress_allow and
+# --network egress make one valid whole (and an error names the flag, not the key).
+_LIMIT_FLAGS = {"memory": "--memory", "cpus": "--cpus", "pids": "--pids",
+                "network": "--network", "tmpfs_size": "--tmpfs-size"}
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = load_settings(args.config) if getattr(args, "config", None) else Settings()
+    config = getattr(args, "config", None)
+    data = read_settings_data(config) if config else {}
     orphan = getattr(args, "orphan_timeout", None)
     if orphan is not None:
-        settings = parse_settings({**settings.model_dump(), "orphan_timeout_s": orphan},
-                                  "--orphan-timeout")
-    given = {key: value for key, value in (
-        ("memory", getattr(args, "memory", None)), ("cpus", getattr(args, "cpus", None)),
-        ("pids", getattr(args, "pids", None)), ("network", getattr(args, "network", None)),
-        ("tmpfs_size", getattr(args, "tmpfs_size", None))) if value is not None}
+        data["orphan_timeout_s"] = orphan
+    limits = {key: value for key in _LIMIT_FLAGS
+              if (value := getattr(args, key, None)) is not None}
+    if limits:
+        data["limits"] = {**dict(data.get("limits") or {}), **limits}
     allow = getattr(args, "egress_allow", None) or []
-    if not given and not allow:
-        return settings
-    from pydantic import ValidationError
-
-    from .policy.settings import describe_validation_error
-
+    if allow:
+        data["egress_allow"] = [*list(data.get("egress_allow") or []), *allow]
     try:
-        limits = SandboxLimits.model_validate({**settings.limits.model_dump(), **given})
-    except ValidationError as exc:
-        flags = describe_validation_error(exc).replace("tmpfs_size", "--tmpfs-size")
-        raise ConfigurationError(f"invalid limit: {flags}") from None
-    data = {**settings.model_dump(), "limits": limits,
-            "egress_allow": [*settings.egress_allow, *allow]}
-    try:  # validated whole: --egress-allow without --network egress is refused here
-        return Settings.model_validate(data)
-    except ValidationError as exc:
-        message = describe_validation_error(exc).replace("egress_allow", "--egress-allow")
+        return parse_settings(data, config or "settings")
+    except ConfigurationError as exc:
+        message = str(exc)
+        for key, flag in _LIMIT_FLAGS.items():
+            if key in limits:
+                message = message.replace(f"limits.{key}", flag)
+        if allow and not config:
+            message = message.replace("egress_allow", "--egress-allow")
+        message = message.replace('limits.network = "egress" (--network egress)',
+                                  "--network egress")
         raise ConfigurationError(message.replace('limits.network = "egress"', "--network egress")
                                  ) from None
 

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import secrets
 from typing import TYPE_CHECKING, Any
 
-from .backends.agentlink.durable import DurableChannel
-from .handle import AttachError, SessionHandle
+from .backends import backend_for_handle
+from .backends.agentlink.durable import canonical_state
 from .policy.settings import parse_settings
+from .seam.capabilities import durable_sessions
 from .seam.errors import ConfigurationError, CouldNotRunError
+from .seam.handle import AttachError, SessionHandle
 from .seam.protocol import BuiltinExec
 
 if TYPE_CHECKING:
@@ -33,87 +34,19 @@ def new_secret() -> str:
     return secrets.token_urlsafe(32)
 
 
-def _durable_parts(backend: BuiltinExec) -> tuple[str, Any]:
-    """("host", HostBackend) or ("bind", ContainerBackend); refuses anything else."""
-    from .backends.host import HostBackend
-    if isinstance(backend, HostBackend):
-        return "host", backend
-    try:
-        from .backends.containers.backend import ContainerBackend
-    except ModuleNotFoundError:  # no engine SDK: then it is no container backend either
-        ContainerBackend = None  # type: ignore[misc,assignment]
-    if ContainerBackend is not None and isinstance(backend, ContainerBackend):
-        return backend.sandbox.mode.name, backend  # "bind" or "copy"
-    raise ConfigurationError(f"orphan_timeout_s: the {backend.name} backend cannot keep a "
-                             "session past its client (host, podman and docker in bind mode can)")
-
-
 def prepare(backend: BuiltinExec, secret: str, orphan_timeout_s: float,
             adopt: SessionHandle | None = None) -> None:
     """Before ``backend.open()``: make it start (or, with ``adopt``, attach to) a durable agent."""
-    kind, found = _durable_parts(backend)
-    if found._info is not None:  # a pool's sandbox, say: its agent was started otherwise
-        raise ConfigurationError("orphan_timeout_s: this backend is open already (a pooled "
-                                 "sandbox?); a session that outlives its client starts its own")
-    if kind == "host":
-        from .backends.host_durable import DurableHostAgent
-        found.agent = DurableHostAgent(found.agent._python, secret, orphan_timeout_s, adopt)
-        return
-    from .backends.containers.durable_modes import durable_mode
-    mode = durable_mode(found.sandbox.mode, found.options, secret, orphan_timeout_s, adopt)
-    found.sandbox.mode = mode
-    found.liveness = mode.liveness(found.sandbox)
-
-
-def channel_of(backend: BuiltinExec) -> DurableChannel:
-    kind, found = _durable_parts(backend)
-    channel = found.agent.channel if kind == "host" else found.sandbox.channel
-    if not isinstance(channel, DurableChannel):
-        raise ConfigurationError("the session is not open as a durable session")
-    return channel
+    durable_sessions(backend).make_durable(secret, orphan_timeout_s, adopt)
 
 
 def handle_of(tk: Toolkit, secret: str) -> SessionHandle:
-    kind, found = _durable_parts(tk.backend)
-    if kind == "host":
-        return SessionHandle(backend="host", socket=found.agent.socket_path,
-                             sandbox=str(tk.info.agent_pid if tk.info else ""),
-                             workspace_mode="host", workspace=found.workspace,
-                             session_id=tk.session_id, secret=secret, network=found.network)
-    sandbox = found.sandbox
-    return SessionHandle(backend=found.name, endpoint=sandbox.engine.endpoint,
-                         socket=sandbox.mode.socket_path, sandbox=sandbox.container or "",
-                         workspace_mode=kind, workspace=sandbox.workspace, image=sandbox.image,
-                         session_id=tk.session_id, secret=secret, network=found.network)
+    return durable_sessions(tk.backend).durable_handle(tk.session_id, secret)
 
 
 async def detach(backend: BuiltinExec) -> None:
     """Close this client's connection and parts; the sandbox and its jobs go on."""
-    kind, found = _durable_parts(backend)
-    if kind == "host":
-        await found.agent.detach()
-    else:
-        await found.sandbox.mode.detach(found.sandbox)
-    found._closed = True
-
-
-def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> BuiltinExec:
-    """A backend of the handle's kind, for its workspace and engine (not yet open)."""
-    from .backends import backend_class
-    if handle.backend == "host":
-        host: Any = backend_class("host")
-        if handle.network == "egress":
-            options = {**options, "network": "egress"}
-        return host(handle.workspace, **options)  # type: ignore[no-any-return]
-    name = "docker" if handle.backend == "docker" else "podman"
-    if handle.backend == "podman-rootless":
-        options = {**options, "rootless": True}
-    if handle.network in ("bridge", "egress") and "limits" not in options:
-        from .policy.limits import SandboxLimits
-        options = {**options, "limits": SandboxLimits(network=handle.network)}
-    engine: Any = backend_class(name)
-    return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
-                  endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
+    await durable_sessions(backend).detach()
 
 
 # --- the toolkit's own state, kept with the agent ---------------------------------------------
@@ -124,8 +57,6 @@ def session_state(tk: Toolkit) -> dict[str, Any]:
             "session": tk.services.saved()}
 
 
-def state_digest(state: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
 def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
@@ -161,24 +92,22 @@ async def opened(tk: Toolkit) -> None:
     """At the end of ``Toolkit.open``: an attach puts its state back; then the agent gets it."""
     if tk._restore is not None:
         state, tk._restore = tk._restore, None
-        tk.adopted_jobs = restore(tk, state, list(channel_of(tk.backend).attached.get("jobs")
-                                                  or ()))
+        tk.adopted_jobs = restore(tk, state, durable_sessions(tk.backend).attached_jobs())
     await save_state(tk)
 
 
 async def save_state(tk: Toolkit) -> None:
     """Give the agent the toolkit's state when it changed (one digest compare otherwise). A
     failure is the next call's to report: the result in hand is not lost over it."""
-    sandbox = getattr(tk.backend, "sandbox", None)
-    save_copy = getattr(getattr(sandbox, "mode", None), "save_copy", None)
-    if save_copy is not None:  # copy mode's baseline, when an upload moved it
-        await save_copy(sandbox)
+    durable = durable_sessions(tk.backend)
+    await durable.keep_backend_state()  # copy mode's baseline, when an upload moved it
     state = session_state(tk)
-    digest = state_digest(state)
+    text = canonical_state(state)  # sealed as this text, and compared by its digest
+    digest = hashlib.sha256(text.encode()).hexdigest()
     if tk._state_digest == digest:
         return
     try:
-        await channel_of(tk.backend).put_state(state)
+        await durable.keep_state("toolkit", state, text)
     except (CouldNotRunError, ConfigurationError):
         return
     tk._state_digest = digest
@@ -197,7 +126,7 @@ async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[
     prepare(backend, handle.secret, 0, adopt=handle)
     try:
         await backend.open()
-        state = (channel_of(backend).attached.get("state") or {}).get("toolkit")
+        state = durable_sessions(backend).kept_state("toolkit")
         if not isinstance(state, dict):
             raise AttachError("protocol", "the session kept no toolkit state")
         tk = cls(backend, **toolkit_options(state, handle), **options)

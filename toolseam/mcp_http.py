@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import ipaddress
 import os
@@ -45,9 +46,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def read_token(token_file: str | None, environ: MutableMapping[str, str]) -> str | None:
-    """The bearer token from the file, else from ``TOOLSEAM_MCP_TOKEN`` (then removed from this
-    process's environment so no command inherits it), else None."""
+def read_tokens(token_file: str | None, environ: MutableMapping[str, str]) -> list[str]:
+    """The bearer tokens: the file's lines (one token per line, each a principal with its own
+    sandboxes), else ``TOOLSEAM_MCP_TOKEN`` (then removed from this process's environment so no
+    command inherits it), else none."""
     if token_file:
         source = f"--auth-token-file {token_file}"
         try:
@@ -60,29 +62,45 @@ def read_token(token_file: str | None, environ: MutableMapping[str, str]) -> str
         if mode & 0o077:
             raise ConfigurationError(f"{source}: other users can read or change it (mode "
                                      f"{stat.S_IMODE(mode):o}); chmod 600 it")
-        token = text.strip()
+        tokens = [line.strip() for line in text.splitlines() if line.strip()] or [""]
     elif TOKEN_ENV in environ:
-        source, token = TOKEN_ENV, environ.pop(TOKEN_ENV).strip()
+        source, tokens = TOKEN_ENV, [environ.pop(TOKEN_ENV).strip()]
     else:
-        return None
-    if len(token) < MIN_TOKEN_CHARS:
-        raise ConfigurationError(f"{source}: the token has {len(token)} characters; use at least "
-                                 f"{MIN_TOKEN_CHARS} random ones (e.g. openssl rand -hex 32)")
-    if not token.isprintable() or any(c.isspace() for c in token):
-        raise ConfigurationError(f"{source}: the token must be one line of printable characters "
-                                 "without spaces")
-    return token
+        return []
+    for number, token in enumerate(tokens, 1):
+        where = source if len(tokens) == 1 else f"{source} line {number}"
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ConfigurationError(f"{where}: the token has {len(token)} characters; use at "
+                                     f"least {MIN_TOKEN_CHARS} random ones (e.g. openssl rand -hex 32)")
+        if not token.isprintable() or any(c.isspace() for c in token):
+            raise ConfigurationError(f"{where}: the token must be one line of printable "
+                                     "characters without spaces")
+    return tokens
+
+
+def read_token(token_file: str | None, environ: MutableMapping[str, str]) -> str | None:
+    """The first bearer token (``read_tokens``), or None."""
+    tokens = read_tokens(token_file, environ)
+    return tokens[0] if tokens else None
+
+
+def principal_of(token: str) -> str:
+    """A token's principal: a digest, so no sandbox table holds the secret itself."""
+    return "token-" + hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 class StaticToken:
-    """The SDK's ``TokenVerifier`` for one shared secret."""
+    """The SDK's ``TokenVerifier`` for the configured secrets; each token is its own client."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token.encode()
+    def __init__(self, *tokens: str) -> None:
+        self._tokens = [token.encode("utf-8", "surrogatepass") for token in tokens]
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if hmac.compare_digest(token.encode("utf-8", "surrogatepass"), self._token):
-            return AccessToken(token=token, client_id="toolseam-mcp", scopes=[])
+        given = token.encode("utf-8", "surrogatepass")
+        # every comparison made, whichever matches: the time says nothing about which one did
+        matches = [hmac.compare_digest(given, known) for known in self._tokens]
+        if any(matches):
+            return AccessToken(token=token, client_id=principal_of(token), scopes=[])
         return None
 
 
@@ -138,7 +156,8 @@ def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: 
     host = host.removeprefix("[").removesuffix("]")
     if not 0 <= port <= 65535:  # getaddrinfo would take 99999 as 34463
         raise ConfigurationError(f"--http {host}:{port}: a port is 0-65535")
-    token = read_token(token_file, environ)
+    tokens = read_tokens(token_file, environ)
+    token = tokens[0] if tokens else None
     if token is None and not is_loopback(host):
         raise ConfigurationError(
             f"refusing --http {host}:{port}: not a loopback address, and anyone who reaches it "
@@ -152,10 +171,11 @@ def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: 
     else:  # the SDK wants an issuer; with no OAuth server and no resource URL it is never shown
         app = server.streamable_http_app(
             host=host, transport_security=_loopback_checks(host) if is_loopback(host) else None,
-            token_verifier=StaticToken(token),
+            token_verifier=StaticToken(*tokens),
             auth=AuthSettings(issuer_url=bound, resource_server_url=None))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    guard = "bearer token required" if token else "loopback only, no token"
+    guard = (f"bearer token required ({len(tokens)} clients)" if len(tokens) > 1 else
+             "bearer token required" if token else "loopback only, no token")
     print(f"toolseam mcp: listening on {bound}/mcp ({guard})", file=sys.stderr, flush=True)
 
     async def run() -> None:

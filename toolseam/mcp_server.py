@@ -41,7 +41,7 @@ from . import __version__
 from . import mcp_approvals as approvals
 from .builtins import OutputEvent, ToolResult
 from .mcp_approvals import SANDBOX_ARG
-from .mcp_sandboxes import Handles, Sandbox, SandboxRefused
+from .mcp_sandboxes import LOCAL, NEW, Handles, Sandbox, SandboxRefused
 from .policy.readscope import Answer
 from .seam.errors import HostError
 from .toolkit import Toolkit
@@ -79,9 +79,12 @@ def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> s
     noun = "session" if toolkit.backend.name == "host" else "sandbox"  # the host sandboxes nothing
     whose = (f"one {noun} (jobs, read approvals) shared by every client of this server" if shared
              else f"a {noun} of your own (jobs, read approvals)")
-    if handles:
-        whose += (" (without a session, results carry its handle in \"sandbox\": pass it back to "
-                  "keep using it)")
+    if handles:  # sessionless clients: the principal's default, and more on request
+        whose = (f"a {noun} of your own per client session (jobs, read approvals); without a "
+                 f"session, calls without \"sandbox\" use your default {noun} (one per bearer "
+                 f"token, or one for this server without a token), and \"sandbox\": \"{NEW}\" "
+                 "opens another, whose handle the result names: pass it as \"sandbox\" to keep "
+                 "using that one")
     if toolkit.backend.name == "host":
         where = ("They run on the host backend: commands run directly on this machine as the user "
                  "running the server, with everything that user can reach (files, network, "
@@ -96,8 +99,9 @@ def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> s
 _HOST_BASH_NOTE = (" On this server bash runs directly on the host machine as the server's user, "
                    "not in a container.")
 _SANDBOX_SCHEMA = {"type": "string", "description": (
-    "The sandbox handle an earlier result gave (structuredContent.sandbox). Pass it to keep "
-    "using that sandbox (its files and jobs); omit it to open a new sandbox.")}
+    "Omit it to use your default sandbox (its files, /tmp and jobs stay between calls). "
+    f"\"{NEW}\" opens another sandbox; its result names the handle (also in "
+    "structuredContent.sandbox): pass that handle to keep using that sandbox.")}
 
 
 def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -105,6 +109,15 @@ def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
     closes it when the session ends. SDK 2.3 hands lowlevel handlers a ``ServerSession`` that
     keeps the connection private (``Context.connection`` is not built for them yet)."""
     return ctx.session._connection  # private in SDK 2.3: see the docstring
+
+
+def _principal() -> str:
+    """Whose request this is: its bearer token's principal, or the one local principal of a
+    loopback server without a token."""
+    from mcp.server.auth.middleware.auth_context import get_access_token
+
+    token = get_access_token()
+    return token.client_id if token is not None and token.client_id else LOCAL
 
 
 def _sessionless(ctx: ServerRequestContext[Any, Any]) -> bool:
@@ -127,6 +140,7 @@ class McpTools:
         self._opening = asyncio.Lock()
         self.toolkits: list[Toolkit] = []  # live ones, for shutdown
         self._shared: Sandbox | None = None
+        self._closing: set[asyncio.Future[None]] = set()  # evictions under way
 
     async def sandbox(self, ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any],
                       state: dict[str, Any]) -> Sandbox:
@@ -138,17 +152,31 @@ class McpTools:
                     self._shared = Sandbox(self._new())
                 return self._shared
             if _sessionless(ctx):
-                handle = arguments.pop(SANDBOX_ARG, None) or state.get(SANDBOX_ARG)
-                if handle is None:
-                    return self.handles.mint()
-                if not isinstance(handle, str):
-                    raise SandboxRefused("\"sandbox\" must be the handle string a result gave")
-                return self.handles.get(handle)
+                return self._sessionless_sandbox(arguments, state)
             connection = _connection(ctx)
             sandbox: Sandbox | None = connection.state.get(_STATE_KEY)
             if sandbox is None:
                 sandbox = connection.state[_STATE_KEY] = Sandbox(self._new())
                 connection.exit_stack.push_async_callback(self._close, sandbox.toolkit)
+        return sandbox
+
+    def _sessionless_sandbox(self, arguments: dict[str, Any], state: dict[str, Any]) -> Sandbox:
+        """The principal's default sandbox, the one a handle names, or a new one ("new")."""
+        principal = _principal()
+        handle = arguments.pop(SANDBOX_ARG, None) or state.get(SANDBOX_ARG)
+        if handle is None:
+            return self.handles.default(principal)
+        if not isinstance(handle, str):
+            raise SandboxRefused(f"\"sandbox\" must be the handle string a result gave or \"{NEW}\"")
+        if handle != NEW:
+            return self.handles.get(handle, principal)
+        sandbox, evicted = self.handles.mint(principal)
+        for old in evicted:  # its own least recently used, to make room
+            with contextlib.suppress(ValueError):
+                self.toolkits.remove(old.toolkit)  # close_all leaves it to this close
+            closing = asyncio.ensure_future(self._close(old.toolkit))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         return sandbox
 
     def _new(self) -> Toolkit:
@@ -172,6 +200,7 @@ class McpTools:
 
     async def close_all(self) -> None:
         self.handles.take_all()
+        await asyncio.gather(*self._closing, return_exceptions=True)
         for toolkit in list(self.toolkits):
             await self._close(toolkit)
 
@@ -249,7 +278,8 @@ class McpTools:
             sandbox.announced = True
             content.append(types.TextContent(type="text", text=(
                 f"[This call opened sandbox {sandbox.handle}. Pass \"{SANDBOX_ARG}\": "
-                f"\"{sandbox.handle}\" in later calls to keep using its files and jobs.]")))
+                f"\"{sandbox.handle}\" in later calls to keep using its files and jobs; "
+                f"without \"{SANDBOX_ARG}\" a call uses your default sandbox.]")))
         return result.model_copy(update={"content": content, "structured_content": structured})
 
     @staticmethod

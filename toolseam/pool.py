@@ -1,6 +1,6 @@
 """``toolseam.SandboxPool``, imported on first use: the pool lives in the container wing
-(``backends/containers/pool.py``), which needs a container extra (``requests`` and an engine
-SDK), while ``import toolseam`` must work on a bare install."""
+(``backends/containers/pool.py``, with ``sandbox_pool.py`` on top), which needs a container
+extra (``requests`` and an engine SDK), while ``import toolseam`` must work on a bare install."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def __getattr__(name: str) -> Any:
     if name != "SandboxPool":
         raise AttributeError(f"module 'toolseam' has no attribute {name!r}")
     try:
-        from .backends.containers.pool import SandboxPool
+        from .sandbox_pool import SandboxPool
     except ModuleNotFoundError as exc:
         raise BackendUnavailable(f"SandboxPool needs the {exc.name!r} package: "
                                  f"{install_hint('podman')} (or the docker extra)") from None

@@ -99,12 +99,17 @@ class RawSandbox:
     async def exec(self, argv: Sequence[str], *, stdin: bytes | str | None = None,
                    cwd: str | None = None, env: Mapping[str, str] | None = None,
                    user: str | int | None = None, timeout: float | None = None,
-                   output_limit: int | None = None) -> ExecResult:
+                   output_limit: int | None = None, keep_detached: bool = False) -> ExecResult:
         """Run ``argv`` (``argv[0]`` found through ``PATH`` as the command sees it).
 
         ``timeout`` (seconds) kills the whole job — everything it started — when it elapses:
         the result has ``timed_out``. ``output_limit`` is the bytes kept per stream (default:
         the settings' ``output_limit_bytes``); above it the middle is dropped.
+        ``keep_detached``: what the command leaves running outlives it — background jobs when
+        it ends (the call returns once the command exits and a short drain is over), and at a
+        timeout or cancellation the processes it moved into a session of their own
+        (``setsid``); the session's close ends them all. Without it, the command's end ends
+        everything it started.
 
         Raises:
             ValueError: a malformed argument (empty argv, a NUL, a bad timeout).
@@ -136,7 +141,8 @@ class RawSandbox:
             deadline_ms=None if timeout is None else max(1, int(timeout * 1000)),
             grace_ms=settings.kill_grace_ms, output_limit=output_limit or settings.output_limit_bytes,
             forget_when_done=True, stdin_file=stdin_file,
-            user=None if user is None else str(user), env_given=sorted(extra))
+            user=None if user is None else str(user), env_given=sorted(extra),
+            keep_detached=keep_detached)
         try:
             status = await tk.backend.start(request)
         except asyncio.CancelledError:  # cancelling the call kills the command in the sandbox
@@ -179,7 +185,7 @@ class RawSandbox:
         except FileOpError as exc:
             if exc.code == "too_large":
                 raise FileLimitError(path, int(exc.detail or 0), cap) from None
-            raise _os_error(exc, path) from None
+            raise os_error(exc, path) from None
         return content.data
 
     async def write_bytes(self, path: str, data: bytes | str) -> None:
@@ -194,7 +200,7 @@ class RawSandbox:
         try:
             await self._tk.backend.write(self._ref(path), payload)
         except FileOpError as exc:
-            raise _os_error(exc, path) from None
+            raise os_error(exc, path) from None
 
     # --- helpers ------------------------------------------------------------------------
     def _ref(self, path: str) -> PathRef:
@@ -289,11 +295,12 @@ _OS_ERRORS: dict[str, tuple[type[OSError], int, str]] = {
 }
 
 
-def _os_error(exc: FileOpError, path: str) -> OSError:
+def os_error(exc: FileOpError, path: str) -> OSError:
+    """A file operation's refusal as the builtin ``OSError`` that fits (FileNotFoundError …)."""
     kind, number, text = _OS_ERRORS.get(exc.code, (OSError, errno.EIO, exc.code))
     detail = f" ({exc.detail})" if exc.detail and exc.detail != text else ""
     return kind(number, f"{text}{detail}", path)
 
 
 __all__ = ["ExecResult", "FileLimitError", "RawSandbox", "UnknownUserError",
-           "UserUnsupportedError"]
+           "UserUnsupportedError", "os_error"]

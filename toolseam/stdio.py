@@ -34,6 +34,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from . import stdio_wire
+from .backends.agentlink.channel import REQUEST_SENT
 from .builtins import OutputEvent
 from .policy.readscope import ANSWERS, Answer, ReadQuestion
 from .seam.errors import HostError, SessionClosedError
@@ -72,6 +73,8 @@ class StdioServer:
         self._qids = itertools.count(1)
         self._calls: dict[asyncio.Task[None], Any] = {}  # running call -> its request id
         self._in_flight: set[tuple[bool, str | int]] = set()
+        self._input_ended = False  # EOF: a question asked from now on is answered "deny"
+        self._started: dict[asyncio.Task[None], asyncio.Event] = {}  # its command reached the agent
         if approvals:
             toolkit.approver = self._ask
         self._out = sys.stdout.buffer
@@ -89,6 +92,8 @@ class StdioServer:
         self._out.flush()
 
     async def _ask(self, question: ReadQuestion) -> Answer:
+        if self._input_ended:  # nobody is left to answer: the read is refused, and says so
+            return "deny"
         qid = str(next(self._qids))
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._questions[qid] = future
@@ -99,22 +104,21 @@ class StdioServer:
         finally:
             self._questions.pop(qid, None)
 
-    async def _call(self, request_id: Any, tool: str, args: Any) -> None:
+    async def _call(self, request_id: Any, tool: str, args: Any, started: asyncio.Event) -> None:
+        """One call; ``started`` is set once its command reached the sandbox's agent."""
         on_output = None
         if self.stream:
             def on_output(event: OutputEvent) -> None:
                 self.send({"op": "output", "id": request_id, "stream": event.stream,
                            "data": event.text})
+        REQUEST_SENT.set(lambda op: started.set() if op == "start" else None)
         try:
             result = await self.toolkit.call(tool, args, call_id=str(request_id), on_output=on_output)
             if self._detaching and result.metadata.get("failure") == "could_not_run":
                 raise SessionClosedError("detached")  # cut by the detach, not a sandbox fault
         except HostError as exc:
             if self._detaching:
-                self.send({"id": request_id, "error": {
-                    "code": "DETACHED", "message": "the session was detached during this call; "
-                    "its command goes on in the sandbox as a job: attach and list them with "
-                    "bash {\"jobs\": true}"}})
+                self.send({"id": request_id, "error": self._detached_error(started.is_set())})
                 return
             self.send({"id": request_id, "error": {"code": exc.code, "message": str(exc)}})
             return
@@ -124,6 +128,20 @@ class StdioServer:
             return
         self.send({"id": request_id,
                    "result": {**result.to_json(), "model_text": result.model_text()}})
+
+    def _detached_error(self, started: bool) -> dict[str, str]:
+        """What a call cut by ``--detach-on-eof`` answers: true to what happened to it."""
+        if not started:
+            return {"code": "NOT_RUN", "message": "the session was detached before this call "
+                    "reached the sandbox: nothing of it ran; send it again after attaching"}
+        if self.toolkit.settings.timeout_policy == "detach":
+            how = ("attach, then list it with bash {\"jobs\": true} and fetch its output with "
+                   "bash {\"wait\": ID}")
+        else:
+            how = ("its output cannot be fetched under timeout_policy \"kill\" (the job forms "
+                   "need \"detach\"); it ends when it ends, or with the session")
+        return {"code": "DETACHED", "message": "the session was detached while this call's "
+                f"command ran; the command goes on in the sandbox: {how}"}
 
     def _bad(self, message: str, request_id: Any = None) -> None:
         self.send({"id": request_id, "error": {"code": "BAD_REQUEST", "message": message}})
@@ -153,8 +171,24 @@ class StdioServer:
         return True
 
     async def _detach(self) -> None:
-        """EOF with ``--detach-on-eof``: the sandbox and its jobs go on; a call in flight goes
-        on as a job the next attach finds (``bash {"jobs": true}``)."""
+        """EOF with ``--detach-on-eof``: every call already read first gets as far as it can —
+        a question it waits on is answered ``deny`` (nobody is left to answer), and it is
+        waited for until it is answered or its command has reached the sandbox's agent. Then
+        the sandbox and its jobs go on; a command in flight goes on as a job the next attach
+        finds, and each call answers what really happened to it (``_detached_error``)."""
+        self._input_ended = True
+        for future in list(self._questions.values()):
+            if not future.done():
+                future.set_result("deny")
+        waiters = []
+        for task in list(self._calls):
+            started = self._started.get(task)
+            if started is not None:
+                waiter = asyncio.ensure_future(started.wait())
+                waiters.append(waiter)
+                task.add_done_callback(_cancel_when_done(waiter))  # answered: no need
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.gather(*waiters, return_exceptions=True)
         self._detaching = True
         handle = await self.toolkit.detach()
         # each call in flight fails with the channel and answers DETACHED itself
@@ -220,12 +254,15 @@ class StdioServer:
                 "a call still in flight; this line was not run (that call still gets its answer)"}})
             return True
         self._in_flight.add(key)
+        started = asyncio.Event()  # made now: a call read before EOF is waited for at EOF
         task = asyncio.ensure_future(self._call(request_id, message["tool"],
-                                                message.get("args", {})))
+                                                message.get("args", {}), started))
         self._calls[task] = request_id
+        self._started[task] = started
 
         def finished(done: asyncio.Task[None]) -> None:
             self._calls.pop(done, None)
+            self._started.pop(done, None)
             self._in_flight.discard(key)
 
         task.add_done_callback(finished)
@@ -246,6 +283,7 @@ class StdioServer:
                 if not await self._handle(line):
                     closed_by_request = True
                     break
+            self._input_ended = True  # a question asked from now on could not be answered
             if not closed_by_request and self.detach_on_eof:
                 await self._detach()
             if not closed_by_request:  # EOF: every call already read still gets its answer
@@ -263,3 +301,9 @@ class StdioServer:
             await self.toolkit.close()  # after a detach: nothing (the session goes on)
             if not self._detaching:
                 self.send({"op": "closed"})
+
+
+def _cancel_when_done(waiter: asyncio.Future[Any]) -> Any:
+    def cancel(_: asyncio.Future[Any]) -> None:
+        waiter.cancel()
+    return cancel

@@ -19,11 +19,11 @@ from typing import Any, TypeVar
 
 from .builtins import OutputEvent, ToolResult
 from .declarations import Format
-from .handle import SessionHandle
 from .policy.readscope import Approver
 from .policy.settings import Settings
 from .policy.shells import ShellChoice
 from .seam.errors import SessionClosedError
+from .seam.handle import SessionHandle
 from .seam.models import SandboxInfo
 from .seam.protocol import BuiltinExec
 from .toolkit import HostTool, Toolkit

@@ -28,7 +28,6 @@ from .builtins import (
     remove_spills,
 )
 from .declarations import Format, declare
-from .handle import SessionHandle
 from .policy.environment import command_environment
 from .policy.readscope import Approver, ReadScope
 from .policy.session import Session
@@ -42,6 +41,7 @@ from .seam.errors import (
     SessionClosedError,
     UnknownToolError,
 )
+from .seam.handle import SessionHandle
 from .seam.models import PathRef, SandboxInfo, SyncReport
 from .seam.protocol import BuiltinExec, WorkspaceTransfer
 

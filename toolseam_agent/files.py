@@ -69,7 +69,8 @@ def stat_path(base: str, path: str, confine: bool) -> dict[str, Any]:
         os.close(fd)
     executable = stat.S_ISREG(st.st_mode) and bool(st.st_mode & 0o111)
     return {"kind": _kind(st.st_mode), "canonical": r.canonical, "size": st.st_size,
-            "mode": stat.S_IMODE(st.st_mode), "executable": executable}
+            "mode": stat.S_IMODE(st.st_mode), "executable": executable, "links": st.st_nlink,
+            "inode": f"{st.st_dev}:{st.st_ino}"}
 
 
 def _open_regular(r: Resolved) -> tuple[int, os.stat_result]:

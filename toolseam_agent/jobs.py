@@ -165,6 +165,11 @@ class Job:
         self._helpers = helpers
         self._on_done = on_done
         self.stream = bool(spec.get("stream", False))
+        # a raw exec may ask that what the command leaves running outlive it (pydantic-ai's
+        # contract): background jobs when it ends, and at its timeout or cancellation what
+        # moved into a session of its own (setsid); the session's close still ends them all
+        self.keep_detached = bool(spec.get("keep_detached", False))
+        self.detached_kept = False
         self.grace_s = float(spec.get("grace_ms", KILL_GRACE_S * 1000)) / 1000
         self.mark = JobMark(self.pid, started, f"{TOKEN_VAR}={self.token}".encode())
         self._output_limit = int(spec.get("output_limit") or 1 << 20)
@@ -319,11 +324,21 @@ class Job:
 
     def _members(self) -> set[int]:
         leader = self.pid if self.exit_status is None else None
-        return job_members(self.mark, leader is not None, self._others(), self._helpers())
+        found = job_members(self.mark, leader is not None, self._others(), self._helpers())
+        if self.keep_detached:
+            kept = {pid for pid in found if _session_of(pid) not in (self.pid, None)}
+            if kept:
+                self.detached_kept = True
+            found -= kept
+        return found
 
     def kill(self, reason: str) -> None:
         """Start the whole-job kill; waiters are answered when nothing of the job is left."""
         if self.state != "running":
+            return
+        if reason == "leftover" and self.keep_detached:
+            self.detached_kept = True  # background work outlives the command, as in a shell
+            self._finish(True)
             return
         self.state = "killing"
         self.kill_reason = reason
@@ -542,3 +557,12 @@ def _has_children() -> bool:
 def _readable_now(fd: int) -> bool:
     ready, _, _ = select.select([fd], [], [], 0)
     return bool(ready)
+
+
+def _session_of(pid: int) -> int | None:
+    """The session id of ``pid``; None once it is gone. A job's leader starts a session of
+    its own (``setsid``), so a member in another one moved there itself."""
+    try:
+        return os.getsid(pid)
+    except OSError:
+        return None

@@ -4,6 +4,12 @@
 Copy mode's durable sessions reach their agent through an engine ``exec`` of this relay
 (``toolseam/backends/containers/exec_stream.py``): the exec's stream is one connection to the
 agent, and its end ends only the relay.
+
+The relay carries sealed lines only (``attach_auth.py``): it never sees the secret or the key
+(the exec blanks the key's variable in its environment), and a line a process changed on the way
+fails its seal. It still makes itself undumpable first thing, so no command of the same user
+opens its ``/proc/PID/fd``, memory or environment; the commands' Landlock domain (``landlock.py``)
+keeps them from tracing or signalling it too.
 """
 
 from __future__ import annotations
@@ -12,6 +18,8 @@ import os
 import select
 import socket
 import sys
+
+from .procscan import guard_own_descriptors
 
 _CHUNK = 1 << 16
 
@@ -22,6 +30,7 @@ def socket_address(address: str) -> str:
 
 
 def relay(address: str) -> int:
+    guard_own_descriptors()
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(socket_address(address))

@@ -9,6 +9,7 @@ started outlives its host; each job's own deadline is enforced here too, not by 
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import select
 import signal
@@ -23,6 +24,7 @@ from typing import Any
 from . import ops, paths, procscan, setid_guard, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
+from .procscan import JobMark
 from .loop import Loop
 from .reaper import Reaper
 from .searcher import Search
@@ -55,6 +57,7 @@ class Agent:
         self.jobs: dict[str, Job] = {}
         self.leaders: dict[int, Job] = {}
         self.searchers: set[int] = set()  # search processes: the agent's, never a job's
+        self.detached_marks: list[JobMark] = []  # jobs whose setsid processes were kept
         self._next_job = 0
         # Environments by the host's id: a session sends its (often 2 KiB) environment once,
         # then names it. A few are kept, so a host alternating two environments stays cheap.
@@ -110,6 +113,10 @@ class Agent:
                 break
         self._inbuf += b"".join(chunks)
         *lines, self._inbuf = self._inbuf.split(b"\n")
+        self._lines(lines)
+
+    def _lines(self, lines: list[bytes]) -> None:
+        """Whole lines from the host, in order (a durable agent opens their seals first)."""
         for line in lines:
             if line.strip() and not self.tunnels.from_host_line(line):
                 self._handle(line)
@@ -168,6 +175,7 @@ class Agent:
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
             "proc_locked": _proc_locked, "setid_guard": setid_guard.status(),
+            "command_domain": setid_guard.domain_status(), "control_hidden": _control_hidden,
             "interfaces": userns.interfaces(), "run_hidden": _run_hidden,
             "reaper": self.reaper.mode,
         })
@@ -280,6 +288,8 @@ class Agent:
     # --- lifecycle ----------------------------------------------------------------------
     def _job_done(self, job: Job) -> None:
         self.leaders.pop(job.pid, None)
+        if job.detached_kept:  # its setsid processes live on: the session's close ends them
+            self.detached_marks.append(job.mark)
         if self._closing and not self.leaders:
             self.loop.running = False
 
@@ -296,6 +306,11 @@ class Agent:
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
             job.kill("shutdown")
+        others = [job.mark for job in running]
+        for mark in self.detached_marks:
+            for pid in procscan.job_members(mark, False, others, set(self.searchers)):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
         if not self.leaders:
             self.loop.running = False
 
@@ -320,14 +335,20 @@ def _daemonize() -> None:
 
 _proc_locked: bool | None = None  # host agent: whether commands can no longer unmount /proc
 _run_hidden = False  # host agent in egress mode: /run (engine sockets, D-Bus, resolvers) hidden
+_control_hidden = False  # host durable agent: its session directory hidden from commands
 
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--daemonize" in args:
         _daemonize()
+    durable = args[args.index("--durable") + 1] if "--durable" in args else None
+    listener = None
+    if durable is not None:  # bound first: it must be where clients look, outside any mount
+        from .session_socket import Listener
+        listener = Listener(durable)
     if "--own-user-namespace" in args:  # the host backend's agent, pid 1 of its pid namespace
-        global _proc_locked
+        global _proc_locked, _control_hidden
         try:
             # --own-network (egress mode): commands get only loopback and no /run; the host
             # checks what hello reports and refuses the session unless both hold
@@ -338,6 +359,12 @@ def main(argv: list[str] | None = None) -> None:
                     _run_hidden = True
                 except OSError as exc:
                     print(f"the agent cannot hide /run: {exc}", file=sys.stderr)
+            if listener is not None:  # commands never see the socket a client attaches to
+                try:
+                    _control_hidden = listener.hide_from_commands()
+                except OSError as exc:
+                    print(f"the agent cannot hide its session directory: {exc}",
+                          file=sys.stderr)
             userns.enter_own_user_namespace(network="--own-network" in args)
             _proc_locked = True
         except OSError as exc:  # still better than no pid namespace at all: go on, and say so
@@ -346,9 +373,9 @@ def main(argv: list[str] | None = None) -> None:
     if "--relay" in args:  # an exec's stream into a durable agent's socket (relay.py)
         from .relay import relay
         raise SystemExit(relay(args[args.index("--relay") + 1]))
-    if "--durable" in args:  # a session that outlives its client (session_socket.py)
+    if listener is not None:  # a session that outlives its client (session_socket.py)
         from .session_socket import serve
-        serve(args[args.index("--durable") + 1], os.environ)
+        serve(listener, os.environ)
     elif "--listen" in args:
         path = args[args.index("--listen") + 1]
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

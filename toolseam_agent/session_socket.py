@@ -3,9 +3,11 @@
 ``server.py``'s agent ends with its one channel. Started with ``--durable PATH``, the agent
 listens on the unix socket at PATH instead, and a connection is just one stream to it:
 
-* every connection starts with ``attach`` carrying the session's secret; the agent knows only
-  the secret's SHA-256 (from its environment, ``SECRET_VAR``), so reading the agent's memory or
-  ``/proc/1/environ`` from a command yields nothing that attaches;
+* every connection starts with a two-step ``attach`` that proves, both ways, knowledge of the
+  key derived from the session's secret, without sending it (``attach_auth.py``); the agent is
+  given only that key (``KEY_VAR``), scrubbed from its environment block at start, and is not
+  dumpable, so no command can read it; every line after the attach is sealed with a key new
+  for that connection, so a process relaying between client and agent cannot change a line;
 * one connection at a time: an ``attach`` while another is live is refused (``in_use``), so a
   second client never cuts the first off by mistake;
 * answers are kept (bounded) until a later attach no longer names them: a client that lost its
@@ -20,8 +22,6 @@ listens on the unix socket at PATH instead, and a connection is just one stream 
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
 import os
 import select
 import socket
@@ -29,14 +29,24 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-from . import wire
+from . import userns, wire
+from .attach_auth import (
+    KEY_VAR,
+    NONCE_BYTES,
+    Sealer,
+    SealError,
+    agent_proof,
+    new_nonce,
+    scrub_environ,
+    session_key,
+)
 from .loop import Timer
 from .relay import socket_address
 from .server import Agent
 from .wire import ErrorKind
 
-SECRET_VAR = "TOOLSEAM_SESSION_SECRET_SHA256"  # hex SHA-256 of the attach secret
 ORPHAN_VAR = "TOOLSEAM_ORPHAN_TIMEOUT_S"
+_SESSION_DIR_PREFIX, _ROOT_PREFIX = "toolseam-session-", "toolseam-sessions-"  # host_durable.py
 ATTACH, STATE_PUT = "attach", "state_put"
 _KEPT_ANSWERS = 256  # answers kept for a client that reconnects ...
 _KEPT_BYTES = 64 << 20  # ... and their total size
@@ -44,18 +54,34 @@ _FIRST_LINE_MAX = 1 << 16  # an attach line is small: a bigger one is not a clie
 _CANDIDATES_MAX = 16  # connections not yet attached, kept at once (each holds a descriptor)
 
 
+class _Candidate:
+    """A connection not yet attached: its bytes so far, and after the first step its nonces
+    and the seals the attach must carry."""
+
+    def __init__(self, conn: socket.socket) -> None:
+        self.conn = conn
+        self.buf = bytearray()
+        self.rid: Any = None
+        self.incoming: Sealer | None = None  # set once the agent has answered the challenge
+        self.outgoing: Sealer | None = None
+
+
 class DurableAgent(Agent):
     """The agent with connections that come and go (module docstring)."""
 
-    def __init__(self, server: socket.socket, secret_sha256: str, orphan_timeout_s: float,
-                 path: str | None = None) -> None:
-        """``path``: where the socket file is (it may have been bound under another name)."""
+    def __init__(self, server: socket.socket, key: bytes, orphan_timeout_s: float,
+                 path: str | None = None, listener: Listener | None = None) -> None:
+        """``path``: where the socket file is (it may have been bound under another name);
+        ``listener``: how it was bound (a hidden directory is removed through its fds)."""
         self._server = server
         self._path = path
-        self._secret_sha256 = bytes.fromhex(secret_sha256)
+        self._listener = listener
+        self._key = key
         self._orphan_timeout_s = orphan_timeout_s
         self._conn: socket.socket | None = None
-        self._candidates: dict[int, tuple[socket.socket, bytearray]] = {}
+        self._seal: Sealer | None = None  # the attached connection's, both ways
+        self._unseal: Sealer | None = None
+        self._candidates: dict[int, _Candidate] = {}
         self._kept: OrderedDict[Any, bytes] = OrderedDict()  # rid -> its answer line
         self._kept_bytes = 0
         self._in_flight: set[Any] = set()
@@ -81,50 +107,82 @@ class DurableAgent(Agent):
             except OSError:  # out of descriptors, say: the oldest candidate makes room
                 if not self._candidates:
                     return
-                self._drop_candidate(next(iter(self._candidates.values()))[0])
+                self._drop_candidate(next(iter(self._candidates.values())).conn)
                 continue
             conn.setblocking(False)
             if len(self._candidates) >= _CANDIDATES_MAX:  # a command holding connections open
-                self._drop_candidate(next(iter(self._candidates.values()))[0])  # the oldest goes
-            self._candidates[conn.fileno()] = (conn, bytearray())
+                self._drop_candidate(next(iter(self._candidates.values())).conn)  # the oldest
+            self._candidates[conn.fileno()] = _Candidate(conn)
             self.loop.add_reader(conn.fileno(), functools.partial(self._on_candidate, conn))
 
     def _on_candidate(self, conn: socket.socket) -> None:
-        """A new connection's first line must be an ``attach``; nothing else is read from it."""
-        _, buf = self._candidates[conn.fileno()]
+        """A new connection: the attach's two steps (``attach_auth.py``), nothing else."""
+        candidate = self._candidates[conn.fileno()]
         try:
             data = conn.recv(_FIRST_LINE_MAX)
         except BlockingIOError:
             return
         except OSError:
             data = b""
-        buf += data
-        if not data or len(buf) > _FIRST_LINE_MAX:
+        candidate.buf += data
+        if not data or len(candidate.buf) > _FIRST_LINE_MAX:
             self._drop_candidate(conn)
             return
-        if b"\n" not in buf:
-            return
-        line, _, rest = bytes(buf).partition(b"\n")
-        self.loop.remove_reader(conn.fileno())
-        del self._candidates[conn.fileno()]
+        while b"\n" in candidate.buf and conn.fileno() in self._candidates:
+            line, _, rest = bytes(candidate.buf).partition(b"\n")
+            candidate.buf = bytearray(rest)
+            if candidate.incoming is None:
+                self._challenge(candidate, line)
+            else:
+                self._prove(candidate, line)
+
+    def _challenge(self, candidate: _Candidate, line: bytes) -> None:
+        """Step one: the client's nonce in; this agent's nonce and proof out."""
         try:
             request = wire.loads(line.decode())
-            rid, op, secret = request["id"], request["op"], str(request.get("secret", ""))
+            rid, op, nonce = request["id"], request["op"], request.get("nonce")
         except (ValueError, KeyError, TypeError) as exc:
-            self._refuse(conn, None, "protocol", f"the first request must be attach: {exc}")
+            self._refuse(candidate, "protocol", f"the first request must be attach: {exc}")
             return
+        candidate.rid = rid
         if op != ATTACH:
-            self._refuse(conn, rid, "protocol", f"the first request must be attach, not {op!r}")
-        elif not hmac.compare_digest(hashlib.sha256(secret.encode()).digest(),
-                                     self._secret_sha256):
-            self._refuse(conn, rid, "wrong_secret", "wrong secret for this session")
-        elif self._closing:
-            self._refuse(conn, rid, "ended", "the session is ending")
+            self._refuse(candidate, "protocol", f"the first request must be attach, not {op!r}")
+            return
+        if not isinstance(nonce, str) or len(nonce) != 2 * NONCE_BYTES:
+            self._refuse(candidate, "unsupported", "this session's agent wants an attach that "
+                         "proves the secret without sending it (a toolseam of this version)")
+            return
+        mine = new_nonce()
+        session = session_key(self._key, nonce, mine)
+        candidate.incoming, candidate.outgoing = Sealer(session, b"C"), Sealer(session, b"A")
+        self._send_to(candidate.conn, wire.answer(rid, {
+            "nonce": mine, "proof": agent_proof(self._key, nonce, mine)}))
+
+    def _prove(self, candidate: _Candidate, line: bytes) -> None:
+        """Step two: the client's first sealed line — the attach itself, naming what it waits
+        for. A seal that does not hold means the client does not know the key."""
+        assert candidate.incoming is not None and candidate.outgoing is not None
+        try:
+            request = wire.loads(candidate.incoming.open(line).decode())
+            rid, pending = request["id"], request.get("pending") or []
+            candidate.rid = rid
+        except SealError:
+            self._refuse(candidate, "wrong_secret", "wrong secret for this session")
+            return
+        except (ValueError, KeyError, TypeError) as exc:
+            self._refuse(candidate, "protocol", f"a malformed attach: {exc}", sealed=True)
+            return
+        conn = candidate.conn
+        if self._closing:
+            self._refuse(candidate, "ended", "the session is ending", sealed=True)
         elif self._conn is not None and not self._current_ended():
-            self._refuse(conn, rid, "in_use", "another client is attached to this session; "
-                         "it must detach or end first")
+            self._refuse(candidate, "in_use", "another client is attached to this session; "
+                         "it must detach or end first", sealed=True)
         else:
-            self._take(conn, rid, request.get("pending") or [], rest)
+            self.loop.remove_reader(conn.fileno())
+            del self._candidates[conn.fileno()]
+            self._take(conn, rid, pending, bytes(candidate.buf),
+                       candidate.outgoing, candidate.incoming)
 
     def _current_ended(self) -> bool:
         """Whether the attached connection has ended though its end is not read yet (a client
@@ -146,22 +204,37 @@ class DurableAgent(Agent):
         self._candidates.pop(conn.fileno(), None)
         conn.close()
 
-    def _refuse(self, conn: socket.socket, rid: Any, reason: str, message: str) -> None:
-        line = (wire.dumps(wire.failure(rid, ErrorKind.ATTACH, message, reason=reason)) + "\n")
+    def _send_to(self, conn: socket.socket, message: Mapping[str, Any],
+                 seal: Sealer | None = None) -> bool:
+        payload = wire.dumps(message).encode()
+        line = (seal.seal(payload) if seal is not None else payload) + b"\n"
         try:
             conn.setblocking(True)
             conn.settimeout(1.0)
-            conn.sendall(line.encode())
+            conn.sendall(line)
+            conn.setblocking(False)
         except OSError:
-            pass
-        conn.close()
+            return False
+        return True
 
-    def _take(self, conn: socket.socket, rid: Any, pending: list[Any], rest: bytes) -> None:
+    def _refuse(self, candidate: _Candidate, reason: str, message: str,
+                sealed: bool = False) -> None:
+        """Answer a refusal (sealed once the client has proved itself: it can trust it) and
+        end the connection."""
+        self._send_to(candidate.conn, wire.failure(candidate.rid, ErrorKind.ATTACH, message,
+                                                   reason=reason),
+                      candidate.outgoing if sealed else None)
+        self._drop_candidate(candidate.conn)
+
+    def _take(self, conn: socket.socket, rid: Any, pending: list[Any], rest: bytes,
+              seal: Sealer, unseal: Sealer) -> None:
         if self._orphan_timer is not None:
             self._orphan_timer.cancel()
             self._orphan_timer = None
-        self._conn = conn
-        self.infd = self.outfd = conn.fileno()
+        with self._write_lock:  # a file operation's thread may be answering right now
+            self._conn = conn
+            self._seal, self._unseal = seal, unseal
+            self.infd = self.outfd = conn.fileno()
         self._inbuf = b""
         self._answer(rid, {"state": self._state, "next_id": self._max_rid + 1,
                            "jobs": [{"job": job.id, "argv": job.argv, "pid": job.pid,
@@ -185,14 +258,31 @@ class DurableAgent(Agent):
 
     def _on_input_lines(self) -> None:
         *lines, self._inbuf = self._inbuf.split(b"\n")
+        self._lines(lines)
+
+    def _lines(self, lines: list[bytes]) -> None:
+        """Every line of an attached connection is sealed: one that does not hold ends the
+        connection (something between client and agent changed it); nothing else is lost."""
+        unseal = self._unseal
         for line in lines:
-            if line.strip():
+            if not line.strip() or unseal is None:
+                continue
+            try:
+                line = unseal.open(line)
+            except SealError:
+                if self._conn is not None:
+                    self.loop.remove_reader(self._conn.fileno())
+                    self._input_ended()
+                return
+            if not self.tunnels.from_host_line(line):
                 self._handle(line)
 
     def _input_ended(self) -> None:
         """The connection ended without ``shutdown``: keep everything, wait for an attach."""
-        conn, self._conn = self._conn, None
-        self.infd = self.outfd = self._idle_fd
+        with self._write_lock:
+            conn, self._conn = self._conn, None
+            self._seal = self._unseal = None
+            self.infd = self.outfd = self._idle_fd
         if conn is not None:
             conn.close()
         if not self._closing:
@@ -243,10 +333,15 @@ class DurableAgent(Agent):
         if self._conn is not None:
             self._write(data)
 
-    def _write(self, line: bytes) -> None:
+    def _write(self, data: bytes) -> None:
+        """Whole lines to the attached connection, each sealed (in the order written: the
+        sequence numbers are in the seals)."""
         with self._write_lock:
-            view = memoryview(line)
-            fd = self.outfd
+            seal, fd = self._seal, self.outfd
+            if seal is None:
+                return  # nobody attached: an answer is kept for the next attach
+            view = memoryview(b"".join(seal.seal(line) + b"\n"
+                                       for line in data.split(b"\n")[:-1]))
             while view:
                 try:
                     view = view[os.write(fd, view):]
@@ -259,28 +354,37 @@ class DurableAgent(Agent):
         try:
             super().run()
         finally:
-            path = self._path or self._server.getsockname()
             self._server.close()
-            if isinstance(path, str) and path and not path.startswith("\0"):
-                try:
-                    os.unlink(path)
-                    if os.path.basename(os.path.dirname(path)).startswith("toolseam-session-"):
-                        os.rmdir(os.path.dirname(path))  # the host's session dir, made for it
-                except OSError:
-                    pass
+            if self._path is not None:
+                self._remove_socket(self._path)
+
+    def _remove_socket(self, path: str) -> None:
+        """The socket and the host's session directory made for it — through the directories
+        opened before they were hidden from commands, where they were (host backend)."""
+        directory = os.path.dirname(path)
+        hidden = self._listener is not None and self._listener.root_fd is not None
+        dir_fd = self._listener.dir_fd if hidden and self._listener else None
+        root_fd = self._listener.root_fd if hidden and self._listener else None
+        try:
+            os.unlink(os.path.basename(path) if hidden else path, dir_fd=dir_fd)
+            if os.path.basename(directory).startswith(_SESSION_DIR_PREFIX):
+                os.rmdir(os.path.basename(directory) if hidden else directory, dir_fd=root_fd)
+        except OSError:
+            pass
 
 
-def serve(path: str, environ: Mapping[str, str]) -> None:
-    """Listen at ``path`` (0600) and serve until shut down or orphaned too long."""
-    secret = environ.get(SECRET_VAR, "")
-    if len(secret) != 64:
-        raise SystemExit(f"--durable needs {SECRET_VAR} (a hex SHA-256)")
-    timeout = float(environ.get(ORPHAN_VAR, "0") or 0)
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    if path.startswith("@"):  # abstract (copy mode): no file to remove or replace
-        server.bind(socket_address(path))
-        server.listen(64)
-    else:
+class Listener:
+    """The durable agent's socket, bound before the agent hides anything (``server.main``)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.dir_fd: int | None = None
+        self.root_fd: int | None = None
+        if path.startswith("@"):  # abstract (copy mode): no file to remove or replace
+            self.server.bind(socket_address(path))
+            self.server.listen(64)
+            return
         # Bound and listening under another name, then renamed into place: a client waiting
         # for the path to appear could otherwise connect between bind and listen (refused).
         staging = f"{path}.{os.getpid()}"
@@ -289,9 +393,37 @@ def serve(path: str, environ: Mapping[str, str]) -> None:
                 os.unlink(stale)
         old = os.umask(0o177)  # 0600 from the start: no window in which others may connect
         try:
-            server.bind(staging)
+            self.server.bind(staging)
         finally:
             os.umask(old)
-        server.listen(64)
+        self.server.listen(64)
         os.rename(staging, path)
-    DurableAgent(server, secret, timeout, None if path.startswith("@") else path).run()
+
+    def hide_from_commands(self) -> bool:
+        """Cover the sessions root (the session directory's parent) with an empty tmpfs in this
+        mount namespace — the host agent's, before it enters its own user namespace: the mount
+        is then locked, so no command can lift it. Clients outside see the socket; commands see
+        nothing to rename or replace. Both directories are opened first: the agent removes the
+        socket and its directory through them at its end. False where the layout is not the
+        host backend's."""
+        directory = os.path.dirname(self.path)
+        root = os.path.dirname(directory)
+        if (self.path.startswith("@") or not os.path.basename(directory).startswith(
+                _SESSION_DIR_PREFIX) or not os.path.basename(root).startswith(_ROOT_PREFIX)):
+            return False
+        self.dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        userns.cover_with_empty_tmpfs(root)
+        return True
+
+
+def serve(listener: Listener, environ: Mapping[str, str]) -> None:
+    """Serve on ``listener`` until shut down or orphaned too long. The key comes from
+    ``environ`` and is scrubbed from the process's environment block at once."""
+    key = environ.get(KEY_VAR, "")
+    scrub_environ(KEY_VAR)
+    if len(key) != 64:
+        raise SystemExit(f"--durable needs {KEY_VAR} (the session's attach key, hex)")
+    timeout = float(environ.get(ORPHAN_VAR, "0") or 0)
+    path = None if listener.path.startswith("@") else listener.path
+    DurableAgent(listener.server, bytes.fromhex(key), timeout, path, listener).run()

@@ -41,6 +41,8 @@ import threading
 from collections.abc import Callable
 from typing import Literal, NamedTuple, TypeVar
 
+from . import landlock
+
 T = TypeVar("T")
 
 # Which behaviour the agent was started with: the container backends set it (bind mode:
@@ -189,6 +191,7 @@ class Guard:
     def __init__(self, mode: Mode) -> None:
         self.mode = mode
         self.failure: OSError | None = None
+        self.domain = "off"  # the commands' Landlock domain (landlock.py), for the hello
         self._go_r, self._go_w = os.pipe()  # close-on-exec: no command inherits them
         self._done_r, self._done_w = os.pipe()
         self._calls = threading.Lock()  # one caller at a time (the agent's loop is one thread)
@@ -197,10 +200,17 @@ class Guard:
         self._thread: threading.Thread | None = None
 
     def _serve(self) -> None:
-        try:
-            install()
-        except OSError as exc:
-            self.failure = exc
+        if self.mode != "off":
+            try:
+                install()
+            except OSError as exc:
+                self.failure = exc
+        wanted, control = landlock.configured()
+        if wanted:  # the control path out of every command's reach: landlock.py
+            try:
+                self.domain = landlock.restrict_thread(control)
+            except OSError as exc:
+                self.domain = f"unavailable: {exc.strerror}"
         os.write(self._done_w, b"\0")  # installed (or not): ready() returns
         while True:
             os.read(self._go_r, 1)
@@ -255,10 +265,10 @@ def _the_guard() -> Guard | None:
     global _guard, _mode
     if _mode is None:
         _mode = os.environ.get(MODE_VAR, "off")
-    if _mode not in ("try", "require"):
+    if _mode not in ("try", "require") and not landlock.configured()[0]:
         return None
     if _guard is None:
-        _guard = Guard(_mode)  # type: ignore[arg-type]
+        _guard = Guard(_mode if _mode in ("try", "require") else "off")  # type: ignore[arg-type]
     return _guard
 
 
@@ -272,7 +282,17 @@ def status() -> str:
     """For the agent's hello: ``off``, ``active`` or ``unavailable: REASON`` (the guard's
     thread is started now, so the answer is known before the first command)."""
     guard = _the_guard()
-    if guard is None:
+    if guard is None or guard.mode == "off":
         return "off"
     guard.ready()
     return "active" if guard.failure is None else f"unavailable: {guard.failure.strerror}"
+
+
+def domain_status() -> str:
+    """For the agent's hello: the commands' Landlock domain (``landlock.py``): ``off``, what
+    it holds, or ``unavailable: REASON``."""
+    guard = _the_guard()
+    if guard is None:
+        return "off"
+    guard.ready()
+    return guard.domain

@@ -92,7 +92,7 @@ def enter_own_user_namespace(network: bool = False) -> None:
         loopback_up()
 
 
-_MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x2, 0x4, 0x8
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 
 
 def hide_run() -> None:
@@ -111,6 +111,17 @@ def hide_run() -> None:
         if libc.mount(b"tmpfs", path.encode(), b"tmpfs", flags, b"mode=755,size=1m") != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"mount tmpfs on {path}: {os.strerror(err)}")
+
+
+def cover_with_empty_tmpfs(directory: str) -> None:
+    """An empty, read-only tmpfs over ``directory`` in this mount namespace (the host durable
+    agent's session directory: ``session_socket.Listener``). Like ``hide_run``, mounted before
+    the agent's own user namespace is entered, so it is locked there. Raises OSError."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    flags = _MS_NOSUID | _MS_NODEV | _MS_NOEXEC | _MS_RDONLY
+    if libc.mount(b"tmpfs", directory.encode(), b"tmpfs", flags, b"mode=500,size=4k") != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {directory}: {os.strerror(err)}")
 
 
 def loopback_up() -> None:

@@ -134,6 +134,7 @@ class Spec(TypedDict, total=False):
     stdin_file: str
     user: str
     env_given: list[str]
+    keep_detached: bool  # what the command leaves running outlives it (jobs.py)
 
 
 class Request(TypedDict, total=False):

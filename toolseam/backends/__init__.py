@@ -17,6 +17,7 @@ from typing import Any
 from .._extras import install_hint
 from ..policy.limits import SandboxLimits
 from ..seam.errors import BackendUnavailable, ConfigurationError
+from ..seam.handle import SessionHandle
 from ..seam.protocol import BuiltinExec
 
 BACKENDS = ("host", "podman", "docker")
@@ -69,6 +70,23 @@ def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
         chosen.setdefault("limits", limits)
         chosen.setdefault("pull", pull)
     return create_backend(name, **chosen)
+
+
+def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> BuiltinExec:
+    """A backend of the handle's kind, for its workspace and engine (not yet open)."""
+    if handle.backend == "host":
+        host: Any = backend_class("host")
+        if handle.network == "egress":
+            options = {**options, "network": "egress"}
+        return host(handle.workspace, **options)  # type: ignore[no-any-return]
+    name = "docker" if handle.backend == "docker" else "podman"
+    if handle.backend == "podman-rootless":
+        options = {**options, "rootless": True}
+    if handle.network in ("bridge", "egress") and "limits" not in options:
+        options = {**options, "limits": SandboxLimits(network=handle.network)}
+    engine: Any = backend_class(name)
+    return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
+                  endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
 
 
 _CLASSES = {class_name: name for name, (_, class_name, _) in _WHERE.items()}

@@ -19,7 +19,7 @@ from ..policy.limits import SandboxLimits
 from .containers.attach import TlsFiles
 from .containers.backend import ContainerBackend
 from .containers.engine import SdkEngine
-from .containers.options import DEFAULT_IMAGE, ContainerOptions
+from .containers.options import DEFAULT_IMAGE, ContainerOptions, SetidFiles
 from .containers.pull import PullCallback, PullPolicy
 from .containers.sandbox import Hardening, WorkspaceMode
 
@@ -54,18 +54,21 @@ class DockerBackend(ContainerBackend):
                  workspace_mode: WorkspaceMode = "auto", tls: TlsFiles | None = None,
                  copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None,
-                 copy_keep_group_write: bool = False) -> None:
+                 copy_keep_group_write: bool = False, setid_files: SetidFiles = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (with ``tls``, or docker's own
         ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), ``https://`` or
         ``ssh://[user@]host[:port][/path/to/docker.sock]`` (through the system's ssh); default
         ``TOOLSEAM_DOCKER_URL``, then ``DOCKER_HOST``, then the local socket.
         ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
-        they are dropped; set-id and sticky bits never come)."""
+        they are dropped; set-id and sticky bits never come). ``setid_files``: whether commands
+        may make set-user/group-ID files — None, the mode's default: yes in copy mode (they
+        never come home), no in bind mode; "allow" in bind mode only where container root is
+        not host root (rootless podman); "refuse" everywhere (docs/security.md, decision 146)."""
         options = ContainerOptions(
             image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
             on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
             copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
-            copy_keep_group_write=copy_keep_group_write)
+            copy_keep_group_write=copy_keep_group_write, setid_files=setid_files)
         super().__init__(docker_engine(endpoint, tls), "docker", os.path.abspath(workspace),
                          options)
 

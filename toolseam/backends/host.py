@@ -30,17 +30,20 @@ from collections import deque
 from typing import Any
 
 from ..seam.errors import ConfigurationError, CouldNotRunError
+from ..seam.handle import SessionHandle
 from ..seam.models import SandboxInfo, SyncReport
 from .agentlink.channel import AgentChannel
+from .agentlink.durable import DurableChannel, DurableMethods, the_durable
 from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
 from .composed import AlwaysThere, ComposedBackend
+from .host_durable import DurableHostAgent
 
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
 
 
-class HostBackend(ComposedBackend):
+class HostBackend(DurableMethods, ComposedBackend):
     """Runs on this machine. ``pid_namespace``: True requires one, False never tries,
     None (default) uses one when the system allows it. ``network``: ``"host"`` (default)
     leaves commands this machine's network; ``"egress"`` gives them a network namespace of
@@ -61,7 +64,7 @@ class HostBackend(ComposedBackend):
                                      "namespaces; pid_namespace=False cannot have it")
         self.network = network
         self._want_namespace = True if network == "egress" else pid_namespace
-        self.agent = LocalAgent(python or sys.executable)
+        self.agent: LocalAgent | DurableHostAgent = LocalAgent(python or sys.executable)
         self._opening: asyncio.Lock | None = None
         self.liveness = _HostLiveness(self)
 
@@ -124,6 +127,30 @@ class HostBackend(ComposedBackend):
         self._closed = True
         await self.agent.stop()
 
+    # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
+    def make_durable(self, secret: str, orphan_timeout_s: float,
+                     adopt: SessionHandle | None = None) -> None:
+        if self._info is not None:
+            raise ConfigurationError("orphan_timeout_s: this backend is open already; a session "
+                                     "that outlives its client starts its own agent")
+        self.agent = DurableHostAgent(self.agent.python, secret, orphan_timeout_s, adopt)
+
+    def durable_channel(self) -> DurableChannel:
+        return the_durable(self.agent.channel)
+
+    def durable_handle(self, session_id: str, secret: str) -> SessionHandle:
+        assert isinstance(self.agent, DurableHostAgent)
+        return SessionHandle(backend="host", socket=self.agent.socket_path,
+                             sandbox=str(self._info.agent_pid if self._info else ""),
+                             workspace_mode="host", workspace=self.workspace,
+                             session_id=session_id, secret=secret,
+                             network=self.network)
+
+    async def detach(self) -> None:
+        assert isinstance(self.agent, DurableHostAgent)
+        await self.agent.detach()
+        self._closed = True
+
     # --- transfer: the workspace is the host dir itself ----------------------------------
     @property
     def copy_back_error(self) -> CouldNotRunError | None:
@@ -172,7 +199,7 @@ class LocalAgent:
     """The host backend's agent process and its channel."""
 
     def __init__(self, python: str) -> None:
-        self._python = python
+        self.python = python
         self.channel: AgentChannel | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._stderr_tail: deque[str] = deque(maxlen=20)
@@ -191,7 +218,7 @@ class LocalAgent:
     async def start(self, namespace: bool, own_network: bool = False) -> dict[str, Any]:
         """Start the agent; returns its ``hello`` answer (raises CouldNotRunError). With
         ``own_network`` its namespace gets a network namespace of its own (egress mode)."""
-        boot = [self._python, *agent_command(await asyncio.to_thread(stage_agent))]
+        boot = [self.python, *agent_command(await asyncio.to_thread(stage_agent))]
         if namespace:
             # The agent then enters a user namespace of its own, so no command can unmount
             # this /proc and look at the host's (toolseam_agent/userns.py).

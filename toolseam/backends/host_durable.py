@@ -3,16 +3,20 @@
 Like ``host.LocalAgent`` it runs ``python -I -S -B <staged agent>`` in a private pid namespace,
 but in a session of its own (no signal to the client's process group reaches it), started with
 ``subprocess.Popen`` — an asyncio subprocess transport kills its child when it is closed — and
-reached over a unix socket, 0600 in a 0700 directory, where every connection must present the
-session's secret (``toolseam_agent/session_socket.py``). A client that ``attach``es to a handle
-starts nothing: it connects to that socket.
+reached over a unix socket, 0600 in a 0700 directory, where every connection must prove it
+knows the session's key (``toolseam_agent/session_socket.py``). A client that ``attach``es to a
+handle starts nothing: it connects to that socket.
+
+The session directories live in this user's ``toolseam-sessions-<uid>`` (0700, checked along
+the path like the staging root), which the agent covers with an empty tmpfs in its commands'
+mount namespace (locked: no command can lift it): a client outside sees the socket, a command
+sees nothing it could rename or replace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import shutil
 import subprocess
@@ -20,17 +24,20 @@ import tempfile
 import threading
 import time
 from collections import deque
+from pathlib import Path
 from typing import IO, Any
 
-from toolseam_agent.session_socket import ORPHAN_VAR, SECRET_VAR
-
-from ..handle import SessionHandle
 from ..seam.errors import CouldNotRunError
-from .agentlink.durable import DurableChannel
+from ..seam.handle import SessionHandle
+from .agentlink.durable import DurableChannel, durable_agent_env
 from .agentlink.launch import agent_command, stage_agent
+from .staging import UnsafePath, check_ancestors, check_owned
 
 _START_TIMEOUT_S = 10.0
 SOCKET_DIR_PREFIX = "toolseam-session-"
+
+
+SESSIONS_ROOT_PREFIX = "toolseam-sessions-"
 
 
 def socket_parent() -> str:
@@ -39,13 +46,30 @@ def socket_parent() -> str:
     return runtime if runtime and os.path.isdir(runtime) else tempfile.gettempdir()
 
 
+def sessions_root(parent: str) -> str:
+    """``parent/toolseam-sessions-<uid>``: made 0700 if missing, and only used when it is a
+    directory of this user's that no one else may write, on a path no one else may change."""
+    uid = os.geteuid()
+    root = Path(parent) / f"{SESSIONS_ROOT_PREFIX}{uid}"
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(root, 0o700)
+    try:
+        check_ancestors(root, uid)
+        check_owned(root, uid, exact_owner=True)
+    except (UnsafePath, OSError) as exc:
+        raise CouldNotRunError(f"the sessions directory {root} is not safe to use: {exc} "
+                               "(remove it, or set XDG_RUNTIME_DIR to a directory of yours)",
+                               retryable=False) from None
+    return str(root)
+
+
 class DurableHostAgent:
     """The same surface as ``host.LocalAgent`` (``channel``, ``start``, ``stop``,
     ``stderr_tail``, ``launcher_pid``), for a session that outlives its client."""
 
     def __init__(self, python: str, secret: str, orphan_timeout_s: float,
                  adopt: SessionHandle | None) -> None:
-        self._python = python
+        self.python = python
         self._secret = secret
         self._orphan_timeout_s = orphan_timeout_s
         self._adopt = adopt
@@ -74,10 +98,11 @@ class DurableHostAgent:
         return await self.channel.hello() if self.channel else {}
 
     async def _launch(self, namespace: bool, own_network: bool = False) -> None:
-        boot = [self._python, *agent_command(await asyncio.to_thread(stage_agent))]
+        boot = [self.python, *agent_command(await asyncio.to_thread(stage_agent))]
         # In egress mode the agent hides /run (the runtime dir with it) before it listens.
         parent = tempfile.gettempdir() if own_network else socket_parent()
-        directory = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=parent)  # 0700
+        root = await asyncio.to_thread(sessions_root, parent)
+        directory = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=root)  # 0700
         self.socket_path = os.path.join(directory, "agent.sock")
         if namespace:
             user = [] if os.geteuid() == 0 else ["--user", "--map-current-user"]
@@ -87,8 +112,7 @@ class DurableHostAgent:
         else:
             argv = [*boot, "--daemonize", "--durable", self.socket_path]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
-               SECRET_VAR: hashlib.sha256(self._secret.encode()).hexdigest(),
-               ORPHAN_VAR: repr(float(self._orphan_timeout_s))}
+               **durable_agent_env(self._secret, self._orphan_timeout_s)}
         # setsid --fork: the agent is in a session of its own (no signal to this client's
         # process group reaches it) and no child of this process (nothing here waits for it)
         launcher = argv if not namespace else ["setsid", "--fork", *argv]

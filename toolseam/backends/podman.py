@@ -22,7 +22,7 @@ except ModuleNotFoundError as exc:
 from ..policy.limits import SandboxLimits
 from .containers.backend import ContainerBackend
 from .containers.engine import SdkEngine
-from .containers.options import DEFAULT_IMAGE, ContainerOptions
+from .containers.options import DEFAULT_IMAGE, ContainerOptions, SetidFiles
 from .containers.pull import PullCallback, PullPolicy
 from .containers.sandbox import Hardening, WorkspaceMode
 
@@ -58,16 +58,19 @@ class PodmanBackend(ContainerBackend):
                  on_pull_progress: PullCallback | None = None,
                  workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None,
-                 copy_keep_group_write: bool = False) -> None:
+                 copy_keep_group_write: bool = False, setid_files: SetidFiles = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (podman's API service) or
         ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``).
         ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
-        they are dropped; set-id and sticky bits never come)."""
+        they are dropped; set-id and sticky bits never come). ``setid_files``: whether commands
+        may make set-user/group-ID files — None, the mode's default: yes in copy mode (they
+        never come home), no in bind mode; "allow" in bind mode only where container root is
+        not host root (rootless podman); "refuse" everywhere (docs/security.md, decision 146)."""
         options = ContainerOptions(
             image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
             on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
             copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
-            copy_keep_group_write=copy_keep_group_write)
+            copy_keep_group_write=copy_keep_group_write, setid_files=setid_files)
         super().__init__(podman_engine(endpoint, rootless),
                          "podman-rootless" if rootless else "podman",
                          os.path.abspath(workspace), options)

@@ -27,6 +27,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -96,11 +97,83 @@ def staging_root() -> Path:
     if not _private:
         private = Path(tempfile.mkdtemp(prefix=f"toolseam-{uid}-private-"))
         private.chmod(_ROOT_MODE)
-        atexit.register(shutil.rmtree, private, True)
+        atexit.register(_remove_unless_mounted, private)
         _private.append(private)
         _log.warning("staging the sandbox agent in %s for this process only: %s", private,
                      "; ".join(problems))
     return _private[0]
+
+
+def user_dir(name: str) -> Path:
+    """``name`` below this user's staging root (0711, this user's alone, checked now): where
+    the container wing keeps its pool and socket directories, never the shared temp dir — a
+    name another local user planted there is never looked at (issue 32)."""
+    path = staging_root() / name
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, _ROOT_MODE)
+    check_owned(path, os.geteuid(), exact_owner=True)
+    return path
+
+
+def own_entries(directory: Path) -> list[tuple[Path, int]]:
+    """The entries of ``directory`` that are real directories of this user's that no one else
+    may write, each with a descriptor opened on it (``O_NOFOLLOW``) and checked to be what was
+    looked at — the caller closes them. Anything else (a symlink, another user's directory, a
+    group- or world-writable one, a file) is left alone."""
+    uid = os.geteuid()
+    found = []
+    for entry in sorted(directory.iterdir()):
+        try:
+            seen = os.lstat(entry)
+            if not stat.S_ISDIR(seen.st_mode) or seen.st_uid != uid or seen.st_mode & 0o022:
+                continue
+            fd = os.open(entry, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        opened = os.fstat(fd)
+        if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
+            os.close(fd)  # swapped between the look and the open
+            continue
+        found.append((entry, fd))
+    return found
+
+
+def read_own_file(dir_fd: int, name: str, limit: int = 4096) -> str | None:
+    """A small regular file of this user's in an opened directory (never through a link)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            return None
+        return os.read(fd, limit).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def _remove_unless_mounted(root: Path) -> None:
+    """Remove this process's private root at exit — unless something is mounted at or below
+    it: a pool left open has a session's base dir bind-mounted on a slot there, and ``rmtree``
+    would delete the base dir's files through the mount. Another local user can force root
+    into a private root (by making ``<tmp>/toolseam-0`` first), so this is theirs to trigger;
+    such a root is left in place with a warning instead."""
+    real = os.path.realpath(root)
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            points = [_OCTAL.sub(lambda m: chr(int(m[1], 8)), line.split(" ", 5)[4])
+                      for line in info]
+    except OSError:
+        points = [real]  # cannot tell: keep it
+    mounted = [p for p in points if p == real or p.startswith(real + "/")]
+    if mounted:
+        _log.warning("not removing %s at exit: %s is still mounted below it", root, mounted[0])
+        return
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_OCTAL = re.compile(r"\\([0-7]{3})")  # mountinfo's escapes: space is \040
 
 
 def write_manifest(work: Path) -> None:

@@ -59,7 +59,12 @@ class Grep(Builtin[GrepInput]):
             return error(f"grep: the search took longer than {exc.detail} ms and was stopped; "
                          "a pattern that backtracks (like (a+)+$) or a very large tree can do "
                          "that: narrow the pattern, the path or include")
-        page = sort_and_cap(listing.hits, args.limit or DEFAULT_LIMIT)
+        hits = listing.hits
+        hidden = await ctx.services.hidden_in_search(self.name, args.path or ".",
+                                                     {rel for rel, _, _ in hits})
+        if hidden:  # each file a search shows is judged on its own too (issue 32)
+            hits = [hit for hit in hits if hit[0] not in hidden]
+        page = sort_and_cap(hits, args.limit or DEFAULT_LIMIT)
         cap = settings.line_max_chars
         cut = 0
         lines = []
@@ -88,6 +93,10 @@ class Grep(Builtin[GrepInput]):
             if n]
         if skipped:
             notes.append(f"(not searched: {', '.join(skipped)})")
+        if hidden:
+            notes.append(f"(not shown: {len(hidden)} file{'s' if len(hidden) > 1 else ''} the "
+                         "read scope keeps out — " + "; ".join(
+                             f"{rel}: {why}" for rel, why in sorted(hidden.items())[:5]) + ")")
         return result
 
 

@@ -5,10 +5,17 @@ messages (a file widens to that file, a directory to that directory); the OS tem
 directories granted so far; system prefixes (``/usr``, ``/bin``, ``/etc`` …) except the
 secrets that live there (``SECRET_PATHS``, and anything there that is not world-readable).
 
-Decisions are taken on the CANONICAL path — every symlink resolved, ``/proc/self/root``,
-``/proc/*/cwd`` and ``/proc/*/fd/*`` included — never on the path as written: a symlink made
-inside the base dir, or ``/proc/self/root/<anything>``, is judged by where it leads. Roots
-count in both their written and their canonical form.
+Containment counts lexically or canonically (seed 003): a path written below a root is in
+scope, and so is one whose canonical form — every symlink resolved, ``/proc/self/root``,
+``/proc/*/cwd`` and ``/proc/*/fd/*`` included — lies below one; roots count in both their
+written and their canonical form. So a symlink in the base dir to an ordinary file elsewhere is
+in scope. The machine's secrets are judged on the file itself, whatever the spelling: a path
+whose canonical form is a secret asks, and so does a file with more than one hard link that is
+one of the secret files (the same device and inode), or that is not world-readable and lives
+on the system's own filesystem — a hard link a command made in the base dir to
+``/etc/shadow`` is ``/etc/shadow`` (issue 32). A hard link reaches no further: it cannot name
+a directory, cross a filesystem, or outlive the file's permissions (it has the same inode and
+mode), so the rest of a protected directory stays out of its reach.
 
 A read outside asks the host's approver — ``once``, ``directory`` (this directory, or a file's
 parent, for the session), ``session`` (everything, for the session) or ``deny``. Without an
@@ -53,12 +60,19 @@ SECRET_PATHS = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
                 "/etc/ppp/*-secrets", "/etc/mysql/debian.cnf", "/etc/docker/key.json",
                 "/etc/containers/auth.json", "/dev/mem", "/dev/kmem", "/dev/port")
 _CONTENT_TOOLS = ("read", "grep", "edit", "apply_patch", "bash")  # glob lists names only
+# The secret files a hard link is compared with by identity (SECRET_PATHS' files, its globs
+# spelt out); any other multi-link file that is not world-readable on /etc's device asks too.
+_SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                 "/etc/security/opasswd", "/etc/sudoers", "/etc/ipsec.secrets",
+                 "/etc/mysql/debian.cnf", "/etc/docker/key.json", "/etc/containers/auth.json",
+                 *(f"/etc/ssh/ssh_host_{k}_key" for k in ("rsa", "dsa", "ecdsa", "ed25519")))
 # Bash tokens: a /proc path into a process's root or cwd names the file below it. Resolving it
 # here would ask the wrong process (this one, or the agent — not the command), so it is
 # rewritten: /proc/*/root/X is /X, /proc/self/cwd/X is X from the command's cwd. Other /proc
 # paths and the command's own streams (/dev/stdout, /dev/fd/N …) are the command's own business.
 _OWN_STREAMS = re.compile(r"^/(?:dev/(?:std(?:in|out|err)|fd|tty\w*|pts)|proc)(?:/|$)")
 _TEMP_DIRS = ("/tmp", "/var/tmp")
+_PROBES_AT_ONCE = 64  # stats in flight at once when a search's hits are judged file by file
 
 
 @dataclass(frozen=True)
@@ -117,6 +131,8 @@ class _Probe:
     canonical: str
     kind: str = "missing"
     mode: int = 0
+    links: int = 1
+    inode: str = ""
 
 
 class ReadScope:
@@ -132,6 +148,8 @@ class ReadScope:
         self._everything = False
         self._question = asyncio.Lock()
         self._canonical_roots: dict[str, str] = {}  # a root as written -> its canonical form
+        self._secret_inodes: set[str] | None = None  # the secret files' identities, at first need
+        self._system_device = ""
         temp = set(_TEMP_DIRS)
         if local:
             temp.add(tempfile.gettempdir())
@@ -160,17 +178,38 @@ class ReadScope:
             found = await self._backend.stat(PathRef(base="/", path=path, confine=False))
         except FileOpError:
             return None
-        return _Probe(found.canonical, found.kind, found.mode)
+        return _Probe(found.canonical, found.kind, found.mode, found.links, found.inode)
 
     async def _verdict(self, tool: str, target: str) -> tuple[bool, _Probe | None]:
-        """Whether ``target`` (absolute, normalised) is in scope, judged by where it leads."""
+        """Whether ``target`` (absolute, normalised) is in scope: written or leading below a
+        root, unless the file itself is one of the machine's secrets."""
         probe = await self._probe(target)
         path = target if probe is None else probe.canonical
-        if self._everything or any(_under(path, root) for root in await self._roots()):
+        if self._everything:
             return True, probe
-        if not any(_under(path, prefix) for prefix in SYSTEM_PREFIXES):
+        roots = await self._roots()
+        if any(_under(path, root) for root in roots):  # leads below a root (a granted one too)
+            return not await self._linked_secret(tool, probe), probe
+        system = any(_under(path, prefix) for prefix in SYSTEM_PREFIXES)
+        if (system and self._secret(tool, path, probe)) or await self._linked_secret(tool, probe):
             return False, probe
-        return not self._secret(tool, path, probe), probe
+        return system or any(_under(target, root) for root in roots), probe
+
+    async def _linked_secret(self, tool: str, probe: _Probe | None) -> bool:
+        """A file with more than one hard link that is a secret file itself (its identity), or
+        is not world-readable on the system's own filesystem (where a link to one would be)."""
+        if tool not in _CONTENT_TOOLS or probe is None or probe.kind != "file" or \
+                probe.links < 2 or not probe.inode:
+            return False
+        if self._secret_inodes is None:
+            found = [await self._probe(path) for path in _SECRET_FILES]
+            self._secret_inodes = {p.inode for p in found if p is not None and p.inode
+                                   and p.kind == "file"}
+            system = await self._probe("/etc")
+            self._system_device = system.inode.split(":")[0] if system and system.inode else ""
+        if probe.inode in self._secret_inodes:
+            return True
+        return not probe.mode & 0o004 and probe.inode.split(":")[0] == self._system_device
 
     @staticmethod
     def _secret(tool: str, path: str, probe: _Probe | None) -> bool:
@@ -196,6 +235,40 @@ class ReadScope:
             inside, probe = await self._verdict(tool, target)  # an earlier answer may widen it
             if not inside:
                 await self._ask(tool, target, probe)
+
+    async def hidden_in_search(self, tool: str, root: str, rels: set[str]) -> dict[str, str]:
+        """Of the files a search below ``root`` (checked already) found, those it may not show,
+        each with why. A search reads every file below its root in the sandbox, so each file
+        it shows is judged again on its own: one that is a secret whatever its name (another
+        hard link to one) asks like a read; one the check cannot see at all is left out —
+        on the host backend the search runs in the agent's mount namespace, where a command
+        can bind-mount /etc into the base dir (issue 32)."""
+        if self.mode == "unrestricted" or self._everything:
+            return {}
+        base = posixpath.normpath(posixpath.join(self.workdir, root))
+        top = await self._probe(base)
+        if top is None or top.kind != "dir":
+            return {}  # a single file: checked as the search's root
+        hidden = {}
+        ordered = sorted(rels)
+        targets = [posixpath.normpath(posixpath.join(base, rel)) for rel in ordered]
+        probes: list[_Probe | None] = []
+        for start in range(0, len(targets), _PROBES_AT_ONCE):  # a round trip each in a container:
+            probes += await asyncio.gather(  # at once, not one after the other
+                *(self._probe(t) for t in targets[start:start + _PROBES_AT_ONCE]))
+        for rel, target, probe in zip(ordered, targets, probes, strict=True):
+            if probe is None or probe.kind != "file":
+                hidden[rel] = "not visible to the read scope's check (a mount only the " \
+                              "sandbox's commands see?)"
+                continue
+            system = any(_under(probe.canonical, p) for p in SYSTEM_PREFIXES)
+            if (system and self._secret(tool, probe.canonical, probe)) or \
+                    await self._linked_secret(tool, probe):
+                try:
+                    await self.check(tool, target)
+                except Refusal as refusal:
+                    hidden[rel] = str(refusal)
+        return hidden
 
     async def check_command(self, command: str, cwd: str) -> None:
         """The narrow bash check: an absolute path under the homes' parent or a known system
@@ -223,6 +296,9 @@ class ReadScope:
         shown = path if where == path else f"{path} (which is {where})"
         if any(_under(where, prefix) for prefix in SYSTEM_PREFIXES):
             what = f"{shown} holds secrets of this system"
+        elif probe is not None and probe.links > 1 and await self._linked_secret(tool, probe):
+            what = (f"{shown} is a hard link ({probe.links} names) to a file that may hold "
+                    "secrets of this system")
         else:
             what = f"{shown} is outside the working directory {self.workdir}"
         refusal = (f"{tool}: {what} and reading it was not approved; a host can set read_scope = "

@@ -113,6 +113,12 @@ class Session:
         if self.read_scope is not None:
             await self.read_scope.check(tool, path)
 
+    async def hidden_in_search(self, tool: str, root: str, rels: set[str]) -> dict[str, str]:
+        """Files a search found that the read scope will not show (``ReadScope``)."""
+        if self.read_scope is None:
+            return {}
+        return await self.read_scope.hidden_in_search(tool, root, rels)
+
     async def check_command(self, command: str, cwd: str) -> None:
         if self.read_scope is not None:
             await self.read_scope.check_command(command, cwd)

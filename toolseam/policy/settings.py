@@ -31,6 +31,15 @@ class Settings(BaseModel):
     # strict: "3600000" is not a number and true is not a count — a file says what it means
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
+    def __init__(self, **data: Any) -> None:
+        # Settings(...) from Python: the same one-line error as a settings file, not pydantic's
+        # own (its input_value dumps and documentation links). ConfigurationError is no
+        # ValueError, so pydantic passes it through model_validate unwrapped.
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(f"settings: {describe_validation_error(exc)}") from None
+
     schema_version: int = Field(SCHEMA_VERSION, description="Version of the file's shape.")
     timeout_policy: Literal["kill", "detach"] = Field(
         "kill", description="What the DEFAULT timeout does: kill the job, or detach it as a job.")
@@ -178,6 +187,8 @@ def parse_settings(data: dict[str, Any], source: str = "settings") -> Settings:
     upgraded.setdefault("schema_version", SCHEMA_VERSION)
     try:
         settings = Settings.model_validate(upgraded)
+    except ConfigurationError as exc:  # Settings.__init__'s, named "settings": name the source
+        raise ConfigurationError(f"{source}: {str(exc).removeprefix('settings: ')}") from None
     except ValidationError as exc:
         raise ConfigurationError(f"{source}: {describe_validation_error(exc)}") from None
     return settings.model_copy(update={"schema_version": SCHEMA_VERSION})
@@ -185,6 +196,11 @@ def parse_settings(data: dict[str, Any], source: str = "settings") -> Settings:
 
 def load_settings(path: str | Path) -> Settings:
     """Read settings from a ``.toml`` or ``.json`` file."""
+    return parse_settings(read_settings_data(path), str(path))
+
+
+def read_settings_data(path: str | Path) -> dict[str, Any]:
+    """A settings file's mapping, not yet validated (the CLI merges its flags into it first)."""
     file = Path(path)
     try:
         text = file.read_text(encoding="utf-8")
@@ -196,7 +212,7 @@ def load_settings(path: str | Path) -> Settings:
         raise ConfigurationError(f"{file}: not valid {file.suffix.lstrip('.') or 'JSON'}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigurationError(f"{file}: the top level must be a table/object")
-    return parse_settings(data, str(file))
+    return data
 
 
 def describe_validation_error(exc: ValidationError) -> str:
@@ -210,5 +226,10 @@ def describe_validation_error(exc: ValidationError) -> str:
             parts.append(f"{field} is required")
         else:
             message = error["msg"].removeprefix("Value error, ")
+            given = error.get("input")
+            if isinstance(given, (str, int, float, bool)) and error["loc"] and \
+                    error["loc"][0] != "egress_credentials" and repr(given) not in message:
+                shown = repr(given) if len(repr(given)) <= 60 else repr(given)[:57] + "..."
+                message = f"{message} (got {shown})"
             parts.append(f"{field}: {message}" if error["loc"] else message)
     return "; ".join(parts)

@@ -122,6 +122,8 @@ class FileStat(_Wire):
     size: int
     mode: int
     executable: bool
+    links: int = Field(1, description="Hard links to the file (st_nlink).")
+    inode: str = Field("", description="The file's identity, 'device:inode' (empty: unknown).")
 
 
 class TextContent(_Wire):

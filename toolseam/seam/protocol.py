@@ -55,6 +55,9 @@ class ExecRequest(SpawnRequest):
     env_given: list[str] = Field(
         default_factory=list, description="Variables the caller set (a user switch's passwd "
         "HOME/USER/LOGNAME do not replace them).")
+    keep_detached: bool = Field(
+        False, description="What the command leaves running outlives it (background jobs; at "
+        "a timeout, what moved to a session of its own); the session's close ends them.")
 
 
 @runtime_checkable

@@ -9,8 +9,11 @@ import asyncio
 import contextlib
 import itertools
 import socket
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
+from toolseam_agent.attach_auth import Sealer, SealError
 from toolseam_agent.wire import (
     HELLO,
     OUTPUT_EVENT,
@@ -37,6 +40,10 @@ _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent 
 # above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
 # memory, an mremap and an munmap (docs/decisions.md, 140).
 _READ_SIZE = 1 << 18
+# Told the op of each request this task's calls hand to an agent (``serve --stdio`` at EOF:
+# a bash call whose ``start`` reached the agent goes on there; one that did not, never ran).
+REQUEST_SENT: ContextVar[Callable[[str], None] | None] = ContextVar("toolseam_request_sent",
+                                                                   default=None)
 
 
 class AgentChannel(asyncio.BufferedProtocol):
@@ -63,6 +70,10 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._lost: asyncio.Future[None] = self._loop.create_future()
         self.death: CouldNotRunError | None = None
         self.tunnels: TunnelMux | None = None  # egress mode: the session's proxied connections
+        # A durable session's attached connection seals every line (toolseam_agent/attach_auth.py)
+        self._seal: Sealer | None = None
+        self._unseal: Sealer | None = None
+        self.tampered = False  # the channel died of a line that did not hold its seal
 
     @classmethod
     async def over_socket(cls, sock: socket.socket, endpoint: str) -> AgentChannel:
@@ -102,8 +113,10 @@ class AgentChannel(asyncio.BufferedProtocol):
         """A message that has no answer (a tunnel frame; bytes: a whole line already made);
         dropped once the channel is dead."""
         if self.death is None and self._transport is not None:
-            self._transport.write(message if isinstance(message, bytes)
-                                  else (wire_dumps(message) + "\n").encode())
+            data = message if isinstance(message, bytes) else (wire_dumps(message) + "\n").encode()
+            if self._seal is not None:
+                data = b"".join(self._seal.seal(line) + b"\n" for line in data.split(b"\n")[:-1])
+            self._transport.write(data)
 
     def unlisten(self, job: str) -> None:
         self._listeners.pop(job, None)
@@ -117,7 +130,14 @@ class AgentChannel(asyncio.BufferedProtocol):
         future: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pending[rid] = future
         try:
-            self._transport.write((wire_dumps({"id": rid, "op": op, **fields}) + "\n").encode())
+            payload = wire_dumps({"id": rid, "op": op, **fields})
+            if self._seal is None:
+                self._transport.write((payload + "\n").encode())
+            else:
+                self._transport.write(self._seal.seal(payload.encode()) + b"\n")
+            sent = REQUEST_SENT.get()
+            if sent is not None:
+                sent(op)
             if self._can_write is not None:
                 await asyncio.shield(self._can_write)
             answer = await future
@@ -158,12 +178,20 @@ class AgentChannel(asyncio.BufferedProtocol):
                 self._partial.append(rest)
         try:
             for line in lines:
+                if self._unseal is not None:
+                    line = self._unseal.open(line)
                 if self.tunnels is not None and line.startswith(TO_HOST):
                     found = tunnel_number(line, TO_HOST)
                     if found is not None and found[1]:  # data: no JSON codec on the hot path
                         self.tunnels.data(found[0], tunnel_payload(line))
                         continue
                 self._dispatch(wire_loads(line.decode()))  # str: skips detect_encoding
+        except SealError as exc:
+            self.tampered = True  # the engine's state cannot explain it: say what it was
+            self._die(f"a line from the session at {self.endpoint} did not hold its seal ({exc}): "
+                      "something between this client and the agent changed the stream")
+            assert self._transport is not None
+            self._transport.abort()
         except (ValueError, KeyError, TypeError, AttributeError) as exc:  # not our JSON lines
             self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
             assert self._transport is not None

@@ -65,6 +65,8 @@ class AgentExec:
                 spec["stdin_file"] = request.stdin_file
             if request.user is not None:
                 spec["user"], spec["env_given"] = request.user, request.env_given
+            if request.keep_detached:
+                spec["keep_detached"] = True
         sent = self._env_sent
         if sent is not None and sent[0] is channel and sent[1] == request.env:
             spec["env_id"] = sent[2]

@@ -14,12 +14,15 @@ from typing import Any, Literal
 
 from ...policy.environment import CONTAINER_BASE_ENV
 from ...seam.errors import ConfigurationError, CouldNotRunError
+from ...seam.handle import SessionHandle
 from ...seam.models import SandboxInfo, SyncReport
 from ..agentlink.channel import AgentChannel
+from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
 from .bind import BindMode
 from .copy import CopyMode
+from .durable_modes import DurableMode, durable_mode
 from .options import DEFAULT_IMAGE, ContainerOptions
 from .sandbox import (
     GO_MODE_SYMLINK,
@@ -34,12 +37,13 @@ __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 
 # The workspace modes, by name: a third is one new module in containers/ and one row here.
 MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
-    "bind": lambda options: BindMode(),
-    "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write),
+    "bind": lambda options: BindMode(options.setid_files),
+    "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write,
+                                     options.setid_files),
 }
 
 
-class ContainerBackend(ComposedBackend):
+class ContainerBackend(DurableMethods, ComposedBackend):
     """One warm container per session. A configured container backend that cannot start fails
     the session (``CouldNotRunError``); it never falls back to the host."""
 
@@ -57,6 +61,7 @@ class ContainerBackend(ComposedBackend):
                                         agent_bundles=dict(options.agent_bundles))
         self.liveness = mode.liveness(self.sandbox)
         self._opening = asyncio.Lock()
+        self._durable: DurableMode | None = None  # make_durable's choice
 
     @property
     def network(self) -> str:  # type: ignore[override]
@@ -170,6 +175,43 @@ class ContainerBackend(ComposedBackend):
             return
         self._closed = True
         await self.sandbox.stop()
+
+    # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
+    def make_durable(self, secret: str, orphan_timeout_s: float,
+                     adopt: SessionHandle | None = None) -> None:
+        """The mode's durable variant (``durable_modes.py``), chosen before the sandbox
+        starts: the only time a mode is chosen after construction."""
+        if self._info is not None:
+            raise ConfigurationError("orphan_timeout_s: this backend is open already (a pooled "
+                                     "sandbox?); a session that outlives its client starts "
+                                     "its own")
+        mode = durable_mode(self.sandbox.mode, self.options, secret, orphan_timeout_s, adopt)
+        self.sandbox.mode = self._durable = mode
+        self.liveness = mode.liveness(self.sandbox)
+
+    def durable_channel(self) -> DurableChannel:
+        return the_durable(self.sandbox.channel)
+
+    def durable_handle(self, session_id: str, secret: str) -> SessionHandle:
+        sandbox, mode = self.sandbox, self._durable_mode()
+        return SessionHandle(backend=self.name, endpoint=sandbox.engine.endpoint,
+                             socket=mode.socket_path,
+                             sandbox=sandbox.container or "", workspace_mode=mode.name,
+                             workspace=sandbox.workspace, image=sandbox.image,
+                             session_id=session_id, secret=secret,
+                             network=self.network)
+
+    def _durable_mode(self) -> DurableMode:
+        if self._durable is None:
+            raise ConfigurationError("the session is not open as a durable session")
+        return self._durable
+
+    async def detach(self) -> None:
+        await self._durable_mode().detach(self.sandbox)
+        self._closed = True
+
+    async def keep_backend_state(self) -> None:
+        await self._durable_mode().save_copy(self.sandbox)  # copy mode's baseline
 
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir

@@ -6,21 +6,23 @@ mode does not is here; ``ContainerSandbox`` holds the lifecycle both share.
 from __future__ import annotations
 
 import asyncio
-import glob
 import logging
 import os
 import shutil
 import socket
+import stat
 import tarfile
 import tempfile
 import time
 from collections import deque
 from typing import IO, Any, Literal
 
-from ...seam.errors import CouldNotRunError
+from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...seam.models import SyncReport
 from ..agentlink.channel import AgentChannel
+from ..staging import user_dir
 from .bundle import bundle_command
+from .options import SetidFiles
 from .pool_mounts import HOST_SLOTS, SlotMounts, release_slot
 from .sandbox import (
     AGENT_MOUNT,
@@ -69,11 +71,14 @@ logger = logging.getLogger(__name__)
 class BindMode:
     name: Literal["bind"] = "bind"
     shares_host_dir = True  # the sandbox works in the host's directory itself
-    # no command may start without the set-id guard: a rootful engine's root writes the host
-    # dir directly (docs/security.md)
-    guard = "require"
 
-    def __init__(self) -> None:
+    def __init__(self, setid_files: SetidFiles = None) -> None:
+        # No command may start without the set-id guard: the container writes the host dir
+        # itself, as host root on a rootful engine (docs/security.md). A rootless engine's root
+        # is an unprivileged user: ``setid_files="allow"`` lets its commands make set-id files,
+        # which reach the host dir as that user's (decision 146).
+        self._setid_files = setid_files
+        self.guard = "require"
         self.workspace_id: tuple[int, int] | None = None
         self._socket_dir: str | None = None
         self.last_sync: SyncReport | None = None  # nothing is ever copied back
@@ -98,8 +103,16 @@ class BindMode:
             # one verdict, before any engine says it its own way
             raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
                                    "a directory", retryable=False)
-        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
         owner = socket_owner(sandbox.engine.endpoint)
+        if self._setid_files == "allow":
+            if owner in (None, 0):
+                raise ConfigurationError(
+                    f"setid_files='allow': the {sandbox.engine_name} engine runs containers as "
+                    "host root, so a set-id file in the bind-mounted workspace would be a "
+                    "set-id-root program on the host; use rootless podman or "
+                    "workspace_mode='copy' (the copy-back strips set-id bits)")
+            self.guard = "off"
+        self._socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX, dir=user_dir("sockets"))
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
@@ -244,14 +257,19 @@ def sweep_socket_dirs(now: float | None = None) -> list[str]:
     inside a container the engine then removed. Called by the janitor; returns what went."""
     now = time.time() if now is None else now
     removed = []
-    for directory in glob.glob(os.path.join(tempfile.gettempdir(), SOCKET_DIR_PREFIX + "*")):
+    # this user's own socket directories only (staging.user_dir); one a rootless engine's user
+    # owns (chowned to it at the start) is taken as ours: its parent is ours alone
+    for entry in sorted(user_dir("sockets").iterdir()):
+        directory = str(entry)
         try:
-            if now - os.lstat(directory).st_mtime < _SOCKET_DIR_GRACE_S or _listening(
-                    os.path.join(directory, "agent.sock")):
+            seen = os.lstat(directory)
+            if (not stat.S_ISDIR(seen.st_mode) or not entry.name.startswith(SOCKET_DIR_PREFIX)
+                    or now - seen.st_mtime < _SOCKET_DIR_GRACE_S
+                    or _listening(os.path.join(directory, "agent.sock"))):
                 continue
             shutil.rmtree(directory)
         except OSError:
-            continue  # another user's, or gone meanwhile
+            continue  # gone meanwhile
         removed.append(directory)
     return removed
 

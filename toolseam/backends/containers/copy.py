@@ -23,6 +23,7 @@ from ...seam.models import SyncReport
 from ..staging import staging_root
 from .attach import attach_channel
 from .bundle import bundle_archive, bundle_command, bundle_digest
+from .options import SetidFiles
 from .retry import transient_retry
 from .sandbox import (
     AGENT_MOUNT,
@@ -73,10 +74,13 @@ class CopyLiveness:
 class CopyMode:
     name: Literal["copy"] = "copy"
     shares_host_dir = False  # the sandbox works on a copy, brought home at sync and close
-    # the copy-back's mode mask is the boundary; the set-id guard a second line
-    guard = "try"
 
-    def __init__(self, copy_limit: int, keep_group_write: bool) -> None:
+    def __init__(self, copy_limit: int, keep_group_write: bool,
+                 setid_files: SetidFiles = None) -> None:
+        # The copy-back's mode mask is the boundary (no set-id bit ever comes home), so
+        # commands may make set-id files in their own container by default — a step that
+        # builds or installs them works; "refuse" puts the set-id guard back (decision 146).
+        self.guard = "try" if setid_files == "refuse" else "off"
         self._copy_limit = copy_limit
         self._keep_group_write = keep_group_write  # group/other write bits come home
         self.copy: WorkspaceCopy | None = None  # what the sandbox was given

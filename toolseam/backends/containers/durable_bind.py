@@ -13,17 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import os
 from typing import Any
 
-from toolseam_agent.session_socket import ORPHAN_VAR, SECRET_VAR
+from toolseam_agent.landlock import DOMAIN_VAR
 
-from ...handle import SessionHandle
+from ...seam.handle import SessionHandle
 from ..agentlink.channel import AgentChannel
-from ..agentlink.durable import DurableChannel
+from ..agentlink.durable import DurableChannel, durable_agent_env
 from .bind import BindMode, identity
-from .sandbox import DURABLE_LABEL, OWNER_LABEL, ContainerSandbox, ContainerSpec, adopt_running
+from .options import SetidFiles
+from .sandbox import (
+    DURABLE_LABEL,
+    OWNER_LABEL,
+    SOCKET_MOUNT,
+    ContainerSandbox,
+    ContainerSpec,
+    adopt_running,
+)
 
 
 def durable_labels(labels: dict[str, str], orphan_timeout_s: float) -> dict[str, str]:
@@ -34,8 +41,9 @@ def durable_labels(labels: dict[str, str], orphan_timeout_s: float) -> dict[str,
 
 
 class DurableBindMode(BindMode):
-    def __init__(self, secret: str, orphan_timeout_s: float, adopt: SessionHandle | None) -> None:
-        super().__init__()
+    def __init__(self, secret: str, orphan_timeout_s: float, adopt: SessionHandle | None,
+                 setid_files: SetidFiles = None) -> None:
+        super().__init__(setid_files)
         self._secret = secret
         self._orphan_timeout_s = orphan_timeout_s
         self._adopt = adopt
@@ -45,16 +53,20 @@ class DurableBindMode(BindMode):
         assert self._socket_dir is not None
         return os.path.join(self._socket_dir, "agent.sock")
 
+    async def save_copy(self, sandbox: ContainerSandbox) -> None:
+        """Nothing: bind mode's workspace is the host dir itself (copy mode keeps a baseline)."""
+
     def agent_args(self, socket_path: str) -> list[str]:
         return ["--durable", socket_path]
 
     def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
-        secret_hash = hashlib.sha256(self._secret.encode()).hexdigest()
+        # The socket directory is a bind mount clients connect through: no command may make,
+        # remove or rename anything in it (toolseam_agent/landlock.py)
         return dataclasses.replace(
             spec, auto_remove=True,
             labels=durable_labels(spec.labels, self._orphan_timeout_s),
-            environment={**spec.environment, SECRET_VAR: secret_hash,
-                         ORPHAN_VAR: repr(float(self._orphan_timeout_s))})
+            environment={**spec.environment, DOMAIN_VAR: f"scope:{SOCKET_MOUNT}",
+                         **durable_agent_env(self._secret, self._orphan_timeout_s)})
 
     async def open_channel(self, path: str, endpoint: str) -> AgentChannel:
         return await DurableChannel.attach(path, endpoint, self._secret)

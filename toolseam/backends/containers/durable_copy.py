@@ -20,20 +20,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import hashlib
 import time
 from typing import Any, Literal
 
-from toolseam_agent.session_socket import ORPHAN_VAR, SECRET_VAR
+from toolseam_agent.attach_auth import KEY_VAR
 
-from ...handle import AttachError, SessionHandle
 from ...seam.errors import CouldNotRunError
+from ...seam.handle import AttachError, SessionHandle
 from ...seam.models import SyncReport
-from ..agentlink.durable import DurableChannel
+from ..agentlink.durable import DurableChannel, durable_agent_env
 from .bundle import bundle_command
 from .copy import CopyMode
 from .durable_bind import durable_labels
 from .exec_stream import exec_channel
+from .options import SetidFiles
 from .sandbox import (
     AGENT_MOUNT,
     CLOSING_LABEL,
@@ -52,8 +52,9 @@ _LISTEN_TIMEOUT_S = 15.0
 
 class DurableCopyMode(CopyMode):
     def __init__(self, copy_limit: int, keep_group_write: bool, secret: str,
-                 orphan_timeout_s: float, adopt: SessionHandle | None) -> None:
-        super().__init__(copy_limit, keep_group_write)
+                 orphan_timeout_s: float, adopt: SessionHandle | None,
+                 setid_files: SetidFiles = None) -> None:
+        super().__init__(copy_limit, keep_group_write, setid_files)
         self._secret = secret
         self._orphan_timeout_s = orphan_timeout_s
         self._adopt = adopt
@@ -71,12 +72,11 @@ class DurableCopyMode(CopyMode):
         return hello
 
     def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
-        secret_hash = hashlib.sha256(self._secret.encode()).hexdigest()
-        timeout = repr(float(self._orphan_timeout_s))
         return dataclasses.replace(
             spec, command=[*spec.command, "--durable", self.socket_path], stdin_open=False,
             labels=durable_labels(spec.labels, self._orphan_timeout_s),
-            environment={**spec.environment, SECRET_VAR: secret_hash, ORPHAN_VAR: timeout})
+            environment={**spec.environment,
+                         **durable_agent_env(self._secret, self._orphan_timeout_s)})
 
     async def _attach(self, sandbox: ContainerSandbox) -> None:
         """Each connection: an exec of the relay into the agent's socket."""
@@ -86,7 +86,10 @@ class DurableCopyMode(CopyMode):
         relay = [*bundle_command(AGENT_MOUNT), "--relay", self.socket_path]
 
         async def connect(channel: DurableChannel) -> None:
-            await exec_channel(address, attach_path, container, relay, channel)
+            # an exec inherits the container's environment: the agent's key is blanked, so
+            # the relay's memory never holds it
+            await exec_channel(address, attach_path, container, relay, channel,
+                               env={KEY_VAR: ""})
 
         old = sandbox.channel
         label = f"{sandbox.engine_name} container {container}"
@@ -132,7 +135,7 @@ class DurableCopyMode(CopyMode):
             await adopt_running(sandbox, handle.sandbox)
             await self._attach(sandbox)
             assert isinstance(sandbox.channel, DurableChannel)
-            saved = (sandbox.channel.attached.get("state") or {}).get("copy")
+            saved = sandbox.channel.kept_state("copy")
             if not isinstance(saved, dict):
                 raise AttachError("protocol", "the session kept no copy-back baseline")
             self.copy = _restore_copy(saved, handle.workspace)

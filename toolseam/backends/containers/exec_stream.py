@@ -84,12 +84,14 @@ def _body(answer: bytes) -> tuple[str, bytes]:
 
 
 async def exec_channel(address: EngineAddress, attach_path: str, container: str,
-                       argv: list[str], channel: AgentChannel) -> None:
-    """Run ``argv`` in ``container`` with its stdin and stdout as ``channel``'s transport."""
+                       argv: list[str], channel: AgentChannel,
+                       env: dict[str, str] | None = None) -> None:
+    """Run ``argv`` in ``container`` with its stdin and stdout as ``channel``'s transport;
+    ``env`` overrides variables of the container's environment for this process."""
     prefix = api_prefix(attach_path)
     create = _Collect(_request(address, f"{prefix}/containers/{container}/exec", {
         "AttachStdin": True, "AttachStdout": True, "AttachStderr": True, "Tty": False,
-        "Cmd": argv}, upgrade=False))
+        "Cmd": argv, "Env": [f"{k}={v}" for k, v in (env or {}).items()]}, upgrade=False))
     try:
         transport = await asyncio.wait_for(_connect(address, create), _TIMEOUT_S)
         answer = await asyncio.wait_for(create.done, _TIMEOUT_S)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ...policy.limits import SandboxLimits
 from ...seam.errors import ConfigurationError
@@ -16,6 +17,10 @@ from .workspace_copy import DEFAULT_COPY_LIMIT
 # A public, widely cached base any engine can pull: the agent brings its own runtime, so the
 # image needs no python; Debian slim has bash and the usual tools commands expect.
 DEFAULT_IMAGE = "docker.io/library/debian:bookworm-slim"
+# Whether commands may make set-user-ID / set-group-ID files (decision 146): None is the mode's
+# default — allowed in copy mode (the copy-back strips the bits), refused in bind mode.
+SetidFiles = Literal["refuse", "allow"] | None
+SETID_FILES = ("refuse", "allow", None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,6 +37,7 @@ class ContainerOptions:
     copy_limit: int | None = None  # None: DEFAULT_COPY_LIMIT
     agent_bundles: Mapping[str, str] = field(default_factory=dict)  # arch -> bundle dir
     copy_keep_group_write: bool = False  # copy mode brings group/other write bits home
+    setid_files: SetidFiles = None  # commands making set-id files (decision 146)
 
     def __post_init__(self) -> None:
         if self.pull not in PULL_POLICIES:
@@ -40,6 +46,9 @@ class ContainerOptions:
         if self.workspace_mode not in WORKSPACE_MODES:
             raise ConfigurationError(f"workspace_mode must be one of {', '.join(WORKSPACE_MODES)}, "
                                      f"got {self.workspace_mode!r}")
+        if self.setid_files not in SETID_FILES:
+            raise ConfigurationError(f"setid_files must be 'refuse', 'allow' or None (the "
+                                     f"mode's default), got {self.setid_files!r}")
         if self.copy_limit is not None and self.copy_limit <= 0:
             raise ConfigurationError(
                 f"copy_limit must be a positive number of bytes, got {self.copy_limit}")

@@ -1,4 +1,5 @@
-"""``SandboxPool``: container sandboxes created, started and answering before a session asks.
+"""``ContainerPool`` (``toolseam.SandboxPool`` adds ``toolkit()``): container sandboxes created,
+started and answering before a session asks.
 
 A pool holds ``size`` pre-warmed sandboxes of one backend class and one set of options (image,
 limits, endpoint …): each container is running and its agent has answered ``hello``. A hand-out
@@ -27,11 +28,10 @@ import asyncio
 import os
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, Self
 
 from ...policy.limits import SandboxLimits
-from ...policy.settings import Settings, parse_settings
 from ...seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ...seam.models import PathRef
 from .backend import ContainerBackend
@@ -49,15 +49,12 @@ from .pool_mounts import (
 )
 from .sandbox import POOL_LABEL, WORKSPACE, in_engine_thread
 
-if TYPE_CHECKING:
-    from ...toolkit import Toolkit
-
-__all__ = ["SandboxPool"]
+__all__ = ["ContainerPool"]
 
 BackendFactory = Callable[..., ContainerBackend]
 
 
-class SandboxPool:
+class ContainerPool:
     """Pre-warmed container sandboxes for new sessions, one backend class and its options.
 
     ``SandboxPool(PodmanBackend, size=16, image="my/sandbox:1", limits=SandboxLimits(...))``;
@@ -138,7 +135,7 @@ class SandboxPool:
         return "copy"
 
     # --- lifecycle ----------------------------------------------------------------------
-    async def start(self) -> SandboxPool:
+    async def start(self) -> Self:
         """Begin filling the pool (returns at once; ``wait_full`` waits). Idempotent."""
         if self._closed:
             raise HostError("the sandbox pool was closed")
@@ -209,7 +206,7 @@ class SandboxPool:
         finally:
             engine.close()
 
-    async def __aenter__(self) -> SandboxPool:
+    async def __aenter__(self) -> Self:
         return await self.start()
 
     async def __aexit__(self, *_: object) -> None:
@@ -253,34 +250,6 @@ class SandboxPool:
         self._handed = [b for b in self._handed if not b.closed]
         self._handed.append(backend)
         return backend
-
-    async def toolkit(self, base_dir: str | os.PathLike[str], *,
-                      settings: Settings | Mapping[str, Any] | None = None,
-                      **toolkit_kwargs: Any) -> Toolkit:
-        """An open ``Toolkit`` on a warm sandbox with ``base_dir`` as its workspace (at
-        ``/workspace`` inside); ``toolkit_kwargs`` are the Toolkit's other parameters
-        (``tools``, ``env_extra``, ``on_output`` …). ``settings.limits``, when set, must be the
-        pool's: a sandbox's limits are fixed when it starts."""
-        from ...toolkit import Toolkit  # the Toolkit imports the backends: import it late
-
-        for taken in ("backend", "backend_options"):
-            if taken in toolkit_kwargs:
-                raise ConfigurationError(f"pool.toolkit: {taken} is the pool's")
-        if settings is not None and not isinstance(settings, Settings):
-            settings = parse_settings(dict(settings))
-        if settings is not None and not settings.limits.is_default and \
-                settings.limits != (self.limits or SandboxLimits()):
-            raise ConfigurationError(
-                "settings.limits differ from the pool's: a pooled sandbox's limits are fixed "
-                "when it starts; give them to the pool (SandboxPool(..., limits=...))")
-        backend = await self.backend(base_dir)
-        tk = Toolkit(backend, settings=settings, **toolkit_kwargs)
-        try:
-            await tk.open()
-        except BaseException:
-            await asyncio.shield(backend.close())
-            raise
-        return tk
 
     async def _check_mounted(self, backend: ContainerBackend) -> None:
         """The container must see the base dir, not the empty slot: fail closed otherwise."""

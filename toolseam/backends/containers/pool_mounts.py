@@ -8,6 +8,11 @@ container at once — one ``mount(2)``, no copy, no restart. Only a process that
 
 Mounts outlive a process killed with ``-9``: each pool directory holds its owner's label, and
 ``sweep_dead_pools`` unmounts and removes those whose owner is gone (the janitor calls it).
+Pool directories live in this user's own ``pools`` directory (``staging.user_dir``), never the
+shared temp dir, and the sweep trusts nothing it finds there either: it takes only real
+directories of this user's that no one else may write, reads the owner file through a
+descriptor without following links, and detaches only mounts at or below the directory as
+found (issue 32: a planted link once steered root's janitor into unmounting ``/dev/shm``).
 """
 
 from __future__ import annotations
@@ -16,13 +21,13 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import glob
 import os
 import re
 import shutil
 import tempfile
 import warnings
 
+from ..staging import own_entries, read_own_file, user_dir
 from .sandbox import owner_is_gone, owner_label
 
 MS_BIND = 0x1000
@@ -169,7 +174,7 @@ def rootless_namespace(socket_path: str) -> int | None:
 def make_pool_dir(slots: SlotMounts | None) -> str:
     """A fresh pool directory owned by this process (its label inside). With ``slots`` (bind
     mode) it is made a shared mount where the containers are created."""
-    path = tempfile.mkdtemp(prefix=_PREFIX)
+    path = tempfile.mkdtemp(prefix=_PREFIX, dir=user_dir("pools"))
     with open(os.path.join(path, _OWNER_FILE), "w", encoding="utf-8") as owner:
         owner.write(owner_label())
     if slots is None:
@@ -217,8 +222,11 @@ def remove_pool_dir(path: str) -> None:
     (here, or in the namespace its file names), and remove it."""
     slots: SlotMounts = HOST_SLOTS
     with contextlib.suppress(OSError, ValueError):
-        with open(os.path.join(path, _NAMESPACE_FILE), encoding="ascii") as ns:
-            pid = int(ns.read().strip())
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            pid = int((read_own_file(fd, _NAMESPACE_FILE) or "").strip())
+        finally:
+            os.close(fd)
         if os.path.exists(f"/proc/{pid}/ns/mnt"):
             slots = NamespaceSlots(pid)
     slots.unmount_below(path)
@@ -229,22 +237,24 @@ def remove_pool_dir(path: str) -> None:
 def sweep_dead_pools() -> list[str]:
     """Remove the pool directories (and their mounts) of processes that are gone."""
     removed = []
-    for path in glob.glob(os.path.join(tempfile.gettempdir(), _PREFIX + "*")):
+    for entry, fd in own_entries(user_dir("pools")):
         try:
-            with open(os.path.join(path, _OWNER_FILE), encoding="utf-8") as owner:
-                label = owner.read().strip()
-        except OSError:
-            continue  # being made, or not ours to judge
-        if label and owner_is_gone(label):
-            with contextlib.suppress(OSError):  # another user's, or already going
-                remove_pool_dir(path)
-                removed.append(path)
+            label = (read_own_file(fd, _OWNER_FILE) or "").strip()
+        finally:
+            os.close(fd)
+        if entry.name.startswith(_PREFIX) and label and owner_is_gone(label):
+            with contextlib.suppress(OSError):  # already going
+                remove_pool_dir(str(entry))
+                removed.append(str(entry))
     return removed
 
 
 def _mounts_below(path: str, mountinfo: str) -> list[str]:
-    """Mount points at or below ``path`` in a mount namespace (its ``mountinfo``)."""
+    """Mount points at or below ``path`` — as given: a path that resolves elsewhere (a link on
+    the way) matches nothing — in a mount namespace (its ``mountinfo``)."""
     real = os.path.realpath(path)
+    if real != os.path.normpath(path):
+        return []
     found = []
     try:
         with open(mountinfo, encoding="utf-8", errors="surrogateescape") as info:

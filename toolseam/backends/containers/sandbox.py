@@ -29,6 +29,7 @@ from typing import IO, Any, Literal, Protocol, TypeVar
 
 import psutil
 
+from toolseam_agent.landlock import DOMAIN_VAR
 from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
 
 from ...policy.limits import SandboxLimits, size_bytes
@@ -189,7 +190,7 @@ def owner_is_gone(label: str) -> bool:
 async def adopt_running(sandbox: ContainerSandbox, container: str) -> None:
     """Take ``container`` as this sandbox's, for an attach (``durable_*.py``): it must still be
     there and running, else ``AttachError`` saying the session ended."""
-    from ...handle import AttachError
+    from ...seam.handle import AttachError
 
     sandbox.container = container
     state = await sandbox.state()
@@ -309,10 +310,13 @@ class ContainerSandbox:
 
     def spec(self, command: list[str], labels: dict[str, str], **parts: Any) -> ContainerSpec:
         """The session's container: the agent's own environment (commands get the host's,
-        never this) carries the mode's set-id guard setting."""
+        never this) carries the mode's set-id guard setting, and asks for the commands' Landlock
+        domain (``toolseam_agent/landlock.py``): no command traces or signals the agent or a
+        relay, or connects to the agent's abstract socket."""
         return ContainerSpec(image=self.image, name=f"toolseam-{self.session_id}",
                              command=command, labels=labels,
-                             environment={**self.environment, GUARD_VAR: self.mode.guard},
+                             environment={**self.environment, GUARD_VAR: self.mode.guard,
+                                          DOMAIN_VAR: "scope"},
                              hardening=self.hardening, **parts)
 
     async def launch(self, spec: ContainerSpec, before_start: Callable[[], None] | None = None
@@ -389,7 +393,10 @@ class ContainerSandbox:
 
     async def explain(self, failure: CouldNotRunError | None, starting: bool = False
                       ) -> CouldNotRunError:
-        """Turn "the channel closed" into what happened to the container, from the engine's API."""
+        """Turn "the channel closed" into what happened to the container, from the engine's API
+        — unless the channel ended on a line that did not hold its seal: that is what happened."""
+        if failure is not None and self.channel is not None and self.channel.tampered:
+            return failure
         state = await self.state()
         if state is None:
             return failure or CouldNotRunError("the sandbox container is gone", retryable=True)
