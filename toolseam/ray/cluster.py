@@ -7,8 +7,11 @@ orphan timeout, not the driver's lifetime, ends what nobody holds any more.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from .._extras import install_hint
@@ -47,13 +50,40 @@ def connect(address: str | None) -> Any:
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"the Ray cluster at {address} does not answer ({exc})"
                                      ) from None
+    loopback = _is_loopback(address)
     try:
-        ray.init(address=address or "auto", log_to_driver=False, logging_level="error",
-                 configure_logging=False)
+        with _loopback_kept(ray, loopback):
+            ray.init(address=address or "auto", log_to_driver=False, logging_level="error",
+                     configure_logging=False,
+                     **({"_node_ip_address": "127.0.0.1"} if loopback else {}))
     except ConnectionError as exc:
         raise ConfigurationError(f"the Ray cluster at {address or 'auto'} does not answer "
                                  f"({exc})") from None
     return ray
+
+
+@contextlib.contextmanager
+def _loopback_kept(ray: Any, loopback: bool) -> Iterator[None]:
+    """While ``ray.init`` runs, a loopback address stays loopback. Ray 2.60 rewrites
+    ``127.0.0.1`` (the cluster's address and the driver's own) to the machine's outward
+    address, where a cluster started with ``node_ip_address="127.0.0.1"`` does not listen: the
+    driver then waits for a GCS that never answers (decision 270)."""
+    services = ray._private.services
+    original = services.resolve_ip_for_localhost
+    if loopback:
+        services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = original
+
+
+def _is_loopback(address: str | None) -> bool:
+    """A cluster on this machine's loopback (``127.0.0.1:P``, ``localhost:P``)."""
+    if os.environ.get("RAY_NODE_IP_ADDRESS") or not address:
+        return False
+    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
 
 
 def alive_nodes(ray: Any) -> list[dict[str, Any]]:
