@@ -103,3 +103,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _needs_an_engine(item):
             item.add_marker(pytest.mark.engines)
+        if item.get_closest_marker("ray") is not None:  # one cluster: one xdist worker
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
+            item.add_marker(pytest.mark.engines)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """A real 3-node Ray cluster on 127.0.0.1 for the whole session (tests/helpers/ray_cluster.py)."""
+    from .helpers.ray_cluster import started
+
+    with started() as cluster:
+        yield cluster
