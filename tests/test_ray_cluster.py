@@ -87,16 +87,17 @@ async def test_builtins_through_a_node_answer_as_the_same_backend_here(
 
 async def assert_node_empty(ray_cluster: RayTestCluster, node: str) -> None:
     """The node actor holds no session and its engine no container of that actor."""
+    import ray
+
     from toolseam.backends.containers.sandbox import OWNER_LABEL
     from toolseam.ray import cluster
-
-    import ray
     actor = cluster.node_actor(ray, ray_cluster.node_id(node))
     stats = await actor.stats.remote()
     ready = await actor.ready.remote()
     assert stats["sessions"] == 0
     engine, variable = NODES[node]
     url = os.environ[variable]
+    made: Any
     if engine == "docker":
         from toolseam.backends.docker import docker_engine
         made = docker_engine(url)

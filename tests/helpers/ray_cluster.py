@@ -89,4 +89,4 @@ def started() -> Iterator[RayTestCluster]:
     finally:
         import ray
         ray.shutdown()  # the driver first: the head cannot go while a driver is connected
-        cluster.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]

@@ -138,15 +138,19 @@ class RayBackend:
         self._actor = cluster.node_actor(ray, node_id)
         ready = await self._ray_call(self._actor.ready.remote())
         self.where = str(ready["where"])
-        if self._attaching:
+        if self._attaching:  # renewed as often as the session's own orphan timeout asks
             answer = await self._ray_call(self._actor.attach.remote(self.session_id, self._secret))
+            attached: SandboxInfo
+            attached, self.orphan_timeout = decode(answer, self.where)
+            return attached.model_copy(update={"local": False})
         else:
             archive = await asyncio.to_thread(self._pack) if self._copy is not None else None
             answer = await self._ray_call(self._actor.open.remote(
                 self.session_id, self._secret, self.image, self.limits, archive,
                 self.orphan_timeout))
         info: SandboxInfo = decode(answer, self.where)
-        return info.model_copy(update={"local": False})
+        opened: SandboxInfo = info.model_copy(update={"local": False})
+        return opened
 
     def _pack(self) -> bytes:
         assert self._copy is not None

@@ -40,8 +40,6 @@ def connect(address: str | None) -> Any:
     answer is a ``ConfigurationError`` naming it within ``CONNECT_TIMEOUT_S`` — ``ray.init``
     itself would retry for a long while."""
     ray = ray_module()
-    if ray.is_initialized():
-        return ray
     if address and address != "auto" and not address.startswith("ray://"):
         host, _, port = address.rpartition(":")
         try:
@@ -50,6 +48,9 @@ def connect(address: str | None) -> Any:
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"the Ray cluster at {address} does not answer ({exc})"
                                      ) from None
+    if ray.is_initialized():
+        _same_cluster(ray, address)
+        return ray
     loopback = _is_loopback(address)
     try:
         with _loopback_kept(ray, loopback):
@@ -60,6 +61,16 @@ def connect(address: str | None) -> Any:
         raise ConfigurationError(f"the Ray cluster at {address or 'auto'} does not answer "
                                  f"({exc})") from None
     return ray
+
+
+def _same_cluster(ray: Any, address: str | None) -> None:
+    """One process, one cluster (Ray's own rule): another address is refused, naming both."""
+    if not address or address == "auto" or address.startswith("ray://"):
+        return
+    connected = str(ray.get_runtime_context().gcs_address)
+    if connected.rpartition(":")[2] != address.rpartition(":")[2]:
+        raise ConfigurationError(f"this process is connected to the Ray cluster at {connected}; "
+                                 f"a process reaches one cluster (asked: {address})")
 
 
 @contextlib.contextmanager

@@ -120,8 +120,10 @@ class NodeSessions:
 
     async def attach(self, sid: str, secret: str) -> Answer:
         try:
-            backend = self._session(sid, secret).backend
-            return ("ok", await backend.open())  # idempotent: the info of the running sandbox
+            session = self._session(sid, secret)
+            # open is idempotent: the info of the running sandbox; the orphan timeout tells
+            # the new holder how often to renew
+            return ("ok", (await session.backend.open(), session.orphan_timeout))
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
 
