@@ -29,6 +29,7 @@ from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from ._wire import Answer, encode
 from .node_config import NodeConfig
+from .node_shaped import ShapedSandboxes
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
 SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text", "read_page",
@@ -48,16 +49,20 @@ class _Session:
     orphan_timeout: float
     seen: float = field(default_factory=time.monotonic)
     calls: int = 0  # in flight: a session busy in a long call is not an orphan
+    toolkit: Any = None  # a Ray-shaped sandbox's (node_shaped.py)
+    workdir: str = ""  # a Ray-shaped sandbox's: where commands start, relative paths from
+    expires: float | None = None  # a Ray-shaped sandbox's ttl_seconds, on the monotonic clock
 
     @property
     def workspace(self) -> str:
         return os.path.join(self.root, WORKSPACE_DIR)
 
 
-class NodeSessions:
+class NodeSessions(ShapedSandboxes):
     """The node actor's body (made a Ray actor class in ``cluster.py``)."""
 
     def __init__(self) -> None:
+        self._shaped_init()
         self.config = NodeConfig.from_env()
         import ray  # only ever made inside a Ray worker
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -134,6 +139,8 @@ class NodeSessions:
             session = self._session(sid, secret)
         except HostError as exc:
             return encode(exc)
+        if session.toolkit is not None:  # its toolkit owns the backend's jobs
+            return encode(HostError(f"session {sid[:8]}… is a Ray-shaped sandbox"))
         session.calls += 1
         try:
             if method == "start":
@@ -227,19 +234,28 @@ class NodeSessions:
 
     # --- orphans -------------------------------------------------------------------------
     async def _reap(self) -> None:
+        """End what nobody renewed for its orphan timeout, and Ray-shaped sandboxes past
+        their ttl_seconds (even in a call: ttl is wall-clock, as Ray's)."""
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             for sid, session in list(self._sessions.items()):
-                if session.calls == 0 and now - session.seen > session.orphan_timeout:
-                    self._sessions.pop(sid, None)
-                    with contextlib.suppress(Exception):
-                        await session.backend.close()
-                    shutil.rmtree(session.root, ignore_errors=True)
+                orphaned = session.calls == 0 and now - session.seen > session.orphan_timeout
+                expired = session.expires is not None and now > session.expires
+                if not (orphaned or expired):
+                    continue
+                self._sessions.pop(sid, None)
+                if session.toolkit is not None:
+                    await self._end_shaped(sid, session)
+                    continue
+                with contextlib.suppress(Exception):
+                    await session.backend.close()
+                shutil.rmtree(session.root, ignore_errors=True)
 
     def _workdir(self) -> str:
-        os.makedirs(self.config.workdir, mode=0o700, exist_ok=True)
-        return self.config.workdir
+        workdir: str = self.config.workdir
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        return workdir
 
 
 def _extract(archive: bytes, dest: str) -> None:
