@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .backend import RayBackend
 from .node_config import NodeConfig
+from .pool import RayPool
 from .shaped import RaySandbox, create
 from .shaped_types import (
     ExecResult,
@@ -22,6 +23,6 @@ from .shaped_types import (
     SandboxTimeoutError,
 )
 
-__all__ = ["ExecResult", "ExecutionResult", "NodeConfig", "RayBackend", "RaySandbox",
+__all__ = ["ExecResult", "ExecutionResult", "NodeConfig", "RayBackend", "RayPool", "RaySandbox",
            "SandboxCreationError", "SandboxError", "SandboxExecError", "SandboxNotFoundError",
            "SandboxStatus", "SandboxTimeoutError", "create"]

@@ -113,6 +113,7 @@ class RayBackend:
         return made
 
     _attaching = False
+    _claim_from: str | None = None  # the RayPool whose warm sandbox this session takes
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -143,6 +144,11 @@ class RayBackend:
             attached: SandboxInfo
             attached, self.orphan_timeout = decode(answer, self.where)
             return attached.model_copy(update={"local": False})
+        elif self._claim_from is not None:  # a warm sandbox of a RayPool (pool.py)
+            archive = await asyncio.to_thread(self._pack) if self._copy is not None else None
+            answer = await self._ray_call(self._actor.pool_claim.remote(
+                self._claim_from, self.session_id, self._secret, archive, self.orphan_timeout,
+                self.image, self.limits))
         else:
             archive = await asyncio.to_thread(self._pack) if self._copy is not None else None
             answer = await self._ray_call(self._actor.open.remote(

@@ -29,6 +29,7 @@ from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from ._wire import Answer, encode
 from .node_config import NodeConfig
+from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
@@ -58,11 +59,12 @@ class _Session:
         return os.path.join(self.root, WORKSPACE_DIR)
 
 
-class NodeSessions(ShapedSandboxes):
+class NodeSessions(ShapedSandboxes, NodePools):
     """The node actor's body (made a Ray actor class in ``cluster.py``)."""
 
     def __init__(self) -> None:
         self._shaped_init()
+        self._pools_init()
         self.config = NodeConfig.from_env()
         import ray  # only ever made inside a Ray worker
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -230,7 +232,8 @@ class NodeSessions(ShapedSandboxes):
         """Counts and this process's memory (for the benchmark); no session is named."""
         import psutil
         info = psutil.Process().memory_full_info()
-        return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss}
+        return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss,
+                "warm": sum(pool.warm for pool in self._pools.values())}
 
     # --- orphans -------------------------------------------------------------------------
     async def _reap(self) -> None:

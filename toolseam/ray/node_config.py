@@ -59,11 +59,18 @@ class NodeConfig:
 
     def make(self, workspace: str, image: str | None, limits: Any) -> BuiltinExec:
         """A local backend on this node for one session, on ``workspace`` (a node-local dir)."""
-        options = dict(self.options)
         if self.engine == "host":
+            options = dict(self.options)
             options.pop("image", None)
             from ..backends.host import HostBackend
             return HostBackend(workspace, **options)
+        backend_class, options = self.container_factory(image, limits)
+        made: BuiltinExec = backend_class(workspace, **options)
+        return made
+
+    def container_factory(self, image: str | None, limits: Any) -> tuple[Any, dict[str, Any]]:
+        """The container backend class of this node's engine and its options (a pool's too)."""
+        options = dict(self.options)
         image = image or options.pop("image", None)
         options.pop("image", None)
         if image:
@@ -77,7 +84,7 @@ class NodeConfig:
             tls_dir = options.pop("tls_dir", None)
             if tls_dir:
                 options["tls"] = TlsFiles.from_dir(str(tls_dir))
-            return DockerBackend(workspace, **options)
+            return DockerBackend, options
         from ..backends.podman import PodmanBackend
         options.setdefault("rootless", self.engine == "podman-rootless")
-        return PodmanBackend(workspace, **options)
+        return PodmanBackend, options
