@@ -53,6 +53,7 @@ async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(
         # the other node's session goes on untouched
         assert (await kept.call("read", {"path": "w.txt"})).output.startswith("00001| kept")
     await assert_node_empty(ray_cluster, "podman")
+    await ray_cluster.wait_dead(doomed.node_id or "")  # the next tests see three nodes
 
 
 async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster) -> None:

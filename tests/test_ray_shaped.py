@@ -73,6 +73,20 @@ def test_a_script_written_for_rays_sandbox_runs_by_changing_its_import(
                      "TERMINATED"]
 
 
+def test_the_docs_rollout_example_runs(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """docs/ray.md's Ray-shaped example, as written, against the test cluster."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "ray.md").read_text()
+    marked = page.split("<!-- runs in tests/test_ray_shaped.py -->\n```python\n", 1)[1]
+    script = tmp_path / "example.py"
+    script.write_text(marked.split("```", 1)[0])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd(),
+                                            "RAY_ADDRESS": ray_cluster.address,
+                                            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [f"0 ['seed={n}', 'reward={2 * n}']" for n in range(4)]
+
+
 def test_a_sandbox_is_driven_only_through_its_handle(ray_cluster: RayTestCluster) -> None:
     import ray
 

@@ -62,6 +62,18 @@ class RayTestCluster:
         self.nodes[name] = node
         return node
 
+    async def wait_dead(self, node_id: str, timeout_s: float = 60.0) -> None:
+        """Until Ray's own health check has declared the node dead (other drivers, which did
+        not see it die, would otherwise still place work there)."""
+        import asyncio
+
+        import ray
+        deadline = time.monotonic() + timeout_s
+        while any(n["NodeID"] == node_id and n["Alive"]
+                  for n in ray.nodes()):  # type: ignore[no-untyped-call]
+            assert time.monotonic() < deadline, f"Ray still reports node {node_id} alive"
+            await asyncio.sleep(1.0)
+
     def kill_node(self, name: str) -> None:
         """The node's raylet and every process of it killed at once (no goodbye)."""
         self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)

@@ -132,13 +132,19 @@ class RayBackend:
         return self._info
 
     async def _open(self) -> SandboxInfo:
-        ray = self._ray = await asyncio.to_thread(cluster.connect, self.address)
-        node_id = await asyncio.to_thread(self.placement.choose, ray)
+        ray = self._ray = cluster.ray_module()
+        if ray.is_initialized():  # the usual case: no thread hop per session
+            cluster.connect(self.address)
+        else:
+            await asyncio.to_thread(cluster.connect, self.address)
+        if self._claim_from is not None and self.placement.node is not None:
+            node_id = self.placement.node  # the pool's choice: a lost node fails the claim
+        else:
+            node_id = await asyncio.to_thread(self.placement.choose, ray)
         self.node_id = node_id
         self.where = f"Ray node {node_id[:12]}"
         self._actor = cluster.node_actor(ray, node_id)
-        ready = await self._ray_call(self._actor.ready.remote())
-        self.where = str(ready["where"])
+        self.where = await cluster.node_where(node_id, self._ray_call(self._actor.ready.remote()))
         if self._attaching:  # renewed as often as the session's own orphan timeout asks
             answer = await self._ray_call(self._actor.attach.remote(self.session_id, self._secret))
             attached: SandboxInfo
@@ -213,7 +219,7 @@ class RayBackend:
                     f"{self.where} was lost ({type(exc).__name__}); the call may have run "
                     "there; this session is over (its sandbox went with the node): start a "
                     "new one", retryable=False)
-                cluster.forget_actor(self.node_id or "")
+                cluster.forget_actor(self.node_id or "", lost=_node_died(exc))
             raise self._over from None
 
     async def _call(self, method: str, *args: Any) -> Any:
@@ -335,3 +341,8 @@ class RayBackend:
             with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
                 tar.extractall(spool, filter="data")
             shutil.move(os.path.join(spool, "download"), local)
+
+
+def _node_died(exc: BaseException) -> bool:
+    """Ray says the actor's node died (not only the actor's process)."""
+    return "node" in type(exc).__name__.lower() or "its node has died" in str(exc)

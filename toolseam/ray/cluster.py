@@ -40,6 +40,9 @@ def connect(address: str | None) -> Any:
     answer is a ``ConfigurationError`` naming it within ``CONNECT_TIMEOUT_S`` — ``ray.init``
     itself would retry for a long while."""
     ray = ray_module()
+    if ray.is_initialized():
+        _same_cluster(ray, address)
+        return ray
     if address and address != "auto" and not address.startswith("ray://"):
         host, _, port = address.rpartition(":")
         try:
@@ -48,9 +51,6 @@ def connect(address: str | None) -> Any:
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"the Ray cluster at {address} does not answer ({exc})"
                                      ) from None
-    if ray.is_initialized():
-        _same_cluster(ray, address)
-        return ray
     loopback = _is_loopback(address)
     try:
         with _loopback_kept(ray, loopback):
@@ -97,8 +97,11 @@ def _is_loopback(address: str | None) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
+_lost: set[str] = set()  # nodes this process saw die: Ray reports them alive for a while
+
+
 def alive_nodes(ray: Any) -> list[dict[str, Any]]:
-    return [node for node in ray.nodes() if node.get("Alive")]
+    return [node for node in ray.nodes() if node.get("Alive") and node["NodeID"] not in _lost]
 
 
 def describe_resources(resources: dict[str, float]) -> str:
@@ -142,9 +145,30 @@ def node_actor(ray: Any, node_id: str) -> Any:
         return actor
 
 
-def forget_actor(node_id: str) -> None:
+def forget_actor(node_id: str, lost: bool = False) -> None:
+    """Drop the node's actor handle; ``lost``: its node died under a call — place nothing
+    there again from this process (Ray's health check reports it alive for several more
+    seconds, and a session placed there would be lost at once)."""
     with _lock:
         _actors.pop(node_id, None)
+        _where.pop(node_id, None)
+        if lost:
+            _lost.add(node_id)
+
+
+_where: dict[str, str] = {}
+
+
+async def node_where(node_id: str, ready: Any) -> str:
+    """The node's description from its actor's first ``ready`` answer (which also starts its
+    reaper), once per node and process; ``ready`` is awaited only the first time."""
+    known = _where.get(node_id)
+    if known is not None:
+        ready.close()  # the coroutine not needed
+        return known
+    answer = await ready
+    _where[node_id] = str(answer["where"])
+    return _where[node_id]
 
 
 def ray_failures(ray: Any) -> tuple[type[BaseException], ...]:

@@ -32,7 +32,7 @@ class NodePools:
         raise NotImplementedError
 
     async def pool_start(self, pool_id: str, image: str | None, limits: Any,
-                         size: int) -> dict[str, Any]:
+                         size: int, refill: bool = True) -> dict[str, Any]:
         """Begin warming ``size`` sandboxes; says whether the image was here already."""
         if self.config.engine == "host" or pool_id in self._pools:
             return {"warm": 0, "has_image": True, "where": self.where}
@@ -40,7 +40,7 @@ class NodePools:
 
         backend_class, options = self.config.container_factory(image, limits)
         options["workspace_mode"] = "copy"  # the node dir is a staging area only
-        pool = ContainerPool(backend_class, size=max(1, size), **options)
+        pool = ContainerPool(backend_class, size=max(1, size), refill=refill, **options)
         probe = backend_class(os.getcwd(), **options).sandbox
         has_image = await asyncio.to_thread(probe.engine.image_exists, probe.image)
         self._pools[pool_id] = pool

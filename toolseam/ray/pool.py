@@ -27,12 +27,12 @@ class RayPool:
     def __init__(self, *, image: str | None = None, size: int = 8,
                  resources: dict[str, float] | None = None, address: str | None = None,
                  limits: SandboxLimits | None = None,
-                 orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S) -> None:
+                 orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S, refill: bool = True) -> None:
         if size < 1:
             raise ConfigurationError(f"pool size must be at least 1, got {size}")
         self.image, self.size, self.limits = image, size, limits
         self.resources = dict(resources or {})
-        self.address, self.orphan_timeout = address, orphan_timeout
+        self.address, self.orphan_timeout, self.refill = address, orphan_timeout, refill
         self.pool_id = uuid.uuid4().hex  # also what lets a caller claim: never printed
         self._nodes: dict[str, dict[str, Any]] = {}  # node id -> share, warm, has_image
         self._claims: dict[str, int] = {}
@@ -49,7 +49,7 @@ class RayPool:
         shares = {node: max(1, round(self.size * c / total)) for node, c in cpus.items()}
         answers = await asyncio.gather(*(
             cluster.node_actor(ray, node).pool_start.remote(self.pool_id, self.image,
-                                                            self.limits, share)
+                                                            self.limits, share, self.refill)
             for node, share in shares.items()))
         for (node, share), answer in zip(shares.items(), answers, strict=True):
             self._nodes[node] = {"share": share, "has_image": answer["has_image"],
