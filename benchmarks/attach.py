@@ -41,7 +41,7 @@ def _backend(engine: str, workspace: str) -> Any:
 def _attach_options(engine: str) -> dict[str, Any]:
     if engine != "docker-remote":
         return {}
-    from toolseam.backends.containers.attach import TlsFiles
+    from toolseam.backends.containers.engine.attach import TlsFiles
     return {"backend_options": {"tls": TlsFiles.from_dir(
         os.environ["TOOLSEAM_REMOTE_DOCKER_CERT_PATH"])}}
 

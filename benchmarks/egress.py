@@ -88,7 +88,7 @@ def wait_listening(port: int, deadline: float = 10.0) -> None:
 
 def make_backend(name: str, workspace: str) -> Any:
     """A container backend in egress mode, endpoints as the tests take them (.engines.env)."""
-    from toolseam.backends.containers.attach import TlsFiles
+    from toolseam.backends.containers.engine.attach import TlsFiles
     from toolseam.backends.docker import DockerBackend
     from toolseam.backends.podman import PodmanBackend
     from toolseam.policy.limits import SandboxLimits

@@ -27,7 +27,7 @@ from bench import interleaved
 from inspect_ai.util import SandboxEnvironment
 from inspect_ai.util._sandbox.local import LocalSandboxEnvironment
 
-from toolseam.inspect_provider import ToolseamSandboxConfig, ToolseamSandboxEnvironment
+from toolseam.frontends.inspect import ToolseamSandboxConfig, ToolseamSandboxEnvironment
 
 IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
 CONTENDERS: dict[str, tuple[type[SandboxEnvironment], Any]] = {

@@ -88,7 +88,7 @@ async def measure(address: str, cluster: Any, claims: int, calls: int,
                   refill: bool) -> dict[str, Any]:
     import ray
 
-    from tests.helpers.ray_cluster import resource
+    from tests.support.ray_cluster import resource
     from toolseam import Toolkit
     from toolseam.backends.docker import DockerBackend
     from toolseam.ray import RayBackend, RayPool
@@ -136,7 +136,7 @@ def main() -> None:
     parser.add_argument("--no-refill", action="store_true",
                         help="the pool does not start replacements during the burst")
     args = parser.parse_args()
-    from tests.helpers.ray_cluster import started
+    from tests.support.ray_cluster import started
 
     with started() as made:
         from toolseam.ray import cluster as ray_cluster

@@ -16,7 +16,7 @@ from typing import Any
 from bench import row, time_async
 
 from toolseam import Toolkit
-from toolseam.backends.containers.attach import TlsFiles
+from toolseam.backends.containers.engine.attach import TlsFiles
 from toolseam.backends.docker import DockerBackend
 from toolseam.backends.podman import PodmanBackend
 

@@ -9,11 +9,11 @@ from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
-from .pool import __getattr__  # noqa: F401 - SandboxPool on first use (a container extra)
 from .seam.handle import AttachError, SessionHandle
+from .session.pool import __getattr__  # noqa: F401 - SandboxPool on first use (a container extra)
 
 if _TYPE_CHECKING:  # what type checkers see of the lazy name
-    from .sandbox_pool import SandboxPool
+    from .session.sandbox_pool import SandboxPool
 from .seam.errors import (
     BackendUnavailable,
     ConfigurationError,
@@ -28,8 +28,8 @@ from .seam.errors import (
     UnknownToolError,
 )
 from .seam.protocol import BuiltinExec
-from .sync import SyncToolkit
-from .toolkit import HostTool, Toolkit
+from .session.sync import SyncToolkit
+from .session.toolkit import HostTool, Toolkit
 
 try:
     __version__ = _metadata.version("toolseam")

@@ -13,19 +13,19 @@ import contextlib
 import os
 import select
 import signal
-import socket
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from . import ops, paths, procscan, setid_guard, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
-from .procscan import JobMark
 from .loop import Loop
+from .procscan import JobMark
 from .reaper import Reaper
 from .searcher import Search
 from .wire import ErrorKind
@@ -174,9 +174,9 @@ class Agent:
             "protocol": wire.PROTOCOL_VERSION, "pid": os.getpid(), "uid": os.geteuid(),
             "python": sys.version.split()[0], "subreaper": self.subreaper,
             "pid_namespace": os.getpid() == 1, "openat2": paths.openat2_available(),
-            "proc_locked": _proc_locked, "setid_guard": setid_guard.status(),
-            "command_domain": setid_guard.domain_status(), "control_hidden": _control_hidden,
-            "interfaces": userns.interfaces(), "run_hidden": _run_hidden,
+            "proc_locked": STARTUP.proc_locked, "setid_guard": setid_guard.status(),
+            "command_domain": setid_guard.domain_status(), "control_hidden": STARTUP.control_hidden,
+            "interfaces": userns.interfaces(), "run_hidden": STARTUP.run_hidden,
             "reaper": self.reaper.mode,
         })
 
@@ -323,74 +323,13 @@ def _seconds(wait_ms: float | None) -> float | None:
     return None if wait_ms is None else max(0.0, float(wait_ms)) / 1000
 
 
-def _daemonize() -> None:
-    """Detach from the host process so it is not an ancestor of any command (its environ would
-    be readable through /proc/<ancestor>/environ). Used only when no pid namespace is had."""
-    if os.fork() > 0:
-        os._exit(0)
-    os.setsid()
-    if os.fork() > 0:
-        os._exit(0)
+@dataclass
+class Startup:
+    """What the entry point (``main.py``) did before the agent ran; ``hello`` reports it."""
+
+    proc_locked: bool | None = None  # host agent: whether commands can no longer unmount /proc
+    run_hidden: bool = False  # host agent in egress mode: /run (engine sockets, D-Bus) hidden
+    control_hidden: bool = False  # host durable agent: its session directory hidden from commands
 
 
-_proc_locked: bool | None = None  # host agent: whether commands can no longer unmount /proc
-_run_hidden = False  # host agent in egress mode: /run (engine sockets, D-Bus, resolvers) hidden
-_control_hidden = False  # host durable agent: its session directory hidden from commands
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if "--daemonize" in args:
-        _daemonize()
-    durable = args[args.index("--durable") + 1] if "--durable" in args else None
-    listener = None
-    if durable is not None:  # bound first: it must be where clients look, outside any mount
-        from .session_socket import Listener
-        listener = Listener(durable)
-    if "--own-user-namespace" in args:  # the host backend's agent, pid 1 of its pid namespace
-        global _proc_locked, _control_hidden
-        try:
-            # --own-network (egress mode): commands get only loopback and no /run; the host
-            # checks what hello reports and refuses the session unless both hold
-            if "--own-network" in args:
-                global _run_hidden
-                try:
-                    userns.hide_run()
-                    _run_hidden = True
-                except OSError as exc:
-                    print(f"the agent cannot hide /run: {exc}", file=sys.stderr)
-            if listener is not None:  # commands never see the socket a client attaches to
-                try:
-                    _control_hidden = listener.hide_from_commands()
-                except OSError as exc:
-                    print(f"the agent cannot hide its session directory: {exc}",
-                          file=sys.stderr)
-            userns.enter_own_user_namespace(network="--own-network" in args)
-            _proc_locked = True
-        except OSError as exc:  # still better than no pid namespace at all: go on, and say so
-            print(f"the agent cannot lock its /proc in a user namespace: {exc}", file=sys.stderr)
-            _proc_locked = False
-    if "--relay" in args:  # an exec's stream into a durable agent's socket (relay.py)
-        from .relay import relay
-        raise SystemExit(relay(args[args.index("--relay") + 1]))
-    if listener is not None:  # a session that outlives its client (session_socket.py)
-        from .session_socket import serve
-        serve(listener, os.environ)
-    elif "--listen" in args:
-        path = args[args.index("--listen") + 1]
-        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        if os.path.exists(path):
-            os.unlink(path)
-        server.bind(path)
-        os.chmod(path, 0o600)
-        server.listen(1)
-        conn, _ = server.accept()
-        server.close()
-        Agent(conn.fileno(), conn.fileno()).run()
-        conn.close()
-    else:
-        Agent(sys.stdin.fileno(), sys.stdout.fileno()).run()
-
-
-if __name__ == "__main__":
-    main()
+STARTUP = Startup()

@@ -374,7 +374,7 @@ class DurableAgent(Agent):
 
 
 class Listener:
-    """The durable agent's socket, bound before the agent hides anything (``server.main``)."""
+    """The durable agent's socket, bound before the agent hides anything (``main.main``)."""
 
     def __init__(self, path: str) -> None:
         self.path = path

@@ -12,7 +12,8 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from .._extras import install_hint
 from ..policy.limits import SandboxLimits
@@ -20,20 +21,59 @@ from ..seam.errors import BackendUnavailable, ConfigurationError
 from ..seam.handle import SessionHandle
 from ..seam.protocol import BuiltinExec
 
-BACKENDS = ("host", "podman", "docker")
-_WHERE = {
-    "host": ("toolseam.backends.host", "HostBackend", None),
-    "podman": ("toolseam.backends.podman", "PodmanBackend", "podman"),
-    "docker": ("toolseam.backends.docker", "DockerBackend", "docker"),
-}
+BackendName = Literal["host", "podman", "docker"]
+
+
+@dataclass(frozen=True)
+class BackendKind:
+    """What a front end may know of a backend before or without opening it: the ONE table of
+    backend names (``KINDS``). Front ends ask it for a fact — are commands contained, which
+    options only this kind takes, the engine's own command line — and never test a name."""
+
+    name: BackendName
+    module: str
+    class_name: str
+    extra: str | None  # the pip extra that brings its engine SDK
+    engine_cli: str | None  # the engine's command, pointed at an endpoint (None: no engine)
+    own_options: tuple[str, ...] = ()  # keyword options of this kind alone
+    engine_function: str | None = None  # in ``module``: the engine client at an endpoint
+
+    @property
+    def contained(self) -> bool:
+        """Commands run in a container an engine made (not directly on this machine)."""
+        return self.engine_cli is not None
+
+
+KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
+    BackendKind("host", "toolseam.backends.host", "HostBackend", None, None),
+    BackendKind("podman", "toolseam.backends.podman", "PodmanBackend", "podman",
+                "podman --url", ("rootless",), "podman_engine"),
+    BackendKind("docker", "toolseam.backends.docker", "DockerBackend", "docker",
+                "docker -H", ("tls",), "docker_engine"),
+)}
+BACKENDS: tuple[BackendName, ...] = tuple(kind.name for kind in KINDS.values())
+DEFAULT_BACKEND: BackendName = "host"
+# what an open backend calls itself beyond the kind's name (``BuiltinExec.name``)
+_RUNTIME_NAMES = {"podman-rootless": "podman"}
+
+
+def backend_kind(name: str) -> BackendKind:
+    """The kind of a backend by the name a user gave or an open backend reports
+    (``podman-rootless`` is podman's); an unknown name raises ``BackendUnavailable`` listing
+    the known ones."""
+    kind = KINDS.get(_RUNTIME_NAMES.get(name, name))
+    if kind is None:
+        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    return kind
 
 
 def backend_class(name: str) -> type[BuiltinExec]:
     """The class of a backend by name, its module imported now; a missing extra raises
     ``BackendUnavailable`` naming what to install."""
-    if name not in _WHERE:
+    if name not in KINDS:
         raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
-    module_name, class_name, extra = _WHERE[name]
+    kind = KINDS[name]
+    module_name, class_name, extra = kind.module, kind.class_name, kind.extra
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -46,6 +86,18 @@ def backend_class(name: str) -> type[BuiltinExec]:
     return found
 
 
+def engine_for(name: str, endpoint: str | None, **options: Any) -> Any:
+    """The engine client of a container backend kind at ``endpoint`` (its default when None),
+    for work on the engine itself (``toolseam recover``); ``options`` are the kind's own."""
+    kind = backend_kind(name)
+    stray = sorted(set(options) - set(kind.own_options))
+    if kind.engine_function is None or stray:
+        what = f"the option(s) {', '.join(stray)}" if stray else "an engine"
+        raise ConfigurationError(f"the {name} backend has no {what}")
+    backend_class(kind.name)  # its SDK is an extra: a missing one is named with its install line
+    return getattr(importlib.import_module(kind.module), kind.engine_function)(endpoint, **options)
+
+
 def create_backend(name: str, **options: Any) -> BuiltinExec:
     """A backend instance by name (``host``, ``podman``, ``docker``)."""
     return backend_class(name)(**options)
@@ -56,7 +108,7 @@ def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
     """The backend a ``Toolkit`` builds from a name: the host works in the base dir; container
     engines get the session's limits (the host backend has no engine to enforce them)."""
     chosen = dict(options)
-    if name == "host":
+    if not backend_kind(name).contained:
         if base_dir:
             chosen.setdefault("workspace", os.path.expanduser(base_dir))
         if limits.network == "egress":  # the one limit the host enforces (namespaces)
@@ -89,7 +141,7 @@ def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> Builti
                   endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
 
 
-_CLASSES = {class_name: name for name, (_, class_name, _) in _WHERE.items()}
+_CLASSES = {kind.class_name: name for name, kind in KINDS.items()}
 
 
 def __getattr__(attribute: str) -> Any:
@@ -99,5 +151,6 @@ def __getattr__(attribute: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
-__all__ = ["BACKENDS", "DockerBackend", "HostBackend", "PodmanBackend",  # the classes: lazy
-           "backend_class", "backend_for", "create_backend"]
+__all__ = ["BACKENDS", "DEFAULT_BACKEND", "KINDS", "BackendKind",
+           "DockerBackend", "HostBackend", "PodmanBackend",  # the classes: lazy
+           "backend_class", "backend_for", "backend_kind", "create_backend", "engine_for"]

@@ -10,18 +10,19 @@ from .._extras import install_hint
 from ..seam.errors import BackendUnavailable
 
 try:  # the engine SDK is an extra: say what to install, not a bare ModuleNotFoundError
-    from .containers.docker_dialect import DockerDialect
+    from .containers.engine.docker_dialect import DockerDialect
 except ModuleNotFoundError as exc:
     raise BackendUnavailable(f"the docker backend needs the {exc.name!r} package: "
                              f"{install_hint('docker')}") from None
 
 from ..policy.limits import SandboxLimits
-from .containers.attach import TlsFiles
 from .containers.backend import ContainerBackend
-from .containers.engine import SdkEngine
+from .containers.engine.attach import TlsFiles
+from .containers.engine.protocol import Hardening
+from .containers.engine.pull import PullCallback, PullPolicy
+from .containers.engine.sdk import SdkEngine
 from .containers.options import DEFAULT_IMAGE, ContainerOptions, SetidFiles
-from .containers.pull import PullCallback, PullPolicy
-from .containers.sandbox import Hardening, WorkspaceMode
+from .containers.sandbox import WorkspaceMode
 
 
 class DockerEngine(SdkEngine):

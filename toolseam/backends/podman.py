@@ -14,17 +14,18 @@ from .._extras import install_hint
 from ..seam.errors import BackendUnavailable
 
 try:  # the engine SDK is an extra: say what to install, not a bare ModuleNotFoundError
-    from .containers.podman_dialect import PodmanDialect
+    from .containers.engine.podman_dialect import PodmanDialect
 except ModuleNotFoundError as exc:
     raise BackendUnavailable(f"the podman backend needs the {exc.name!r} package: "
                              f"{install_hint('podman')}") from None
 
 from ..policy.limits import SandboxLimits
 from .containers.backend import ContainerBackend
-from .containers.engine import SdkEngine
+from .containers.engine.protocol import Hardening
+from .containers.engine.pull import PullCallback, PullPolicy
+from .containers.engine.sdk import SdkEngine
 from .containers.options import DEFAULT_IMAGE, ContainerOptions, SetidFiles
-from .containers.pull import PullCallback, PullPolicy
-from .containers.sandbox import Hardening, WorkspaceMode
+from .containers.sandbox import WorkspaceMode
 
 
 def default_endpoint(rootless: bool) -> str:

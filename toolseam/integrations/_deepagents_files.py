@@ -20,7 +20,7 @@ from deepagents.backends.utils import (
 
 from ..seam.errors import FileOpError
 from ..seam.models import ChangeSet, PageRequest, PathRef, WriteOp
-from ..toolkit import Toolkit
+from ..session.toolkit import Toolkit
 
 MAX_OUTPUT_BYTES = 500 * 1024  # deepagents' page and binary preview bounds
 MAX_BINARY_BYTES = 500 * 1024

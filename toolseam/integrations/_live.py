@@ -22,8 +22,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..handle import SessionHandle
-from ..toolkit import Toolkit
+from ..seam.handle import SessionHandle
+from ..session.toolkit import Toolkit
 from ._session import LoopThread, Workspace
 
 PROVIDER = "toolseam"

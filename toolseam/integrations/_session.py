@@ -18,11 +18,11 @@ import threading
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
+from ..backends import BACKENDS, backend_kind
 from ..seam.errors import ConfigurationError, SessionClosedError
 
 T = TypeVar("T")
 
-CONTAINER_BACKENDS = ("podman", "docker")
 
 
 class LoopThread:
@@ -89,9 +89,10 @@ class Workspace:
 
 def check_choice(backend: str, image: str | None) -> None:
     """Refuse a backend name or an image that cannot work, before anything is made."""
-    if backend != "host" and backend not in CONTAINER_BACKENDS:
-        raise ConfigurationError(f"backend must be 'host', 'podman' or 'docker', got {backend!r}")
-    if backend == "host" and image is not None:
+    if backend not in BACKENDS:
+        raise ConfigurationError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, "
+                                 f"got {backend!r}")
+    if not backend_kind(backend).contained and image is not None:
         raise ConfigurationError("image is for a container backend (podman, docker); the host "
                                  "backend runs on this machine")
 
@@ -103,7 +104,7 @@ def toolkit_arguments(backend: str, image: str | None, workspace: Workspace,
     check_choice(backend, image)
     arguments = dict(options)
     backend_options = dict(arguments.pop("backend_options", None) or {})
-    if backend == "host":
+    if not backend_kind(backend).contained:
         arguments.setdefault("base_dir", workspace.path())
     else:
         if image is not None:

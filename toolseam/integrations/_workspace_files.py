@@ -9,10 +9,10 @@ import posixpath
 
 from pydantic_ai.workspaces import FileEntry
 
-from ..raw import ExecResult, os_error
 from ..seam.errors import FileOpError
 from ..seam.models import FileStat, PathRef
-from ..toolkit import Toolkit
+from ..session.raw import ExecResult, os_error
+from ..session.toolkit import Toolkit
 
 
 async def write_bytes(tk: Toolkit, path: str, data: bytes) -> None:

@@ -31,9 +31,9 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
-from ..raw import ExecResult, FileLimitError
 from ..seam.errors import CouldNotRunError
-from ..toolkit import Toolkit
+from ..session.raw import ExecResult, FileLimitError
+from ..session.toolkit import Toolkit
 from . import _deepagents_files as files
 from ._session import LoopThread, Workspace, check_choice, toolkit_arguments
 

@@ -65,11 +65,11 @@ from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from pydantic import Field
 
-from ..backends import create_backend
-from ..handle import AttachError, SessionHandle
-from ..raw import UnknownUserError, UserUnsupportedError
+from ..backends import backend_kind, create_backend
 from ..seam.errors import ToolseamError
-from ..toolkit import Toolkit
+from ..seam.handle import AttachError, SessionHandle
+from ..session.raw import UnknownUserError, UserUnsupportedError
+from ..session.toolkit import Toolkit
 
 __all__ = ["ToolseamSandboxClient", "ToolseamSandboxClientOptions", "ToolseamSandboxSession",
            "ToolseamSandboxSessionState"]
@@ -414,7 +414,7 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
     made_dir: str | None = None
     toolkit: Toolkit | None = None
     try:
-        if state.backend == "host" and pool is None:
+        if not backend_kind(state.backend).contained and pool is None:
             root = state.manifest.root
             if root == _SDK_DEFAULT_ROOT or state.host_dir_owned:
                 if not (state.host_dir and os.path.isdir(state.host_dir)):

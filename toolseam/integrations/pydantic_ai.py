@@ -31,11 +31,11 @@ from pydantic_ai.workspaces import (
 )
 from pydantic_ai.workspaces.protocol import validate_timeout
 
-from ..handle import AttachError
 from ..policy.settings import Settings, parse_settings
-from ..raw import ExecResult
 from ..seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
-from ..toolkit import Toolkit
+from ..seam.handle import AttachError
+from ..session.raw import ExecResult
+from ..session.toolkit import Toolkit
 from . import _live
 from . import _workspace_files as files
 from ._live import PROVIDER, LiveSession

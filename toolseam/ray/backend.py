@@ -19,7 +19,8 @@ import tempfile
 import uuid
 from typing import Any, Literal
 
-from ..backends.containers.workspace_copy import DEFAULT_COPY_LIMIT, WorkspaceCopy
+from ..backends.containers.workspace_sync.policy import DEFAULT_COPY_LIMIT
+from ..backends.containers.workspace_sync.tar_sync import WorkspaceCopy
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
 from ..seam.models import (

@@ -86,7 +86,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
     def _janitor(self) -> None:
         if self.config.engine == "host":
             return
-        from ..backends.containers.sandbox import janitor
+        from ..backends.containers.janitor import janitor
         if self.config.engine == "docker":
             from ..backends.docker import docker_engine
             janitor(docker_engine(self.config.options.get("endpoint")))

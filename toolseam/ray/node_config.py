@@ -79,7 +79,7 @@ class NodeConfig:
         if limits is not None:
             options["limits"] = limits
         if self.engine == "docker":
-            from ..backends.containers.attach import TlsFiles
+            from ..backends.containers.engine.attach import TlsFiles
             from ..backends.docker import DockerBackend
             tls_dir = options.pop("tls_dir", None)
             if tls_dir:

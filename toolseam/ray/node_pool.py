@@ -36,7 +36,7 @@ class NodePools:
         """Begin warming ``size`` sandboxes; says whether the image was here already."""
         if self.config.engine == "host" or pool_id in self._pools:
             return {"warm": 0, "has_image": True, "where": self.where}
-        from ..backends.containers.pool import ContainerPool
+        from ..backends.containers.pool.warm import ContainerPool
 
         backend_class, options = self.config.container_factory(image, limits)
         options["workspace_mode"] = "copy"  # the node dir is a staging area only

@@ -56,7 +56,7 @@ class ShapedSandboxes:
     async def sb_open(self, sid: str, secret: str, image: str | None, limits: Any,
                       env: dict[str, str] | None, workdir: str | None,
                       ttl_seconds: float | None, orphan_timeout: float) -> None:
-        from ..toolkit import Toolkit
+        from ..session.toolkit import Toolkit
         from .node import _Session, secret_hash
 
         if sid in self._sessions or sid in self._pending:

@@ -89,7 +89,7 @@ class RayPool:
     async def toolkit(self, base_dir: str | os.PathLike[str] | None = None,
                       **toolkit_kwargs: Any) -> Any:
         """An open ``Toolkit`` on a warm sandbox of the pool."""
-        from ..toolkit import Toolkit
+        from ..session.toolkit import Toolkit
 
         backend = await self.backend(base_dir)
         tk = Toolkit(backend, **toolkit_kwargs)

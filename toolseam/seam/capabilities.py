@@ -5,10 +5,13 @@ and anyio's backends do the same).
 
 * ``DurableSessions`` — a sandbox that outlives its client (docs/sessions.md): the host backend
   and the container backends, in both workspace modes.
+* ``EngineShell`` — the engine's own command line for a shell in the sandbox (inspect_ai's
+  ``connection()``): the container backends.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigurationError
@@ -17,7 +20,7 @@ from .handle import SessionHandle
 
 @runtime_checkable
 class DurableSessions(Protocol):
-    """What ``toolseam.durable`` needs of a backend to keep a session past its client."""
+    """What ``toolseam.session.durable`` needs of a backend to keep a session past its client."""
 
     def make_durable(self, secret: str, orphan_timeout_s: float,
                      adopt: SessionHandle | None = None) -> None:
@@ -51,6 +54,20 @@ class DurableSessions(Protocol):
 
     async def keep_backend_state(self) -> None:
         """Keep what the backend itself needs after a client's death (copy mode's baseline)."""
+
+
+@dataclass(frozen=True)
+class ShellAccess:
+    container: str  # the engine's id of the sandbox's container
+    command: str  # ``podman --url … exec -it … bash -l``
+
+
+@runtime_checkable
+class EngineShell(Protocol):
+    """A sandbox an engine runs, reachable by the engine's own command line."""
+
+    def shell_access(self, user: str | None = None) -> ShellAccess | None:
+        """How to open a login shell in the open sandbox (None before open)."""
 
 
 _durable_types: dict[type, bool] = {}  # a Protocol isinstance costs ~16 µs; a class's answer is fixed

@@ -44,7 +44,7 @@ OutputCallback = Callable[[OutputChunk], None]
 
 
 class ExecRequest(SpawnRequest):
-    """A ``SpawnRequest`` with what only the raw exec API (``toolseam.raw``) asks of a backend:
+    """A ``SpawnRequest`` with what only the raw exec API (``toolseam.session.raw``) asks of a backend:
     stdin and a user. A backend that cannot honour them refuses (``CouldNotRunError`` whose
     reason names the problem); the bash tool never sets them."""
 

@@ -39,7 +39,6 @@ import pytest_asyncio
 
 # The public package only: what a user's own backend is tested against is what users import.
 from toolseam import FileOpError, Settings, Toolkit
-from toolseam.raw import FileLimitError, RawSandbox, UnknownUserError, UserUnsupportedError
 from toolseam.seam import (
     BuiltinExec,
     ChangeSet,
@@ -51,6 +50,7 @@ from toolseam.seam import (
     SpawnRequest,
     WriteOp,
 )
+from toolseam.session.raw import FileLimitError, RawSandbox, UnknownUserError, UserUnsupportedError
 
 from .hostile import ORDERS, HostileBackend
 
@@ -768,7 +768,7 @@ class JobContract(_Bound):
 
 
 class RawContract(_Bound):
-    """The raw sandbox API (``Toolkit.sandbox``, ``toolseam.raw``): argv exec with stdin, cwd,
+    """The raw sandbox API (``Toolkit.sandbox``, ``toolseam.session.raw``): argv exec with stdin, cwd,
     env, user, timeout and output limits; whole-file bytes. Needs real processes. A binding
     sets ``switches_user``: whether its sandbox can run commands as another user."""
 

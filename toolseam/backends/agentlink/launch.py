@@ -22,7 +22,7 @@ from .. import staging
 AGENT_SOURCE = Path(toolseam_agent.__file__).resolve().parent  # the package's own directory
 AGENT_PACKAGE = "toolseam_agent"  # its one import name, here and in every sandbox
 # A staged directory's entry point: ``python DIR`` puts DIR on sys.path itself and runs this.
-MAIN_SCRIPT = b"from toolseam_agent.server import main\n\nmain()\n"
+MAIN_SCRIPT = b"from toolseam_agent.main import main\n\nmain()\n"
 
 
 # An argument the agent ignores: what ``ps`` shows it as, and how tests find agent processes.

@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+import shlex
 import tarfile
 import tempfile
 from collections.abc import Callable
 from typing import Any, Literal
 
 from ...policy.environment import CONTAINER_BASE_ENV
+from ...seam.capabilities import ShellAccess
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...seam.handle import SessionHandle
 from ...seam.models import SandboxInfo, SyncReport
@@ -20,18 +22,13 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
-from .bind import BindMode
-from .copy import CopyMode
-from .durable_modes import DurableMode, durable_mode
+from .engine.protocol import GO_MODE_SYMLINK, Engine
+from .labels import WORKSPACE
+from .modes.bind import BindMode
+from .modes.copy import CopyMode
+from .modes.durable import DurableMode, durable_mode
 from .options import DEFAULT_IMAGE, ContainerOptions
-from .sandbox import (
-    GO_MODE_SYMLINK,
-    WORKSPACE,
-    ContainerSandbox,
-    Engine,
-    WorkspaceMode,
-    WorkspaceModeImpl,
-)
+from .sandbox import ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
 
 __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 
@@ -150,6 +147,16 @@ class ContainerBackend(DurableMethods, ComposedBackend):
                         tar.extractall(work, filter="data")
                 os.rename(os.path.join(work, posixpath.basename(source)), local)
         await asyncio.to_thread(get)
+
+    def shell_access(self, user: str | None = None) -> ShellAccess | None:
+        """The engine's command line for a login shell in the container (``EngineShell``)."""
+        container = self.sandbox.container
+        if container is None:
+            return None
+        tool = "docker -H" if self.sandbox.engine_name.startswith("docker") else "podman --url"
+        who = f" --user {shlex.quote(user)}" if user else ""
+        return ShellAccess(container, f"{tool} {shlex.quote(self.sandbox.engine.endpoint)} "
+                                      f"exec -it{who} {container} bash -l")
 
     def _sandbox_path(self, path: str) -> str:
         full = posixpath.normpath(posixpath.join(WORKSPACE, path))

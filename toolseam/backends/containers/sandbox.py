@@ -13,185 +13,44 @@ lifecycle they share; the ``Engine`` protocol is what the sandbox asks of an eng
 from __future__ import annotations
 
 import asyncio
-import base64
-import concurrent.futures
 import contextlib
-import json
-import shlex
 import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal, Protocol, TypeVar
-
-import psutil
 
 from toolseam_agent.landlock import DOMAIN_VAR
 from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
 
-from ...policy.limits import SandboxLimits, size_bytes
+from ...policy.limits import size_bytes
 from ...seam.errors import CouldNotRunError
+from ...seam.handle import AttachError
 from ...seam.models import SandboxInfo, SyncReport
 from ..agentlink.channel import AgentChannel
 from ..composed import Liveness
-from ..owner import still_runs
-from .attach import EngineAddress
-from .bundle import stage_bundle
-from .bundle_arch import select_bundle
-from .pull import PullCallback, PullPolicy
+from .bundle.foreign_arch import select_bundle
+from .bundle.staged import stage_bundle
+from .engine.protocol import ContainerSpec, ContainerState, Engine, Hardening, in_engine_thread
+from .engine.pull import PullCallback, PullPolicy
+from .janitor import shared_pass
+from .labels import OWNER_LABEL, SESSION_LABEL, WORKSPACE, owner_label
 
-OWNER_LABEL = "toolseam.owner"
-SESSION_LABEL = "toolseam.session"
-# A session that outlives its client (containers/durable_*.py): no owner label (any process
-# may attach; its agent ends it after its orphan timeout); the janitor removes it once stopped.
-DURABLE_LABEL = "toolseam.orphan_timeout_s"
-WORKSPACE = "/workspace"
-AGENT_MOUNT = "/opt/toolseam"
-SOCKET_MOUNT = "/run/toolseam"
-AGENT_VOLUME_LABEL = "toolseam.agent"
-# Work kept after a failed copy-back: engines cannot relabel a container or volume, so a
-# marker volume carries the labels (no owner label: no janitor takes it for an orphan).
-# A durable session being closed (a volume with the closing process as owner): its stopped
-# container is the closing client's copy-back source, not a session that ended by itself.
-CLOSING_LABEL = "toolseam.closing"
-KEPT_LABEL = "toolseam.kept"  # unix time it was kept
-KEPT_CONTAINER_LABEL = "toolseam.kept.container"
-KEPT_VOLUME_LABEL = "toolseam.kept.volume"
-KEPT_WORKSPACE_LABEL = "toolseam.kept.workspace"  # the host dir the work was going to
-KEPT_RETENTION_S = 7 * 24 * 3600  # then the janitor removes it (docs/containers.md)
 WorkspaceMode = Literal["auto", "bind", "copy"]
 WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "bind", "copy")
 _CONNECT_TIMEOUT_S = 15.0
 
-POOL_LABEL = "toolseam.pool"  # the SandboxPool a pre-warmed sandbox belongs to (pool.py)
 T = TypeVar("T")
 _ENGINE_ARCH: dict[str, str] = {}
 _ENGINE_ARCH_LOCKS: dict[str, threading.Lock] = {}
-# Engine calls block (the SDKs are synchronous): they run in threads of their own. asyncio's
-# default executor has min(32, CPUs + 4) threads — 6 on a 2-CPU machine — and 16 sessions
-# opening at once queued behind it (docs/pool.md, decision 113); an idle thread costs nothing.
-_ENGINE_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=64,
-                                                        thread_name_prefix="toolseam-engine")
-# One janitor pass per engine at a time: sessions opening together share the pass under way
-# instead of each listing every container and volume (decision 113).
-_JANITORS: dict[str, asyncio.Future[list[str]]] = {}
-
-
-async def in_engine_thread(func: Callable[[], T]) -> T:
-    """Run a blocking engine call in the engine threads."""
-    return await asyncio.get_running_loop().run_in_executor(_ENGINE_THREADS, func)
-
-
-@dataclass(frozen=True)
-class Hardening:
-    """The sandbox's defaults (CONTRACT §9); every one can be overridden by the host. What it
-    may use (memory, CPUs, processes, network, /tmp) is the one limits type, ``SandboxLimits``:
-    written once, here and in settings alike."""
-
-    limits: SandboxLimits = field(default_factory=SandboxLimits)
-    read_only_root: bool = True
-    drop_all_capabilities: bool = True
-    no_new_privileges: bool = True
-    nofile: int = 1024  # below the hard limit: the engine cannot raise rlimits here
-    nproc: int = 4096
-    # No engine init: the agent itself is pid 1 (it reaps every orphan), because the kernel
-    # spares a namespace's pid 1 from signals sent inside it — `kill -9 -1` from a command
-    # would otherwise kill the agent with everything else and end the session.
-    init: bool = False
-
-
-@dataclass(frozen=True)
-class ContainerSpec:
-    image: str
-    name: str
-    command: list[str]
-    labels: dict[str, str]
-    environment: dict[str, str]
-    binds: list[tuple[str, str, bool]]  # (host path, container path, read only)
-    hardening: Hardening
-    volumes: list[tuple[str, str, bool]] = field(default_factory=list)  # (name, path, read only)
-    stdin_open: bool = False  # the channel is the attach stream to the agent's stdin/stdout
-    # container paths of binds that receive mounts the host makes below them later (slave
-    # propagation): a pool's slot, onto which the base dir is mounted at hand-out
-    slave_binds: tuple[str, ...] = ()
-    auto_remove: bool = False  # the engine removes it when it stops (a durable session's)
-
-
-@dataclass
-class ContainerState:
-    running: bool
-    exit_code: int | None
-    oom_killed: bool
-    status: str
-    error: str = ""
-
-
-class Engine(Protocol):
-    """One engine SDK behind the calls the sandbox needs (synchronous; run in threads)."""
-
-    endpoint: str
-    address: EngineAddress  # where the attach stream connects (unix, TCP, TLS)
-
-    def ping(self) -> None: ...
-    def image_exists(self, image: str) -> bool: ...
-    def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None
-             ) -> None: ...
-    def create(self, spec: ContainerSpec) -> str: ...
-    def start(self, container: str) -> None: ...
-    def attach_path(self, container: str) -> str: ...
-    def put_archive(self, container: str, path: str, data: IO[bytes]) -> None: ...
-    def get_archive(self, container: str, path: str) -> contextlib.AbstractContextManager[
-        Iterator[bytes]]: ...
-    def path_stat(self, container: str, path: str) -> dict[str, Any] | None: ...
-    def volume_exists(self, name: str) -> bool: ...
-    def create_volume(self, name: str, labels: dict[str, str]) -> None: ...
-    def remove_volume(self, name: str) -> None: ...
-    def labeled_volumes(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
-    def arch(self) -> str: ...  # the engine machine's CPU, as the engine names it
-    def state(self, container: str) -> ContainerState: ...
-    def host_config(self, container: str) -> dict[str, Any]: ...
-    def logs(self, container: str) -> str: ...
-    def remove(self, container: str) -> None: ...
-    def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]: ...
-    def close(self) -> None: ...
-
-
-GO_MODE_SYMLINK = 1 << 27  # os.ModeSymlink in the engines' path stat (Go's FileMode)
-
-
-def decode_path_stat(header: str | None) -> dict[str, Any]:
-    """The archive API's ``X-Docker-Container-Path-Stat`` header (base64 JSON: name, size,
-    mode as Go's FileMode, mtime, linkTarget), the same on docker and podman."""
-    if not header:
-        return {}
-    return dict(json.loads(base64.b64decode(header)))
-
-
-def owner_label() -> str:
-    """host:pid:start-time — a pid alone could be reused by an unrelated process."""
-    me = psutil.Process()
-    return f"{socket.gethostname()}:{me.pid}:{me.create_time():.3f}"
-
-
-def owner_is_gone(label: str) -> bool:
-    host, _, rest = label.partition(":")
-    pid_text, _, started = rest.partition(":")
-    if host != socket.gethostname() or not pid_text.isdigit():
-        return False  # another machine's container is not ours to judge
-    try:
-        return not still_runs(int(pid_text), float(started))
-    except ValueError:
-        return True  # a label of ours with no start time: its maker cannot be told apart
 
 
 async def adopt_running(sandbox: ContainerSandbox, container: str) -> None:
     """Take ``container`` as this sandbox's, for an attach (``durable_*.py``): it must still be
     there and running, else ``AttachError`` saying the session ended."""
-    from ...seam.handle import AttachError
-
     sandbox.container = container
     state = await sandbox.state()
     where = f"the {sandbox.engine_name} engine at {sandbox.engine.endpoint}"
@@ -426,23 +285,9 @@ class ContainerSandbox:
                                 f"{state.status})", retryable=True)
 
     async def remove_orphans(self) -> list[str]:
-        """The janitor: remove containers and volumes whose owning process is gone — except
-        work kept after a failed copy-back, which stays until the user removes it
-        (``toolseam recover --remove``) or ``KEPT_RETENTION_S`` has passed. Sessions opening
-        together share one pass per engine."""
-        running = _JANITORS.get(self.engine.endpoint)
-        if running is not None and not running.done() and \
-                running.get_loop() is asyncio.get_running_loop():
-            with contextlib.suppress(Exception):  # a pass whose session went away: run our own
-                return await asyncio.shield(running)
-        task = asyncio.ensure_future(self._call(lambda: janitor(self.engine)))
-        task.add_done_callback(lambda done: done.cancelled() or done.exception())
-        _JANITORS[self.engine.endpoint] = task
-        try:
-            return await asyncio.shield(task)
-        finally:
-            if _JANITORS.get(self.engine.endpoint) is task and task.done():
-                del _JANITORS[self.engine.endpoint]
+        """The janitor (``janitor.py``): containers, volumes and host directories whose owner
+        is gone. Sessions opening together share one pass per engine."""
+        return await shared_pass(self.engine, self._call)
 
     async def stop(self) -> None:
         """End the session: the agent ends every job, the mode finishes (copy mode brings the
@@ -464,84 +309,3 @@ class ContainerSandbox:
                 await self._call(lambda: self.engine.remove(self.container or ""))
             self.container = None
         await self.mode.clean_up(self)
-
-
-def recover_command(engine_name: str, endpoint: str, container: str) -> str:
-    """The command line that names this kept container on this engine."""
-    backend = "docker" if engine_name.startswith("docker") else "podman"
-    rootless = " --rootless" if engine_name == "podman-rootless" else ""
-    return (f"toolseam recover --backend {backend}{rootless} --endpoint {shlex.quote(endpoint)} "
-            f"{container[:12]}")
-
-
-def _kept_sessions(engine: Engine, now: float) -> tuple[set[str], list[tuple[str, dict[str, str]]]]:
-    """Sessions whose work is kept and within retention; the markers past it."""
-    kept, expired = set(), []
-    for marker, labels in engine.labeled_volumes(KEPT_LABEL):
-        try:
-            since = float(labels.get(KEPT_LABEL, ""))
-        except ValueError:
-            since = 0.0  # unreadable: treated as old
-        if now - since > KEPT_RETENTION_S:
-            expired.append((marker, labels))
-        else:
-            kept.add(labels.get(SESSION_LABEL, ""))
-    return kept, expired
-
-
-_ENDED = ("exited", "stopped", "dead")  # not "created": a session may be starting it
-
-
-def _state(engine: Engine, container: str) -> ContainerState | None:
-    try:
-        return engine.state(container)
-    except CouldNotRunError:
-        return None
-
-
-def janitor(engine: Engine, now: float | None = None) -> list[str]:
-    """Remove containers and volumes whose owner process is gone, unless their session's work
-    is kept; and kept work past its retention; and the host mounts of pools whose process is
-    gone (``pool_mounts``), and socket directories no agent listens in (``bind``). Returns the
-    containers removed."""
-    kept, expired = _kept_sessions(engine, time.time() if now is None else now)
-    removed = []
-    for marker, labels in expired:
-        with contextlib.suppress(CouldNotRunError):
-            container = labels.get(KEPT_CONTAINER_LABEL, "")
-            if container:
-                engine.remove(container)
-                removed.append(container)
-            if labels.get(KEPT_VOLUME_LABEL):
-                engine.remove_volume(labels[KEPT_VOLUME_LABEL])
-            engine.remove_volume(marker)
-    durable = set()  # sessions that outlive their client, still running: their agents end them
-    owned_volumes = engine.labeled_volumes(OWNER_LABEL)  # closing markers among them
-    closing = {labels.get(SESSION_LABEL) for _, labels in owned_volumes
-               if CLOSING_LABEL in labels and not owner_is_gone(labels.get(OWNER_LABEL, ""))}
-    for container, labels in engine.labeled(DURABLE_LABEL):  # no owner: any client may attach
-        state = _state(engine, container)
-        if state is not None and state.running:
-            durable.add(labels.get(SESSION_LABEL))
-        elif labels.get(SESSION_LABEL) in closing:
-            continue  # stopped by a live client that is copying its work home from it
-        elif state is not None and state.status in _ENDED:  # ended itself (its orphan timeout)
-            with contextlib.suppress(CouldNotRunError):
-                engine.remove(container)
-                removed.append(container)
-    for container, labels in engine.labeled(OWNER_LABEL):
-        if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
-            with contextlib.suppress(CouldNotRunError):
-                engine.remove(container)
-                removed.append(container)
-    for volume, labels in owned_volumes:
-        if labels.get(SESSION_LABEL) in durable:  # podman's forced removal takes its container
-            continue
-        if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
-            with contextlib.suppress(CouldNotRunError):
-                engine.remove_volume(volume)
-    from .bind import sweep_socket_dirs  # bind.py imports this module
-    from .pool_mounts import sweep_dead_pools  # it reads the owner labels of this module
-    sweep_dead_pools()
-    sweep_socket_dirs()
-    return removed

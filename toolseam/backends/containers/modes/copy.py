@@ -1,0 +1,313 @@
+"""Copy mode (an engine that shares no filesystem with the host — another machine): nothing of
+the host's is mounted. The bundle goes once into a volume per engine and bundle, the base dir
+is copied in through the engine's archive API before the start and copied back on ``sync`` and
+at close (``workspace_copy``), and the channel is the engine's attach stream to the agent's
+stdin/stdout (``attach``), which can drop without the sandbox dying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import os
+import tarfile
+import tempfile
+import time
+from collections import deque
+from typing import IO, Any, Literal
+
+from ....seam.errors import CouldNotRunError
+from ....seam.models import SyncReport
+from ...staging import staging_root
+from ..bundle.staged import bundle_archive, bundle_command, bundle_digest
+from ..engine.attach import attach_channel
+from ..engine.protocol import ContainerSpec, in_engine_thread
+from ..engine.retry import transient_retry
+from ..janitor import recover_command
+from ..labels import (
+    AGENT_MOUNT,
+    AGENT_VOLUME_LABEL,
+    KEPT_CONTAINER_LABEL,
+    KEPT_LABEL,
+    KEPT_RETENTION_S,
+    KEPT_VOLUME_LABEL,
+    KEPT_WORKSPACE_LABEL,
+    SESSION_LABEL,
+    WORKSPACE,
+)
+from ..options import SetidFiles
+from ..sandbox import ContainerSandbox
+from ..workspace_sync.tar_sync import WorkspaceCopy
+
+
+class CopyLiveness:
+    """Copy mode's sandbox is gone only when the engine says its container stopped: a dropped
+    attach stream is reconnected before the next call."""
+
+    def __init__(self, mode: CopyMode, sandbox: ContainerSandbox) -> None:
+        self._mode, self._sandbox = mode, sandbox
+
+    def check(self) -> None:
+        """The sandbox has its own copy; the base dir is only written at sync."""
+
+    async def reconnect(self) -> CouldNotRunError | None:
+        channel = self._sandbox.channel
+        if self._sandbox.started and (channel is None or not channel.alive):
+            await self._mode.reattach(self._sandbox)
+            if self._mode.exited:
+                return await self._sandbox.explain(None)
+        return None
+
+    async def explain(self, failure: CouldNotRunError) -> CouldNotRunError:
+        channel = self._sandbox.channel
+        if channel is not None and not channel.alive:
+            return await self._mode.after_drop(self._sandbox, failure)
+        return failure
+
+    def gone(self) -> bool:
+        return self._mode.exited  # a dropped attach stream is not a dead sandbox
+
+
+class CopyMode:
+    name: Literal["copy"] = "copy"
+    shares_host_dir = False  # the sandbox works on a copy, brought home at sync and close
+
+    def __init__(self, copy_limit: int, keep_group_write: bool,
+                 setid_files: SetidFiles = None) -> None:
+        # The copy-back's mode mask is the boundary (no set-id bit ever comes home), so
+        # commands may make set-id files in their own container by default — a step that
+        # builds or installs them works; "refuse" puts the set-id guard back (decision 146).
+        self.guard = "try" if setid_files == "refuse" else "off"
+        self._copy_limit = copy_limit
+        self._keep_group_write = keep_group_write  # group/other write bits come home
+        self.copy: WorkspaceCopy | None = None  # what the sandbox was given
+        self.workspace_volume: str | None = None
+        self.exited = False  # the engine reported the container stopped
+        self.last_sync: SyncReport | None = None
+        self.copy_back_error: CouldNotRunError | None = None  # close never raises: kept
+        self.agent_stderr: deque[str] | None = None  # the engine keeps no log of it
+
+    def liveness(self, sandbox: ContainerSandbox) -> CopyLiveness:
+        return CopyLiveness(self, sandbox)
+
+    # --- start ------------------------------------------------------------------------------
+    async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
+                    ) -> dict[str, Any]:
+        engine = sandbox.engine
+        agent_volume = await self._agent_volume(sandbox, bundle)
+        volume = self.workspace_volume = f"toolseam-ws-{sandbox.session_id}"
+        await in_engine_thread(lambda: engine.create_volume(volume, labels))
+        spec = sandbox.spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
+                            volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
+        # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
+        await sandbox.launch(self.finish_spec(spec), before_start=None if sandbox.awaiting_workspace else
+                             lambda: self._copy_in(sandbox, sandbox.workspace))
+        try:
+            await self._attach(sandbox)
+        except CouldNotRunError as exc:
+            state = await sandbox.state()
+            if state is not None and not state.running:
+                raise await sandbox.explain(None, starting=True) from None
+            raise exc from None
+        assert sandbox.channel is not None
+        return await sandbox.channel.hello()
+
+    def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
+        """The spec as this mode launches it (a durable session's: containers/durable_copy.py)."""
+        return spec
+
+    def _copy_in(self, sandbox: ContainerSandbox, workspace: str) -> None:
+        """The base dir, packed, into the container's workspace volume (stopped or running)."""
+        assert sandbox.container is not None
+        copy = WorkspaceCopy(workspace, self._copy_limit, keep_group_write=self._keep_group_write)
+        with tempfile.TemporaryFile(prefix="toolseam-copy-in-") as archive:
+            copy.pack(archive)
+            archive.seek(0)
+            sandbox.engine.put_archive(sandbox.container, WORKSPACE, archive)
+        self.copy = copy
+
+    async def adopt(self, sandbox: ContainerSandbox, workspace: str) -> None:
+        """A pool's hand-out: the base dir is copied into the running sandbox's workspace."""
+        await in_engine_thread(lambda: self._copy_in(sandbox, workspace))
+        sandbox.workspace = workspace
+
+    async def _attach(self, sandbox: ContainerSandbox) -> None:
+        assert sandbox.container is not None
+        old = sandbox.channel
+        sandbox.channel, self.agent_stderr = await attach_channel(
+            sandbox.engine.address, sandbox.engine.attach_path(sandbox.container),
+            f"{sandbox.engine_name} container {sandbox.container}")
+        if old is not None:  # jobs that outlived a dropped stream keep their live output
+            sandbox.channel.adopt_listeners(old)
+
+    async def _agent_volume(self, sandbox: ContainerSandbox, bundle: str) -> str:
+        """The bundle in a volume, filled once per engine and bundle (its digest is in the
+        name). A second, empty volume marks the fill complete: a fill cut short is redone."""
+        engine = sandbox.engine
+        name = f"toolseam-agent-{await in_engine_thread(lambda: bundle_digest(bundle))}"
+        ready = f"{name}-ready"
+        if await in_engine_thread(lambda: engine.volume_exists(ready)):
+            return name
+
+        def fill() -> None:
+            labels = {AGENT_VOLUME_LABEL: name}
+            # Sessions of every process on this host that meet the same empty engine fill it
+            # one at a time (the first fills, the others find it ready); an fcntl lock, since
+            # they are separate processes. Hosts sharing an engine may still fill it twice:
+            # the same bytes, and nobody uses the volume before "-ready" exists.
+            key = hashlib.sha256((engine.endpoint + name).encode()).hexdigest()[:16]
+            # The lock lives in this user's staging root: a predictable name in the shared temp
+            # dir could be made first by another local user (and held, or made a symlink).
+            with open(os.path.join(staging_root(), f"fill-{key}.lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                if engine.volume_exists(ready):
+                    return
+                if not engine.volume_exists(name):
+                    engine.create_volume(name, labels)
+                helper = engine.create(ContainerSpec(
+                    image=sandbox.image, name=f"toolseam-fill-{sandbox.session_id}",
+                    command=["/opt/toolseam/never-started"], labels=labels, environment={},
+                    binds=[], hardening=sandbox.hardening, volumes=[(name, AGENT_MOUNT, False)]))
+                try:
+                    with bundle_archive(bundle) as archive:
+                        engine.put_archive(helper, AGENT_MOUNT, archive)
+                finally:
+                    engine.remove(helper)
+                engine.create_volume(ready, labels)
+
+        await in_engine_thread(fill)
+        return name
+
+    # --- a dropped attach stream --------------------------------------------------------------
+    async def after_drop(self, sandbox: ContainerSandbox, failure: CouldNotRunError
+                         ) -> CouldNotRunError:
+        """The attach stream closed mid-call. The call's answer is lost either way; whether
+        the session is depends on the container, as the engine reports it."""
+        state = await sandbox.state()
+        if state is not None and not state.running:
+            self.exited = True
+            return await sandbox.explain(failure)
+        where = f"the {sandbox.engine_name} engine at {sandbox.engine.endpoint}"
+        if state is None:
+            return CouldNotRunError(f"lost the connection to {where} ({failure.reason}); the "
+                                    "sandbox may still run: the next call reconnects",
+                                    retryable=True)
+        return CouldNotRunError(f"the connection to the sandbox through {where} dropped during "
+                                f"the call ({failure.reason}); the next call reconnects",
+                                retryable=True)
+
+    async def reattach(self, sandbox: ContainerSandbox) -> None:
+        """A new attach stream to the same agent (jobs kept running meanwhile)."""
+        state = await sandbox.state()
+        if state is None:
+            raise CouldNotRunError(f"the {sandbox.engine_name} engine at "
+                                   f"{sandbox.engine.endpoint} is unreachable; the sandbox may "
+                                   "still run", retryable=True)
+        if not state.running:
+            self.exited = True
+            return
+        await self._attach(sandbox)
+
+    def exit_reason(self, exit_code: int | None) -> str | None:
+        """A clean exit after the start: podman closes the agent's input whenever an attach
+        ends, even on a dropped connection."""
+        if exit_code != 0:
+            return None
+        return ("the sandbox ended when its attach stream closed: the engine closed the "
+                "agent's input (podman does whenever an attach ends, even on a dropped "
+                "connection); its changes come home at close")
+
+    # --- uploads, sync, close ---------------------------------------------------------------
+    def pack_upload(self, local: str, name: str, archive: IO[bytes]) -> None:
+        assert self.copy is not None
+        self.copy.pack_upload(local, name, archive)
+
+    def uploaded(self, archive: str, parent: str) -> None:
+        """An upload is the sandbox's own: it comes home only if the sandbox changes it."""
+        assert self.copy is not None
+        self.copy.remember_uploaded(archive, parent)
+
+    async def sync(self, sandbox: ContainerSandbox) -> SyncReport:
+        """Bring the sandbox's changes to the base dir home."""
+        if self.copy is None or sandbox.container is None:
+            return SyncReport()
+        return await asyncio.to_thread(self._copy_back_retried, sandbox)
+
+    def _copy_back(self, sandbox: ContainerSandbox) -> SyncReport:
+        assert self.copy is not None and sandbox.container is not None
+        source = (f"the {sandbox.engine_name} container {sandbox.container[:12]} (volume "
+                  f"{self.workspace_volume})")
+        try:
+            with sandbox.engine.get_archive(sandbox.container, WORKSPACE) as chunks:
+                spool = self.copy.spool(chunks, "the sandbox's workspace")
+            with spool:
+                return self.copy.apply(spool, source=source)
+        except (tarfile.TarError, EOFError) as exc:
+            # an archive the engine cut short (a file changing while it is read); the copy
+            # applies all or nothing, so asking again is safe
+            raise CouldNotRunError(f"the {sandbox.engine_name} engine's archive of the "
+                                   f"sandbox's workspace was unreadable ({type(exc).__name__}: "
+                                   f"{exc}); nothing was copied back", retryable=True) from None
+
+    def _copy_back_retried(self, sandbox: ContainerSandbox) -> SyncReport:
+        """A copy-back, asked again (bounded) while it fails in a way that may pass: an archive
+        read while a build writes can come back cut short."""
+        return transient_retry(lambda: self._copy_back(sandbox),
+                               lambda e: isinstance(e, CouldNotRunError) and e.retryable)
+
+    async def closing(self, sandbox: ContainerSandbox) -> None:
+        pass  # this process owns the container: no janitor takes it while it copies back
+
+    async def finish(self, sandbox: ContainerSandbox) -> None:
+        """After the agent ended every job: the changes come home (the archive API reads a
+        stopped container as well). If they cannot, the container and its volume are kept and
+        ``copy_back_error`` names them."""
+        if self.copy is None or sandbox.container is None:
+            return
+        try:
+            await _wait_stopped(sandbox)
+            self.last_sync = await asyncio.to_thread(self._copy_back_retried, sandbox)
+        except Exception as exc:  # noqa: BLE001 - any failure keeps the work, and says so
+            reason = exc.reason if isinstance(exc, CouldNotRunError) else \
+                f"{type(exc).__name__}: {exc}"
+            self.copy_back_error = CouldNotRunError(
+                f"the sandbox's changes were not copied back to {sandbox.workspace}: "
+                f"{reason}. {await self._keep(sandbox)}", retryable=False)
+            sandbox.container = self.workspace_volume = self.copy = None
+
+    async def clean_up(self, sandbox: ContainerSandbox) -> None:
+        volume, self.workspace_volume = self.workspace_volume, None
+        if volume is not None:
+            with contextlib.suppress(CouldNotRunError):
+                await asyncio.to_thread(sandbox.engine.remove_volume, volume)
+
+    async def _keep(self, sandbox: ContainerSandbox) -> str:
+        """Mark the container and its workspace volume kept; the sentence that says how to
+        get the work out."""
+        container, volume = sandbox.container or "", self.workspace_volume or ""
+        labels = {KEPT_LABEL: str(int(time.time())), KEPT_CONTAINER_LABEL: container,
+                  KEPT_VOLUME_LABEL: volume, KEPT_WORKSPACE_LABEL: sandbox.workspace,
+                  SESSION_LABEL: sandbox.session_id}
+        try:
+            await asyncio.to_thread(sandbox.engine.create_volume,
+                                    f"toolseam-kept-{sandbox.session_id}", labels)
+            kept = f"kept for {KEPT_RETENTION_S // 86400} days"
+        except CouldNotRunError as exc:
+            kept = (f"not removed, but could not be marked kept ({exc.reason}): the next "
+                    "session's janitor may remove them, recover now")
+        command = recover_command(sandbox.engine_name, sandbox.engine.endpoint, container)
+        return (f"The container {container[:12]} and its workspace volume are {kept}. Recover "
+                f"the work with: {command} --to DIR   (then: {command} --remove)")
+
+
+async def _wait_stopped(sandbox: ContainerSandbox, timeout_s: float = 10.0) -> None:
+    """After the agent's shutdown: the archive of a container that is still stopping can fail
+    (podman joins the mount namespace of a process that is exiting)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = await sandbox.state()
+        if state is None or not state.running:
+            return
+        await asyncio.sleep(0.05)

@@ -1,0 +1,163 @@
+"""Sessions that outlive their client (docs/sessions.md): what ``Toolkit.handle``,
+``Toolkit.detach`` and ``Toolkit.attach`` do, kept out of ``toolkit.py``.
+
+A durable session is one whose settings set ``orphan_timeout_s`` above 0. Its backend starts a
+durable agent (``toolseam_agent/session_socket.py``) — the host's in a process of its own
+(``backends/host_durable.py``), a container's as its pid 1 in bind mode
+(``backends/containers/durable_bind.py``). The toolkit keeps its own state (settings, base dir,
+jobs table, pinned shell, environment) with the agent after every call that changes it, so a
+client killed with SIGKILL loses nothing another process cannot get back by attaching.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from ..backends import backend_for_handle
+from ..backends.agentlink.durable import canonical_state
+from ..builtins import BUILTIN_NAMES
+from ..policy.settings import parse_settings
+from ..seam.capabilities import durable_sessions
+from ..seam.errors import ConfigurationError, CouldNotRunError
+from ..seam.handle import AttachError, SessionHandle
+from ..seam.protocol import BuiltinExec
+
+if TYPE_CHECKING:
+    from .toolkit import Toolkit
+
+STATE_VERSION = 1
+
+
+def prepare(backend: BuiltinExec, secret: str, orphan_timeout_s: float,
+            adopt: SessionHandle | None = None) -> None:
+    """Before ``backend.open()``: make it start (or, with ``adopt``, attach to) a durable agent."""
+    durable_sessions(backend).make_durable(secret, orphan_timeout_s, adopt)
+
+
+async def detach(backend: BuiltinExec) -> None:
+    """Close this client's connection and parts; the sandbox and its jobs go on."""
+    await durable_sessions(backend).detach()
+
+
+# --- the toolkit's own state, kept with the agent ---------------------------------------------
+def session_state(tk: Toolkit) -> dict[str, Any]:
+    return {"v": STATE_VERSION, "session_id": tk.session_id, "base_dir": tk.base_dir,
+            "confine": tk.confine, "settings": tk.settings.model_dump(mode="json"),
+            "tools": sorted(tk.enabled_builtins),
+            "session": tk.services.saved()}
+
+
+
+
+def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
+    """Put the saved state back; jobs the agent runs that the table lacks (a call in flight
+    when the client died) are taken over as kept jobs. Returns their ids."""
+    tk.services.restore(state["session"])
+    table = tk.services.jobs
+    known = {j.backend_job for j in table.all()}
+    return [table.take_over(found["job"], str((found.get("argv") or [""])[-1]),
+                            int(found.get("pid", 0)), float(found.get("started", 0.0))).id
+            for found in agent_jobs
+            if found["job"] not in known and found.get("state") == "running"]
+
+
+def toolkit_options(state: dict[str, Any], handle: SessionHandle) -> dict[str, Any]:
+    """The Toolkit arguments the saved state fixes."""
+    if state.get("v") != STATE_VERSION or state.get("session_id") != handle.session_id:
+        raise AttachError("protocol", "the session's saved state is not this toolseam's "
+                          f"(version {state.get('v')!r})")
+    return {"settings": parse_settings(dict(state["settings"]), "the session's settings"),
+            "base_dir": state["base_dir"], "confine_to_base_dir": bool(state["confine"]),
+            "session_id": handle.session_id,
+            "tools": {name: name in state["tools"] for name in _all_builtin_names()}}
+
+
+def _all_builtin_names() -> tuple[str, ...]:
+    return tuple(BUILTIN_NAMES)
+
+
+# --- the lifetime the toolkit holds ------------------------------------------------------------
+class Durable:
+    """A session that outlives its client: chosen once, when the toolkit is made (settings with
+    ``orphan_timeout_s`` above 0) or by ``attach``. The toolkit tells it when the session
+    opened and when its state changed; it keeps that state with the agent."""
+
+    def __init__(self, secret: str, orphan_timeout_s: float,
+                 restore: dict[str, Any] | None = None) -> None:
+        self.secret = secret
+        self.orphan_timeout_s = orphan_timeout_s
+        self.restore = restore  # an attach's state, put back at open
+        self.adopted = restore is not None  # the sandbox was there before this client
+        self._digest = ""  # of the state the agent has
+
+    def before_open(self, backend: BuiltinExec) -> None:
+        if not self.adopted:  # an attach opened its backend on the handle already
+            prepare(backend, self.secret, self.orphan_timeout_s)
+
+    async def opened(self, tk: Toolkit) -> None:
+        """An attach puts its state back; then the agent gets it."""
+        if self.restore is not None:
+            state, self.restore = self.restore, None
+            tk.adopted_jobs = restore(tk, state, durable_sessions(tk.backend).attached_jobs())
+        await self.changed(tk)
+
+    async def changed(self, tk: Toolkit) -> None:
+        """Give the agent the toolkit's state when it changed (one digest compare otherwise).
+        A failure is the next call's to report: the result in hand is not lost over it."""
+        durable = durable_sessions(tk.backend)
+        await durable.keep_backend_state()  # copy mode's baseline, when an upload moved it
+        state = session_state(tk)
+        text = canonical_state(state)  # sealed as this text, and compared by its digest
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        if self._digest == digest:
+            return
+        try:
+            await durable.keep_state("toolkit", state, text)
+        except (CouldNotRunError, ConfigurationError):
+            return
+        self._digest = digest
+
+    def handle(self, tk: Toolkit) -> SessionHandle:
+        return durable_sessions(tk.backend).durable_handle(tk.session_id, self.secret)
+
+    async def detach(self, tk: Toolkit) -> None:
+        await self.changed(tk)
+        await detach(tk.backend)
+
+
+async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[str, Any]
+                 ) -> Toolkit:
+    if isinstance(handle, str):
+        handle = SessionHandle.from_json(handle)
+    backend_options = dict(options.pop("backend_options", None) or {})
+    fixed = {"settings", "base_dir", "confine_to_base_dir", "session_id", "tools", "backend",
+             "lifetime"}
+    clash = sorted(fixed & set(options))
+    if clash:
+        raise ConfigurationError(f"attach: {', '.join(clash)} come from the session itself")
+    backend = backend_for_handle(handle, backend_options)
+    prepare(backend, handle.secret, 0, adopt=handle)
+    try:
+        await backend.open()
+        state = durable_sessions(backend).kept_state("toolkit")
+        if not isinstance(state, dict):
+            raise AttachError("protocol", "the session kept no toolkit state")
+        tk = cls(backend, **toolkit_options(state, handle), **options,
+                 lifetime=Durable(handle.secret, 0, restore=state))
+    except BaseException:
+        await _let_go(backend)
+        raise
+    try:
+        await tk.open()
+    except BaseException:
+        await _let_go(backend)
+        raise
+    return tk
+
+
+async def _let_go(backend: BuiltinExec) -> None:
+    """Drop this client's connection without ending the session (nothing killed by mistake)."""
+    with contextlib.suppress(Exception):
+        await detach(backend)

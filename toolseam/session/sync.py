@@ -1,0 +1,197 @@
+"""``SyncToolkit``: the same session for synchronous code — plain threads, and frameworks whose
+"sync tools" run inside an event loop (LangChain, a sync tool in an async agent).
+
+Why a thread of our own: a ``Toolkit`` holds loop-bound things (the agent channel, locks,
+the jobs' tasks). ``asyncio.run`` per call makes a new loop each time, so the second call meets
+objects "attached to a different loop"; and a caller that already runs a loop cannot run ours
+on its thread. One background loop in one daemon thread owns the toolkit for its whole life,
+and every call is handed to it (``run_coroutine_threadsafe``) and waited for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+from ..builtins import OutputEvent, ToolResult
+from ..policy.readscope import Approver
+from ..policy.settings import Settings
+from ..policy.shells import ShellChoice
+from ..seam.errors import SessionClosedError
+from ..seam.handle import SessionHandle
+from ..seam.models import SandboxInfo
+from ..seam.protocol import BuiltinExec
+from .declarations import Format
+from .lifetime import Lifetime
+from .toolkit import HostTool, Toolkit
+
+T = TypeVar("T")
+
+
+class SyncToolkit:
+    """``Toolkit``'s constructor and calls, blocking. Use it as a context manager, or call
+    ``close()``; closing kills every job and stops the background loop.
+
+    The parameters are ``Toolkit``'s, passed through unchanged (see ``Toolkit`` for the
+    details):
+
+    Args:
+        backend: ``"host"`` (default), ``"podman"``, ``"docker"`` or a backend instance.
+        base_dir: the directory relative paths resolve against; must exist (checked at open).
+        confine_to_base_dir: refuse file-tool paths outside ``base_dir`` (bash is not
+            contained by it: on the host a command reaches what this user can).
+        settings: a ``Settings`` or a mapping of its fields.
+        tools: builtins switched on or off by name, e.g. ``{"bash": False}``.
+        host_tools: the host's own tools (``HostTool``); one named like a builtin replaces it.
+        raise_could_not_run: raise ``CouldNotRunError`` instead of returning a could-not-run
+            result.
+        env: the environment commands start from, before the secret filter.
+        env_extra: variables added for every command, after (and unaffected by) the filter.
+        on_output: called with each live ``OutputEvent`` — on the background thread.
+        session_id: this session's name (in output events, job ids, spill file names).
+        approver: asked before reads outside the read scope (``settings.read_scope``).
+        shell_id_persisted: ``settings.shell_id`` came from an earlier run: fall back if gone.
+        lifetime: how long the sandbox lives (``lifetime.py``); by default chosen from
+            ``settings.orphan_timeout_s``.
+        backend_options: keyword arguments for the backend class when ``backend`` is a name.
+    """
+
+    def __init__(
+        self,
+        backend: BuiltinExec | str = "host",
+        *,
+        base_dir: str | os.PathLike[str] | None = None,
+        confine_to_base_dir: bool = False,
+        settings: Settings | Mapping[str, Any] | None = None,
+        tools: Mapping[str, bool] | None = None,
+        host_tools: Sequence[HostTool] = (),
+        raise_could_not_run: bool = False,
+        env: Mapping[str, str] | None = None,
+        env_extra: Mapping[str, str] | None = None,
+        on_output: Callable[[OutputEvent], None] | None = None,
+        session_id: str | None = None,
+        approver: Approver | None = None,
+        shell_id_persisted: bool = False,
+        lifetime: Lifetime | None = None,
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        args = (backend,)
+        kwargs: dict[str, Any] = {
+            "base_dir": base_dir, "confine_to_base_dir": confine_to_base_dir,
+            "settings": settings, "tools": tools, "host_tools": host_tools,
+            "raise_could_not_run": raise_could_not_run, "env": env, "env_extra": env_extra,
+            "on_output": on_output, "session_id": session_id, "approver": approver,
+            "shell_id_persisted": shell_id_persisted, "lifetime": lifetime,
+            "backend_options": backend_options}
+        self._start_loop()
+        try:
+            # built on the loop's thread: whatever it binds to a loop binds to ours
+            self.toolkit: Toolkit = self._run(self._build(args, kwargs))
+        except BaseException:
+            self._stop()
+            raise
+
+    def _start_loop(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="toolseam-sync",
+                                        daemon=True)
+        self._thread.start()
+        self._closed = False
+
+    # --- sessions that outlive their client (docs/sessions.md) ---------------------------
+    @property
+    def handle(self) -> SessionHandle:
+        """``Toolkit.handle``."""
+        return self.toolkit.handle
+
+    def detach(self) -> SessionHandle:
+        """``Toolkit.detach``: the sandbox goes on; this object's thread ends."""
+        handle = self._run(self.toolkit.detach())
+        self._stop()
+        return handle
+
+    @classmethod
+    def attach(cls, handle: SessionHandle | str, **options: Any) -> SyncToolkit:
+        """``Toolkit.attach``, for synchronous code."""
+        sync = cls.__new__(cls)
+        sync._start_loop()
+        try:
+            sync.toolkit = sync._run(Toolkit.attach(handle, **options))
+        except BaseException:
+            sync._stop()
+            raise
+        return sync
+
+    @staticmethod
+    async def _build(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Toolkit:
+        return Toolkit(*args, **kwargs)
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coroutine.close()
+            raise SessionClosedError("the toolkit was closed")
+        if threading.current_thread() is self._thread:
+            coroutine.close()
+            raise RuntimeError("SyncToolkit called from its own loop; await Toolkit instead")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def open(self) -> SandboxInfo:
+        return self._run(self.toolkit.open())
+
+    def call(self, name: str, args: Any, *, call_id: str | None = None) -> ToolResult:
+        """One tool call (see ``Toolkit.call``); live output goes to the toolkit's
+        ``on_output`` callback, called on the background thread."""
+        return self._run(self.toolkit.call(name, args, call_id=call_id))
+
+    def end_turn(self) -> list[int]:
+        return self._run(self.toolkit.end_turn())
+
+    def pin_shell(self) -> ShellChoice:
+        return self._run(self.toolkit.pin_shell())
+
+    def user_message(self, text: str) -> None:
+        self.toolkit.user_message(text)
+
+    def declarations(self, fmt: Format) -> list[dict[str, Any]]:
+        return self.toolkit.declarations(fmt)
+
+    @property
+    def tool_names(self) -> list[str]:
+        return self.toolkit.tool_names
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        try:
+            self._run(self.toolkit.close())
+        finally:
+            self._closed = True
+            self._stop()
+
+    def _stop(self) -> None:
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> SyncToolkit:
+        try:
+            self.open()
+        except BaseException:
+            self.close()  # a refused open (a missing base dir …) leaves no thread behind
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # a forgotten SyncToolkit still closes its sandbox (no orphaned processes/containers)
+        if not getattr(self, "_closed", True) and self._thread.is_alive():
+            with contextlib.suppress(Exception):  # nothing may escape a finaliser
+                self.close()
