@@ -38,6 +38,27 @@ SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text",
 WORKSPACE_DIR = "workspace"  # the first entry of a copy-back archive (workspace_copy.apply)
 
 
+def session_root(workdir: str, sid: str) -> str:
+    """A new private directory for one session, named after this process (its owner)."""
+    return tempfile.mkdtemp(prefix=f"{os.getpid()}-{sid[:8]}-", dir=workdir)
+
+
+def sweep_dead_roots(workdir: str) -> list[str]:
+    """Remove the session directories whose owning node actor is gone (a node killed, a
+    cluster stopped with sessions open): the janitor's rule, for the node's staging dirs.
+    A name without an owner pid is left alone."""
+    import psutil
+
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(workdir):
+            pid = name.partition("-")[0]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+                removed.append(name)
+    return removed
+
+
 def secret_hash(secret: str) -> bytes:
     return hashlib.sha256(secret.encode()).digest()
 
@@ -80,6 +101,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
             self._reaper = asyncio.ensure_future(self._reap())
             with contextlib.suppress(Exception):  # an engine that is down answers at open
                 await asyncio.to_thread(self._janitor)
+            await asyncio.to_thread(sweep_dead_roots, self._workdir())
         return {"node_id": self.node_id, "name": self.config.name, "engine": self.config.engine,
                 "where": self.where, "pid": os.getpid(), "sessions": len(self._sessions)}
 
@@ -108,7 +130,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
                    archive: bytes | None, orphan_timeout: float) -> Answer:
         if sid in self._sessions:
             return encode(HostError(f"session {sid[:8]}… exists on {self.where}"))
-        root = tempfile.mkdtemp(prefix=f"{sid[:8]}-", dir=self._workdir())
+        root = session_root(self._workdir(), sid)
         workspace = os.path.join(root, WORKSPACE_DIR)
         try:
             os.mkdir(workspace, 0o755)

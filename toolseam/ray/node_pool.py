@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import tempfile
 from typing import Any
 
 from ..seam.errors import CouldNotRunError, HostError
@@ -60,14 +59,14 @@ class NodePools:
     async def pool_claim(self, pool_id: str, sid: str, secret: str, archive: bytes | None,
                          orphan_timeout: float, image: str | None, limits: Any) -> Answer:
         """A warm sandbox of the pool with this workspace, as a session of this node."""
-        from .node import _extract, _Session, secret_hash
+        from .node import _extract, _Session, secret_hash, session_root
 
         pool = self._pools.get(pool_id)
         if pool is None and self.config.engine != "host":
             return encode(HostError(f"no pool {pool_id[:8]}… on {self.where}"))
         if sid in self._sessions:
             return encode(HostError(f"session {sid[:8]}… exists on {self.where}"))
-        root = tempfile.mkdtemp(prefix=f"{sid[:8]}-", dir=self._workdir())
+        root = session_root(self._workdir(), sid)
         workspace = os.path.join(root, "workspace")
         try:
             os.mkdir(workspace, 0o755)

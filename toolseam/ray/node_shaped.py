@@ -12,7 +12,6 @@ import asyncio
 import os
 import posixpath
 import shutil
-import tempfile
 import time
 from collections import OrderedDict
 from typing import Any
@@ -57,13 +56,13 @@ class ShapedSandboxes:
                       env: dict[str, str] | None, workdir: str | None,
                       ttl_seconds: float | None, orphan_timeout: float) -> None:
         from ..session.toolkit import Toolkit
-        from .node import _Session, secret_hash
+        from .node import _Session, secret_hash, session_root
 
         if sid in self._sessions or sid in self._pending:
             raise SandboxCreationError(f"sandbox {sid[:8]}… exists on {self.where}")
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending[sid] = (secret_hash(secret), ready)
-        root = tempfile.mkdtemp(prefix=f"{sid[:8]}-", dir=self._workdir())
+        root = session_root(self._workdir(), sid)
         workspace = os.path.join(root, "workspace")
         try:
             os.mkdir(workspace, 0o755)
