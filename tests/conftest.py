@@ -84,6 +84,9 @@ def _folder(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = []
     for item in items:
+        if item.get_closest_marker("ray") is not None:  # one cluster: one xdist worker
+            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
+            item.add_marker(pytest.mark.engines)
         if _needs_an_engine(item):
             item.add_marker(pytest.mark.engines)
             if _folder(item) in _NO_ENGINE_FOLDERS:
@@ -91,3 +94,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if misplaced:
         raise pytest.UsageError("these tests need a container engine, so they belong in "
                                 "tests/backends/ or tests/contract/: " + ", ".join(misplaced))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """A real 3-node Ray cluster on 127.0.0.1 for the whole session (tests/support/ray_cluster.py)."""
+    from .support.ray_cluster import started
+
+    with started() as cluster:
+        yield cluster
