@@ -65,7 +65,7 @@ class BindMode:
     name: Literal["bind"] = "bind"
     shares_host_dir = True  # the sandbox works in the host's directory itself
 
-    def __init__(self, setid_files: SetidFiles = None) -> None:
+    def __init__(self, setid_files: SetidFiles = None, slots: SlotMounts = HOST_SLOTS) -> None:
         # No command may start without the set-id guard: the container writes the host dir
         # itself, as host root on a rootful engine (docs/security.md). A rootless engine's root
         # is an unprivileged user: ``setid_files="allow"`` lets its commands make set-id files,
@@ -79,7 +79,7 @@ class BindMode:
         self.agent_stderr: deque[str] | None = None  # the engine keeps the agent's log
         self._host_root = False  # commands act as host root on the workspace
         self._slot: str | None = None  # a pool's slot the workspace is mounted onto
-        self.slots: SlotMounts = HOST_SLOTS  # where a pool's slot mounts are made (pool.py)
+        self.slots = slots  # where a pool's slot mounts are made (pool/warm.py)
 
     @property
     def slot(self) -> str | None:

@@ -38,6 +38,7 @@ from ..backend import ContainerBackend
 from ..engine.protocol import in_engine_thread
 from ..labels import POOL_LABEL, WORKSPACE
 from ..modes.bind import BindMode, socket_owner
+from ..options import Pooled
 from .mounts import (
     HOST_SLOTS,
     NamespaceSlots,
@@ -350,10 +351,6 @@ class ContainerPool:
         assert self._dir is not None
         name = uuid.uuid4().hex[:12]
         workspace = make_slot(self._dir, name) if self._slots else self._dir
-        backend = self._class(workspace, **self._options)
-        if isinstance(backend.sandbox.mode, BindMode):
-            backend.sandbox.mode.slots = self._mounts
-        backend.sandbox.awaiting_workspace = True
-        backend.sandbox.extra_labels = {POOL_LABEL: self.pool_id}
-        return backend
+        return self._class(workspace, **self._options,
+                           provisioning=Pooled(self.pool_id, self._mounts))
 
