@@ -3,7 +3,9 @@ the real thing. Helpers live in ``tests/support/`` (no test module imports anoth
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +34,17 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.fixture
+def outside_tree() -> Iterator[Path]:
+    """A directory outside every temp dir holding ``inside/`` (a base dir) and ``outside.txt``
+    (a file a read from there must ask about), removed afterwards."""
+    work = scratch_root() / f"mcp-{os.getpid()}-{time.monotonic_ns()}"
+    (work / "inside").mkdir(parents=True)
+    (work / "outside.txt").write_text("outside\n")
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
+
+
 # --- what a test needs: engine tests are marked at collection (issue 34) -----------------------
 # A test parametrized over an engine's name (podman-rootless, docker-remote, "podman:copy" …; the
 # names are ``support.engines.ALL_ENGINES``) needs that engine; so does a contract binding whose
@@ -48,7 +61,9 @@ def _names_an_engine(value: object) -> bool:
         return value.startswith(ALL_ENGINES)
     if isinstance(value, (tuple, list)):
         return any(_names_an_engine(v) for v in value)
-    return False
+    # an object that says which engine it needs (a docs example: tests/support/doc_examples.py)
+    engine = getattr(value, "engine", None)
+    return isinstance(engine, str) and engine.startswith(ALL_ENGINES)
 
 
 def _needs_an_engine(item: pytest.Item) -> bool:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from . import ops, paths, procscan, setid_guard, tunnel, userns, walk, wire
+from . import ops, paths, ports, procscan, setid_guard, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
@@ -68,6 +68,7 @@ class Agent(PtyOps):
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
         self.tunnels = tunnel.Tunnels(self.send, self.send_bytes)  # egress: listening only once asked to
+        self.ports = ports.PortForwards(self.send, self.send_bytes)  # exposed ports: the host opens
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
@@ -122,7 +123,8 @@ class Agent(PtyOps):
     def _lines(self, lines: list[bytes]) -> None:
         """Whole lines from the host, in order (a durable agent opens their seals first)."""
         for line in lines:
-            if line.strip() and not self.tunnels.from_host_line(line):
+            if (line.strip() and not self.tunnels.from_host_line(line)
+                    and not self.ports.from_host_line(line)):
                 self._handle(line)
 
     def _input_ended(self) -> None:
@@ -309,6 +311,7 @@ class Agent(PtyOps):
     def shut_down(self) -> None:
         """Kill every job; the loop stops once none is left."""
         self._closing = True
+        self.ports.close()
         self.tunnels.close()
         self.ptys.kill_all()
         running = [job for job in self.jobs.values() if job.state != "done"]

@@ -9,7 +9,7 @@ One JSON object per line, UTF-8, over one socket:
   ``{"id": ID, "ok": false, "error": {"kind": KIND, "message": TEXT, ...}}``
 * event (agent → host):    ``{"ev": "output", "job": JOB, "stream": "stdout"|"stderr",
   "data": TEXT}`` — live output, before the job's answer; ``{"ev": "tun", "c": N, ...}`` — an
-  egress connection's frame (``tunnel.py``).
+  egress connection's frame (``tunnel.py``); ``{"ev": "xp", ...}`` an exposed port's (``ports.py``).
 
 Bytes travel as base64 under keys ending in ``_b64``.
 """
@@ -78,6 +78,14 @@ TUNNEL_EVENT = TUNNEL
 TO_AGENT = b'{"id":0,"op":"tun","c":'
 TO_HOST = b'{"ev":"tun","c":'
 _DATA = b',"d":"'
+# Exposed ports (``ports.py``): the other way round — the host accepts a connection on its own
+# listener and asks the agent to connect to 127.0.0.1:PORT inside; the stream is framed like
+# egress's, under its own op and event, so a frame of one kind is never taken for the other.
+# Every frame starts with the prefix (host → agent: ``{"id":0,"op":"xp","c":N,…}``, the open
+# ``"o":"open","port":P``; agent → host: ``{"ev":"xp","c":N,…}``).
+EXPOSE = "xp"
+EXPOSE_TO_AGENT = b'{"id":0,"op":"xp","c":'
+EXPOSE_TO_HOST = b'{"ev":"xp","c":'
 
 
 def tunnel_data(prefix: bytes, number: int, data: bytes) -> bytes:

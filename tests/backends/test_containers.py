@@ -213,6 +213,7 @@ async def test_host_sigkill_then_janitor(engine: str, workspace: Path) -> None:
         await fresh.close()
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_rootless_files_belong_to_the_user(workspace: Path) -> None:
     user = os.environ.get("TOOLSEAM_ROOTLESS_USER", "")
     async with Toolkit(backend("podman-rootless", str(workspace))) as tk:
@@ -460,6 +461,7 @@ async def test_sync_while_a_build_writes_is_retried_never_raw(engine: str, works
     assert sorted(p.name for p in (workspace / "out").iterdir()) == ["f1", "f2", "f3"]
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 @pytest.mark.parametrize("keep", [False, True])
 async def test_copy_keep_group_write_reaches_the_copy_back(keep: bool, workspace: Path) -> None:
     """The backend option H1's copy-back policy reads: group/other write bits come home only

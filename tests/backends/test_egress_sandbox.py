@@ -742,6 +742,7 @@ async def test_settings_errors_name_what_is_wrong(settings_: dict[str, Any], nam
     assert named in str(caught.value)
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_errors_found_at_open_leave_nothing(tmp_path: Path) -> None:
     missing = {**_EGRESS, "egress_credentials": [
         {"host": "git.test", "header": "Authorization", "value_env": "EGRESS_NOT_SET_ANYWHERE"}]}

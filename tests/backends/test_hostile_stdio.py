@@ -87,6 +87,7 @@ def test_hostile_lines_each_get_one_answer_and_the_server_serves_on(tmp_path: Pa
         assert server.close() == 0
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_hostile_lines_on_a_container_backend() -> None:
     url = endpoint("docker")
     workspace = shared_dir()

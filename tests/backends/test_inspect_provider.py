@@ -114,6 +114,7 @@ def _podman_rootless(**fields: object) -> ToolseamSandboxConfig:
                                  endpoint=endpoint("podman-rootless"), **fields)  # type: ignore[arg-type]
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_container_sample_works_in_its_own_workspace(tmp_path: Path) -> None:
     """Regression: the workspace option was not passed, so the container bind-mounted the
     current directory (the checkout) and the eval's files landed there."""
@@ -138,6 +139,7 @@ async def test_container_sample_works_in_its_own_workspace(tmp_path: Path) -> No
     assert [s for _, s in _ours_on_engines() if s == env.toolkit.session_id] == []
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_task_cleanup_closes_what_an_interrupted_task_left() -> None:
     config = ToolseamSandboxConfig(backend="docker", image=IMAGE, endpoint=endpoint("docker"),
                                    workspace_mode="copy")
@@ -168,6 +170,7 @@ asyncio.run(main())
 """
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_inspect_sandbox_cleanup_removes_what_ended_evals_left_and_spares_a_live_one(
         ) -> None:
     configs = [_podman_rootless(),
@@ -230,6 +233,7 @@ print(log.status, [m.text.splitlines()[-1] for m in log.samples[0].messages if m
 '''
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_inspects_injected_tools_work_in_a_container(tmp_path: Path) -> None:
     """Regression: text_editor() installs inspect's tools into /var/tmp, which a read-only root
     filesystem refused ("Read-only file system"); an eval switching from docker must not break."""
@@ -243,6 +247,7 @@ def test_inspects_injected_tools_work_in_a_container(tmp_path: Path) -> None:
                           "'     1\\thello']\n"
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_a_sandbox_that_died_is_unavailable_not_a_result() -> None:
     config = ToolseamSandboxConfig(backend="podman", image=IMAGE, endpoint=endpoint("podman"))
     envs = await ToolseamSandboxEnvironment.sample_init("t", config, {})

@@ -151,6 +151,7 @@ def test_job_table_invariants_on_the_host(plan: list[list[tuple[Action, int]]],
     asyncio.run(drive(toolkit, plan, close_early))
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 @given(plan=groups, close_early=st.booleans())
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_job_table_invariants_in_a_container(plan: list[list[tuple[Action, int]]],

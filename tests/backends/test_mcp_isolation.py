@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from ..support.mcp import client, outside_tree, start_http, stop, text, tokens_file  # noqa: F401 - outside_tree is a fixture
+from ..support.mcp import client, start_http, stop, text, tokens_file
 
 Server = tuple[str, subprocess.Popen[bytes]]
 
@@ -72,7 +72,7 @@ async def test_sessionless_clients_never_see_each_others_jobs(jobs_server: Serve
 
 
 @pytest.fixture
-def approvals_server(outside_tree: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:  # noqa: F811
+def approvals_server(outside_tree: Path, tmp_path: Path) -> Iterator[tuple[str, Path]]:
     config = settings(tmp_path, read_scope="working-dir")
     url, process = start_http(outside_tree / "inside", tmp_path.parent / f"{tmp_path.name}.log",
                               "--config", config, "--approvals", confine=False)
@@ -156,6 +156,7 @@ async def test_an_answer_counts_once(approvals_server: tuple[str, Path]) -> None
         assert not (isinstance(replay, types.CallToolResult) and not replay.is_error), replay
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_sessionless_clients_never_see_each_others_files_in_containers(
         tmp_path: Path) -> None:
     """docker, copy mode: each client's container has its own copy of the workspace and /tmp."""

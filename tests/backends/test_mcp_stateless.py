@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -118,6 +119,7 @@ def _containers(workspace: Path) -> set[str]:
         engine.close()
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_two_hundred_calls_keep_state_in_a_docker_sandbox(tmp_path: Path) -> None:
     """docker: handle-less calls share one container (files, /tmp, jobs); "new" makes a second."""
     from ..support.engines import IMAGE, endpoint

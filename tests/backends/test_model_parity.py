@@ -45,7 +45,7 @@ async def test_read_page_is_capped_in_bytes(box: Sandbox) -> None:
     box.put("wide.txt", ("x" * 999 + "\n").encode() * 200)  # 200 KB in 200 lines
     page = await box.call("read", path="wide.txt")
     assert page.metadata["lines"] == 51  # about 50 KiB: the line that crosses it is left out
-    assert page.output.endswith("(showing lines 1-51; the file has more: read on with offset=52)")
+    assert page.output.endswith("(Output capped at 50 KB. Showing lines 1-51. Use offset=52 to continue.)")
 
 
 async def test_read_cuts_long_lines_with_a_note(box: Sandbox) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import textwrap
+import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -543,3 +544,39 @@ async def test_the_pty_adapter_on_the_specified_raw_calls() -> None:
         assert running.process_id not in fake._procs
     finally:
         await client.delete(session)
+
+
+async def test_resolve_exposed_port_carries_a_port_without_a_network(backend: str) -> None:
+    """``resolve_exposed_port`` (the SDK's check first: only ``exposed_ports``) gives a
+    127.0.0.1 address here whose connections reach the sandbox's server — network none in a
+    container — the same address each time; deleting the session closes it. The server is
+    started through the raw API (no PTY needed)."""
+    from agents.sandbox.errors import ExposedPortUnavailableError
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # no proxy variables
+    client = ToolseamSandboxClient()
+    session = await client.create(manifest=Manifest(),
+                                  options=options_for(backend, exposed_ports=(8766,)))
+    inner: Any = session._inner
+    try:
+        await session.start()
+        await session.write(Path("index.html"), io.BytesIO(b"served through the channel\n"))
+        started = await inner.toolkit.sandbox.exec(
+            ["sh", "-c", "python3 -m http.server 8766 --bind 127.0.0.1 >/dev/null 2>&1 & "
+             "exec python3 -c \"import socket, time\nfor _ in range(200):\n    try:\n"
+             "        socket.create_connection(('127.0.0.1', 8766)).close(); break\n"
+             "    except OSError: time.sleep(0.05)\""],
+            cwd=session.state.manifest.root, keep_detached=True, timeout=60)
+        assert started.success, started
+        endpoint = await session.resolve_exposed_port(8766)
+        assert endpoint.host == "127.0.0.1" and endpoint.port != 8766 and not endpoint.tls
+        assert await session.resolve_exposed_port(8766) == endpoint
+        url = endpoint.url_for("http") + "index.html"
+        body = await asyncio.to_thread(lambda: direct.open(url, timeout=10).read())
+        assert body == b"served through the channel\n"
+        with pytest.raises(ExposedPortUnavailableError):
+            await session.resolve_exposed_port(8767)  # not declared in the options
+    finally:
+        await session.aclose()
+        await client.delete(session)
+    with pytest.raises(OSError):
+        await asyncio.to_thread(lambda: direct.open(url, timeout=3).read())

@@ -189,6 +189,7 @@ async def test_an_image_that_cannot_start_is_could_not_run_at_hand_out(engine: s
         assert _pool_containers(engine, work, pool.pool_id) == []
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_host_mistakes_are_configuration_errors_before_any_sandbox_is_taken(
         workspaces: Any) -> None:
     with pytest.raises(ConfigurationError, match="size"):
@@ -206,6 +207,7 @@ async def test_host_mistakes_are_configuration_errors_before_any_sandbox_is_take
         await pool.close()
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_every_engine_pools_by_mount_here_and_copies_where_it_cannot_mount(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The mode rule (decisions 110, 114) as this root test process meets it."""
@@ -266,6 +268,7 @@ async def test_concurrent_opens_ask_the_engine_its_arch_once(engine: str, worksp
     assert len(asked) == 1
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_root_runs_nothing_from_rootless_podmans_namespace(workspaces: Any) -> None:
     """That namespace's mounts are its unprivileged owner's: had the pool run ``nsenter …
     mount`` in it, the owner's own ``mount`` (bound over /usr/bin/mount there) would have run
@@ -309,6 +312,7 @@ def test_the_mounts_below_a_path_are_found_whatever_its_name(name: str) -> None:
         assert pool_mounts._mounts_below(top, "/proc/self/mountinfo") == []
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_a_mount_that_does_not_reach_the_container_fails_closed(workspaces: Any) -> None:
     """Mounted on the host, not in rootless podman's namespace: the container still sees the
     empty slot, so the hand-out refuses instead of giving a session an empty workspace."""
@@ -322,6 +326,7 @@ async def test_a_mount_that_does_not_reach_the_container_fails_closed(workspaces
     assert directory is not None and _mounts_below(directory) == []
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_closing_the_pool_ends_the_hand_outs_waiting(workspaces: Any) -> None:
     """A hand-out waiting for a sandbox that will never come (the pool closed) is told so."""
     made = 0

@@ -110,15 +110,16 @@ def test_a_failed_open_leaves_no_thread_behind() -> None:
 
 @pytest.mark.parametrize("engine", PROVIDER_BACKENDS)
 async def test_large_output_whole_on_every_backend(engine: str) -> None:
-    """The suite's 500 KiB rules with ``python3`` (the reference image has no ``python``):
-    five at once, none cut."""
+    """The suite's 500 KiB rules, six at once, none cut — with ``python3`` as well as the
+    ``python`` the suite runs (the reference image links one to the other)."""
     name, options, made = provider_options(engine)
     sandbox = await ToolseamSandbox.acreate(name, **options)
     try:
-        command = "python3 -c \"import sys; sys.stdout.write('x' * (500 * 1024))\""
-        results = await asyncio.gather(*(sandbox.aexecute(command) for _ in range(5)))
+        command = "{} -c \"import sys; sys.stdout.write('x' * (500 * 1024))\""
+        results = await asyncio.gather(*(sandbox.aexecute(command.format(python))
+                                         for python in ("python", "python3") * 3))
         assert [(r.exit_code, r.truncated, len(r.output)) for r in results] == [
-            (0, False, 500 * 1024)] * 5
+            (0, False, 500 * 1024)] * 6
     finally:
         await sandbox.adelete()
         if made is not None:

@@ -193,6 +193,7 @@ async def test_a_caller_cancelled_mid_create_keeps_the_environment(tmp_path: Pat
         await backend.destroy()
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_a_container_sandbox_cannot_read_the_attach_secret(tmp_path: Path) -> None:
     """The secret stays on this machine's side: not in the container's files, environment or
     the ref — a command in the sandbox has nothing to attach with."""

@@ -134,6 +134,7 @@ async def test_credentials_explicit_and_wrong(engine: str, workspace: Path) -> N
         engine_cli(engine, "rmi", "-f", image)
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_pull_policy_from_the_cli_and_settings(workspace: Path, fresh_tag: str) -> None:
     import sys
 

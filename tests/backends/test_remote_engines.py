@@ -195,6 +195,7 @@ async def test_upload_and_download(engine: str, base: Path, tmp_path: Path) -> N
     assert (base / "result.txt").read_text() == "out\n"
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_past_the_copy_limit_nothing_is_written_and_the_container_is_kept(
         base: Path) -> None:
     engine = "podman-remote"
@@ -325,6 +326,7 @@ async def test_the_janitor_removes_volumes_of_dead_owners(engine: str, base: Pat
         client.close()
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_a_remote_engine_over_the_cli_leaves_the_base_dir_as_the_session_left_it(
         base: Path) -> None:
     url = endpoint("docker-remote")
@@ -339,6 +341,7 @@ def test_a_remote_engine_over_the_cli_leaves_the_base_dir_as_the_session_left_it
     assert (base / "cli.txt").read_text() == "from-cli\n"
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_serve_with_a_remote_engine_leaves_the_base_dir_as_the_session_left_it(
         base: Path) -> None:
     request = {"id": 1, "tool": "write", "args": {"path": "served.txt", "content": "served\n"}}
@@ -396,6 +399,7 @@ async def test_copy_mode_on_a_local_engine(engine: str, base: Path) -> None:
     assert (base / "out.txt").read_text() == "out\n"
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_a_wrong_client_certificate_is_refused_clearly(base: Path, tmp_path: Path) -> None:
     certs = Path(required_env("TOOLSEAM_REMOTE_DOCKER_CERT_PATH", "remote docker"))
     (tmp_path / "ca.pem").write_bytes((certs / "ca.pem").read_bytes())  # no client certificate

@@ -267,6 +267,7 @@ async def test_copy_mode_can_refuse_set_id_files(engine: str, workspace: Path) -
     assert "Operation not permitted" in result.output and result.output.endswith("755\n")
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_rootless_bind_mode_refuses_by_default_and_allows_when_asked(
         workspace: Path) -> None:
     """Rootless podman's root is an unprivileged host user: the set-id file it makes in the
@@ -291,6 +292,7 @@ async def test_a_rootful_bind_mode_cannot_allow_set_id_files(engine: str, worksp
             await tk.call("bash", {"command": "true"})
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 def test_a_bad_setting_names_the_values() -> None:
     with pytest.raises(ConfigurationError, match="setid_files must be"):
         backend("docker", "/tmp", setid_files="sometimes")

@@ -89,6 +89,7 @@ async def test_a_bundle_planted_at_the_old_shared_name_never_runs(shared_tmp: Pa
     assert PLANT not in (staged / AGENT_PACKAGE / "server.py").read_text()
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_a_staging_root_another_user_made_is_never_used(shared_tmp: Path) -> None:
     squatted = shared_tmp / f"toolseam-{os.geteuid()}"
     squatted.mkdir()
@@ -185,6 +186,7 @@ def test_check_ancestors_refuses_what_another_user_can_change(tmp_path: Path) ->
     staging.check_ancestors(tmp_path / "sticky" / "toolseam", uid)  # like /tmp: fine
 
 
+@pytest.mark.engines  # needs an engine without naming it in a parameter
 async def test_a_rootless_engine_reads_the_staged_bundle(shared_tmp: Path) -> None:
     """Its user is not this one: the 0711 root and the 0755 bundle below are what it reaches."""
     workspace = engines.shared_dir()

@@ -16,12 +16,13 @@ from toolseam.testing.contract import (
     ProcessTreeContract,
     Sandbox,
 )
+from toolseam.testing.read_tool import ReadToolContract
 
 from ..support.processes import host_survivors
 
 
 class TestHostBackend(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                      HostDirContract, JobContract, HostileContract):
+                      HostDirContract, JobContract, HostileContract, ReadToolContract):
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
         return HostBackend(str(host_dir)), str(host_dir)
 

@@ -1,6 +1,6 @@
 """Egress reaches every surface: the CLI flags, ``serve --stdio``'s egress ops, MCP log
 notifications, and the checks at open (host backend; the in-sandbox behaviour on every backend
-is tests/test_egress_sandbox.py)."""
+is tests/backends/test_egress_sandbox.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run INSIDE a sandbox by tests/test_session_boundary.py: a command trying every way at the
+"""Run INSIDE a sandbox by tests/backends/test_session_boundary.py: a command trying every way at the
 session's control path it could — the agent's and the relays' memory, environment, descriptors,
 signals and ptrace, the agent's abstract socket, and (given a path) the socket directory.
 

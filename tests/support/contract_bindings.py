@@ -20,6 +20,7 @@ from toolseam.testing.contract import (
     ProcessTreeContract,
     Sandbox,
 )
+from toolseam.testing.read_tool import ReadToolContract
 
 from .engines import backend, shared_dir
 from .processes import host_survivors
@@ -44,7 +45,7 @@ def _listed(reason: str) -> Any:
 
 
 class ContainerBinding(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                        HostDirContract, JobContract, HostileContract):
+                        HostDirContract, JobContract, HostileContract, ReadToolContract):
     engine = ""
 
     def host_root(self, tmp_path: Path) -> Path:
@@ -58,7 +59,7 @@ class ContainerBinding(FileContract, ListingContract, ExecContract, ProcessTreeC
 
 
 class CopyModeBinding(FileContract, ListingContract, ExecContract, ProcessTreeContract,
-                       JobContract, HostileContract):
+                       JobContract, HostileContract, ReadToolContract):
     engine = ""
     locals().update({name: _listed(why) for name, why in HOST_FILESYSTEM_CASES.items()})
 

@@ -311,7 +311,7 @@ def make_npm_registry(root: Path, tarball_base: str) -> Path:
     return root
 
 
-# -- raw TCP upstreams for the in-sandbox tests (tests/test_egress_sandbox.py) ----------------
+# -- raw TCP upstreams for the in-sandbox tests (tests/backends/test_egress_sandbox.py) ----------------
 class _Threaded(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True

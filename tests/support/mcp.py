@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from .cli import TOOLSEAM
-from .processes import scratch_root
 
 
 def stdio_params(work: Path, *extra: str, confine: bool = True) -> StdioServerParameters:
@@ -30,15 +29,6 @@ def stdio_params(work: Path, *extra: str, confine: bool = True) -> StdioServerPa
                                  args=["-m", "toolseam.frontends.cli", "mcp", "--base-dir", str(work),
                                        *(["--confine"] if confine else []), *extra],
                                  env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
-
-
-@pytest.fixture
-def outside_tree() -> Iterator[Path]:
-    work = scratch_root() / f"mcp-{os.getpid()}-{time.monotonic_ns()}"
-    (work / "inside").mkdir(parents=True)
-    (work / "outside.txt").write_text("outside\n")
-    yield work
-    subprocess.run(["rm", "-rf", str(work)], check=False)
 
 
 def free_port() -> int:

@@ -1,7 +1,8 @@
 """The docs name what exists (issue 34): every repository path a page names in backticks
 (``toolseam/…``, ``toolseam_agent/…``, ``tests/…``, ``scripts/…``, ``benchmarks/…``,
-``images/…``, ``docs/…``) is there — and a test named as ``file::test`` is in that file — and
-every entry of docs/decisions.md has a status, a superseded one naming an entry that exists."""
+``images/…``, ``docs/…``) is there — and a test named as ``file::test`` is in that file —, every
+module architecture.md's layout names is in the folder it is listed under, and every entry of
+docs/decisions.md has a status, a superseded one naming an entry that exists."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ PREFIXES = ("toolseam", "toolseam_agent", "tests", "scripts", "benchmarks", "ima
 NAMED_PATH = re.compile("`((?:" + "|".join(PREFIXES) + r")/[^`\s]*)`")
 # a pattern or a placeholder, not a path: `tests/**/*.py`, `images/<name>/`, `docs/{a,b}.md`
 NOT_A_PATH = re.compile(r"[*<>{}$]")
+LAYOUT_NAME = re.compile(r"(?<![\w./])([A-Za-z_]\w*(?:\.py|/))(?=[\s·),]|$)")
 ENTRY = re.compile(r"^(\d+)\. ", re.MULTILINE)
 STATUS = re.compile(r"Status:\s+(accepted|superseded\s+by\s+(\d+))")
 
@@ -33,6 +35,20 @@ def named_paths(text: str) -> list[tuple[str, str]]:
         path = re.sub(r"(\.\w+):[\w.]+$", r"\1", path).rstrip(".,;")
         found.append((path, test.split("[")[0]))
     return found
+
+
+def layout_modules(text: str) -> list[str]:
+    """Each module and subfolder the layout block of architecture.md names, as a repository
+    path: a line that starts at the margin is a folder, its text (and the indented lines after
+    it) names what is in it."""
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    named: list[str] = []
+    folder = ""
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            folder, _, line = line.partition(" ")
+        named += [folder + name for name in LAYOUT_NAME.findall(line)]
+    return named
 
 
 def decision_entries(text: str) -> dict[int, str]:
@@ -58,6 +74,13 @@ def test_every_path_a_page_names_exists(page: Path) -> None:
     assert not missing, f"{page.relative_to(REPO)} names what does not exist: {missing}"
 
 
+def test_every_module_the_layout_names_exists() -> None:
+    named = layout_modules((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    assert len(named) > 100
+    missing = [path for path in named if not (REPO / path).exists()]
+    assert not missing, f"docs/architecture.md's layout names what does not exist: {missing}"
+
+
 def test_every_decision_has_a_status_and_a_successor_that_exists() -> None:
     entries = decision_entries((REPO / "docs" / "decisions.md").read_text(encoding="utf-8"))
     assert len(entries) > 100
@@ -74,6 +97,9 @@ def test_the_checks_catch_what_they_are_for() -> None:
             "`tests/**/*.py` and `tests/unit/test_docs_paths.py::test_x[a]`")
     assert named_paths(text) == [("tests/unit/nowhere.py", ""), ("toolseam/seam/protocol.py", ""),
                                  ("tests/unit/test_docs_paths.py", "test_x")]
+    layout = "## Layout\n```\ntoolseam/seam/  protocol.py (THE) · gone.py\n  sub/ and words\n```\n"
+    assert layout_modules(layout) == ["toolseam/seam/protocol.py", "toolseam/seam/gone.py",
+                                      "toolseam/seam/sub/"]
     entries = decision_entries("1. **A.** Status: accepted.\n2. **B.**\n   more\n"
                                "3. **C.** Status: superseded by 1.\n")
     assert [n for n, e in entries.items() if not STATUS.search(e)] == [2]

@@ -67,7 +67,7 @@ from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from pydantic import Field
 
 from ..backends import backend_kind, create_backend
-from ..seam.capabilities import supports_interactive
+from ..seam.capabilities import ExposedPorts, supports, supports_interactive
 from ..seam.errors import ToolseamError
 from ..seam.handle import AttachError, SessionHandle
 from ..session.raw import UnknownUserError, UserUnsupportedError
@@ -320,14 +320,16 @@ class ToolseamSandboxSession(BaseSandboxSession):
                 await sandbox.pty_terminate(pid)
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        """``tools.sandbox.expose``: a 127.0.0.1 listener here carried into the sandbox's port
+        over the session's channel (no network inside needed), one per port, kept until the
+        session ends."""
         if port in self._ports:
             return self._ports[port]
-        sandbox: Any = self.toolkit.sandbox
-        if not hasattr(sandbox, "expose"):
+        if not supports(self.toolkit.backend, ExposedPorts):
             return await super()._resolve_exposed_port(port)
         try:
-            exposed = await sandbox.expose(port)
-        except (OSError, ToolseamError) as exc:
+            exposed = await self.toolkit.sandbox.expose(port)
+        except (OSError, ValueError, ToolseamError) as exc:
             raise ExposedPortUnavailableError(
                 port=port, exposed_ports=self.state.exposed_ports, reason="backend_unavailable",
                 context={"backend": BACKEND_ID}, cause=exc) from exc

@@ -7,6 +7,8 @@ and anyio's backends do the same).
   and the container backends, in both workspace modes.
 * ``EngineShell`` — the engine's own command line for a shell in the sandbox (inspect_ai's
   ``connection()``): the container backends.
+* ``ExposedPorts`` — a sandbox port reachable from this machine over the session's channel
+  (``tools.sandbox.expose``): every backend whose commands an agent runs.
 * ``InteractiveProcesses`` — programs on a terminal, written to and read over many calls
   (``interactive.py``): every backend whose commands an agent runs.
 """
@@ -91,6 +93,52 @@ def durable_sessions(backend: object) -> DurableSessions:
                              "its client (host, podman and docker can)")
 
 
+class ExposedPort(Protocol):
+    """A sandbox port reachable from this machine (``ExposedPorts.expose_port``)."""
+
+    host: str  # where the listener is (127.0.0.1 unless the owner asked for another address)
+    port: int  # its port here
+    sandbox_port: int  # the port inside, at the sandbox's own 127.0.0.1
+
+    async def close(self) -> None:
+        """Stop listening (a connect is refused from then on) and end every connection."""
+
+
+@runtime_checkable
+class ExposedPorts(Protocol):
+    """A port of the sandbox carried to a listener here over the session's own channel (no
+    network needed inside): a tunnel for the session's owner, closed with the session."""
+
+    async def expose_port(self, port: int, host: str, host_port: int) -> ExposedPort:
+        """Listen on ``host:host_port`` (0: a free port) here; each connection accepted is
+        carried to ``127.0.0.1:port`` in the sandbox — a refused one there closes it here.
+
+        Raises:
+            OSError: the listener could not be made here (the address is in use, say).
+            CouldNotRunError: the sandbox is gone.
+        """
+
+
+_supported: dict[tuple[type, type], bool] = {}
+
+
+def supports(backend: object, capability: type) -> bool:
+    """Whether ``backend`` has ``capability`` (a protocol of this module): a real answer from
+    the backend's class, never a guess from a method name (cached: a class's answer is fixed)."""
+    key = (type(backend), capability)
+    found = _supported.get(key)
+    if found is None:
+        found = _supported[key] = isinstance(backend, capability)
+    return found
+
+
+def exposed_ports(backend: object) -> ExposedPorts:
+    """``backend`` as ``ExposedPorts``; a ``ConfigurationError`` naming it when it has none."""
+    if supports(backend, ExposedPorts):
+        return backend  # type: ignore[return-value]
+    name = getattr(backend, "name", type(backend).__name__)
+    raise ConfigurationError(f"expose: the {name} backend cannot carry a sandbox port here "
+                             "(host, podman and docker can)")
 @runtime_checkable
 class InteractiveProcesses(Protocol):
     """Programs on a terminal the host writes to and reads from over many calls (a REPL, a

@@ -34,9 +34,11 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..seam.capabilities import ExposedPort
 from ..seam.errors import CouldNotRunError, FileOpError, HostError, ToolseamError
 from ..seam.models import MAX_MS, ChangeSet, DeleteOp, PathRef
 from ..seam.protocol import ExecRequest
+from . import ports
 from .interactive import InteractiveSandbox, PtyOutput
 
 if TYPE_CHECKING:
@@ -201,6 +203,23 @@ class RawSandbox(InteractiveSandbox):
         except FileOpError as exc:
             raise os_error(exc, path) from None
 
+    async def expose(self, port: int, host: str = "127.0.0.1", *, host_port: int = 0
+                     ) -> ExposedPort:
+        """The sandbox's ``127.0.0.1:port``, reachable here at ``result.host:result.port``:
+        a tunnel for the session's owner over the session's own channel (``ports.py``), so
+        it works with network ``none`` and on a remote engine. The listener is on loopback
+        unless ``host`` says otherwise; ``host_port`` 0 lets the kernel pick. A connection the
+        sandbox refuses is closed here at once. ``await result.close()`` ends it; the
+        session's end does too.
+
+        Raises:
+            ValueError: a port out of range, an empty host.
+            OSError: the listener could not be made here (the address is in use, say).
+            ConfigurationError: the backend has no channel to carry it (``ExposedPorts``).
+            CouldNotRunError: the sandbox failed.
+        """
+        return await ports.expose(self._tk, port, host, host_port)
+
     # --- helpers ------------------------------------------------------------------------
     def _ref(self, path: str) -> PathRef:
         if not path or "\0" in path:
@@ -310,5 +329,6 @@ def os_error(exc: FileOpError, path: str) -> OSError:
     return kind(number, f"{text}{detail}", path)
 
 
-__all__ = ["ExecResult", "FileLimitError", "PtyOutput", "RawSandbox", "UnknownUserError",
+__all__ = ["ExecResult", "ExposedPort", "FileLimitError", "PtyOutput", "RawSandbox",
+           "UnknownUserError",
            "UserUnsupportedError", "os_error"]

@@ -2,7 +2,7 @@
 interpreter and everything it loads, so the agent runs in any image as its first program.
 
 * ``stage_bundle`` — the bundle for this machine's CPU, staged where only this user can change
-  it (``staging.py``); ``bundle_arch.py`` builds one for another CPU from its packages;
+  it (``staging.py``); ``foreign_arch.py`` builds one for another CPU from its packages;
 * ``bundle_command`` — the container's first program: the bundled loader, interpreter, agent;
 * ``bundle_archive`` / ``bundle_digest`` — the bundle for an engine's archive API, and what
   identifies its content.
