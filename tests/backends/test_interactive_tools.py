@@ -74,3 +74,17 @@ async def test_bad_arguments_are_results_the_model_reads(tmp_path: Path) -> None
         assert outside.is_error and "outside the base directory" in outside.output
         missing = await tools.call("exec_command", {"cmd": "pwd", "workdir": "no/such"})
         assert missing.is_error and "no/such" in missing.output
+
+
+async def test_a_session_id_is_good_after_detach_and_attach(tmp_path: Path) -> None:
+    tools = _toolkit("host", tmp_path, settings={"orphan_timeout_s": 30})
+    started = await tools.call("exec_command", {"cmd": "python3 -q", "yield_time_ms": 1500})
+    handle = await tools.detach()
+    again = await Toolkit.attach(handle, interactive_tools=True)
+    try:
+        answer = await again.call("write_stdin", {"session_id": started.metadata["session_id"],
+                                                  "chars": "print('back', 7 * 6)\n",
+                                                  "yield_time_ms": 1500})
+        assert "back 42" in answer.output
+    finally:
+        await again.close()
