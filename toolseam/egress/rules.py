@@ -113,6 +113,8 @@ class EgressPolicy(BaseModel):
     """Headers added outside the sandbox to requests to the named hosts."""
     egress_ca_file: Path | None = None
     """Extra PEM roots for verifying upstream TLS of intercepted hosts (besides the system store)."""
+    egress_trust_host_cas: bool = False
+    """The sandbox's CA bundle also holds the host's trusted CAs and ``egress_ca_file``'s."""
     max_connections: int = Field(default=64, ge=1, le=4096)
     """Concurrent connections through the proxy; more are answered 503."""
     idle_timeout_s: float = Field(default=300.0, gt=0, le=86400)

@@ -467,6 +467,8 @@ class Toolkit:
             if made:
                 result = result.model_copy(update={"metadata": {**result.metadata,
                                                                 "egress": made}})
+                # The model reads why a connection failed, not only the client's "403".
+                result.model_hints.notes.extend(self._egress.notes(made, result.output))
         await self._lifetime.changed(self)
         return result
 
