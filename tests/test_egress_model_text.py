@@ -1,8 +1,8 @@
 """What the model reads about egress (issue 33, items 4 and 5), on the host backend and podman.
 
 * A refused connection: the client prints only ``403``; the model's text (Toolkit, the CLI's
-  ``--model-text``, MCP) ends with one line per refused host naming the reason and the setting
-  that would allow it.
+  ``--model-text``, MCP, ``serve --stdio``) ends with one line per refused host naming the
+  reason and the setting that would allow it.
 * A TLS-inspecting network: an upstream whose CA is only in a named bundle (as a gateway's CA is
   only in the host's store). Without ``egress_trust_host_cas`` the sandbox's client fails and the
   model is told the setting; with it the same client succeeds.
@@ -24,7 +24,7 @@ import pytest
 
 from tests.helpers.egress_servers import Seen, UpstreamCA, make_test_ca, web_server
 from toolseam import Toolkit
-from toolseam.mcp_server import result_to_mcp
+from toolseam.frontends.mcp.server import result_to_mcp
 from toolseam.policy.limits import SandboxLimits
 
 from .engines import backend, remove_shared, shared_dir
@@ -128,6 +128,28 @@ def test_the_cli_model_text_names_the_refusal(tmp_path: Path, ports: dict[str, i
     assert done.returncode == 1, done.stderr  # the command failed: urlopen raised
     assert ('[egress: refused other.test:81: not in egress_allow — to allow it, set '
             'egress_allow = ["other.test:81"]]') in done.stdout, done.stdout
+
+
+def test_stdio_model_text_names_the_refusal(tmp_path: Path, ports: dict[str, int]) -> None:
+    """``serve --stdio``'s ``model_text`` carries the same line (EOF ends the server)."""
+    config = tmp_path / "settings.json"
+    config.write_text(json.dumps(egress_settings(ports)))
+    request = {"id": 1, "tool": "bash", "args": {
+        "command": f"{sys.executable} -c 'import urllib.request as u; "
+                   "u.urlopen(\"http://other.test:82/\")'"}}
+    host_dir = shared_dir()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "toolseam", "serve", "--stdio", "--base-dir", str(host_dir),
+             "--config", str(config)], input=json.dumps(request) + "\n",
+            capture_output=True, text=True, timeout=120)
+    finally:
+        remove_shared(host_dir)
+    answers = [json.loads(line) for line in done.stdout.splitlines()]
+    (answer,) = [a for a in answers if a.get("id") == 1]
+    assert answer["result"]["model_text"].endswith(
+        '[egress: refused other.test:82: not in egress_allow — to allow it, set '
+        'egress_allow = ["other.test:82"]]'), answer
 
 
 @pytest.mark.asyncio
