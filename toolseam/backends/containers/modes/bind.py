@@ -25,6 +25,7 @@ from ..labels import AGENT_MOUNT, SOCKET_DIR_PREFIX, SOCKET_MOUNT, WORKSPACE
 from ..options import SetidFiles
 from ..pool.mounts import HOST_SLOTS, SlotMounts, release_slot
 from ..sandbox import ContainerSandbox
+from .workspace_access import check_workspace_access
 
 _CONNECT_TIMEOUT_S = 15.0
 
@@ -97,6 +98,9 @@ class BindMode:
             raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
                                    "a directory", retryable=False)
         owner = socket_owner(sandbox.engine.endpoint)
+        if not sandbox.awaiting_workspace:  # a pool's empty slot is the pool's own
+            await in_engine_thread(lambda: check_workspace_access(
+                sandbox.workspace, owner, sandbox.engine_name))
         if self._setid_files == "allow":
             if owner in (None, 0):
                 raise ConfigurationError(
@@ -147,6 +151,10 @@ class BindMode:
         if identity(workspace) is None or not os.path.isdir(workspace):
             raise CouldNotRunError(f"the workspace {workspace} does not exist or is not a "
                                    "directory", retryable=False)
+        # mounted by root onto the slot: only the workspace itself must suit the engine's user
+        owner = socket_owner(sandbox.engine.endpoint)
+        await in_engine_thread(lambda: check_workspace_access(
+            workspace, owner, sandbox.engine_name, through_parents=False))
         slot = sandbox.workspace
         slots = self.slots
         await in_engine_thread(lambda: slots.bind(workspace, slot))
