@@ -150,7 +150,8 @@ class EgressPolicy(BaseModel):
     @classmethod
     def _ca_file(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():
-            raise EgressRuleError(f"egress_ca_file = {str(value)!r}: no such file")
+            raise EgressRuleError(f"egress_ca_file = {str(value)!r}: no such file on this host "
+                                  "(the proxy reads it here, outside the sandbox)")
         return value
 
     @model_validator(mode="after")
