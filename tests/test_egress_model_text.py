@@ -112,6 +112,41 @@ async def test_the_refusal_line_stays_within_a_small_budget(ports: dict[str, int
         remove_shared(host_dir)
 
 
+# What a command asks the proxy for is its own choice: a CONNECT to a name no host has.
+HOSTILE_CONNECTS = r'''
+import os, socket, sys, urllib.parse
+proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+for target in sys.argv[1:]:
+    with socket.create_connection((proxy.hostname, proxy.port)) as s:
+        s.sendall(("CONNECT %s HTTP/1.1\r\n\r\n" % target).encode())
+        s.recv(100)
+'''
+
+
+@pytest.mark.asyncio
+async def test_a_hostile_host_name_is_shown_escaped_short_and_with_no_fix(
+        ports: dict[str, int]) -> None:
+    host_dir = shared_dir()
+    try:
+        async with Toolkit("host", base_dir=host_dir, settings=egress_settings(ports)) as tk:
+            await tk.call("write", {"path": "connects.py", "content": HOSTILE_CONNECTS})
+            # a dash that reads as ours, a right-to-left override (the proxy reads the request
+            # line as Latin-1: its bytes come escaped), a flood
+            targets = ["ok.test—to-allow-it:443", "evil\u202etset.test:443", "a" * 300 + ":443"]
+            result = await tk.call("bash", {"command": shlex.join(
+                [sys.executable, "connects.py", *targets])})
+            notes = [line for line in result.model_text().splitlines()
+                     if line.startswith("[egress:")]
+    finally:
+        remove_shared(host_dir)
+    assert len(notes) == 3, notes
+    for note in notes:
+        assert note.isascii() and len(note) < 120 and "to allow it" not in note, note
+        assert note.endswith(": not a valid host name]"), note
+    assert notes[1] == r"[egress: refused 'evil\xe2\x80\xaetset.test':443: not a valid host name]"
+    assert notes[2] == f"[egress: refused '{'a' * 40}'...:443: not a valid host name]"
+
+
 def test_the_cli_model_text_names_the_refusal(tmp_path: Path, ports: dict[str, int]) -> None:
     config = tmp_path / "settings.json"
     config.write_text(json.dumps(egress_settings(ports)))

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..seam.errors import ConfigurationError
 from .audit import EgressEvent
-from .patterns import format_authority
+from .patterns import format_authority, is_host_name, parse_ip
 from .proxy import EgressProxy
 from .rules import EgressPolicy, EgressRuleError
 
@@ -49,16 +49,26 @@ def host_roots_pem(ca_file: Path | None) -> str:
                    for der in context.get_ca_certs(binary_form=True))
 
 
-def _fix_for(record: dict[str, Any]) -> str:
-    """The setting that would let this attempt through, from the reason the proxy gave."""
+REASON_SHOWN = 160  # characters of the proxy's reason per line
+
+
+def _shown(host: str, port: int) -> tuple[str, bool]:
+    """The authority as the model reads it, and whether it is a real host name or address. A
+    command chooses what it asks for: anything else is shown quoted, escaped and short, so it
+    can neither pass for a line of ours nor flood the text."""
+    if is_host_name(host) or parse_ip(host) is not None:
+        return format_authority(host, port), True
+    return f"{host[:40]!a}{'...' if len(host) > 40 else ''}:{port}", False
+
+
+def _fix_for(record: dict[str, Any], authority: str) -> str:
+    """The setting that would let this attempt through, from the reason the proxy gave (the
+    limits' reasons name their setting already)."""
     reason = str(record.get("reason", ""))
-    authority = format_authority(str(record["host"]), int(record["port"]))
     if reason.startswith(("not in egress_allow", "an IP address is reached only")):
         return f'to allow it, set egress_allow = ["{authority}"]'
     if reason.startswith("resolves to "):
         return "to allow it, set egress_private = true (only for a host meant to be private)"
-    if "egress_max_connections" in reason or "egress_ca_file" in reason:
-        return ""  # the reason already names the setting
     return ""
 
 
@@ -71,12 +81,16 @@ def refusal_notes(made: list[dict[str, Any]], output: str, policy: EgressPolicy)
         status = int(record.get("status") or 0)
         if record.get("allowed") and status < 500:
             continue
-        authority = format_authority(str(record["host"]), int(record["port"]))
+        authority, real = _shown(str(record["host"]), int(record["port"]))
         if authority in lines:
             continue
         reason = str(record.get("reason", "")).split("; ", 1)[0]
+        if not real:
+            reason = "not a valid host name"  # the proxy's reason repeats the name
+        elif len(reason) > REASON_SHOWN:
+            reason = reason[:REASON_SHOWN] + "…"
         verb = "refused" if not record.get("allowed") else "could not reach"
-        fix = _fix_for(record)
+        fix = _fix_for(record, authority) if real else ""
         lines[authority] = (f"[egress: {verb} {authority}: {reason}"
                             f"{' — ' + fix if fix else ''}]")
     notes = list(lines.values())[:NOTES_KEPT]
