@@ -200,3 +200,15 @@ async def test_a_gateway_ca_is_trusted_inside_only_with_the_setting(
         name, egress_settings(ports, egress_trust_host_cas=True, **named), url)
     answer = json.loads(passed.strip().splitlines()[-1])
     assert answer["status"] == 200 and '"path": "/through"' in answer["body"], answer
+
+
+def test_a_ca_file_that_is_no_pem_bundle_is_refused_naming_it(tmp_path: Path) -> None:
+    """Said when the settings are made, not as a bare ``SSLError`` when the sandbox opens."""
+    from toolseam import ConfigurationError, Settings
+
+    garbage = tmp_path / "gateway.pem"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ConfigurationError, match=f"egress_ca_file = '{garbage}': not a PEM "
+                                                 "bundle of CA certificates"):
+        Settings(limits=SandboxLimits(network="egress"), egress_ca_file=str(garbage),
+                 egress_trust_host_cas=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,6 +153,12 @@ class EgressPolicy(BaseModel):
         if value is not None and not value.is_file():
             raise EgressRuleError(f"egress_ca_file = {str(value)!r}: no such file on this host "
                                   "(the proxy reads it here, outside the sandbox)")
+        if value is not None:
+            try:  # a file that is no PEM bundle: said here, not as an SSLError at open
+                ssl.create_default_context().load_verify_locations(cafile=str(value))
+            except (ssl.SSLError, OSError) as exc:
+                raise EgressRuleError(f"egress_ca_file = {str(value)!r}: not a PEM bundle of CA "
+                                      f"certificates this host can read ({exc})") from None
         return value
 
     @model_validator(mode="after")

@@ -137,10 +137,10 @@ class SessionEgress:
         except (EgressRuleError, ValueError) as exc:
             raise ConfigurationError(f"egress settings: {exc}") from None
         proxy = EgressProxy(policy, on_event=on_event)
-        ca_pem = proxy.ca_bundle_pem() if policy.credential_hosts() else None
-        if policy.egress_trust_host_cas:  # after the image's roots and the session CA
-            ca_pem = (ca_pem or "") + host_roots_pem(policy.egress_ca_file)
         try:
+            ca_pem = proxy.ca_bundle_pem() if policy.credential_hosts() else None
+            if policy.egress_trust_host_cas:  # after the image's roots and the session CA
+                ca_pem = (ca_pem or "") + host_roots_pem(policy.egress_ca_file)
             where = await open_egress(proxy.handle, ca_pem)
         except BaseException:
             await proxy.close()
