@@ -43,8 +43,8 @@ def check_workspace_access(workspace: str, owner: int | None, engine: str, *,
     if lacking == "x" and path != workspace:
         raise ConfigurationError(
             f"the workspace {workspace} is out of reach of {who}: it may not enter {where}; "
-            f"let it through (chmod o+x {path}, or setfacl -m u:{user}:x {path}) or pass "
-            "workspace_mode='copy'")
+            f"let it through (setfacl -m u:{user}:x {path}, or chmod o+x {path} for every "
+            "user) or pass workspace_mode='copy'")
     raise ConfigurationError(
         f"the workspace {where} is not {_rights(lacking)} by {who}; give it "
         f"access (chown -R {user} {workspace}, or setfacl -R -m u:{user}:rwX {workspace}) or "
