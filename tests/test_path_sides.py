@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from toolseam import ConfigurationError, SandboxPool, Settings, Toolkit
+from toolseam import ConfigurationError, CouldNotRunError, SandboxPool, Settings, Toolkit
 from toolseam.backends.host import HostBackend
 from toolseam.backends.podman import PodmanBackend
 
@@ -37,6 +37,15 @@ async def refused(tk: Toolkit) -> str:
     message = str(caught.value)
     assert "\n" not in message
     return message
+
+
+async def not_run(tk: Toolkit) -> str:
+    """A missing workspace keeps its kind (could-not-run, not retryable: every engine's verdict
+    before), now with its side."""
+    with pytest.raises(CouldNotRunError) as caught:
+        await tk.open()
+    assert caught.value.retryable is False
+    return caught.value.reason
 
 
 # --- the sandbox's side: base_dir, a command's cwd --------------------------------------------
@@ -93,7 +102,7 @@ async def test_a_raw_exec_cwd_says_its_side(host_dir: Path, tmp_path: Path) -> N
         assert caught.value.strerror == "working directory does not exist on this host"
 
 
-# --- this host's side: the workspace, a pool's base dir, uploads, the CA file -----------------
+# --- this host's side: the workspace, a pool's base dir, uploads, the CA file ----------------
 @pytest.mark.parametrize("mode", ["bind", "copy"])
 @pytest.mark.asyncio
 async def test_a_missing_workspace_is_said_to_be_missing_on_this_host_before_any_engine(
@@ -101,7 +110,7 @@ async def test_a_missing_workspace_is_said_to_be_missing_on_this_host_before_any
     # an engine that is not there: the workspace is the host's typo, said first
     tk = Toolkit(PodmanBackend(str(tmp_path / "typo"), image=IMAGE, workspace_mode=mode,  # type: ignore[arg-type]
                                endpoint="unix:///nonexistent/podman.sock"))
-    assert await refused(tk) == (
+    assert await not_run(tk) == (
         f"the workspace {tmp_path / 'typo'} does not exist on this host (it is the host "
         "directory the sandbox sees as /workspace: pass an existing one)")
 
@@ -110,7 +119,7 @@ async def test_a_missing_workspace_is_said_to_be_missing_on_this_host_before_any
 async def test_a_workspace_that_is_the_sandboxs_path_says_what_to_pass() -> None:
     tk = Toolkit(PodmanBackend("/workspace/src", image=IMAGE,
                                endpoint="unix:///nonexistent/podman.sock"))
-    assert await refused(tk) == (
+    assert await not_run(tk) == (
         "the workspace /workspace/src does not exist on this host (/workspace/src is a path "
         "inside the sandbox: pass the host directory to appear at /workspace, and a directory "
         "inside it as the Toolkit's base_dir)")

@@ -21,7 +21,7 @@ from ...agentlink.channel import AgentChannel
 from ...staging import user_dir
 from ..bundle.staged import bundle_command
 from ..engine.protocol import ContainerSpec, in_engine_thread
-from ..host_dirs import check_host_dir
+from ..host_dirs import check_workspace
 from ..labels import AGENT_MOUNT, SOCKET_DIR_PREFIX, SOCKET_MOUNT, WORKSPACE
 from ..options import SetidFiles
 from ..pool.mounts import HOST_SLOTS, SlotMounts, release_slot
@@ -94,10 +94,10 @@ class BindMode:
     async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
                     ) -> dict[str, Any]:
         # one verdict, before any engine says it its own way
-        check_host_dir(sandbox.workspace, "the workspace")
+        check_workspace(sandbox.workspace)
         self.workspace_id = identity(sandbox.workspace)
         if self.workspace_id is None:  # removed since the check
-            check_host_dir(sandbox.workspace, "the workspace")
+            check_workspace(sandbox.workspace)
         owner = socket_owner(sandbox.engine.endpoint)
         if not sandbox.awaiting_workspace:  # a pool's empty slot is the pool's own
             await in_engine_thread(lambda: check_workspace_access(
@@ -149,7 +149,7 @@ class BindMode:
         """A pool's hand-out: the base dir is bind-mounted onto the slot the running container
         has at ``/workspace`` (slave propagation: it appears there at once). The pool checks
         that the container sees it (``pool.py``)."""
-        check_host_dir(workspace, "the workspace")
+        check_workspace(workspace)
         # mounted by root onto the slot: only the workspace itself must suit the engine's user
         owner = socket_owner(sandbox.engine.endpoint)
         await in_engine_thread(lambda: check_workspace_access(
