@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from . import ops, paths, procscan, setid_guard, tunnel, userns, walk, wire
+from . import ops, paths, ports, procscan, setid_guard, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
 from .procscan import JobMark
+from .pty_ops import PtyOps, PtyTable
 from .reaper import Reaper
 from .searcher import Search
 from .wire import ErrorKind
@@ -50,7 +51,7 @@ def _encode_bytes(obj: dict[str, Any]) -> dict[str, Any]:
             for k, v in obj.items()}
 
 
-class Agent:
+class Agent(PtyOps):
     def __init__(self, infd: int, outfd: int) -> None:
         self.loop = Loop()
         self.infd, self.outfd = infd, outfd
@@ -67,9 +68,13 @@ class Agent:
         self._write_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
         self.tunnels = tunnel.Tunnels(self.send, self.send_bytes)  # egress: listening only once asked to
+        self.ports = ports.PortForwards(self.send, self.send_bytes)  # exposed ports: the host opens
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
+        self.ptys = PtyTable(self.loop, self.reaper,  # interactive processes (pty_ops.py)
+                             lambda: [job.mark for job in self.leaders.values()],
+                             lambda: self.searchers)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda *_: self.shut_down())
         os.set_blocking(infd, False)
@@ -118,7 +123,8 @@ class Agent:
     def _lines(self, lines: list[bytes]) -> None:
         """Whole lines from the host, in order (a durable agent opens their seals first)."""
         for line in lines:
-            if line.strip() and not self.tunnels.from_host_line(line):
+            if (line.strip() and not self.tunnels.from_host_line(line)
+                    and not self.ports.from_host_line(line)):
                 self._handle(line)
 
     def _input_ended(self) -> None:
@@ -205,7 +211,8 @@ class Agent:
             return
         try:
             job = Job(self.loop, job_id, spec, env, self.reaper, self.send,
-                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id],
+                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id]
+                      + self.ptys.marks(),
                       lambda: self.searchers, self._job_done)
         except SpawnError as exc:
             self._fail(rid, ErrorKind.SPAWN, exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
@@ -298,11 +305,15 @@ class Agent:
         job = self.leaders.get(pid)
         if job is not None:
             job.on_exit(status)
+        elif self.ptys.by_pid:
+            self.ptys.on_exit(pid, status)
 
     def shut_down(self) -> None:
         """Kill every job; the loop stops once none is left."""
         self._closing = True
+        self.ports.close()
         self.tunnels.close()
+        self.ptys.kill_all()
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
             job.kill("shutdown")

@@ -274,7 +274,7 @@ class DurableAgent(Agent):
                     self.loop.remove_reader(self._conn.fileno())
                     self._input_ended()
                 return
-            if not self.tunnels.from_host_line(line):
+            if not self.tunnels.from_host_line(line) and not self.ports.from_host_line(line):
                 self._handle(line)
 
     def _input_ended(self) -> None:
@@ -283,6 +283,7 @@ class DurableAgent(Agent):
             conn, self._conn = self._conn, None
             self._seal = self._unseal = None
             self.infd = self.outfd = self._idle_fd
+        self.ports.end_all()  # exposed ports are the client's: their connections go with it
         if conn is not None:
             conn.close()
         if not self._closing:

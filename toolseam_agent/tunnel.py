@@ -25,7 +25,7 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .wire import TO_AGENT, TO_HOST, TUNNEL_EVENT, tunnel_data, tunnel_number, tunnel_payload
 
@@ -53,8 +53,24 @@ def _yield_to_calls() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
 
 
-class _Connection:
-    def __init__(self, tunnels: Tunnels, number: int, sock: socket.socket) -> None:
+class StreamOwner(Protocol):
+    """What a connection needs of the table that holds it: egress's ``Tunnels`` here, and the
+    exposed ports' ``PortForwards`` (``ports.py``), which frame their streams under another
+    name so neither end can take one kind for the other."""
+
+    event: str  # the ``ev`` of this kind's frames to the host
+    to_host: bytes  # the start of this kind's data frames to the host
+
+    def send(self, message: dict[str, Any]) -> None: ...
+    def send_bytes(self, data: bytes) -> None: ...
+    def forget(self, number: int) -> None: ...
+
+
+class Connection:
+    """One connection inside the sandbox, carried as a numbered stream: a reader and a writer
+    thread, each direction within ``WINDOW``."""
+
+    def __init__(self, tunnels: StreamOwner, number: int, sock: socket.socket) -> None:
         self.tunnels, self.number, self.sock = tunnels, number, sock
         self.unacked = 0  # bytes sent to the host it has not yet passed on
         self.credit = threading.Condition()
@@ -68,7 +84,7 @@ class _Connection:
         self.writer.start()
 
     def _event(self, **fields: Any) -> None:
-        self.tunnels.send({"ev": TUNNEL_EVENT, "c": self.number, **fields})
+        self.tunnels.send({"ev": self.tunnels.event, "c": self.number, **fields})
 
     def _read(self) -> None:
         """Client → host, within the credit the host grants."""
@@ -91,7 +107,7 @@ class _Connection:
                 return
             with self.credit:
                 self.unacked += len(data)
-            self.tunnels.send_bytes(tunnel_data(TO_HOST, self.number, data))
+            self.tunnels.send_bytes(tunnel_data(self.tunnels.to_host, self.number, data))
 
     def _write(self) -> None:
         """Host → client, each piece acknowledged once the client's socket took it."""
@@ -149,10 +165,12 @@ class _Connection:
 class Tunnels:
     """The listener and its connections; ``send`` writes one message to the host."""
 
+    event, to_host = TUNNEL_EVENT, TO_HOST
+
     def __init__(self, send: Send, send_bytes: SendBytes) -> None:
         self.send, self.send_bytes = send, send_bytes
         self._server: socket.socket | None = None
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, Connection] = {}
         self._lock = threading.Lock()
         self._numbers = 0
         self._listened = False
@@ -221,7 +239,7 @@ class Tunnels:
                     sock.close()
                     continue
                 self._numbers += 1
-                connection = _Connection(self, self._numbers, sock)
+                connection = Connection(self, self._numbers, sock)
                 self._connections[connection.number] = connection
             self.send({"ev": TUNNEL_EVENT, "c": connection.number, "o": "open"})
             connection.start()

@@ -9,7 +9,7 @@ One JSON object per line, UTF-8, over one socket:
   ``{"id": ID, "ok": false, "error": {"kind": KIND, "message": TEXT, ...}}``
 * event (agent → host):    ``{"ev": "output", "job": JOB, "stream": "stdout"|"stderr",
   "data": TEXT}`` — live output, before the job's answer; ``{"ev": "tun", "c": N, ...}`` — an
-  egress connection's frame (``tunnel.py``).
+  egress connection's frame (``tunnel.py``); ``{"ev": "xp", ...}`` an exposed port's (``ports.py``).
 
 Bytes travel as base64 under keys ending in ``_b64``.
 """
@@ -61,6 +61,9 @@ PROTOCOL_VERSION = 2  # 2: a job status leaves out the fields at their STATUS_DE
 # --- operations -----------------------------------------------------------------------------
 HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", "release", "shutdown"
 GREP = "grep"  # a file operation, searched in a killable child process
+# Interactive processes (``pty_ops.py``)
+PTY_START, PTY_WRITE, PTY_READ = "pty_start", "pty_write", "pty_read"
+PTY_RESIZE, PTY_TERMINATE, PTY_LIST = "pty_resize", "pty_terminate", "pty_list"
 # The other file operations: the keys of ops.FILE_OPS.
 OUTPUT_EVENT = "output"
 # Egress (``tunnel.py``): the agent listens for the commands' proxy; each connection is a stream
@@ -75,6 +78,14 @@ TUNNEL_EVENT = TUNNEL
 TO_AGENT = b'{"id":0,"op":"tun","c":'
 TO_HOST = b'{"ev":"tun","c":'
 _DATA = b',"d":"'
+# Exposed ports (``ports.py``): the other way round — the host accepts a connection on its own
+# listener and asks the agent to connect to 127.0.0.1:PORT inside; the stream is framed like
+# egress's, under its own op and event, so a frame of one kind is never taken for the other.
+# Every frame starts with the prefix (host → agent: ``{"id":0,"op":"xp","c":N,…}``, the open
+# ``"o":"open","port":P``; agent → host: ``{"ev":"xp","c":N,…}``).
+EXPOSE = "xp"
+EXPOSE_TO_AGENT = b'{"id":0,"op":"xp","c":'
+EXPOSE_TO_HOST = b'{"ev":"xp","c":'
 
 
 def tunnel_data(prefix: bytes, number: int, data: bytes) -> bytes:
@@ -110,10 +121,13 @@ class ErrorKind:
     PROTOCOL = "protocol"  # a malformed request: the host's bug
     AGENT = "agent"  # the agent's own fault (an exception it did not expect)
     ATTACH = "attach"  # a durable session refused an attach, or lost an answer: reason
+    LIMIT = "limit"  # a session limit reached (interactive processes, their waiting input)
+    PTY_EXITED = "pty_exited"  # an interactive process ended: its input is not read
 
 
 ERROR_KINDS = (ErrorKind.FS, ErrorKind.SPAWN, ErrorKind.UNKNOWN_JOB, ErrorKind.CLOSING,
-               ErrorKind.PROTOCOL, ErrorKind.AGENT, ErrorKind.ATTACH)
+               ErrorKind.PROTOCOL, ErrorKind.AGENT, ErrorKind.ATTACH, ErrorKind.LIMIT,
+               ErrorKind.PTY_EXITED)
 
 
 # --- the messages ----------------------------------------------------------------------------

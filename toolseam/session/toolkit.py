@@ -127,6 +127,8 @@ class Toolkit:
             ``settings.orphan_timeout_s`` (``Toolkit.attach`` passes its own).
         backend_options: keyword arguments for the backend class when ``backend`` is a name
             (e.g. ``{"rootless": True, "image": ...}`` for podman).
+        interactive_tools: add the model tools ``exec_command`` and ``write_stdin`` (a command
+            on a terminal, typed into over several calls: docs/tools.md); off by default.
 
     After ``open()``: ``base_dir`` is the absolute base dir, ``info`` the ``SandboxInfo``
     (``local``, ``pid_namespace`` …); ``sandbox`` is the raw API for the host's own commands and
@@ -151,6 +153,7 @@ class Toolkit:
         shell_id_persisted: bool = False,
         lifetime: Lifetime | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        interactive_tools: bool = False,
     ) -> None:
         if settings is None:
             settings = Settings()
@@ -183,7 +186,11 @@ class Toolkit:
         builtins = all_builtins()
         enabled = {name: tool for name, tool in builtins.items() if (tools or {}).get(name, True)}
         self._builtins = enabled
-        self._host_tools = {tool.name: tool for tool in host_tools}
+        self._host_tools: dict[str, HostTool] = {}
+        if interactive_tools:  # exec_command + write_stdin on a terminal (interactive_tools.py)
+            from .interactive_tools import interactive_tools as pty_tools
+            self._host_tools.update(pty_tools(self))
+        self._host_tools.update({tool.name: tool for tool in host_tools})
         self.services = Session(self.session_id, backend, self.settings, raise_could_not_run,
                                 shell_id_persisted)
         self.base_dir = ""

@@ -15,6 +15,8 @@ from typing import Any
 
 from toolseam_agent.attach_auth import Sealer, SealError
 from toolseam_agent.wire import (
+    EXPOSE,
+    EXPOSE_TO_HOST,
     HELLO,
     OUTPUT_EVENT,
     PROTOCOL_VERSION,
@@ -32,6 +34,7 @@ from ...seam.errors import CouldNotRunError
 from ...seam.models import JobStatus, OutputChunk
 from ...seam.protocol import OutputCallback
 from .errors import map_agent_error
+from .ports import PortMux
 from .tunnel import TunnelMux
 
 _PAUSE_AT = 1 << 20  # unsent request bytes before a caller waits for the agent to catch up
@@ -70,6 +73,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._lost: asyncio.Future[None] = self._loop.create_future()
         self.death: CouldNotRunError | None = None
         self.tunnels: TunnelMux | None = None  # egress mode: the session's proxied connections
+        self.ports: PortMux | None = None  # exposed ports: their listeners and streams (ports.py)
         # A durable session's attached connection seals every line (toolseam_agent/attach_auth.py)
         self._seal: Sealer | None = None
         self._unseal: Sealer | None = None
@@ -104,10 +108,20 @@ class AgentChannel(asyncio.BufferedProtocol):
             tunnels, old.tunnels = old.tunnels, None
             tunnels.end_all()
             self.carry_tunnels(tunnels)
+        if old.ports is not None:
+            ports, old.ports = old.ports, None
+            ports.end_all()
+            self.carry_ports(ports)
 
     def carry_tunnels(self, tunnels: TunnelMux) -> None:
         self.tunnels = tunnels
         tunnels.send_frame = self.send_frame
+
+    def carry_ports(self, ports: PortMux) -> PortMux:
+        self.ports = ports
+        ports.send_frame = self.send_frame
+        ports.carrying = self.death is None
+        return ports
 
     def send_frame(self, message: dict[str, Any] | bytes) -> None:
         """A message that has no answer (a tunnel frame; bytes: a whole line already made);
@@ -185,6 +199,11 @@ class AgentChannel(asyncio.BufferedProtocol):
                     if found is not None and found[1]:  # data: no JSON codec on the hot path
                         self.tunnels.data(found[0], tunnel_payload(line))
                         continue
+                if self.ports is not None and line.startswith(EXPOSE_TO_HOST):
+                    found = tunnel_number(line, EXPOSE_TO_HOST)
+                    if found is not None and found[1]:
+                        self.ports.data(found[0], tunnel_payload(line))
+                        continue
                 self._dispatch(wire_loads(line.decode()))  # str: skips detect_encoding
         except SealError as exc:
             self.tampered = True  # the engine's state cannot explain it: say what it was
@@ -208,6 +227,10 @@ class AgentChannel(asyncio.BufferedProtocol):
             if self.tunnels is not None:
                 self.tunnels.event(message)
             return
+        if event == EXPOSE:
+            if self.ports is not None:
+                self.ports.event(message)
+            return
         future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
         if future is not None and not future.done():
             future.set_result(message)
@@ -221,6 +244,9 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._die(f"the sandbox agent at {self.endpoint} exited")
         if self.tunnels is not None:
             self.tunnels.end_all()
+        if self.ports is not None:
+            self.ports.carrying = False
+            self.ports.end_all()
         self.resume_writing()
         if not self._lost.done():
             self._lost.set_result(None)
@@ -263,7 +289,10 @@ class AgentChannel(asyncio.BufferedProtocol):
         await self.close(drain_s)
 
     async def close(self, drain_s: float = 10.0) -> None:
-        """Close our sending side, then read to the end (the agent finishes killing jobs first)."""
+        """Close our sending side, then read to the end (the agent finishes killing jobs first).
+        Exposed ports are this client's: their listeners close first."""
+        if self.ports is not None:
+            self.ports.close_listeners()
         transport = self._transport
         if transport is not None and not transport.is_closing():
             try:

@@ -46,7 +46,7 @@ class TunnelTransport(asyncio.Transport):
         data = bytes(data)
         for start in range(0, len(data), 1 << 16):
             piece = data[start:start + (1 << 16)]
-            self._mux.send_frame(tunnel_data(TO_AGENT, self._number, piece))
+            self._mux.send_frame(tunnel_data(self._mux.to_agent, self._number, piece))
             self._unacked += len(piece)
         if self._unacked >= WINDOW and not self._paused_writer:
             self._paused_writer = True
@@ -170,6 +170,8 @@ class TunnelMux:
     ``send`` writes a frame on the session's current channel (``channel.py`` moves the mux to a
     new channel after a reconnect, and ends what was open: bytes in flight are lost)."""
 
+    op, to_agent = TUNNEL, TO_AGENT  # this kind's frames (exposed ports: ``ports.py``)
+
     def __init__(self, serve: Serve, send: SendFrame) -> None:
         self._serve = serve
         self.send_frame = send
@@ -177,7 +179,7 @@ class TunnelMux:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def send(self, frame: dict[str, Any]) -> None:
-        self.send_frame({"id": 0, "op": TUNNEL, **frame})
+        self.send_frame({"id": 0, "op": self.op, **frame})
 
     def forget(self, number: int) -> None:
         self._open.pop(number, None)

@@ -32,7 +32,8 @@ from .sandbox import ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
 
 __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 
-# The workspace modes, by name: a third is one new module in containers/ and one row here.
+# The workspace modes, by name: a third is one new module in containers/modes/ and one row here
+# (a row of modes/durable.DURABLE_MODES makes it durable too; docs/architecture.md).
 MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
     "bind": lambda options: BindMode(options.setid_files),
     "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write,
@@ -188,7 +189,7 @@ class ContainerBackend(DurableMethods, ComposedBackend):
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     def make_durable(self, secret: str, orphan_timeout_s: float,
                      adopt: SessionHandle | None = None) -> None:
-        """The mode's durable variant (``durable_modes.py``), chosen before the sandbox
+        """The mode's durable variant (``modes/durable.py``), chosen before the sandbox
         starts: the only time a mode is chosen after construction."""
         if self._info is not None:
             raise ConfigurationError("orphan_timeout_s: this backend is open already (a pooled "

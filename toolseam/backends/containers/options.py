@@ -13,7 +13,7 @@ from ...seam.errors import ConfigurationError
 from .engine.protocol import Hardening
 from .engine.pull import PULL_POLICIES, PullCallback, PullPolicy
 from .sandbox import WORKSPACE_MODES, WorkspaceMode
-from .workspace_sync.tar_sync import DEFAULT_COPY_LIMIT
+from .workspace_sync.policy import DEFAULT_COPY_LIMIT
 
 # A public, widely cached base any engine can pull: the agent brings its own runtime, so the
 # image needs no python; Debian slim has bash and the usual tools commands expect.

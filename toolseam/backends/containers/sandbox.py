@@ -3,11 +3,11 @@
 The container runs the sandbox agent (the staged bundle of ``bundle.stage_bundle``) as its main
 process: pid 1 of the container, which no command can kill. Every call is a line on one
 channel to it — about a millisecond, never an engine ``exec`` per call. Two ways to get there,
-each a mode object chosen once (``backend.MODES``): ``containers/bind.py`` (a local
-engine: bind mounts, a unix socket) and ``containers/copy.py`` (an engine on another machine:
+each a mode object chosen once (``backend.MODES``): ``modes/bind.py`` (a local
+engine: bind mounts, a unix socket) and ``modes/copy.py`` (an engine on another machine:
 the base dir copied in and back, the engine's attach stream). ``ContainerSandbox`` holds the
 lifecycle they share; the ``Engine`` protocol is what the sandbox asks of an engine
-(``containers/engine.py:SdkEngine`` implements it once, over a dialect per SDK).
+(``engine/sdk.py:SdkEngine`` implements it once, over a dialect per SDK).
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
 
 
 class WorkspaceModeImpl(Protocol):
-    """How the sandbox gets its workspace and its channel: ``containers/bind.py`` or
-    ``containers/copy.py``, chosen once (``backend.MODES``)."""
+    """How the sandbox gets its workspace and its channel: ``modes/bind.py`` or
+    ``modes/copy.py``, chosen once (``backend.MODES``)."""
 
     @property
     def name(self) -> Literal["bind", "copy"]: ...

@@ -186,7 +186,7 @@ class BindMode:
             delay = min(delay * 2, 0.05)
         return await sandbox.channel.hello()
 
-    # --- what a durable session (containers/durable_bind.py) does its own way -------------
+    # --- what a durable session (modes/durable_bind.py) does its own way -------------
     def agent_args(self, socket_path: str) -> list[str]:
         return ["--listen", socket_path]
 

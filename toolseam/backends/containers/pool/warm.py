@@ -11,7 +11,7 @@ How the workspace arrives (docs/pool.md, decision 110):
 
 * **bind** (a rootful engine on this machine, and this process may mount): the container was
   started with an empty slot directory at ``/workspace``, mounted with slave propagation; the
-  base dir is bind-mounted onto the slot on the host (``pool_mounts``) and appears inside at
+  base dir is bind-mounted onto the slot on the host (``pool/mounts.py``) and appears inside at
   once. The pool checks that the container sees it before handing it out.
 * **copy** (everything else — rootless podman, whose mount namespace a host mount does not
   reach; an engine on another machine; a process that may not mount): the base dir is copied
@@ -93,7 +93,7 @@ class ContainerPool:
         probe = backend_class(os.getcwd(), **self._options)  # validates the options; no I/O
         self.engine_name = probe.name
         self.limits: SandboxLimits | None = probe.options.limits
-        self._slots = False  # bind mode: slots the base dir is mounted onto (pool_mounts)
+        self._slots = False  # bind mode: slots the base dir is mounted onto (pool/mounts.py)
         self._mounts: SlotMounts = HOST_SLOTS  # where: here, or rootless podman's namespace
         self.mode = self._choose_mode(probe)
         self._options["workspace_mode"] = self.mode
