@@ -38,7 +38,7 @@ async def test_open_refuses_a_base_dir_that_is_not_a_directory(tmp_path: Path, k
     with pytest.raises(ConfigurationError) as caught:
         await toolkit.open()
     problem = "does not exist" if kind == "missing" else "is not a directory"
-    assert str(caught.value) == f"base_dir {base} {problem}"
+    assert str(caught.value) == f"base_dir {base} {problem} on this host"
     assert isinstance(caught.value, HostError)
     assert backend.agent.channel is None  # the agent started for the check is gone again
     pid = backend.agent.launcher_pid
@@ -57,7 +57,7 @@ def test_cli_refuses_a_missing_base_dir_in_one_line(tmp_path: Path) -> None:
     done = cli("call", "glob", '{"pattern": "*"}', "--base-dir", str(tmp_path / "nope"))
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr == f"toolseam: base_dir {tmp_path / 'nope'} does not exist\n"
+    assert done.stderr == f"toolseam: base_dir {tmp_path / 'nope'} does not exist on this host\n"
 
 
 # --- settings as a mapping ------------------------------------------------------------------

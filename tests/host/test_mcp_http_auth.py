@@ -142,17 +142,17 @@ def test_a_missing_or_non_directory_base_dir_stops_the_server(tmp_path: Path,
                                                               transport: list[str]) -> None:
     missing = tmp_path / "typo"
     assert_one_line_exit_2(run_mcp(*transport, "--base-dir", str(missing)),
-                           f"--base-dir {missing} does not exist")
+                           f"--base-dir {missing} does not exist on this host")
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
     assert_one_line_exit_2(run_mcp(*transport, "--base-dir", str(a_file), "--confine"),
-                           f"--base-dir {a_file} is not a directory")
+                           f"--base-dir {a_file} is not a directory on this host")
 
 
 def test_a_missing_workspace_stops_a_container_server(tmp_path: Path) -> None:
     env = {**os.environ, "TOOLSEAM_DOCKER_URL": "unix:///nonexistent/docker.sock"}
     assert_one_line_exit_2(run_mcp("--backend", "docker", "--workspace", str(tmp_path / "typo"),
-                                   env=env), f"--workspace {tmp_path / 'typo'} does not exist")
+                                   env=env), f"--workspace {tmp_path / 'typo'} does not exist on this host")
 
 
 def test_a_token_without_http_is_a_usage_error(tmp_path: Path) -> None:

@@ -265,7 +265,7 @@ def _mcp(args: argparse.Namespace) -> int:
                        ("--workspace", (args.workspace or args.base_dir) if container else None)):
         if path and not (container and path.startswith("/workspace")) and not os.path.isdir(path):
             problem = "is not a directory" if os.path.exists(path) else "does not exist"
-            raise ConfigurationError(f"{flag} {path} {problem}")
+            raise ConfigurationError(f"{flag} {path} {problem} on this host")
     _toolkit(args)  # check the options once, before any client connects
 
     def factory() -> Toolkit:

@@ -40,6 +40,7 @@ from ..seam.models import MAX_MS, ChangeSet, DeleteOp, PathRef
 from ..seam.protocol import ExecRequest
 from . import ports
 from .interactive import InteractiveSandbox, PtyOutput
+from .path_sides import missing_in_sandbox_hint, side
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit
@@ -151,8 +152,11 @@ class RawSandbox(InteractiveSandbox):
             raise
         except FileOpError as exc:
             if exc.code == "not_found":
-                raise FileNotFoundError(errno.ENOENT, "working directory does not exist",
-                                        cwd or workdir) from None
+                info = tk.info
+                raise FileNotFoundError(
+                    errno.ENOENT, f"working directory does not exist {side(info)}"
+                    f"{missing_in_sandbox_hint(info, cwd, 'cwd') if cwd else ''}",
+                    cwd or workdir) from None
             raise
         except CouldNotRunError as exc:
             if stdin_file is not None:  # the agent removes it once spawned; not when it refused

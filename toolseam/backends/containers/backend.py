@@ -108,7 +108,8 @@ class ContainerBackend(DurableMethods, ComposedBackend):
         self._check_open()
         target = self._sandbox_path(dest)
         if not os.path.lexists(local):
-            raise ConfigurationError(f"upload: {local} does not exist")
+            raise ConfigurationError(f"upload: {local} does not exist on this host (an "
+                                     "upload's source is this machine's; its dest the sandbox's)")
         parent, name = posixpath.split(target)
         sandbox = self.sandbox
         container = sandbox.container
@@ -132,7 +133,8 @@ class ContainerBackend(DurableMethods, ComposedBackend):
         self._check_open()
         source = self._sandbox_path(src)
         if os.path.lexists(local):
-            raise ConfigurationError(f"download: {local} already exists")
+            raise ConfigurationError(f"download: {local} already exists on this host (a "
+                                     "download's target must be a new path here)")
         sandbox = self.sandbox
         container = sandbox.container
         assert container is not None

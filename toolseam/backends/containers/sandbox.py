@@ -36,6 +36,7 @@ from .bundle.foreign_arch import select_bundle
 from .bundle.staged import stage_bundle
 from .engine.protocol import ContainerSpec, ContainerState, Engine, Hardening, in_engine_thread
 from .engine.pull import PullCallback, PullPolicy
+from .host_dirs import check_workspace
 from .janitor import shared_pass
 from .labels import OWNER_LABEL, SESSION_LABEL, WORKSPACE, owner_label
 
@@ -144,6 +145,8 @@ class ContainerSandbox:
 
     async def start(self) -> SandboxInfo:
         started = time.monotonic()
+        if not self.awaiting_workspace:  # the host's typo, said before any engine is asked
+            check_workspace(self.workspace)
         await self._call(lambda: check_unix_endpoint(self.engine_name, self.engine.endpoint))
         await self._call(self.engine.ping)
         await self.remove_orphans()

@@ -21,10 +21,12 @@ from ...agentlink.channel import AgentChannel
 from ...staging import user_dir
 from ..bundle.staged import bundle_command
 from ..engine.protocol import ContainerSpec, in_engine_thread
+from ..host_dirs import check_workspace
 from ..labels import AGENT_MOUNT, SOCKET_DIR_PREFIX, SOCKET_MOUNT, WORKSPACE
 from ..options import SetidFiles
 from ..pool.mounts import HOST_SLOTS, SlotMounts, release_slot
 from ..sandbox import ContainerSandbox
+from .workspace_access import check_workspace_access
 
 _CONNECT_TIMEOUT_S = 15.0
 
@@ -91,12 +93,15 @@ class BindMode:
 
     async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
                     ) -> dict[str, Any]:
+        # one verdict, before any engine says it its own way
+        check_workspace(sandbox.workspace)
         self.workspace_id = identity(sandbox.workspace)
-        if self.workspace_id is None or not os.path.isdir(sandbox.workspace):
-            # one verdict, before any engine says it its own way
-            raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
-                                   "a directory", retryable=False)
+        if self.workspace_id is None:  # removed since the check
+            check_workspace(sandbox.workspace)
         owner = socket_owner(sandbox.engine.endpoint)
+        if not sandbox.awaiting_workspace:  # a pool's empty slot is the pool's own
+            await in_engine_thread(lambda: check_workspace_access(
+                sandbox.workspace, owner, sandbox.engine_name))
         if self._setid_files == "allow":
             if owner in (None, 0):
                 raise ConfigurationError(
@@ -144,9 +149,11 @@ class BindMode:
         """A pool's hand-out: the base dir is bind-mounted onto the slot the running container
         has at ``/workspace`` (slave propagation: it appears there at once). The pool checks
         that the container sees it (``pool.py``)."""
-        if identity(workspace) is None or not os.path.isdir(workspace):
-            raise CouldNotRunError(f"the workspace {workspace} does not exist or is not a "
-                                   "directory", retryable=False)
+        check_workspace(workspace)
+        # mounted by root onto the slot: only the workspace itself must suit the engine's user
+        owner = socket_owner(sandbox.engine.endpoint)
+        await in_engine_thread(lambda: check_workspace_access(
+            workspace, owner, sandbox.engine_name, through_parents=False))
         slot = sandbox.workspace
         slots = self.slots
         await in_engine_thread(lambda: slots.bind(workspace, slot))

@@ -36,6 +36,7 @@ from ....seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ....seam.models import PathRef
 from ..backend import ContainerBackend
 from ..engine.protocol import in_engine_thread
+from ..host_dirs import check_pool_base_dir
 from ..labels import POOL_LABEL, WORKSPACE
 from ..modes.bind import BindMode, socket_owner
 from ..options import Pooled
@@ -239,8 +240,7 @@ class ContainerPool:
         """A warm sandbox with ``base_dir`` as its workspace: an open backend for one session
         (``Toolkit(backend)``); closing it destroys the sandbox."""
         workspace = os.path.abspath(os.path.expanduser(os.fspath(base_dir)))
-        if not os.path.isdir(workspace):
-            raise ConfigurationError(f"base_dir {workspace} does not exist or is not a directory")
+        check_pool_base_dir(workspace)  # a pool's base dir is the host's workspace
         backend = await self._take()
         try:
             await backend.sandbox.adopt(workspace)
