@@ -84,8 +84,7 @@ def _folder(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = []
     for item in items:
-        if item.get_closest_marker("ray") is not None:  # one cluster: one xdist worker
-            item.add_marker(pytest.mark.xdist_group("ray-cluster"))
+        if item.get_closest_marker("ray") is not None:  # its group: support/ray_cluster.py
             item.add_marker(pytest.mark.engines)
         if _needs_an_engine(item):
             item.add_marker(pytest.mark.engines)

@@ -20,9 +20,9 @@ from toolseam.ray import RayBackend
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.engines import backend as local_backend
-from ..support.ray_cluster import NODES, RayTestCluster, assert_node_empty, resource
+from ..support.ray_cluster import NODES, RAY_TESTS, RayTestCluster, assert_node_empty, resource
 
-pytestmark = pytest.mark.ray
+pytestmark = RAY_TESTS
 
 # (tool, arguments): the builtins over a tree with more entries than a listing shows
 CALLS: list[tuple[str, dict[str, Any]]] = [

@@ -20,9 +20,9 @@ from toolseam import Toolkit
 from toolseam.ray import RayBackend
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 
-from ..support.ray_cluster import RayTestCluster, assert_node_empty, resource
+from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
 
-pytestmark = pytest.mark.ray
+pytestmark = RAY_TESTS
 
 
 async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(

@@ -5,13 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import pytest
-
 from toolseam.ray import RayPool
 
-from ..support.ray_cluster import NODES, RayTestCluster, assert_node_empty
+from ..support.ray_cluster import NODES, RAY_TESTS, RayTestCluster, assert_node_empty
 
-pytestmark = pytest.mark.ray
+pytestmark = RAY_TESTS
 
 
 async def test_claims_at_once_spread_over_every_nodes_warm_sandboxes(

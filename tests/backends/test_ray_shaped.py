@@ -14,7 +14,7 @@ import pytest
 
 from toolseam.seam.errors import ConfigurationError
 
-from ..support.ray_cluster import RayTestCluster, resource
+from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
 
 IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
 
@@ -51,7 +51,7 @@ for sb in sandboxes:
 print(ray.get(first.get_status.remote()).value)
 '''
 
-pytestmark = pytest.mark.ray
+pytestmark = RAY_TESTS
 
 
 def test_a_script_written_for_rays_sandbox_runs_by_changing_its_import(

@@ -1,7 +1,7 @@
 """A real multi-node Ray cluster on this machine for the tests (tests/backends/test_ray_*.py).
 
-One per test session (the ``ray_cluster`` fixture of conftest.py; the ``ray`` marker keeps
-every such test on one xdist worker): a head and two more nodes, each a raylet of its own with
+One per test session (the ``ray_cluster`` fixture of conftest.py; scripts/test runs the tests
+marked ``ray`` in a pytest of their own, one process): a head and two more nodes, each a raylet of its own with
 its own engine, named by its own environment (``TOOLSEAM_RAY_BACKEND``) as a machine of a
 real cluster would be. Everything binds 127.0.0.1; no dashboard; one CPU per node.
 """
@@ -16,12 +16,18 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 # node name -> (engine, the variable naming its endpoint); each node also offers a resource
 # named after it (``toolseam-<name>``) so a test can place a session on it
 NODES = {"docker": ("docker", "TOOLSEAM_DOCKER_URL"),
          "podman": ("podman", "TOOLSEAM_PODMAN_URL"),
          "rootless": ("podman-rootless", "TOOLSEAM_PODMAN_ROOTLESS_URL")}
 HEAD = "docker"
+# every Ray test module's pytestmark. scripts/test runs them in a pytest of their own, in one
+# process (one cluster); the xdist group says the same to `--dist loadgroup` where xdist
+# still honours it (under pytest 9.2 and xdist 3.8 it does not: each worker would start one)
+RAY_TESTS = [pytest.mark.ray, pytest.mark.xdist_group("ray-cluster")]
 
 
 def node_env(engine: str, name: str, endpoint: str | None = None,

@@ -58,8 +58,10 @@ def connect(address: str | None) -> Any:
                      configure_logging=False,
                      **({"_node_ip_address": "127.0.0.1"} if loopback else {}))
     except ConnectionError as exc:
-        raise ConfigurationError(f"the Ray cluster at {address or 'auto'} does not answer "
-                                 f"({exc})") from None
+        raise ConfigurationError(
+            f"the Ray cluster at {address or 'auto'} does not answer or refused this driver "
+            f"({exc}); a cluster with token authentication needs RAY_AUTH_MODE=token and its "
+            "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this process") from None
     return ray
 
 
