@@ -55,6 +55,22 @@ async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(
     await ray_cluster.wait_dead(doomed.node_id or "")  # the next tests see three nodes
 
 
+async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
+        ray_cluster: RayTestCluster) -> None:
+    missing = "unix:///run/toolseam-no-such-engine/podman.sock"
+    ray_cluster.add_node("noengine", "podman", missing)  # main thread: Ray sets signals
+    node_id = ray_cluster.node_id("noengine")
+    try:
+        began = time.monotonic()
+        with pytest.raises(CouldNotRunError) as caught:
+            await RayBackend(resources=resource("noengine"), address=ray_cluster.address).open()
+        assert time.monotonic() - began < 10
+        assert "node noengine" in caught.value.reason and missing in caught.value.reason
+    finally:
+        await asyncio.to_thread(ray_cluster.kill_node, "noengine")
+        await ray_cluster.wait_dead(node_id)
+
+
 async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster) -> None:
     with pytest.raises(CouldNotRunError, match="toolseam-gone=1"):
         await RayBackend(resources={"toolseam-gone": 1}, address=ray_cluster.address).open()

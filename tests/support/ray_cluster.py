@@ -1,9 +1,9 @@
 """A real multi-node Ray cluster on this machine for the tests (tests/backends/test_ray_*.py).
 
 One per test session (the ``ray_cluster`` fixture of conftest.py; scripts/test runs the tests
-marked ``ray`` in a pytest of their own, one process): a head and two more nodes, each a raylet of its own with
-its own engine, named by its own environment (``TOOLSEAM_RAY_BACKEND``) as a machine of a
-real cluster would be. Everything binds 127.0.0.1; no dashboard; one CPU per node.
+marked ``ray`` in a pytest of their own, one process): a head and two more nodes, each a
+raylet of its own with its own engine, named by its own environment (``TOOLSEAM_RAY_BACKEND``)
+as a machine of a real cluster would be. Everything binds 127.0.0.1; no dashboard; one CPU per node.
 """
 
 from __future__ import annotations
