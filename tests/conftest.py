@@ -1,41 +1,25 @@
-"""Shared fixtures. Engines are never mocked: backend tests run against the real thing."""
+"""Shared fixtures, and the engines marker. Engines are never mocked: backend tests run against
+the real thing. Helpers live in ``tests/support/`` (no test module imports another)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
-
-def scratch_root() -> Path:
-    """A writable directory OUTSIDE every temp dir: the read scope always allows temp dirs, so
-    tests of what asks must live elsewhere (the clone itself may sit under /tmp in CI)."""
-    temp_roots = {"/tmp", "/var/tmp", tempfile.gettempdir()}
-    for candidate in (Path("/var/lib/toolseam-tests"), Path.home() / ".cache" / "toolseam-tests"):
-        if any(str(candidate).startswith(t.rstrip("/") + "/") for t in temp_roots):
-            continue
-        try:
-            candidate.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            continue
-        if os.access(candidate, os.W_OK):
-            return candidate
-    raise RuntimeError("no writable directory outside the temp dirs for read-scope tests")
+from .support.engines import ALL_ENGINES, remove_shared, shared_dir
+from .support.processes import scratch_root
 
 
 @pytest.fixture
 def workspace() -> Iterator[Path]:
     """A fresh directory a rootless engine's user can reach (``engines.shared_dir``), removed
     afterwards: the host dir of a container session."""
-    from .engines import remove_shared, shared_dir
-
     path = shared_dir()
     yield path
     remove_shared(path)
@@ -50,56 +34,71 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def host_started(marker: str, timeout_s: float = 5.0) -> list[str]:
-    """``host_survivors(marker)`` once it is not empty (or after ``timeout_s``): a command
-    answered as started may still be between two execs (``sh -c`` becoming ``sleep``), when
-    its command line reads empty."""
-    deadline = time.monotonic() + timeout_s
-    found = host_survivors(marker)
-    while not found and time.monotonic() < deadline:
-        time.sleep(0.02)
-        found = host_survivors(marker)
-    return found
-
-
-def host_survivors(marker: str) -> list[str]:
-    """Command lines of live processes on this machine that contain ``marker``."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        try:
-            cmdline = " ".join(proc.info["cmdline"] or [])
-            if marker in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                found.append(f"{proc.pid}: {cmdline}")
-        except psutil.Error:
-            continue
-    return found
+@pytest.fixture
+def outside_tree() -> Iterator[Path]:
+    """A directory outside every temp dir holding ``inside/`` (a base dir) and ``outside.txt``
+    (a file a read from there must ask about), removed afterwards."""
+    work = scratch_root() / f"mcp-{os.getpid()}-{time.monotonic_ns()}"
+    (work / "inside").mkdir(parents=True)
+    (work / "outside.txt").write_text("outside\n")
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
 
 
 # --- what a test needs: engine tests are marked at collection (issue 34) -----------------------
-# Every engine's name in the suite starts with one of these (podman-rootless, docker-remote,
-# "podman:copy" …): a test parametrized over one needs that engine. Modules whose tests all need
-# an engine without naming it in a parameter say so with ``pytestmark = pytest.mark.engines``.
-# ``pytest -m "not engines"`` is the loop that needs none (README, "Working on toolseam").
-_ENGINE_PREFIXES = ("podman", "docker")
+# A test parametrized over an engine's name (podman-rootless, docker-remote, "podman:copy" …; the
+# names are ``support.engines.ALL_ENGINES``) needs that engine; so does a contract binding whose
+# class names one (``engine = "docker"``). Modules whose tests need an engine without naming it
+# say so with ``pytestmark = pytest.mark.engines`` (or the mark on the test). The folders say
+# the rest: tests/unit/ and tests/host/ need no engine, and a test there that names one is an
+# error at collection (it belongs in tests/backends/ or tests/contract/). ``pytest tests/unit``
+# is the fast loop; ``pytest -m "not engines"`` runs everything that needs no engine.
+_NO_ENGINE_FOLDERS = ("unit", "host")
 
 
 def _names_an_engine(value: object) -> bool:
     if isinstance(value, str):
-        return value.startswith(_ENGINE_PREFIXES)
+        return value.startswith(ALL_ENGINES)
     if isinstance(value, (tuple, list)):
         return any(_names_an_engine(v) for v in value)
-    return False
+    # an object that says which engine it needs (a docs example: tests/support/doc_examples.py)
+    engine = getattr(value, "engine", None)
+    return isinstance(engine, str) and engine.startswith(ALL_ENGINES)
 
 
 def _needs_an_engine(item: pytest.Item) -> bool:
+    if item.get_closest_marker("engines") is not None:
+        return True
     callspec = getattr(item, "callspec", None)
     if callspec is not None and any(_names_an_engine(v) for v in callspec.params.values()):
         return True
-    # a contract binding names its engine as a class attribute (test_contract_containers.py)
     return _names_an_engine(getattr(getattr(item, "cls", None), "engine", None))
 
 
+def _folder(item: pytest.Item) -> str:
+    tests = Path(__file__).parent
+    relative = item.path.relative_to(tests) if item.path.is_relative_to(tests) else item.path
+    return relative.parts[0] if len(relative.parts) > 1 else ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    misplaced = []
     for item in items:
+        if item.get_closest_marker("ray") is not None:  # its group: support/ray_cluster.py
+            item.add_marker(pytest.mark.engines)
         if _needs_an_engine(item):
             item.add_marker(pytest.mark.engines)
+            if _folder(item) in _NO_ENGINE_FOLDERS:
+                misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError("these tests need a container engine, so they belong in "
+                                "tests/backends/ or tests/contract/: " + ", ".join(misplaced))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """A real 3-node Ray cluster on 127.0.0.1 for the whole session (tests/support/ray_cluster.py)."""
+    from .support.ray_cluster import started
+
+    with started() as cluster:
+        yield cluster

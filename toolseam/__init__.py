@@ -27,6 +27,13 @@ from .seam.errors import (
     UnknownShellError,
     UnknownToolError,
 )
+from .seam.interactive import (
+    InteractiveLimitError,
+    InteractiveUnsupportedError,
+    ProcessExitedError,
+    PtyOutput,
+    UnknownProcessError,
+)
 from .seam.protocol import BuiltinExec
 from .session.sync import SyncToolkit
 from .session.toolkit import HostTool, Toolkit
@@ -39,9 +46,10 @@ except _metadata.PackageNotFoundError:  # a source tree that was never installed
 __all__ = [
     "BACKENDS", "BUILTIN_NAMES", "AttachError", "BackendUnavailable", "BuiltinExec",
     "ConfigurationError", "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool",
-    "OutputEvent", "ReadQuestion", "SandboxLimits", "SandboxPool", "SessionClosedError",
-    "SessionHandle", "Settings", "ShellChangedError",
+    "InteractiveLimitError", "InteractiveUnsupportedError",
+    "OutputEvent", "ProcessExitedError", "PtyOutput", "ReadQuestion", "SandboxLimits",
+    "SandboxPool", "SessionClosedError", "SessionHandle", "Settings", "ShellChangedError",
     "ShellNotFound", "SyncToolkit",
-    "ToolResult", "Toolkit", "ToolseamError", "UnknownShellError", "UnknownToolError",
-    "__version__", "create_backend", "load_settings", "parse_settings",
+    "ToolResult", "Toolkit", "ToolseamError", "UnknownProcessError", "UnknownShellError",
+    "UnknownToolError", "__version__", "create_backend", "load_settings", "parse_settings",
 ]

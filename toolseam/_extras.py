@@ -18,6 +18,7 @@ _FALLBACK = {
     "docker": ["docker>=7.0", "requests>=2.28"],
     "mcp": ["mcp>=2.3,<3", "mcp-types>=2.3,<3", "uvicorn>=0.31"],
     "egress": ["cryptography>=42"],
+    "ray": ["ray[default]>=2.60"],
 }
 
 

@@ -58,6 +58,11 @@ _TOKEN_PREFIX = secrets.token_hex(8)
 _job_numbers = itertools.count(1)
 
 
+def new_token() -> str:
+    """A job token no other job of any agent here has (``procscan.TOKEN_VAR``)."""
+    return f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
+
+
 # Every signal back to its default in the command. Without this the agent's own dispositions
 # leak in: Python ignores SIGPIPE and SIGXFSZ, so `yes | head -1` printed "Broken pipe". Naming
 # them all is also cheaper: glibc then sets each once instead of querying and setting each.
@@ -80,6 +85,12 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str], writers: tuple[int, in
     """
     actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
                (os.POSIX_SPAWN_DUP2, writers[0], 1), (os.POSIX_SPAWN_DUP2, writers[1], 2)]
+    return spawn_with(argv, cwd, env, actions)
+
+
+def spawn_with(argv: list[str], cwd: str, env: dict[str, str], actions: list[Any]) -> int:
+    """``spawn`` with the caller's file actions for the descriptors 0-2 (an interactive
+    process's terminal: ``pty_procs.py``) — the same guard thread, signals and session."""
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH")) or argv[0]
     global _cwd
     if cwd != _cwd:  # the agent stays where the last job ran: most calls share one cwd

@@ -21,11 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from . import frames, ops, paths, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
+from . import frames, ops, paths, ports, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
 from .procscan import JobMark
+from .pty_ops import PtyOps, PtyTable
 from .reaper import Reaper
 from .searcher import Search
 from .wire import ErrorKind
@@ -51,7 +52,7 @@ def _encode_bytes(obj: dict[str, Any]) -> dict[str, Any]:
             for k, v in obj.items()}
 
 
-class Agent:
+class Agent(PtyOps):
     def __init__(self, infd: int, outfd: int) -> None:
         self.loop = Loop()
         self.infd, self.outfd = infd, outfd
@@ -70,11 +71,15 @@ class Agent:
         self._turn = threading.Condition()
         self._urgent = 0  # senders of answers and events between their turn and their write
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
-        # egress: listening only once asked to
+        # egress: listening only once asked to; exposed ports: the host opens them
         self.tunnels = tunnel.Tunnels(self.send, self.send_data, self._job_of)
+        self.ports = ports.PortForwards(self.send, self.send_bytes)
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
+        self.ptys = PtyTable(self.loop, self.reaper,  # interactive processes (pty_ops.py)
+                             lambda: [job.mark for job in self.leaders.values()],
+                             lambda: self.searchers)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda *_: self.shut_down())
         os.set_blocking(infd, False)
@@ -92,6 +97,10 @@ class Agent:
                 self._urgent -= 1
                 if not self._urgent:
                     self._turn.notify_all()
+
+    def send_bytes(self, data: bytes) -> None:
+        """Whole lines already made (an exposed port's data)."""
+        self._write(data)
 
     def send_data(self, number: int, data: bytes) -> None:
         """A tunnel's data frame (``frames.py``), from its connection's thread: it waits while
@@ -142,12 +151,12 @@ class Agent:
         self._lines(items)
 
     def _lines(self, items: list[bytes | frames.Frame]) -> None:
-        """Whole lines and data frames from the host, in order (a durable agent opens their
-        seals first)."""
+        """Whole lines and egress's data frames from the host, in order (a durable agent opens
+        their seals first)."""
         for item in items:
             if isinstance(item, frames.Frame):
                 self.tunnels.from_host_data(item.number, item.data)
-            elif item.strip():
+            elif item.strip() and not self.ports.from_host_line(item):
                 self._handle(item)
 
     def _input_ended(self) -> None:
@@ -249,7 +258,8 @@ class Agent:
             return
         try:
             job = Job(self.loop, job_id, spec, env, self.reaper, self.send,
-                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id],
+                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id]
+                      + self.ptys.marks(),
                       lambda: self.searchers, self._job_done)
         except SpawnError as exc:
             self._fail(rid, ErrorKind.SPAWN, exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
@@ -342,11 +352,15 @@ class Agent:
         job = self.leaders.get(pid)
         if job is not None:
             job.on_exit(status)
+        elif self.ptys.by_pid:
+            self.ptys.on_exit(pid, status)
 
     def shut_down(self) -> None:
         """Kill every job; the loop stops once none is left."""
         self._closing = True
+        self.ports.close()
         self.tunnels.close()
+        self.ptys.kill_all()
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
             job.kill("shutdown")

@@ -281,7 +281,7 @@ class DurableAgent(Agent):
                 return
             if isinstance(item, frames.Frame):
                 self.tunnels.from_host_data(item.number, item.data)
-            else:
+            elif not self.ports.from_host_line(item):
                 self._handle(item)
 
     def _input_ended(self) -> None:
@@ -290,6 +290,7 @@ class DurableAgent(Agent):
             conn, self._conn = self._conn, None
             self._seal = self._unseal = None
             self.infd = self.outfd = self._idle_fd
+        self.ports.end_all()  # exposed ports are the client's: their connections go with it
         if conn is not None:
             conn.close()
         if not self._closing:
@@ -334,6 +335,11 @@ class DurableAgent(Agent):
                 self._kept_bytes -= len(self._kept.popitem(last=False)[1])
         if self._conn is not None:
             self._write(line)
+
+    def send_bytes(self, data: bytes) -> None:
+        """An exposed port's data lines: only to a client that is there, like live output."""
+        if self._conn is not None:
+            self._write(data)
 
     def send_data(self, number: int, data: bytes) -> None:
         """A tunnel's data frame (egress): only to a client that is there, like live output;

@@ -30,7 +30,7 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from . import sockowner
 from .resolver import Capture, point_resolv_conf
@@ -62,9 +62,25 @@ def _yield_to_calls() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
 
 
-class _Connection:
-    def __init__(self, tunnels: Tunnels, number: int, sock: socket.socket,
-                 target: tuple[str, int] | None) -> None:
+class StreamOwner(Protocol):
+    """What a connection needs of the table that holds it: egress's ``Tunnels`` here, and the
+    exposed ports' ``PortForwards`` (``ports.py``), which frame their streams under another
+    name so neither end can take one kind for the other."""
+
+    event: str  # the ``ev`` of this kind's frames to the host
+
+    def send(self, message: dict[str, Any]) -> None: ...
+    def send_data(self, number: int, data: bytes) -> None: ...
+    def forget(self, number: int) -> None: ...
+
+
+class Connection:
+    """One connection inside the sandbox, carried as a numbered stream: a reader and a writer
+    thread, each direction within ``WINDOW``. ``target``: a captured connection's name and
+    port."""
+
+    def __init__(self, tunnels: StreamOwner, number: int, sock: socket.socket,
+                 target: tuple[str, int] | None = None) -> None:
         self.tunnels, self.number, self.sock, self.target = tunnels, number, sock, target
         self.unacked = 0  # bytes sent to the host it has not yet passed on
         self.credit = threading.Condition()
@@ -78,7 +94,7 @@ class _Connection:
         self.writer.start()
 
     def _event(self, **fields: Any) -> None:
-        self.tunnels.send({"ev": TUNNEL_EVENT, "c": self.number, **fields})
+        self.tunnels.send({"ev": self.tunnels.event, "c": self.number, **fields})
 
     def _opened(self) -> None:
         """Tell the host, with where a captured connection goes and who opened it."""
@@ -88,7 +104,7 @@ class _Connection:
         found = sockowner.owner(self.sock)
         if found is not None:
             fields.update(pid=found[0], argv=found[1])
-            job = self.tunnels.job_of(found[0])
+            job = self.tunnels.job_of(found[0]) if isinstance(self.tunnels, Tunnels) else None
             if job is not None:
                 fields["job"] = job
         self._event(**fields)
@@ -96,7 +112,8 @@ class _Connection:
     def _read(self) -> None:
         """Client → host, within the credit the host grants."""
         _yield_to_calls()
-        self._opened()
+        if self.tunnels.event == TUNNEL_EVENT:  # egress: the agent opened it, the host learns
+            self._opened()
         while True:
             with self.credit:
                 while self.unacked >= WINDOW and not self.ended:
@@ -173,13 +190,15 @@ class _Connection:
 class Tunnels:
     """The listener and its connections; ``send`` writes one message to the host."""
 
+    event = TUNNEL_EVENT
+
     def __init__(self, send: Send, send_data: SendData,
                  job_of: JobOf = lambda _pid: None) -> None:
         self.send, self.send_data, self.job_of = send, send_data, job_of
         self.capture: Capture | None = None
         self._asked: dict[int, tuple[threading.Event, list[int]]] = {}
         self._server: socket.socket | None = None
-        self._connections: dict[int, _Connection] = {}
+        self._connections: dict[int, Connection] = {}
         self._lock = threading.Lock()
         self._numbers = 0
         self._listened = False
@@ -283,7 +302,7 @@ class Tunnels:
                 sock.close()
                 return
             self._numbers += 1
-            connection = _Connection(self, self._numbers, sock, target)
+            connection = Connection(self, self._numbers, sock, target)
             self._connections[connection.number] = connection
         connection.start()  # its reader tells the host first ("open")
 

@@ -9,8 +9,9 @@ One JSON object per line, UTF-8, over one socket:
   ``{"id": ID, "ok": false, "error": {"kind": KIND, "message": TEXT, ...}}``
 * event (agent → host):    ``{"ev": "output", "job": JOB, "stream": "stdout"|"stderr",
   "data": TEXT}`` — live output, before the job's answer; ``{"ev": "tun", "c": N, ...}`` — an
-  egress connection's control frame (``tunnel.py``).
-* a tunnel's data, both ways: a binary frame, ``NUL`` + number + length + raw bytes, where a
+  egress connection's control frame (``tunnel.py``); ``{"ev": "xp", ...}`` an exposed port's
+  (``ports.py``).
+* egress's data, both ways: a binary frame, ``NUL`` + number + length + raw bytes, where a
   line would begin (``frames.py``).
 
 Bytes travel as base64 under keys ending in ``_b64``.
@@ -18,6 +19,7 @@ Bytes travel as base64 under keys ending in ``_b64``.
 
 from __future__ import annotations
 
+import base64
 import json
 from json import encoder as _json_encoder
 from json import scanner as _json_scanner
@@ -62,6 +64,9 @@ PROTOCOL_VERSION = 2  # 2: a job status leaves out the fields at their STATUS_DE
 # --- operations -----------------------------------------------------------------------------
 HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", "release", "shutdown"
 GREP = "grep"  # a file operation, searched in a killable child process
+# Interactive processes (``pty_ops.py``)
+PTY_START, PTY_WRITE, PTY_READ = "pty_start", "pty_write", "pty_read"
+PTY_RESIZE, PTY_TERMINATE, PTY_LIST = "pty_resize", "pty_terminate", "pty_list"
 # The other file operations: the keys of ops.FILE_OPS.
 OUTPUT_EVENT = "output"
 # Egress (``tunnel.py``): the agent listens for the commands' proxy; each connection is a stream
@@ -69,7 +74,43 @@ OUTPUT_EVENT = "output"
 # an ``ev``.
 EGRESS_LISTEN, TUNNEL = "egress_listen", "tun"
 TUNNEL_EVENT = TUNNEL
-# A tunnel's data is not JSON: binary frames between the lines (``frames.py``).
+# Egress's data is not JSON: binary frames between the lines (``frames.py``). Exposed ports'
+# data is still base64 in lines of a fixed shape, written and read by hand (no JSON codec).
+TO_AGENT = b'{"id":0,"op":"tun","c":'
+TO_HOST = b'{"ev":"tun","c":'
+_DATA = b',"d":"'
+# Exposed ports (``ports.py``): the other way round — the host accepts a connection on its own
+# listener and asks the agent to connect to 127.0.0.1:PORT inside; the stream is framed like
+# egress's, under its own op and event, so a frame of one kind is never taken for the other.
+# Every frame starts with the prefix (host → agent: ``{"id":0,"op":"xp","c":N,…}``, the open
+# ``"o":"open","port":P``; agent → host: ``{"ev":"xp","c":N,…}``).
+EXPOSE = "xp"
+EXPOSE_TO_AGENT = b'{"id":0,"op":"xp","c":'
+EXPOSE_TO_HOST = b'{"ev":"xp","c":'
+
+
+def tunnel_data(prefix: bytes, number: int, data: bytes) -> bytes:
+    """One data frame, its line end included."""
+    return b"%s%d%s%s\"}\n" % (prefix, number, _DATA, base64.b64encode(data))
+
+
+def tunnel_number(line: bytes, prefix: bytes) -> tuple[int, bool] | None:
+    """A tunnel frame's connection number and whether it is a data frame; None for a line
+    that is not a tunnel frame in ``prefix``'s direction."""
+    if not line.startswith(prefix):
+        return None
+    end = line.find(b",", len(prefix))
+    try:
+        number = int(line[len(prefix):end])
+    except ValueError:
+        return None
+    return number, line.startswith(_DATA, end)
+
+
+def tunnel_payload(line: bytes) -> bytes:
+    """The bytes a data frame (a line without its line end) carries."""
+    start = line.index(_DATA) + len(_DATA)
+    return base64.b64decode(line[start:line.rindex(b'"')])
 
 
 # --- error kinds: the one table (the host maps each to a seam exception in _channel.py) -------
@@ -81,10 +122,13 @@ class ErrorKind:
     PROTOCOL = "protocol"  # a malformed request: the host's bug
     AGENT = "agent"  # the agent's own fault (an exception it did not expect)
     ATTACH = "attach"  # a durable session refused an attach, or lost an answer: reason
+    LIMIT = "limit"  # a session limit reached (interactive processes, their waiting input)
+    PTY_EXITED = "pty_exited"  # an interactive process ended: its input is not read
 
 
 ERROR_KINDS = (ErrorKind.FS, ErrorKind.SPAWN, ErrorKind.UNKNOWN_JOB, ErrorKind.CLOSING,
-               ErrorKind.PROTOCOL, ErrorKind.AGENT, ErrorKind.ATTACH)
+               ErrorKind.PROTOCOL, ErrorKind.AGENT, ErrorKind.ATTACH, ErrorKind.LIMIT,
+               ErrorKind.PTY_EXITED)
 
 
 # --- the messages ----------------------------------------------------------------------------

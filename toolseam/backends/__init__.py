@@ -36,6 +36,7 @@ class BackendKind:
     extra: str | None  # the pip extra that brings its engine SDK
     engine_cli: str | None  # the engine's command, pointed at an endpoint (None: no engine)
     own_options: tuple[str, ...] = ()  # keyword options of this kind alone
+    engine_function: str | None = None  # in ``module``: the engine client at an endpoint
 
     @property
     def contained(self) -> bool:
@@ -46,9 +47,9 @@ class BackendKind:
 KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
     BackendKind("host", "toolseam.backends.host", "HostBackend", None, None),
     BackendKind("podman", "toolseam.backends.podman", "PodmanBackend", "podman",
-                "podman --url", ("rootless",)),
+                "podman --url", ("rootless",), "podman_engine"),
     BackendKind("docker", "toolseam.backends.docker", "DockerBackend", "docker",
-                "docker -H", ("tls",)),
+                "docker -H", ("tls",), "docker_engine"),
 )}
 BACKENDS: tuple[BackendName, ...] = tuple(kind.name for kind in KINDS.values())
 DEFAULT_BACKEND: BackendName = "host"
@@ -83,6 +84,18 @@ def backend_class(name: str) -> type[BuiltinExec]:
         ) from None
     found: type[BuiltinExec] = getattr(module, class_name)
     return found
+
+
+def engine_for(name: str, endpoint: str | None, **options: Any) -> Any:
+    """The engine client of a container backend kind at ``endpoint`` (its default when None),
+    for work on the engine itself (``toolseam recover``); ``options`` are the kind's own."""
+    kind = backend_kind(name)
+    stray = sorted(set(options) - set(kind.own_options))
+    if kind.engine_function is None or stray:
+        what = f"the option(s) {', '.join(stray)}" if stray else "an engine"
+        raise ConfigurationError(f"the {name} backend has no {what}")
+    backend_class(kind.name)  # its SDK is an extra: a missing one is named with its install line
+    return getattr(importlib.import_module(kind.module), kind.engine_function)(endpoint, **options)
 
 
 def create_backend(name: str, **options: Any) -> BuiltinExec:
@@ -140,4 +153,4 @@ def __getattr__(attribute: str) -> Any:
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "KINDS", "BackendKind",
            "DockerBackend", "HostBackend", "PodmanBackend",  # the classes: lazy
-           "backend_class", "backend_for", "backend_kind", "create_backend"]
+           "backend_class", "backend_for", "backend_kind", "create_backend", "engine_for"]

@@ -30,7 +30,9 @@ from ..seam.models import (
 )
 from ..seam.protocol import OutputCallback
 from .agentlink.channel import AgentChannel
+from .agentlink.interactive import AgentInteractive
 from .agentlink.parts import AgentExec, FileMethods
+from .agentlink.ports import ForwardedPort, PortMux
 from .agentlink.tunnel import PortsFor, Serve, TunnelMux
 
 T = TypeVar("T")
@@ -72,9 +74,10 @@ class AlwaysThere:
         return False
 
 
-class ComposedBackend:
+class ComposedBackend(AgentInteractive):
     """Forwards the seam to a file part and an exec part; subclasses bring them up and down,
-    and set ``liveness``."""
+    and set ``liveness``. Interactive processes come over the same channel
+    (``agentlink/interactive.py``)."""
 
     name = "composed"
     network = "none"  # what commands can reach: "none", "bridge", "egress" (or "host")
@@ -126,6 +129,17 @@ class ComposedBackend:
         channel.carry_tunnels(TunnelMux(serve, channel.send_frame, channel.send_data, ports_for))
         return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem, capture=ports_for is not None,
                                   resolv_conf=self.agent_writes_resolv_conf)
+
+    async def expose_port(self, port: int, host: str, host_port: int) -> ForwardedPort:
+        """``seam.capabilities.ExposedPorts``: a listener here, carried over the channel
+        (``agentlink/ports.py``); it closes with the channel's client."""
+        await self.open()
+        return await self._run(self._listen_for, port, host, host_port)
+
+    async def _listen_for(self, port: int, host: str, host_port: int) -> ForwardedPort:
+        channel = self._agent()
+        ports = channel.ports or channel.carry_ports(PortMux(channel.send_frame))
+        return await ForwardedPort.listen(ports, port, host, host_port)
 
     async def close(self) -> None:
         raise NotImplementedError

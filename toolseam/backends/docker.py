@@ -21,7 +21,7 @@ from .containers.engine.attach import TlsFiles
 from .containers.engine.protocol import Hardening
 from .containers.engine.pull import PullCallback, PullPolicy
 from .containers.engine.sdk import SdkEngine
-from .containers.options import DEFAULT_IMAGE, ContainerOptions, SetidFiles
+from .containers.options import DEFAULT_IMAGE, ContainerOptions, Pooled, SetidFiles
 from .containers.sandbox import WorkspaceMode
 
 
@@ -55,7 +55,8 @@ class DockerBackend(ContainerBackend):
                  workspace_mode: WorkspaceMode = "auto", tls: TlsFiles | None = None,
                  copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None,
-                 copy_keep_group_write: bool = False, setid_files: SetidFiles = None) -> None:
+                 copy_keep_group_write: bool = False, setid_files: SetidFiles = None,
+                 provisioning: Pooled | None = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (with ``tls``, or docker's own
         ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), ``https://`` or
         ``ssh://[user@]host[:port][/path/to/docker.sock]`` (through the system's ssh); default
@@ -69,7 +70,8 @@ class DockerBackend(ContainerBackend):
             image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
             on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
             copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
-            copy_keep_group_write=copy_keep_group_write, setid_files=setid_files)
+            copy_keep_group_write=copy_keep_group_write, setid_files=setid_files,
+            provisioning=provisioning)
         super().__init__(docker_engine(endpoint, tls), "docker", os.path.abspath(workspace),
                          options)
 

@@ -160,10 +160,12 @@ class HostBackend(DurableMethods, ComposedBackend):
         return SyncReport()  # nothing to bring home: commands work in the host dir
 
     async def upload(self, local: str, dest: str) -> None:
-        await asyncio.to_thread(_copy, local, self._inside(dest), "upload")
+        await asyncio.to_thread(_copy, local, self._inside(dest), "upload", "on this host",
+                                "in the workspace")
 
     async def download(self, src: str, local: str) -> None:
-        await asyncio.to_thread(_copy, self._inside(src), local, "download")
+        await asyncio.to_thread(_copy, self._inside(src), local, "download", "in the workspace",
+                                "on this host")
 
     def _inside(self, path: str) -> str:
         full = os.path.normpath(os.path.join(self.workspace, path))
@@ -172,12 +174,13 @@ class HostBackend(DurableMethods, ComposedBackend):
         return full
 
 
-def _copy(source: str, target: str, what: str) -> None:
-    """A file or directory, symlinks as symlinks, to a target that does not exist yet."""
+def _copy(source: str, target: str, what: str, source_side: str, target_side: str) -> None:
+    """A file or directory, symlinks as symlinks, to a target that does not exist yet; the
+    errors say which side each path was looked for on (the same words as a container's)."""
     if not os.path.lexists(source):
-        raise ConfigurationError(f"{what}: {source} does not exist")
+        raise ConfigurationError(f"{what}: {source} does not exist {source_side}")
     if os.path.lexists(target):
-        raise ConfigurationError(f"{what}: {target} already exists")
+        raise ConfigurationError(f"{what}: {target} already exists {target_side}")
     if os.path.isdir(source) and not os.path.islink(source):
         shutil.copytree(source, target, symlinks=True)
     else:

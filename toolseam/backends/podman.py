@@ -24,7 +24,7 @@ from .containers.backend import ContainerBackend
 from .containers.engine.protocol import Hardening
 from .containers.engine.pull import PullCallback, PullPolicy
 from .containers.engine.sdk import SdkEngine
-from .containers.options import DEFAULT_IMAGE, ContainerOptions, SetidFiles
+from .containers.options import DEFAULT_IMAGE, ContainerOptions, Pooled, SetidFiles
 from .containers.sandbox import WorkspaceMode
 
 
@@ -59,7 +59,8 @@ class PodmanBackend(ContainerBackend):
                  on_pull_progress: PullCallback | None = None,
                  workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None,
-                 copy_keep_group_write: bool = False, setid_files: SetidFiles = None) -> None:
+                 copy_keep_group_write: bool = False, setid_files: SetidFiles = None,
+                 provisioning: Pooled | None = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (podman's API service) or
         ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``).
         ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
@@ -71,7 +72,8 @@ class PodmanBackend(ContainerBackend):
             image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
             on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
             copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
-            copy_keep_group_write=copy_keep_group_write, setid_files=setid_files)
+            copy_keep_group_write=copy_keep_group_write, setid_files=setid_files,
+            provisioning=provisioning)
         super().__init__(podman_engine(endpoint, rootless),
                          "podman-rootless" if rootless else "podman",
                          os.path.abspath(workspace), options)

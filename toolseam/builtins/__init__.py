@@ -1,4 +1,5 @@
-"""The seven builtins, above the seam: they import only ``seam``, ``listing`` and ``policy``."""
+"""The seven builtins, above the seam: they import only ``seam``, ``listing``, ``policy`` and
+``model_text`` (how a result reads to a model) — the import contract (.importlinter) holds it."""
 
 from ._base import Builtin, CallContext, OutputEvent, SessionView, ToolResult, could_not_run_result
 from ._spill import remove_spills

@@ -18,11 +18,14 @@ import re
 import secrets
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..seam.errors import CouldNotRunError, FileOpError
 from ..seam.models import ChangeSet, DeleteOp, PathRef, WriteOp
 from ..seam.protocol import BuiltinExec
+
+if TYPE_CHECKING:  # _base imports this module: the types only
+    from ._base import CallContext, SessionView
 
 SPILL_ROOT = "/tmp"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -35,11 +38,11 @@ class _Spills:
 
 
 # Per session object (weak: a dropped session takes its entry with it).
-_SESSIONS: weakref.WeakKeyDictionary[Any, _Spills] = weakref.WeakKeyDictionary()
+_SESSIONS: weakref.WeakKeyDictionary[SessionView, _Spills] = weakref.WeakKeyDictionary()
 _numbers = itertools.count(1)  # call ids may repeat (a client's request ids): names never do
 
 
-def _spills(services: Any, session_id: str) -> _Spills:
+def _spills(services: SessionView, session_id: str) -> _Spills:
     found = _SESSIONS.get(services)
     if found is None:
         # The random part keeps another user of a shared /tmp from preparing the name.
@@ -49,13 +52,13 @@ def _spills(services: Any, session_id: str) -> _Spills:
     return found
 
 
-def is_spill(services: Any, absolute_path: str) -> bool:
+def is_spill(services: SessionView, absolute_path: str) -> bool:
     """Whether ``absolute_path`` (normalised) is one of this session's spill files."""
     found = _SESSIONS.get(services)
     return found is not None and absolute_path in found.files
 
 
-def ref_for(ctx: Any, path: str | None) -> PathRef:
+def ref_for(ctx: CallContext, path: str | None) -> PathRef:
     """The path as read and grep open it: this session's spill files open even when the session
     is confined to its base dir (exactly those paths; every other one as ``ctx.ref`` has it)."""
     if path and ctx.confine and path.startswith("/"):
@@ -66,7 +69,7 @@ def ref_for(ctx: Any, path: str | None) -> PathRef:
     return ref
 
 
-async def spill(backend: BuiltinExec, services: Any, session_id: str, call_id: str,
+async def spill(backend: BuiltinExec, services: SessionView, session_id: str, call_id: str,
                 text: str) -> str | None:
     """Write ``text`` to a new spill file; its path, or None when it could not be written
     (the model is then told the rest was not kept)."""
@@ -82,7 +85,7 @@ async def spill(backend: BuiltinExec, services: Any, session_id: str, call_id: s
     return path
 
 
-async def remove_spills(backend: BuiltinExec, services: Any) -> None:
+async def remove_spills(backend: BuiltinExec, services: SessionView) -> None:
     """Delete the session's spill files (call before the backend closes; a container's /tmp
     goes with it anyway, the host's does not)."""
     found = _SESSIONS.pop(services, None)

@@ -34,6 +34,9 @@ MEDIA_TYPES = {
     "jpeg": ("image/jpeg", "image"),
     "gif": ("image/gif", "image"),
     "webp": ("image/webp", "image"),
+    "bmp": ("image/bmp", "image"),  # opencode sends every image/* but svg as an attachment
+    "tif": ("image/tiff", "image"),
+    "tiff": ("image/tiff", "image"),
     "pdf": ("application/pdf", "file"),
     "mp3": ("audio/mpeg", "audio"),
     "wav": ("audio/wav", "audio"),
@@ -44,7 +47,7 @@ MEDIA_TYPES = {
 _BINARY_EXTENSION_LIST = (
     "zip tar gz tgz bz2 xz zst 7z rar jar war class exe dll so dylib o a lib obj bin dat pyc "
     "pyo wasm iso dmg img doc docx xls xlsx ppt pptx odt ods odp sqlite db mp4 mov avi mkv ttf "
-    "otf woff woff2 ico bmp tiff psd"
+    "otf woff woff2 ico psd"
 )
 BINARY_EXTENSIONS = frozenset(_BINARY_EXTENSION_LIST.split(" "))
 DIR_CAP = 1000  # entries a directory read shows
@@ -83,7 +86,7 @@ class Read(Builtin[ReadInput]):
         if settings.output_style == "toolnexus":
             return await self._raw(args, ctx)
         if ext in BINARY_EXTENSIONS:
-            return error(f"read: {args.path} is a binary file (.{ext}); it cannot be read as text")
+            return await self._binary_named(args.path, ext, ref, ctx)
         request = PageRequest(offset=args.offset or 1,
                               limit=settings.read_default_lines if args.limit is None else args.limit,
                               max_bytes=settings.read_page_bytes,
@@ -102,12 +105,31 @@ class Read(Builtin[ReadInput]):
                              f"({exc.detail} lines)")
             raise
         _seen(ctx, args.path)
-        result = ok(render_page(page, request.offset, settings.line_max_chars), bytes=page.size,
+        result = ok(render_page(page, request, settings.line_max_chars), bytes=page.size,
                     offset=request.offset, lines=len(page.lines), next=page.next,
                     total=page.total, truncated=page.next is not None, cutLines=page.cut)
         result.model_hints.more = (f"read {args.path} with offset and limit for a smaller "
                                    "window of lines")
         return result
+
+    async def _binary_named(self, path: str, ext: str, ref: PathRef, ctx: CallContext
+                            ) -> ToolResult:
+        """A binary name (``.bin``, ``.dat``, ``.so`` …): an image or PDF inside is still an
+        attachment, as opencode looks at the bytes whatever the name; anything else is
+        refused by its name."""
+        try:
+            content = await ctx.backend.read_bytes(
+                ref, refuse_above_bytes=ctx.services.settings.media_max_bytes)
+        except FileOpError as exc:
+            if exc.code == "is_directory":
+                return await self._directory(path, ctx)
+            if exc.code != "too_large":
+                raise
+        else:
+            kind = sniff(content.data)
+            if kind in MEDIA_TYPES:
+                return _media_result(path, MEDIA_TYPES[kind], content.data, content.size)
+        return error(f"read: {path} is a binary file (.{ext}); it cannot be read as text")
 
     async def _sniffed(self, path: str, ref: PathRef, request: PageRequest, ctx: CallContext
                        ) -> ToolResult:
@@ -161,7 +183,7 @@ class Read(Builtin[ReadInput]):
             total = len(split_text_lines(text))
             return error(f"read: offset {request.offset} is past the end of {path} ({total} lines)")
         _seen(ctx, path)
-        body = render_page(page, request.offset, settings.line_max_chars)
+        body = render_page(page, request, settings.line_max_chars)
         note = f"(the file is not UTF-8: decoded as {encoding})"
         return ok(f"{body}\n{note}", bytes=len(data), offset=request.offset,
                   lines=len(page.lines), next=page.next, total=page.total,
@@ -219,20 +241,19 @@ def _read_ref(path: str, ctx: CallContext) -> PathRef:
 
 
 # Content signatures (the first bytes). Images a model can take come back as images, whatever
-# the file is called; bmp and tiff cannot be taken, so they stay binary, as opencode has it.
+# the file is called (bmp and tiff too: opencode sends every image/* but svg).
 _SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", 0, "png"), (b"\xff\xd8\xff", 0, "jpeg"), (b"GIF87a", 0, "gif"),
     (b"GIF89a", 0, "gif"), (b"WEBP", 8, "webp"), (b"%PDF-", 0, "pdf"),
     (b"\xef\xbb\xbf", 0, "utf-8-bom"), (b"\xff\xfe\x00\x00", 0, "utf-32-le"),
     (b"\x00\x00\xfe\xff", 0, "utf-32-be"), (b"\xff\xfe", 0, "utf-16-le"),
-    (b"\xfe\xff", 0, "utf-16-be"), (b"BM", 0, "bmp"), (b"II*\x00", 0, "tiff"),
+    (b"\xfe\xff", 0, "utf-16-be"), (b"II*\x00", 0, "tiff"),
     (b"MM\x00*", 0, "tiff"), (b"PK\x03\x04", 0, "zip"), (b"\x1f\x8b", 0, "gzip"),
     (b"\x7fELF", 0, "elf"), (b"SQLite format 3\x00", 0, "sqlite"),
 )
 TEXT_BOMS = {"utf-8-bom": "utf-8", "utf-32-le": "utf-32", "utf-32-be": "utf-32",
              "utf-16-le": "utf-16", "utf-16-be": "utf-16"}
-BINARY_KINDS = {"bmp": "a BMP image, a type models are not sent", "tiff":
-                "a TIFF image, a type models are not sent", "zip": "a ZIP archive",
+BINARY_KINDS = {"zip": "a ZIP archive",
                 "gzip": "gzip data", "elf": "an ELF executable", "sqlite": "an SQLite database"}
 
 
@@ -242,6 +263,8 @@ def sniff(data: bytes) -> str | None:
     for magic, at, kind in _SIGNATURES:
         if data[at:at + len(magic)] == magic and (kind != "webp" or data[:4] == b"RIFF"):
             return kind
+    if data[:2] == b"BM" and data[6:10] == b"\x00\x00\x00\x00" and len(data) >= 26:
+        return "bmp"  # "BM" alone starts text too: the header's reserved zeros must follow
     return None
 
 
@@ -308,9 +331,16 @@ def _seen(ctx: CallContext, path: str) -> None:
         ctx.services.note_read(ctx.absolute(path))
 
 
-def render_page(page: TextPage, offset: int, max_line_chars: int) -> str:
+def _size_label(size: int) -> str:
+    """50 KB for 51,200 bytes, as opencode says it."""
+    return f"{size // 1024} KB" if size % 1024 == 0 else f"{size} bytes"
+
+
+def render_page(page: TextPage, request: PageRequest, max_line_chars: int) -> str:
     """Numbered lines (``00042| text``, as opencode numbers them) and a footer that says what
-    is left: the offset to read on from, or where the file ends."""
+    is left: the offset to read on from (in opencode's words when the byte cap ended the
+    page), or where the file ends."""
+    offset = request.offset
     lines = page.lines
     if lines and offset == 1:
         lines = [lines[0].removeprefix("\ufeff"), *lines[1:]]  # the BOM is not text
@@ -322,7 +352,11 @@ def render_page(page: TextPage, offset: int, max_line_chars: int) -> str:
         shown = ", ".join(map(str, page.cut[:10])) + (" …" if len(page.cut) > 10 else "")
         notes.append(f"(line {shown} cut at {max_line_chars} characters)" if len(page.cut) == 1
                      else f"(lines {shown} cut at {max_line_chars} characters each)")
-    if page.next is not None:
+    if page.next is not None and len(lines) < request.limit:
+        last = offset + len(lines) - 1
+        notes.append(f"(Output capped at {_size_label(request.max_bytes)}. Showing lines "
+                     f"{offset}-{last}. Use offset={page.next} to continue.)")
+    elif page.next is not None:
         last = offset + len(lines) - 1
         notes.append(f"(showing lines {offset}-{last}; the file has more: read on with "
                      f"offset={page.next})")

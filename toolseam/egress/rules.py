@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,8 @@ class EgressPolicy(BaseModel):
     """Headers added outside the sandbox to requests to the named hosts."""
     egress_ca_file: Path | None = None
     """Extra PEM roots for verifying upstream TLS of intercepted hosts (besides the system store)."""
+    egress_trust_host_cas: bool = False
+    """The sandbox's CA bundle also holds the host's trusted CAs and ``egress_ca_file``'s."""
     max_connections: int = Field(default=64, ge=1, le=4096)
     """Concurrent connections through the proxy; more are answered 503."""
     idle_timeout_s: float = Field(default=300.0, gt=0, le=86400)
@@ -157,7 +160,14 @@ class EgressPolicy(BaseModel):
     @classmethod
     def _ca_file(cls, value: Path | None) -> Path | None:
         if value is not None and not value.is_file():
-            raise EgressRuleError(f"egress_ca_file = {str(value)!r}: no such file")
+            raise EgressRuleError(f"egress_ca_file = {str(value)!r}: no such file on this host "
+                                  "(the proxy reads it here, outside the sandbox)")
+        if value is not None:
+            try:  # a file that is no PEM bundle: said here, not as an SSLError at open
+                ssl.create_default_context().load_verify_locations(cafile=str(value))
+            except (ssl.SSLError, OSError) as exc:
+                raise EgressRuleError(f"egress_ca_file = {str(value)!r}: not a PEM bundle of CA "
+                                      f"certificates this host can read ({exc})") from None
         return value
 
     @model_validator(mode="after")

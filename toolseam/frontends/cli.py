@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .. import __version__
-from .._extras import install_hint
 from ..backends import DEFAULT_BACKEND, backend_kind
 from ..policy.settings import Settings, parse_settings, read_settings_data
-from ..seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError, HostError
+from ..seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
 from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
+from .recover import add_parser as add_recover_parser
+from .recover import run as run_recover
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE
@@ -264,7 +265,7 @@ def _mcp(args: argparse.Namespace) -> int:
                        ("--workspace", (args.workspace or args.base_dir) if container else None)):
         if path and not (container and path.startswith("/workspace")) and not os.path.isdir(path):
             problem = "is not a directory" if os.path.exists(path) else "does not exist"
-            raise ConfigurationError(f"{flag} {path} {problem}")
+            raise ConfigurationError(f"{flag} {path} {problem} on this host")
     _toolkit(args)  # check the options once, before any client connects
 
     def factory() -> Toolkit:
@@ -326,16 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument("--shared-sandbox", action="store_true", help="one sandbox for every client "
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
-    try:
-        from ..backends.containers.recover import add_parser as add_recover_parser
-    except ModuleNotFoundError as exc:  # recover talks to engines: no container extra, no recover
-        stub = commands.add_parser("recover", help="work kept after a failed copy-back (needs "
-                                   "the podman or docker extra)", add_help=False,
-                                   prefix_chars="\0")  # every argument is taken, then refused
-        stub.add_argument("rest", nargs="*")
-        stub.set_defaults(recover_missing=exc.name)
-    else:
-        add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
+    add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
     return parser
 
 
@@ -366,12 +358,6 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "mcp":
             return _mcp(args)
         if args.command == "recover":
-            if getattr(args, "recover_missing", None):
-                raise BackendUnavailable(
-                    f"toolseam recover needs the {args.recover_missing!r} package: "
-                    f"{install_hint('podman')}, or the same for docker")
-            from ..backends.containers.recover import run as run_recover
-
             return run_recover(args)
         return asyncio.run(_serve(args))
     except HostError as exc:

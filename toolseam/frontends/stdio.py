@@ -39,6 +39,7 @@ from ..builtins import OutputEvent
 from ..policy.readscope import ANSWERS, Answer, ReadQuestion
 from ..seam.errors import HostError, SessionClosedError
 from ..session.toolkit import Toolkit
+from .stdin_stream import connect_stdin
 
 if TYPE_CHECKING:
     from ..egress.audit import EgressEvent
@@ -269,9 +270,8 @@ class StdioServer:
         return True
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=stdio_wire.CHUNK)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        await connect_stdin(reader)  # a pipe, or a file/`/dev/null` through a thread
         closed_by_request = False
         try:
             await self.toolkit.open()

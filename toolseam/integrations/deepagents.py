@@ -3,7 +3,7 @@
 ``create_deep_agent(..., backend=ToolseamSandbox("podman", image=...))`` runs the agent's
 ``execute``, file and search tools in a toolseam sandbox — the host, rootful or rootless
 podman, or docker. It passes langchain-tests' ``SandboxIntegrationTests``
-(tests/test_provider_deepagents.py; docs/integrations/deepagents.md).
+(tests/contract/test_provider_deepagents.py; docs/integrations/deepagents.md).
 
 ``execute`` goes through the raw API (one argv, killed whole at its timeout; what it leaves
 running in the background lives on, as with deepagents' own shell, until the sandbox ends);

@@ -18,8 +18,9 @@ How the SDK's calls map (decisions 180-184):
   enforces on the whole job (``ExecTimeoutError``).
 * ``read``/``write`` are whole-file bytes, confined to the workspace (a symlink out of it is
   refused by the agent, not followed); ``persist_workspace``/``hydrate_workspace`` a tar of it.
-* The PTY and exposed ports use ``tools.sandbox.pty_*`` and ``expose`` where the installed
-  toolseam has them (``supports_pty()`` says so).
+* The PTY is ``tools.sandbox.pty_*`` where the backend has the ``InteractiveProcesses``
+  capability (every agent-run backend: ``supports_pty()`` asks it); exposed ports use
+  ``expose`` where the installed toolseam has it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from pydantic import Field
 
 from ..backends import backend_kind, create_backend
+from ..seam.capabilities import ExposedPorts, supports, supports_interactive
 from ..seam.errors import ToolseamError
 from ..seam.handle import AttachError, SessionHandle
 from ..session.raw import UnknownUserError, UserUnsupportedError
@@ -247,7 +249,7 @@ class ToolseamSandboxSession(BaseSandboxSession):
 
     # --- PTY and ports: the raw API's, where this toolseam has them ------------------------
     def supports_pty(self) -> bool:
-        return hasattr(self.toolkit.sandbox, "pty_start")
+        return supports_interactive(self.toolkit.backend)
 
     async def pty_exec_start(self, *command: str | Path, timeout: float | None = None,
                              shell: bool | list[str] = True, user: str | User | None = None,
@@ -318,14 +320,16 @@ class ToolseamSandboxSession(BaseSandboxSession):
                 await sandbox.pty_terminate(pid)
 
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        """``tools.sandbox.expose``: a 127.0.0.1 listener here carried into the sandbox's port
+        over the session's channel (no network inside needed), one per port, kept until the
+        session ends."""
         if port in self._ports:
             return self._ports[port]
-        sandbox: Any = self.toolkit.sandbox
-        if not hasattr(sandbox, "expose"):
+        if not supports(self.toolkit.backend, ExposedPorts):
             return await super()._resolve_exposed_port(port)
         try:
-            exposed = await sandbox.expose(port)
-        except (OSError, ToolseamError) as exc:
+            exposed = await self.toolkit.sandbox.expose(port)
+        except (OSError, ValueError, ToolseamError) as exc:
             raise ExposedPortUnavailableError(
                 port=port, exposed_ports=self.state.exposed_ports, reason="backend_unavailable",
                 context={"backend": BACKEND_ID}, cause=exc) from exc

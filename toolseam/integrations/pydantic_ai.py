@@ -4,7 +4,7 @@
 sandbox — the host, rootful or rootless podman, or docker — with commands, files and symlink
 resolution (``SupportsCommands``, ``SupportsFilesystem``, ``SupportsRealpath``,
 ``SupportsRunInDirectory``). It passes pydantic-ai's own ``WorkspaceBackendSuite`` with every
-optional fixture (tests/test_provider_pydantic_ai.py; docs/integrations/pydantic-ai.md).
+optional fixture (tests/contract/test_provider_pydantic_ai.py; docs/integrations/pydantic-ai.md).
 
 The environment is a durable toolseam session (docs/sessions.md): built, the backend does no
 I/O; its first operation opens the sandbox (once, however many operations start together) and

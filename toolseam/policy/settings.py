@@ -100,7 +100,11 @@ class Settings(BaseModel):
         "Egress: {host, header, value_env} — the header added outside the sandbox to requests "
         "to that host, its value read from the toolseam process's environment at open."))
     egress_ca_file: str | None = Field(None, description=(
-        "Egress: extra PEM roots for verifying upstreams whose TLS the proxy terminates."))
+        "Egress: extra PEM roots for verifying upstreams whose TLS the proxy terminates (and, "
+        "with egress_trust_host_cas, for the sandbox's own clients)."))
+    egress_trust_host_cas: bool = Field(False, description=(
+        "Egress: add the host's trusted CAs (its system store, plus egress_ca_file) to the "
+        "sandbox's CA bundle — for networks whose gateway inspects TLS with its own CA."))
     egress_max_connections: int = Field(64, ge=1, le=4096, description=(
         "Egress: connections at once per session; more are answered 503."))
     egress_idle_timeout_s: float = Field(300.0, gt=0, le=86400, description=(
@@ -168,7 +172,7 @@ class Settings(BaseModel):
 
 
 _EGRESS_RULE_FIELDS = ("egress_allow", "egress_private", "egress_resolve", "egress_credentials",
-                       "egress_ca_file")
+                       "egress_ca_file", "egress_trust_host_cas")
 _EGRESS_LIMIT_FIELDS = ("egress_max_connections", "egress_idle_timeout_s",
                         "egress_connect_timeout_s", "egress_log_kept")
 

@@ -7,15 +7,21 @@ and anyio's backends do the same).
   and the container backends, in both workspace modes.
 * ``EngineShell`` — the engine's own command line for a shell in the sandbox (inspect_ai's
   ``connection()``): the container backends.
+* ``ExposedPorts`` — a sandbox port reachable from this machine over the session's channel
+  (``tools.sandbox.expose``): every backend whose commands an agent runs.
+* ``InteractiveProcesses`` — programs on a terminal, written to and read over many calls
+  (``interactive.py``): every backend whose commands an agent runs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigurationError
 from .handle import SessionHandle
+from .interactive import InteractiveUnsupportedError, PtyOutput, PtyProcess
 
 
 @runtime_checkable
@@ -85,3 +91,125 @@ def durable_sessions(backend: object) -> DurableSessions:
     name = getattr(backend, "name", type(backend).__name__)
     raise ConfigurationError(f"orphan_timeout_s: the {name} backend cannot keep a session past "
                              "its client (host, podman and docker can)")
+
+
+class ExposedPort(Protocol):
+    """A sandbox port reachable from this machine (``ExposedPorts.expose_port``)."""
+
+    host: str  # where the listener is (127.0.0.1 unless the owner asked for another address)
+    port: int  # its port here
+    sandbox_port: int  # the port inside, at the sandbox's own 127.0.0.1
+
+    async def close(self) -> None:
+        """Stop listening (a connect is refused from then on) and end every connection."""
+
+
+@runtime_checkable
+class ExposedPorts(Protocol):
+    """A port of the sandbox carried to a listener here over the session's own channel (no
+    network needed inside): a tunnel for the session's owner, closed with the session."""
+
+    async def expose_port(self, port: int, host: str, host_port: int) -> ExposedPort:
+        """Listen on ``host:host_port`` (0: a free port) here; each connection accepted is
+        carried to ``127.0.0.1:port`` in the sandbox — a refused one there closes it here.
+
+        Raises:
+            OSError: the listener could not be made here (the address is in use, say).
+            CouldNotRunError: the sandbox is gone.
+        """
+
+
+_supported: dict[tuple[type, type], bool] = {}
+
+
+def supports(backend: object, capability: type) -> bool:
+    """Whether ``backend`` has ``capability`` (a protocol of this module): a real answer from
+    the backend's class, never a guess from a method name (cached: a class's answer is fixed)."""
+    key = (type(backend), capability)
+    found = _supported.get(key)
+    if found is None:
+        found = _supported[key] = isinstance(backend, capability)
+    return found
+
+
+def exposed_ports(backend: object) -> ExposedPorts:
+    """``backend`` as ``ExposedPorts``; a ``ConfigurationError`` naming it when it has none."""
+    if supports(backend, ExposedPorts):
+        return backend  # type: ignore[return-value]
+    name = getattr(backend, "name", type(backend).__name__)
+    raise ConfigurationError(f"expose: the {name} backend cannot carry a sandbox port here "
+                             "(host, podman and docker can)")
+@runtime_checkable
+class InteractiveProcesses(Protocol):
+    """Programs on a terminal the host writes to and reads from over many calls (a REPL, a
+    password prompt, a full-screen program), started like the session's commands (its
+    environment, limits and guards); all of them end with the session."""
+
+    async def pty_start(self, argv: Sequence[str], cwd: str, env: Mapping[str, str],
+                        rows: int, cols: int, tty: bool) -> int:
+        """Start ``argv`` on a new terminal of ``rows`` x ``cols`` (``tty=False``: on pipes);
+        its id.
+
+        Raises:
+            InteractiveLimitError: 64 are running already.
+            FileOpError: ``not_found`` — ``cwd`` does not exist.
+            CouldNotRunError: it could not be started (the program missing, say).
+        """
+
+    async def pty_write(self, pty: int, data: bytes) -> None:
+        """Give ``data`` to the program's input; returns once its terminal has taken it.
+
+        Raises:
+            UnknownProcessError: no such process.
+            ProcessExitedError: it ended before taking all of it.
+            InteractiveLimitError: more than 1 MiB of its input waits already.
+        """
+
+    async def pty_read(self, pty: int, yield_ms: int, max_bytes: int) -> PtyOutput:
+        """Its output not read yet, at most ``max_bytes``: at once when there is some, else
+        once some comes, it ends, or ``yield_ms`` passes. A read that reports the exit
+        forgets the id.
+
+        Raises:
+            UnknownProcessError: no such process.
+        """
+
+    async def pty_resize(self, pty: int, rows: int, cols: int) -> None:
+        """Set its terminal's size (the program gets SIGWINCH).
+
+        Raises:
+            UnknownProcessError: no such process.
+        """
+
+    async def pty_terminate(self, pty: int) -> int | None:
+        """Hang it up (SIGHUP to its process group and all it started; SIGKILL to what is
+        left after a second) and forget it; its exit status, if it was learnt.
+
+        Raises:
+            UnknownProcessError: no such process.
+        """
+
+    async def pty_list(self) -> list[PtyProcess]:
+        """The processes the sandbox has: running, or ended with output not read."""
+
+
+_interactive_types: dict[type, bool] = {}
+
+
+def supports_interactive(backend: object) -> bool:
+    """Whether ``backend`` runs interactive processes (a real capability, never a guess)."""
+    kind = type(backend)
+    found = _interactive_types.get(kind)
+    if found is None:
+        found = _interactive_types[kind] = isinstance(backend, InteractiveProcesses)
+    return found
+
+
+def interactive_processes(backend: object) -> InteractiveProcesses:
+    """``backend`` as ``InteractiveProcesses``; ``InteractiveUnsupportedError`` naming it when
+    it has none."""
+    if supports_interactive(backend):
+        return backend  # type: ignore[return-value]
+    name = getattr(backend, "name", type(backend).__name__)
+    raise InteractiveUnsupportedError(f"the {name} backend cannot run interactive processes "
+                                      "(host, podman and docker can)")

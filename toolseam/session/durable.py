@@ -4,7 +4,7 @@
 A durable session is one whose settings set ``orphan_timeout_s`` above 0. Its backend starts a
 durable agent (``toolseam_agent/session_socket.py``) — the host's in a process of its own
 (``backends/host_durable.py``), a container's as its pid 1 in bind mode
-(``backends/containers/durable_bind.py``). The toolkit keeps its own state (settings, base dir,
+(``backends/containers/modes/durable_bind.py``). The toolkit keeps its own state (settings, base dir,
 jobs table, pinned shell, environment) with the agent after every call that changes it, so a
 client killed with SIGKILL loses nothing another process cannot get back by attaching.
 """

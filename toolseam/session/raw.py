@@ -34,9 +34,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..seam.capabilities import ExposedPort
 from ..seam.errors import CouldNotRunError, FileOpError, HostError, ToolseamError
 from ..seam.models import MAX_MS, ChangeSet, DeleteOp, PathRef
 from ..seam.protocol import ExecRequest
+from . import ports
+from .interactive import InteractiveSandbox, PtyOutput
+from .path_sides import missing_in_sandbox_hint, side
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit
@@ -90,8 +94,9 @@ class ExecResult(BaseModel):
         return self.exit_code == 0 and not self.timed_out
 
 
-class RawSandbox:
-    """The session's sandbox, raw. Relative paths (and ``cwd``) are against the base dir."""
+class RawSandbox(InteractiveSandbox):
+    """The session's sandbox, raw. Relative paths (and ``cwd``) are against the base dir.
+    Interactive processes (``pty_*``) are in ``interactive.py``."""
 
     def __init__(self, toolkit: Toolkit) -> None:
         self._tk = toolkit
@@ -119,10 +124,7 @@ class RawSandbox:
             CouldNotRunError: the sandbox failed (not the command).
         """
         args = _checked_argv(argv)
-        extra = {} if env is None else dict(env)
-        for key, value in extra.items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ValueError(f"env: {key!r} is not a valid variable (no '=', no NUL)")
+        extra = checked_env(env)
         if timeout is not None and not 0 < timeout * 1000 <= MAX_MS:
             raise ValueError(f"timeout must be more than 0 and at most {MAX_MS // 1000} s, "
                              f"got {timeout}")
@@ -150,8 +152,11 @@ class RawSandbox:
             raise
         except FileOpError as exc:
             if exc.code == "not_found":
-                raise FileNotFoundError(errno.ENOENT, "working directory does not exist",
-                                        cwd or workdir) from None
+                info = tk.info
+                raise FileNotFoundError(
+                    errno.ENOENT, f"working directory does not exist {side(info)}"
+                    f"{missing_in_sandbox_hint(info, cwd, 'cwd') if cwd else ''}",
+                    cwd or workdir) from None
             raise
         except CouldNotRunError as exc:
             if stdin_file is not None:  # the agent removes it once spawned; not when it refused
@@ -201,6 +206,23 @@ class RawSandbox:
             await self._tk.backend.write(self._ref(path), payload)
         except FileOpError as exc:
             raise os_error(exc, path) from None
+
+    async def expose(self, port: int, host: str = "127.0.0.1", *, host_port: int = 0
+                     ) -> ExposedPort:
+        """The sandbox's ``127.0.0.1:port``, reachable here at ``result.host:result.port``:
+        a tunnel for the session's owner over the session's own channel (``ports.py``), so
+        it works with network ``none`` and on a remote engine. The listener is on loopback
+        unless ``host`` says otherwise; ``host_port`` 0 lets the kernel pick. A connection the
+        sandbox refuses is closed here at once. ``await result.close()`` ends it; the
+        session's end does too.
+
+        Raises:
+            ValueError: a port out of range, an empty host.
+            OSError: the listener could not be made here (the address is in use, say).
+            ConfigurationError: the backend has no channel to carry it (``ExposedPorts``).
+            CouldNotRunError: the sandbox failed.
+        """
+        return await ports.expose(self._tk, port, host, host_port)
 
     # --- helpers ------------------------------------------------------------------------
     def _ref(self, path: str) -> PathRef:
@@ -269,6 +291,15 @@ class RawSandbox:
         return False if seen_other else None
 
 
+def checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """``env`` as a dict; a ``ValueError`` naming a variable that cannot be set."""
+    extra = {} if env is None else dict(env)
+    for key, value in extra.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise ValueError(f"env: {key!r} is not a valid variable (no '=', no NUL)")
+    return extra
+
+
 def _checked_argv(argv: Sequence[str]) -> list[str]:
     if isinstance(argv, str | bytes):
         raise ValueError("argv must be a list of strings, not one string (it is never parsed "
@@ -302,5 +333,6 @@ def os_error(exc: FileOpError, path: str) -> OSError:
     return kind(number, f"{text}{detail}", path)
 
 
-__all__ = ["ExecResult", "FileLimitError", "RawSandbox", "UnknownUserError",
+__all__ = ["ExecResult", "ExposedPort", "FileLimitError", "PtyOutput", "RawSandbox",
+           "UnknownUserError",
            "UserUnsupportedError", "os_error"]

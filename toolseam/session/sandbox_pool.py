@@ -1,4 +1,4 @@
-"""``toolseam.SandboxPool``: the container wing's warm pool (``backends/containers/pool.py``)
+"""``toolseam.SandboxPool``: the container wing's warm pool (``backends/containers/pool/warm.py``)
 with the one thing that needs the session layer — a ``Toolkit`` on a handed-out sandbox. Kept
 here so the backends never import the session (the import contract, ``.importlinter``)."""
 

@@ -26,6 +26,7 @@ from ..seam.handle import SessionHandle
 from ..seam.models import SandboxInfo
 from ..seam.protocol import BuiltinExec
 from .declarations import Format
+from .lifetime import Lifetime
 from .toolkit import HostTool, Toolkit
 
 T = TypeVar("T")
@@ -54,7 +55,10 @@ class SyncToolkit:
         session_id: this session's name (in output events, job ids, spill file names).
         approver: asked before reads outside the read scope (``settings.read_scope``).
         shell_id_persisted: ``settings.shell_id`` came from an earlier run: fall back if gone.
+        lifetime: how long the sandbox lives (``lifetime.py``); by default chosen from
+            ``settings.orphan_timeout_s``.
         backend_options: keyword arguments for the backend class when ``backend`` is a name.
+        interactive_tools: add the model tools ``exec_command`` and ``write_stdin``.
     """
 
     def __init__(
@@ -73,7 +77,9 @@ class SyncToolkit:
         session_id: str | None = None,
         approver: Approver | None = None,
         shell_id_persisted: bool = False,
+        lifetime: Lifetime | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        interactive_tools: bool = False,
     ) -> None:
         args = (backend,)
         kwargs: dict[str, Any] = {
@@ -81,7 +87,8 @@ class SyncToolkit:
             "settings": settings, "tools": tools, "host_tools": host_tools,
             "raise_could_not_run": raise_could_not_run, "env": env, "env_extra": env_extra,
             "on_output": on_output, "session_id": session_id, "approver": approver,
-            "shell_id_persisted": shell_id_persisted, "backend_options": backend_options}
+            "shell_id_persisted": shell_id_persisted, "lifetime": lifetime,
+            "backend_options": backend_options, "interactive_tools": interactive_tools}
         self._start_loop()
         try:
             # built on the loop's thread: whatever it binds to a loop binds to ours

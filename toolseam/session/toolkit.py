@@ -45,6 +45,7 @@ from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from . import durable
 from .declarations import Format, declare
 from .lifetime import Ephemeral, Lifetime, lifetime_for
+from .path_sides import missing_in_sandbox_hint, side
 from .raw import RawSandbox
 
 if TYPE_CHECKING:
@@ -126,6 +127,8 @@ class Toolkit:
             ``settings.orphan_timeout_s`` (``Toolkit.attach`` passes its own).
         backend_options: keyword arguments for the backend class when ``backend`` is a name
             (e.g. ``{"rootless": True, "image": ...}`` for podman).
+        interactive_tools: add the model tools ``exec_command`` and ``write_stdin`` (a command
+            on a terminal, typed into over several calls: docs/tools.md); off by default.
 
     After ``open()``: ``base_dir`` is the absolute base dir, ``info`` the ``SandboxInfo``
     (``local``, ``pid_namespace`` …); ``sandbox`` is the raw API for the host's own commands and
@@ -150,6 +153,7 @@ class Toolkit:
         shell_id_persisted: bool = False,
         lifetime: Lifetime | None = None,
         backend_options: Mapping[str, Any] | None = None,
+        interactive_tools: bool = False,
     ) -> None:
         if settings is None:
             settings = Settings()
@@ -182,7 +186,11 @@ class Toolkit:
         builtins = all_builtins()
         enabled = {name: tool for name, tool in builtins.items() if (tools or {}).get(name, True)}
         self._builtins = enabled
-        self._host_tools = {tool.name: tool for tool in host_tools}
+        self._host_tools: dict[str, HostTool] = {}
+        if interactive_tools:  # exec_command + write_stdin on a terminal (interactive_tools.py)
+            from .interactive_tools import interactive_tools as pty_tools
+            self._host_tools.update(pty_tools(self))
+        self._host_tools.update({tool.name: tool for tool in host_tools})
         self.services = Session(self.session_id, backend, self.settings, raise_could_not_run,
                                 shell_id_persisted)
         self.base_dir = ""
@@ -230,7 +238,7 @@ class Toolkit:
             base = os.path.abspath(os.path.expanduser(base))
         elif not base.startswith("/"):
             base = posixpath.join(info.workspace, base)
-        await self._check_base_dir(base)
+        await self._check_base_dir(base, info)
         self.base_dir = base
         source = self._env_source
         if source is None:
@@ -289,10 +297,11 @@ class Toolkit:
         ``"egress"``."""
         return [] if self._egress is None else self._egress.events()
 
-    async def _check_base_dir(self, base: str) -> None:
+    async def _check_base_dir(self, base: str, info: SandboxInfo) -> None:
         """A missing base dir is the host's typo, not the model's: refuse it at open, naming
-        it, rather than let every call fail blaming the model's path. The backend is closed
-        (nothing left running) and the toolkit with it."""
+        it, rather than let every call fail blaming the model's path — and say on which side
+        it was looked for (a container's base_dir is inside it: a host directory there is
+        the workspace). The backend is closed (nothing left running) and the toolkit with it."""
         found = await self.backend.stat(PathRef(base="/", path=base, confine=False))
         if found.kind == "dir":
             return
@@ -300,7 +309,9 @@ class Toolkit:
         self._closed = True
         if not self._lifetime.adopted:  # an attach lets the session go on instead
             await self.backend.close()
-        raise ConfigurationError(f"base_dir {base} {problem}")
+        given = self._base_dir_option or base
+        raise ConfigurationError(f"base_dir {base} {problem} {side(info)}"
+                                 f"{missing_in_sandbox_hint(info, given, 'base_dir')}")
 
     async def _executable_exists(self, path: str) -> bool:
         found = await self.backend.stat(PathRef(base="/", path=path, confine=False))
@@ -474,6 +485,8 @@ class Toolkit:
             if made:
                 result = result.model_copy(update={"metadata": {**result.metadata,
                                                                 "egress": made}})
+                # The model reads why a connection failed, not only the client's "403".
+                result.model_hints.notes.extend(self._egress.notes(made, result.output))
         await self._lifetime.changed(self)
         return result
 

@@ -19,6 +19,8 @@ sandbox sees it (the same dir for the host backend, ``/workspace`` for a bind mo
   shed their job's marks, catastrophic regexes, 1 GiB lines, out-of-range input, read-only
   files): the session lives on, memory and time stay bounded (needs ``survivors`` and the
   host dir).
+* ``ReadToolContract`` (``toolseam.testing.read_tool``) — the read tool as opencode has it:
+  images known by their bytes, BMP and TIFF as images, the 50 KB page cap and its hint.
 """
 
 from __future__ import annotations

@@ -17,12 +17,16 @@ from typing import Any
 from toolseam_agent.attach_auth import TAG_LEN, Sealer, SealError
 from toolseam_agent.frames import Frame, FrameError, Splitter, header
 from toolseam_agent.wire import (
+    EXPOSE,
+    EXPOSE_TO_HOST,
     HELLO,
     OUTPUT_EVENT,
     PROTOCOL_VERSION,
     SHUTDOWN,
     STATUS_DEFAULTS,
     TUNNEL_EVENT,
+    tunnel_number,
+    tunnel_payload,
 )
 from toolseam_agent.wire import dumps as wire_dumps
 from toolseam_agent.wire import loads as wire_loads
@@ -31,6 +35,7 @@ from ...seam.errors import CouldNotRunError
 from ...seam.models import JobStatus, OutputChunk
 from ...seam.protocol import OutputCallback
 from .errors import map_agent_error
+from .ports import PortMux
 from .tunnel import TunnelMux
 
 # Unsent bytes at which the transport pauses us: a caller then waits for the agent to catch up,
@@ -75,6 +80,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._lost: asyncio.Future[None] = self._loop.create_future()
         self.death: CouldNotRunError | None = None
         self.tunnels: TunnelMux | None = None  # egress mode: the session's proxied connections
+        self.ports: PortMux | None = None  # exposed ports: their listeners and streams (ports.py)
         # A durable session's attached connection seals every line (toolseam_agent/attach_auth.py)
         self._seal: Sealer | None = None
         self._unseal: Sealer | None = None
@@ -109,15 +115,29 @@ class AgentChannel(asyncio.BufferedProtocol):
             tunnels, old.tunnels = old.tunnels, None
             tunnels.end_all()
             self.carry_tunnels(tunnels)
+        if old.ports is not None:
+            ports, old.ports = old.ports, None
+            ports.end_all()
+            self.carry_ports(ports)
 
     def carry_tunnels(self, tunnels: TunnelMux) -> None:
         self.tunnels = tunnels
         tunnels.send_frame, tunnels.send_data = self.send_frame, self.send_data
 
-    def send_frame(self, message: dict[str, Any]) -> None:
-        """A message that has no answer (a tunnel's control frame); dropped once the channel
-        is dead."""
+    def carry_ports(self, ports: PortMux) -> PortMux:
+        self.ports = ports
+        ports.send_frame = self.send_frame
+        ports.carrying = self.death is None
+        return ports
+
+    def send_frame(self, message: dict[str, Any] | bytes) -> None:
+        """A message that has no answer (a tunnel's control frame; bytes: an exposed port's
+        whole line already made); dropped once the channel is dead."""
         if self.death is None and self._transport is not None:
+            if isinstance(message, bytes):
+                self._transport.write(message if self._seal is None else b"".join(
+                    self._seal.seal(line) + b"\n" for line in message.split(b"\n")[:-1]))
+                return
             payload = wire_dumps(message).encode()
             self._transport.write(payload + b"\n" if self._seal is None
                                   else self._seal.seal(payload) + b"\n")
@@ -195,7 +215,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._splitter.tag_len = 0 if unseal is None else TAG_LEN
         try:
             for item in self._splitter.feed(data):
-                if isinstance(item, Frame):  # a tunnel's bytes: no JSON codec on the hot path
+                if isinstance(item, Frame):  # egress's bytes: no JSON codec on the hot path
                     if unseal is not None:
                         unseal.open_frame(item.head, item.data, item.tag)
                     if self.tunnels is not None:
@@ -203,6 +223,11 @@ class AgentChannel(asyncio.BufferedProtocol):
                     continue
                 if unseal is not None:
                     item = unseal.open(item)
+                if self.ports is not None and item.startswith(EXPOSE_TO_HOST):
+                    found = tunnel_number(item, EXPOSE_TO_HOST)
+                    if found is not None and found[1]:  # an exposed port's data line
+                        self.ports.data(found[0], tunnel_payload(item))
+                        continue
                 self._dispatch(wire_loads(item.decode()))  # str: skips detect_encoding
         except SealError as exc:
             self.tampered = True  # the engine's state cannot explain it: say what it was
@@ -226,6 +251,10 @@ class AgentChannel(asyncio.BufferedProtocol):
             if self.tunnels is not None:
                 self.tunnels.event(message)
             return
+        if event == EXPOSE:
+            if self.ports is not None:
+                self.ports.event(message)
+            return
         future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
         if future is not None and not future.done():
             future.set_result(message)
@@ -239,6 +268,9 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._die(f"the sandbox agent at {self.endpoint} exited")
         if self.tunnels is not None:
             self.tunnels.end_all()
+        if self.ports is not None:
+            self.ports.carrying = False
+            self.ports.end_all()
         self.resume_writing()
         if not self._lost.done():
             self._lost.set_result(None)
@@ -283,7 +315,10 @@ class AgentChannel(asyncio.BufferedProtocol):
         await self.close(drain_s)
 
     async def close(self, drain_s: float = 10.0) -> None:
-        """Close our sending side, then read to the end (the agent finishes killing jobs first)."""
+        """Close our sending side, then read to the end (the agent finishes killing jobs first).
+        Exposed ports are this client's: their listeners close first."""
+        if self.ports is not None:
+            self.ports.close_listeners()
         transport = self._transport
         if transport is not None and not transport.is_closing():
             try:

@@ -217,6 +217,9 @@ class DurableChannel(AgentChannel):
             return
         # The client lives, the agent may too: keep the calls in flight, attach again.
         self._transport = None
+        if self.ports is not None:  # an exposed port's streams end with the connection
+            self.ports.carrying = False
+            self.ports.end_all()
         self.resume_writing()
         if not self._lost.done():
             self._lost.set_result(None)
@@ -229,6 +232,8 @@ class DurableChannel(AgentChannel):
             try:
                 await self._attach([rid for rid in self._pending if isinstance(rid, int)])
                 self.reconnects += 1
+                if self.ports is not None:
+                    self.ports.carrying = True
                 return
             except AttachError as refused:
                 if refused.reason != "in_use" or time.monotonic() > deadline:

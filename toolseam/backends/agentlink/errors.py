@@ -14,6 +14,7 @@ from toolseam_agent.errors import FsError
 from toolseam_agent.wire import ErrorKind
 
 from ...seam.errors import CouldNotRunError, FileOpError, HostError
+from ...seam.interactive import InteractiveLimitError, ProcessExitedError
 
 SPAWN_FAILED = "could not start the command:"  # the reason's start for a spawn error
 
@@ -36,6 +37,10 @@ def map_agent_error(error: Mapping[str, Any]) -> Exception:
         return CouldNotRunError(f"{SPAWN_FAILED} {message}", retryable=transient)
     if kind == ErrorKind.UNKNOWN_JOB:
         return UnknownJobError(message)
+    if kind == ErrorKind.LIMIT:
+        return InteractiveLimitError(message)
+    if kind == ErrorKind.PTY_EXITED:
+        return ProcessExitedError(message)
     if kind == ErrorKind.ATTACH:  # a durable session lost this call's answer with a connection
         return CouldNotRunError(message, retryable=False)
     return CouldNotRunError(f"sandbox agent fault: {message}", retryable=True)

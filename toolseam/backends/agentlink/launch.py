@@ -4,7 +4,7 @@ two-line ``__main__.py``, run as ``python -I -S DIR`` — Python puts a director
 
 The host backend runs a staged copy too (its ``python`` may be another interpreter than this
 one); a container's bundle lays the same directory out beside its runtime
-(``containers/bundle.py``).
+(``containers/bundle/staged.py``).
 """
 
 from __future__ import annotations

@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from toolseam_agent.tunnel import CHUNK, WINDOW
-from toolseam_agent.wire import TUNNEL
+from toolseam_agent.wire import TO_AGENT, TUNNEL, tunnel_data
 
 Serve = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 PortsFor = Callable[[str], list[int]]  # the resolver's question: which ports may NAME reach
-SendFrame = Callable[[dict[str, Any]], None]
+SendFrame = Callable[[dict[str, Any] | bytes], None]  # bytes: whole lines already made
 SendData = Callable[[int, bytes], None]  # a data frame: connection number, bytes
 _READER_LIMIT = 1 << 16
 _CLOSE_WAIT_S = 10.0
@@ -53,7 +53,10 @@ class TunnelTransport(asyncio.Transport):
         data = bytes(data)
         for start in range(0, len(data), CHUNK):
             piece = data[start:start + CHUNK] if len(data) > CHUNK else data
-            self._mux.send_data(self._number, piece)
+            if self._mux.send_data is not None:  # egress: binary frames (frames.py)
+                self._mux.send_data(self._number, piece)
+            else:  # exposed ports: their own text frames
+                self._mux.send_frame(tunnel_data(self._mux.to_agent, self._number, piece))
             self._unacked += len(piece)
         if self._unacked >= WINDOW and not self._paused_writer:
             self._paused_writer = True
@@ -185,7 +188,9 @@ class TunnelMux:
     ``send`` writes a frame on the session's current channel (``channel.py`` moves the mux to a
     new channel after a reconnect, and ends what was open: bytes in flight are lost)."""
 
-    def __init__(self, serve: Serve, send: SendFrame, send_data: SendData,
+    op, to_agent = TUNNEL, TO_AGENT  # this kind's frames (exposed ports: ``ports.py``)
+
+    def __init__(self, serve: Serve, send: SendFrame, send_data: SendData | None = None,
                  ports_for: PortsFor | None = None) -> None:
         self._serve, self._ports_for = serve, ports_for
         self.send_frame, self.send_data = send, send_data
@@ -193,7 +198,7 @@ class TunnelMux:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def send(self, frame: dict[str, Any]) -> None:
-        self.send_frame({"id": 0, "op": TUNNEL, **frame})
+        self.send_frame({"id": 0, "op": self.op, **frame})
 
     def forget(self, number: int) -> None:
         self._open.pop(number, None)

@@ -2,15 +2,19 @@
 
 * ``backend`` — ``ContainerBackend`` (what ``docker.py`` and ``podman.py`` present), ``MODES``
   and the mode rule; ``options`` — ``ContainerOptions``, frozen and validated once;
-* ``sandbox`` — ``ContainerSandbox``, the lifecycle both workspace modes share, the ``Engine``
-  protocol, the janitor; ``bind`` / ``copy`` — the two workspace modes, chosen once, each with
-  its liveness; ``workspace_copy`` — copy mode's tar in and copy-back out; ``attach`` / ``ssh`` —
-  copy mode's channel and tunnels; ``recover`` — work kept after a failed copy-back;
-* ``engine`` — ``SdkEngine``, the ONE engine implementation, over a small per-SDK dialect
-  (``docker_dialect`` / ``podman_dialect``, each importing its SDK, an extra); ``errors`` — the
-  typed engine errors, mapped once; ``pull`` and ``retry``;
-* ``bundle`` / ``bundle_arch`` — the agent's runtime bundle for any image, and for another CPU.
+* ``sandbox`` — ``ContainerSandbox``, the lifecycle both workspace modes share; ``labels`` —
+  the names it leaves on the engine and the host; ``janitor`` — what dead sessions left behind;
+* ``modes/`` — ``bind`` and ``copy``, chosen once, each with its liveness, and their durable
+  variants (``durable_bind``, ``durable_copy``, the table ``durable``);
+* ``workspace_sync/`` — copy mode's tar in and copy-back out (``tar_sync``, ``apply``,
+  ``policy``, ``host_ops``); ``recover`` — work kept after a failed copy-back;
+* ``engine/`` — ``protocol`` (what the sandbox asks of an engine), ``sdk.SdkEngine``, the ONE
+  engine implementation, over a small per-SDK dialect (``docker_dialect`` / ``podman_dialect``,
+  each importing its SDK, an extra); ``errors``, ``pull``, ``retry``, ``ssh``, and the
+  ``attach``/``exec_stream`` channels;
+* ``bundle/`` — the agent's runtime bundle for any image (``staged``), and for another CPU
+  (``foreign_arch``); ``pool/`` — warm pools (``warm``) and their host mounts (``mounts``).
 
-A third engine is one dialect module and one row in ``backends/__init__.py``; a third
-workspace mode is one module and one row in ``backend.MODES``.
+A third engine is one dialect module and one row in ``backends/__init__.py`` (``KINDS``); a
+third workspace mode is one module in ``modes/`` and one row in ``backend.MODES``.
 """

@@ -23,7 +23,7 @@ from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
 from .engine.protocol import GO_MODE_SYMLINK, Engine
-from .labels import WORKSPACE
+from .labels import POOL_LABEL, WORKSPACE
 from .modes.bind import BindMode
 from .modes.copy import CopyMode
 from .modes.durable import DurableMode, durable_mode
@@ -32,9 +32,11 @@ from .sandbox import ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
 
 __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 
-# The workspace modes, by name: a third is one new module in containers/ and one row here.
+# The workspace modes, by name: a third is one new module in containers/modes/ and one row here
+# (a row of modes/durable.DURABLE_MODES makes it durable too; docs/architecture.md).
 MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
-    "bind": lambda options: BindMode(options.setid_files),
+    "bind": lambda options: BindMode(options.setid_files, *(
+        (options.provisioning.mounts,) if options.provisioning else ())),
     "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write,
                                      options.setid_files),
 }
@@ -51,16 +53,24 @@ class ContainerBackend(DurableMethods, ComposedBackend):
         super().__init__(AgentFiles(self._agent), AgentExec(self._agent))
         self.name = engine_name
         self.options = options
-        mode = MODES[resolve_mode(options.workspace_mode, engine)](options)
-        self.sandbox = ContainerSandbox(engine, engine_name, options.image, workspace,
-                                        options.sandbox_hardening, dict(CONTAINER_BASE_ENV), mode,
-                                        enforce_limits=options.enforce_limits,
-                                        pull_policy=options.pull, registry_auth=options.auth,
-                                        on_pull_progress=options.on_pull_progress,
-                                        agent_bundles=dict(options.agent_bundles))
-        self.liveness = mode.liveness(self.sandbox)
+        self._engine, self._workspace = engine, workspace
         self._opening = asyncio.Lock()
         self._durable: DurableMode | None = None  # make_durable's choice
+        self._compose(MODES[resolve_mode(options.workspace_mode, engine)](options))
+
+    def _compose(self, mode: WorkspaceModeImpl) -> None:
+        """The sandbox, its mode and its liveness, made together: at construction, and once
+        more by ``make_durable`` before anything started (never changed piece by piece)."""
+        pooled = self.options.provisioning
+        self.sandbox = ContainerSandbox(
+            self._engine, self.name, self.options.image, self._workspace,
+            self.options.sandbox_hardening, dict(CONTAINER_BASE_ENV), mode,
+            enforce_limits=self.options.enforce_limits, pull_policy=self.options.pull,
+            registry_auth=self.options.auth, on_pull_progress=self.options.on_pull_progress,
+            agent_bundles=dict(self.options.agent_bundles),
+            awaiting_workspace=pooled is not None,
+            extra_labels={POOL_LABEL: pooled.pool_id} if pooled else {})
+        self.liveness = mode.liveness(self.sandbox)
 
     @property
     def network(self) -> str:  # type: ignore[override]
@@ -100,7 +110,8 @@ class ContainerBackend(DurableMethods, ComposedBackend):
         self._check_open()
         target = self._sandbox_path(dest)
         if not os.path.lexists(local):
-            raise ConfigurationError(f"upload: {local} does not exist")
+            raise ConfigurationError(f"upload: {local} does not exist on this host (an "
+                                     "upload's source is this machine's; its dest the sandbox's)")
         parent, name = posixpath.split(target)
         sandbox = self.sandbox
         container = sandbox.container
@@ -124,7 +135,8 @@ class ContainerBackend(DurableMethods, ComposedBackend):
         self._check_open()
         source = self._sandbox_path(src)
         if os.path.lexists(local):
-            raise ConfigurationError(f"download: {local} already exists")
+            raise ConfigurationError(f"download: {local} already exists on this host (a "
+                                     "download's target must be a new path here)")
         sandbox = self.sandbox
         container = sandbox.container
         assert container is not None
@@ -188,15 +200,15 @@ class ContainerBackend(DurableMethods, ComposedBackend):
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     def make_durable(self, secret: str, orphan_timeout_s: float,
                      adopt: SessionHandle | None = None) -> None:
-        """The mode's durable variant (``durable_modes.py``), chosen before the sandbox
-        starts: the only time a mode is chosen after construction."""
+        """The mode's durable variant (``modes/durable.py``): the sandbox composed anew with
+        it, before anything started."""
         if self._info is not None:
             raise ConfigurationError("orphan_timeout_s: this backend is open already (a pooled "
                                      "sandbox?); a session that outlives its client starts "
                                      "its own")
-        mode = durable_mode(self.sandbox.mode, self.options, secret, orphan_timeout_s, adopt)
-        self.sandbox.mode = self._durable = mode
-        self.liveness = mode.liveness(self.sandbox)
+        self._durable = durable_mode(self.sandbox.mode, self.options, secret, orphan_timeout_s,
+                                     adopt)
+        self._compose(self._durable)
 
     def durable_channel(self) -> DurableChannel:
         return the_durable(self.sandbox.channel)

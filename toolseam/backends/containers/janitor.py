@@ -95,7 +95,7 @@ def _state(engine: Engine, container: str) -> ContainerState | None:
 def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
     is kept; and kept work past its retention; and the host mounts of pools whose process is
-    gone (``pool_mounts``), and socket directories no agent listens in (``bind``). Returns the
+    gone (``pool/mounts.py``), and socket directories no agent listens in (``bind``). Returns the
     containers removed."""
     kept, expired = _kept_sessions(engine, time.time() if now is None else now)
     removed = []

@@ -12,8 +12,9 @@ from ...policy.limits import SandboxLimits
 from ...seam.errors import ConfigurationError
 from .engine.protocol import Hardening
 from .engine.pull import PULL_POLICIES, PullCallback, PullPolicy
+from .pool.mounts import SlotMounts
 from .sandbox import WORKSPACE_MODES, WorkspaceMode
-from .workspace_sync.tar_sync import DEFAULT_COPY_LIMIT
+from .workspace_sync.policy import DEFAULT_COPY_LIMIT
 
 # A public, widely cached base any engine can pull: the agent brings its own runtime, so the
 # image needs no python; Debian slim has bash and the usual tools commands expect.
@@ -22,6 +23,16 @@ DEFAULT_IMAGE = "docker.io/library/debian:bookworm-slim"
 # default — allowed in copy mode (the copy-back strips the bits), refused in bind mode.
 SetidFiles = Literal["refuse", "allow"] | None
 SETID_FILES = ("refuse", "allow", None)
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """How a pool provisions its sandboxes (``pool/warm.py``): started before the workspace
+    exists, labelled as the pool's, the workspace handed in later — in bind mode mounted onto
+    the sandbox's slot, in ``mounts``' mount namespace. Fresh sandboxes have none of this."""
+
+    pool_id: str
+    mounts: SlotMounts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +50,7 @@ class ContainerOptions:
     agent_bundles: Mapping[str, str] = field(default_factory=dict)  # arch -> bundle dir
     copy_keep_group_write: bool = False  # copy mode brings group/other write bits home
     setid_files: SetidFiles = None  # commands making set-id files (decision 146)
+    provisioning: Pooled | None = None  # None: fresh, the workspace there at the start
 
     def __post_init__(self) -> None:
         if self.pull not in PULL_POLICIES:

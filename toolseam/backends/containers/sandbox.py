@@ -3,11 +3,11 @@
 The container runs the sandbox agent (the staged bundle of ``bundle.stage_bundle``) as its main
 process: pid 1 of the container, which no command can kill. Every call is a line on one
 channel to it — about a millisecond, never an engine ``exec`` per call. Two ways to get there,
-each a mode object chosen once (``backend.MODES``): ``containers/bind.py`` (a local
-engine: bind mounts, a unix socket) and ``containers/copy.py`` (an engine on another machine:
+each a mode object chosen once (``backend.MODES``): ``modes/bind.py`` (a local
+engine: bind mounts, a unix socket) and ``modes/copy.py`` (an engine on another machine:
 the base dir copied in and back, the engine's attach stream). ``ContainerSandbox`` holds the
 lifecycle they share; the ``Engine`` protocol is what the sandbox asks of an engine
-(``containers/engine.py:SdkEngine`` implements it once, over a dialect per SDK).
+(``engine/sdk.py:SdkEngine`` implements it once, over a dialect per SDK).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from .bundle.foreign_arch import select_bundle
 from .bundle.staged import stage_bundle
 from .engine.protocol import ContainerSpec, ContainerState, Engine, Hardening, in_engine_thread
 from .engine.pull import PullCallback, PullPolicy
+from .host_dirs import check_workspace
 from .janitor import shared_pass
 from .labels import OWNER_LABEL, SESSION_LABEL, WORKSPACE, owner_label
 
@@ -79,8 +80,8 @@ def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
 
 
 class WorkspaceModeImpl(Protocol):
-    """How the sandbox gets its workspace and its channel: ``containers/bind.py`` or
-    ``containers/copy.py``, chosen once (``backend.MODES``)."""
+    """How the sandbox gets its workspace and its channel: ``modes/bind.py`` or
+    ``modes/copy.py``, chosen once (``backend.MODES``)."""
 
     @property
     def name(self) -> Literal["bind", "copy"]: ...
@@ -144,6 +145,8 @@ class ContainerSandbox:
 
     async def start(self) -> SandboxInfo:
         started = time.monotonic()
+        if not self.awaiting_workspace:  # the host's typo, said before any engine is asked
+            check_workspace(self.workspace)
         await self._call(lambda: check_unix_endpoint(self.engine_name, self.engine.endpoint))
         await self._call(self.engine.ping)
         await self.remove_orphans()

@@ -2,7 +2,7 @@
 interpreter and everything it loads, so the agent runs in any image as its first program.
 
 * ``stage_bundle`` — the bundle for this machine's CPU, staged where only this user can change
-  it (``staging.py``); ``bundle_arch.py`` builds one for another CPU from its packages;
+  it (``staging.py``); ``foreign_arch.py`` builds one for another CPU from its packages;
 * ``bundle_command`` — the container's first program: the bundled loader, interpreter, agent;
 * ``bundle_archive`` / ``bundle_digest`` — the bundle for an engine's archive API, and what
   identifies its content.
@@ -28,7 +28,7 @@ from typing import IO
 from ....seam.errors import CouldNotRunError
 from ... import staging
 from ...agentlink.launch import AGENT_PACKAGE, agent_command, stage_agent
-from ..workspace_sync.tar_sync import as_root
+from ..workspace_sync.policy import as_root
 
 # --- the agent for any image: this interpreter, with everything it loads, run by its own loader
 RUNTIME_DIR = "rt"  # inside the staged bundle, beside toolseam_agent/

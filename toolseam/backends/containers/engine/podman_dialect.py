@@ -121,7 +121,12 @@ class PodmanDialect:
         return b"".join(c if isinstance(c, bytes) else str(c).encode() for c in chunks)
 
     def remove_container(self, client: PodmanClient, container: str) -> None:
-        client.containers.get(container).remove(force=True, v=True)
+        # timeout=0: a running container is killed at once. podman-py sends none, and podman
+        # then stops it with SIGTERM and waits 10 s — which an agent still starting (pid 1,
+        # its handlers not yet installed) ignores: a pool closing while a refill started took
+        # 10.9 s. Nothing is lost: the agent was shut down first wherever it answered.
+        client.api.delete(f"/containers/{container}", params={
+            "force": True, "v": True, "volumes": True, "timeout": 0}).raise_for_status()
 
     def containers(self, client: PodmanClient, label: str) -> list[tuple[str, dict[str, str]]]:
         found = client.containers.list(all=True, filters={"label": label})

@@ -12,11 +12,13 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ....policy.limits import SandboxLimits
 from .attach import EngineAddress
-from .pull import PullCallback
+
+if TYPE_CHECKING:  # pull.py needs requests (an extra): the CLI imports this module without it
+    from .pull import PullCallback
 
 T = TypeVar("T")
 # Engine calls block (the SDKs are synchronous): they run in threads of their own. asyncio's

@@ -23,10 +23,12 @@ from ...agentlink.channel import AgentChannel
 from ...staging import user_dir
 from ..bundle.staged import bundle_command
 from ..engine.protocol import ContainerSpec, in_engine_thread
+from ..host_dirs import check_workspace
 from ..labels import AGENT_MOUNT, SOCKET_DIR_PREFIX, SOCKET_MOUNT, WORKSPACE
 from ..options import SetidFiles
 from ..pool.mounts import HOST_SLOTS, SlotMounts, release_slot
 from ..sandbox import ContainerSandbox
+from .workspace_access import check_workspace_access
 
 _CONNECT_TIMEOUT_S = 15.0
 
@@ -67,7 +69,7 @@ class BindMode:
     name: Literal["bind"] = "bind"
     shares_host_dir = True  # the sandbox works in the host's directory itself
 
-    def __init__(self, setid_files: SetidFiles = None) -> None:
+    def __init__(self, setid_files: SetidFiles = None, slots: SlotMounts = HOST_SLOTS) -> None:
         # No command may start without the set-id guard: the container writes the host dir
         # itself, as host root on a rootful engine (docs/security.md). A rootless engine's root
         # is an unprivileged user: ``setid_files="allow"`` lets its commands make set-id files,
@@ -81,7 +83,7 @@ class BindMode:
         self.agent_stderr: deque[str] | None = None  # the engine keeps the agent's log
         self._host_root = False  # commands act as host root on the workspace
         self._slot: str | None = None  # a pool's slot the workspace is mounted onto
-        self.slots: SlotMounts = HOST_SLOTS  # where a pool's slot mounts are made (pool.py)
+        self.slots = slots  # where a pool's slot mounts are made (pool/warm.py)
 
     @property
     def slot(self) -> str | None:
@@ -93,12 +95,15 @@ class BindMode:
 
     async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
                     ) -> dict[str, Any]:
+        # one verdict, before any engine says it its own way
+        check_workspace(sandbox.workspace)
         self.workspace_id = identity(sandbox.workspace)
-        if self.workspace_id is None or not os.path.isdir(sandbox.workspace):
-            # one verdict, before any engine says it its own way
-            raise CouldNotRunError(f"the workspace {sandbox.workspace} does not exist or is not "
-                                   "a directory", retryable=False)
+        if self.workspace_id is None:  # removed since the check
+            check_workspace(sandbox.workspace)
         owner = socket_owner(sandbox.engine.endpoint)
+        if not sandbox.awaiting_workspace:  # a pool's empty slot is the pool's own
+            await in_engine_thread(lambda: check_workspace_access(
+                sandbox.workspace, owner, sandbox.engine_name))
         if self._setid_files == "allow":
             if owner in (None, 0):
                 raise ConfigurationError(
@@ -153,9 +158,11 @@ class BindMode:
         """A pool's hand-out: the base dir is bind-mounted onto the slot the running container
         has at ``/workspace`` (slave propagation: it appears there at once). The pool checks
         that the container sees it (``pool.py``)."""
-        if identity(workspace) is None or not os.path.isdir(workspace):
-            raise CouldNotRunError(f"the workspace {workspace} does not exist or is not a "
-                                   "directory", retryable=False)
+        check_workspace(workspace)
+        # mounted by root onto the slot: only the workspace itself must suit the engine's user
+        owner = socket_owner(sandbox.engine.endpoint)
+        await in_engine_thread(lambda: check_workspace_access(
+            workspace, owner, sandbox.engine_name, through_parents=False))
         slot = sandbox.workspace
         slots = self.slots
         await in_engine_thread(lambda: slots.bind(workspace, slot))
@@ -188,7 +195,7 @@ class BindMode:
             delay = min(delay * 2, 0.05)
         return await sandbox.channel.hello()
 
-    # --- what a durable session (containers/durable_bind.py) does its own way -------------
+    # --- what a durable session (modes/durable_bind.py) does its own way -------------
     def agent_args(self, socket_path: str) -> list[str]:
         return ["--listen", socket_path]
 

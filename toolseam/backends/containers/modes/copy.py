@@ -1,7 +1,7 @@
 """Copy mode (an engine that shares no filesystem with the host — another machine): nothing of
 the host's is mounted. The bundle goes once into a volume per engine and bundle, the base dir
 is copied in through the engine's archive API before the start and copied back on ``sync`` and
-at close (``workspace_copy``), and the channel is the engine's attach stream to the agent's
+at close (``workspace_sync/``), and the channel is the engine's attach stream to the agent's
 stdin/stdout (``attach``), which can drop without the sandbox dying.
 """
 
@@ -125,7 +125,7 @@ class CopyMode:
         return await sandbox.channel.hello()
 
     def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
-        """The spec as this mode launches it (a durable session's: containers/durable_copy.py)."""
+        """The spec as this mode launches it (a durable session's: modes/durable_copy.py)."""
         return spec
 
     def _copy_in(self, sandbox: ContainerSandbox, workspace: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from ....seam.errors import ConfigurationError
 from ....seam.handle import SessionHandle
 from ..options import ContainerOptions
 from ..sandbox import ContainerSandbox, WorkspaceModeImpl
@@ -35,5 +36,11 @@ DURABLE_MODES: dict[str, Make] = {
 
 def durable_mode(mode: WorkspaceModeImpl, options: ContainerOptions, secret: str,
                  orphan_timeout_s: float, adopt: SessionHandle | None) -> DurableMode:
-    """The durable variant of ``mode``."""
-    return DURABLE_MODES[mode.name](options, secret, orphan_timeout_s, adopt)
+    """The durable variant of ``mode``; a mode without one cannot keep a session past its
+    client (a new mode needs no durable variant to work: it is one module and one row in
+    ``backend.MODES``; this table's row makes it durable too)."""
+    make = DURABLE_MODES.get(mode.name)
+    if make is None:
+        raise ConfigurationError(f"orphan_timeout_s: the {mode.name} workspace mode cannot keep "
+                                 "a session past its client")
+    return make(options, secret, orphan_timeout_s, adopt)

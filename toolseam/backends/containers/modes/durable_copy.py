@@ -35,7 +35,8 @@ from ..engine.protocol import ContainerSpec
 from ..labels import AGENT_MOUNT, CLOSING_LABEL, OWNER_LABEL, SESSION_LABEL, owner_label
 from ..options import SetidFiles
 from ..sandbox import ContainerSandbox, adopt_running
-from ..workspace_sync.tar_sync import Entry, WorkspaceCopy
+from ..workspace_sync.policy import Entry
+from ..workspace_sync.tar_sync import WorkspaceCopy
 from .copy import CopyMode
 from .durable_bind import durable_labels
 

@@ -11,7 +11,7 @@ How the workspace arrives (docs/pool.md, decision 110):
 
 * **bind** (a rootful engine on this machine, and this process may mount): the container was
   started with an empty slot directory at ``/workspace``, mounted with slave propagation; the
-  base dir is bind-mounted onto the slot on the host (``pool_mounts``) and appears inside at
+  base dir is bind-mounted onto the slot on the host (``pool/mounts.py``) and appears inside at
   once. The pool checks that the container sees it before handing it out.
 * **copy** (everything else — rootless podman, whose mount namespace a host mount does not
   reach; an engine on another machine; a process that may not mount): the base dir is copied
@@ -36,8 +36,10 @@ from ....seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ....seam.models import PathRef
 from ..backend import ContainerBackend
 from ..engine.protocol import in_engine_thread
+from ..host_dirs import check_pool_base_dir
 from ..labels import POOL_LABEL, WORKSPACE
 from ..modes.bind import BindMode, socket_owner
+from ..options import Pooled
 from .mounts import (
     HOST_SLOTS,
     NamespaceSlots,
@@ -92,7 +94,7 @@ class ContainerPool:
         probe = backend_class(os.getcwd(), **self._options)  # validates the options; no I/O
         self.engine_name = probe.name
         self.limits: SandboxLimits | None = probe.options.limits
-        self._slots = False  # bind mode: slots the base dir is mounted onto (pool_mounts)
+        self._slots = False  # bind mode: slots the base dir is mounted onto (pool/mounts.py)
         self._mounts: SlotMounts = HOST_SLOTS  # where: here, or rootless podman's namespace
         self.mode = self._choose_mode(probe)
         self._options["workspace_mode"] = self.mode
@@ -238,8 +240,7 @@ class ContainerPool:
         """A warm sandbox with ``base_dir`` as its workspace: an open backend for one session
         (``Toolkit(backend)``); closing it destroys the sandbox."""
         workspace = os.path.abspath(os.path.expanduser(os.fspath(base_dir)))
-        if not os.path.isdir(workspace):
-            raise ConfigurationError(f"base_dir {workspace} does not exist or is not a directory")
+        check_pool_base_dir(workspace)  # a pool's base dir is the host's workspace
         backend = await self._take()
         try:
             await backend.sandbox.adopt(workspace)
@@ -350,10 +351,6 @@ class ContainerPool:
         assert self._dir is not None
         name = uuid.uuid4().hex[:12]
         workspace = make_slot(self._dir, name) if self._slots else self._dir
-        backend = self._class(workspace, **self._options)
-        if isinstance(backend.sandbox.mode, BindMode):
-            backend.sandbox.mode.slots = self._mounts
-        backend.sandbox.awaiting_workspace = True
-        backend.sandbox.extra_labels = {POOL_LABEL: self.pool_id}
-        return backend
+        return self._class(workspace, **self._options,
+                           provisioning=Pooled(self.pool_id, self._mounts))
 

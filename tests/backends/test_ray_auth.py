@@ -1,0 +1,79 @@
+"""Ray's token authentication in front of toolseam's node actors (issue 39, part 9): a
+cluster started with ``RAY_AUTH_MODE=token`` runs toolseam sessions for a driver holding the
+token, and refuses a driver without it — a ``ConfigurationError`` naming the address and what
+to set, never a session."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ..support.ray_cluster import RAY_TESTS
+
+pytestmark = RAY_TESTS
+
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+DRIVER = """
+import asyncio, sys
+from toolseam import Toolkit
+from toolseam.ray import RayBackend
+async def main():
+    try:
+        async with Toolkit(RayBackend(address=sys.argv[1]), raise_could_not_run=True) as tk:
+            print("OK", (await tk.call("bash", {"command": "echo reached"})).output.strip())
+    except Exception as exc:
+        print("ERR", type(exc).__name__, exc)
+asyncio.run(main())
+"""
+
+
+@pytest.fixture(scope="module")
+def token_cluster() -> Iterator[tuple[str, str]]:
+    token = secrets.token_hex(32)
+    head = subprocess.Popen([sys.executable, str(SUPPORT / "ray_token_head.py"), token],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert head.stdout is not None
+        address = head.stdout.readline().strip()
+        assert address.startswith("127.0.0.1:"), address
+        yield address, token
+    finally:
+        assert head.stdin is not None
+        head.stdin.close()
+        try:
+            head.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        if head.stdout is not None:
+            head.stdout.close()
+
+
+def drive(address: str, **env: str) -> str:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")}
+    done = subprocess.run([sys.executable, "-c", DRIVER, address], capture_output=True,
+                          text=True, timeout=120,
+                          env={**clean, "PYTHONPATH": os.getcwd(), **env})
+    return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else done.stderr[-2000:]
+
+
+def test_a_driver_with_the_token_runs_sessions(token_cluster: tuple[str, str]) -> None:
+    address, token = token_cluster
+    assert drive(address, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token) == "OK reached"
+
+
+def test_a_driver_without_the_token_is_refused_naming_what_to_set(
+        token_cluster: tuple[str, str]) -> None:
+    address, _ = token_cluster
+    for env in ({}, {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32)}):
+        answer = drive(address, **env)
+        assert answer.startswith("ERR ConfigurationError"), answer
+        assert address in answer and "RAY_AUTH_MODE=token" in answer

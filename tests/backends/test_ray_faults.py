@@ -1,0 +1,137 @@
+"""Faults of a Ray cluster (issue 39): a node lost mid-call, a driver killed, an address that
+does not answer. The failure kinds stay apart: a lost node is could-not-run naming the node,
+never a success and never retried; the other nodes' sessions go on; what a dead driver held is
+ended by its orphan timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from toolseam import Toolkit
+from toolseam.ray import RayBackend
+from toolseam.seam.errors import ConfigurationError, CouldNotRunError
+
+from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
+
+pytestmark = RAY_TESTS
+
+
+async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(
+        ray_cluster: RayTestCluster, workspace: Path) -> None:
+    ray_cluster.add_node("doomed", "host")
+    doomed = RayBackend(resources=resource("doomed"), address=ray_cluster.address)
+    other = RayBackend(resources=resource("podman"), address=ray_cluster.address)
+    async with Toolkit(doomed, raise_could_not_run=True) as lost, \
+            Toolkit(other, raise_could_not_run=True) as kept:
+        assert (await lost.call("bash", {"command": "echo alive"})).output == "alive\n"
+        await kept.call("write", {"path": "w.txt", "content": "kept\n"})
+        in_flight = asyncio.ensure_future(lost.call("bash", {"command": "sleep 60"}))
+        await asyncio.sleep(1.0)
+        began = time.monotonic()
+        await asyncio.to_thread(ray_cluster.kill_node, "doomed")
+        with pytest.raises(CouldNotRunError) as caught:
+            await asyncio.wait_for(in_flight, 30)
+        assert time.monotonic() - began < 10
+        failure = caught.value
+        assert failure.retryable is False
+        assert "node doomed" in failure.reason and "may have run" in failure.reason
+        # the next call says the same at once: the session is over, never silently new
+        began = time.monotonic()
+        with pytest.raises(CouldNotRunError, match="node doomed"):
+            await lost.call("read", {"path": "anything"})
+        assert time.monotonic() - began < 1
+        # the other node's session goes on untouched
+        assert (await kept.call("read", {"path": "w.txt"})).output.startswith("00001| kept")
+    await assert_node_empty(ray_cluster, "podman")
+    await ray_cluster.wait_dead(doomed.node_id or "")  # the next tests see three nodes
+
+
+async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
+        ray_cluster: RayTestCluster) -> None:
+    missing = "unix:///run/toolseam-no-such-engine/podman.sock"
+    ray_cluster.add_node("noengine", "podman", missing)  # main thread: Ray sets signals
+    node_id = ray_cluster.node_id("noengine")
+    try:
+        began = time.monotonic()
+        with pytest.raises(CouldNotRunError) as caught:
+            await RayBackend(resources=resource("noengine"), address=ray_cluster.address).open()
+        assert time.monotonic() - began < 10
+        assert "node noengine" in caught.value.reason and missing in caught.value.reason
+    finally:
+        await asyncio.to_thread(ray_cluster.kill_node, "noengine")
+        await ray_cluster.wait_dead(node_id)
+
+
+async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster) -> None:
+    with pytest.raises(CouldNotRunError, match="toolseam-gone=1"):
+        await RayBackend(resources={"toolseam-gone": 1}, address=ray_cluster.address).open()
+
+
+DRIVER = """
+import asyncio, json, sys, time
+from toolseam.ray import RayBackend
+from toolseam import Toolkit
+
+async def main():
+    address, res = sys.argv[1], json.loads(sys.argv[2])
+    handles = []
+    for name in ("attached", "orphaned"):
+        backend = RayBackend(resources=res, address=address, orphan_timeout=4)
+        tk = Toolkit(backend)
+        await tk.call("bash", {"command": f"echo {name} > mark.txt"})
+        handles.append(backend.handle)
+    print(json.dumps(handles), flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_killed_driver_loses_nothing_before_its_orphan_timeout_and_leaves_nothing_after(
+        ray_cluster: RayTestCluster) -> None:
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster.address,
+                               json.dumps(resource("podman"))], stdout=subprocess.PIPE,
+                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert driver.stdout is not None
+        line = await asyncio.to_thread(driver.stdout.readline)
+        attached, orphaned = json.loads(line)
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        if driver.stdout is not None:
+            driver.stdout.close()
+    import ray
+
+    from toolseam.ray import cluster
+    node = cluster.node_actor(ray, ray_cluster.node_id("podman"))
+    assert (await node.stats.remote())["sessions"] == 2
+    # a new driver attaches to one of them and goes on with it
+    backend = RayBackend.attach(attached, address=ray_cluster.address)
+    async with Toolkit(backend) as tk:
+        assert (await tk.call("bash", {"command": "cat mark.txt"})).output == "attached\n"
+        # the other one, held by nobody, is ended by its orphan timeout (4 s)
+        deadline = time.monotonic() + 15
+        while (await node.stats.remote())["sessions"] != 1:
+            assert time.monotonic() < deadline, "the orphaned session outlived its timeout"
+            await asyncio.sleep(0.5)
+        with pytest.raises(Exception, match="no session"):
+            await RayBackend.attach(orphaned, address=ray_cluster.address).open()
+        assert (await tk.call("bash", {"command": "cat mark.txt"})).output == "attached\n"
+    await assert_node_empty(ray_cluster, "podman")
+
+
+async def test_a_cluster_that_does_not_answer_is_a_configuration_error() -> None:
+    began = time.monotonic()
+    with pytest.raises(ConfigurationError, match=r"127\.0\.0\.1:9"):
+        await RayBackend(address="127.0.0.1:9").open()
+    assert time.monotonic() - began < 10

@@ -1,0 +1,175 @@
+"""``toolseam.ray.create``: Ray's own sandbox shape on toolseam's engines (issue 39, part 4),
+on the session's real 3-node cluster."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolseam.seam.errors import ConfigurationError
+
+from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
+
+IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
+
+# written for ray.experimental.sandbox; only the import line differs
+RAY_SHAPED_SCRIPT = '''
+import sys
+import ray
+import toolseam.ray as sandbox   # was: from ray.experimental import sandbox
+
+ray.init(address=sys.argv[1])
+image = sys.argv[2]
+
+
+@ray.remote(num_cpus=0)
+def rollout(sb, n):
+    result = ray.get(sb.exec.remote(f"echo rollout {n}; echo $((n * n)) > out.txt", env={"n": str(n)}))
+    assert result.exit_code == 0, result
+    return result.stdout + ray.get(sb.read_file.remote("out.txt")).decode()
+
+
+sandboxes = [sandbox.create(image=image, env={"MODE": "eval"}, workdir="/workspace/run")
+             for _ in range(4)]
+outputs = ray.get([rollout.remote(sb, n) for n, sb in enumerate(sandboxes)])
+print("|".join(o.replace("\\n", " ").strip() for o in outputs))
+first = sandboxes[0]
+ray.get(first.write_file.remote("note.txt", "written"))
+r = ray.get(first.exec.remote(["cat", "note.txt"]))
+print(r.exit_code, r.stdout, round(r.duration_seconds) >= 0, r.duration_ms >= 0)
+r = ray.get(first.exec.remote("echo $MODE; pwd; exit 7"))
+print(r.exit_code, r.stdout.split())
+print(ray.get(first.get_status.remote()).value)
+for sb in sandboxes:
+    ray.get(sb.delete.remote())
+print(ray.get(first.get_status.remote()).value)
+'''
+
+pytestmark = RAY_TESTS
+
+
+def test_a_script_written_for_rays_sandbox_runs_by_changing_its_import(
+        ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    script = tmp_path / "rollouts.py"
+    script.write_text(RAY_SHAPED_SCRIPT)
+    # the script's own ray.init: Ray 2.60 keeps a loopback address as it is only when told
+    # this machine runs no multi-machine cluster (toolseam's own connect does it by itself)
+    done = subprocess.run([sys.executable, str(script), ray_cluster.address, IMAGE],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": os.getcwd(),
+                               "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert lines == ["rollout 0 0|rollout 1 1|rollout 2 4|rollout 3 9",
+                     "0 written True True",
+                     "7 ['eval', '/workspace/run']",
+                     "RUNNING",
+                     "TERMINATED"]
+
+
+def test_the_docs_rollout_example_runs(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    """docs/ray.md's Ray-shaped example, as written, against the test cluster."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "ray.md").read_text()
+    marked = page.split("<!-- runs in tests/backends/test_ray_shaped.py -->\n```python\n", 1)[1]
+    script = tmp_path / "example.py"
+    script.write_text(marked.split("```", 1)[0])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.getcwd(),
+                                            "RAY_ADDRESS": ray_cluster.address,
+                                            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines() == [f"0 ['seed={n}', 'reward={2 * n}']" for n in range(4)]
+
+
+def test_a_sandbox_is_driven_only_through_its_handle(ray_cluster: RayTestCluster) -> None:
+    import ray
+
+    import toolseam.ray as sandbox
+    from toolseam.ray import SandboxNotFoundError
+    from toolseam.ray import cluster as ray_cluster_module
+
+    ray_cluster_module.connect(ray_cluster.address)
+    sb = sandbox.create(image=IMAGE, resources=resource("podman"), address=ray_cluster.address)
+    assert ray.get(sb.exec.remote("echo mine > f.txt")).exit_code == 0
+    assert "secret" not in repr(sb) and sb._secret not in repr(sb)
+    # another job lists the node actors and calls them with the id but not the secret
+    actor = ray.get_actor(ray_cluster_module.ACTOR_PREFIX + sb.node_id,
+                          namespace=ray_cluster_module.NAMESPACE)
+    for method, args in ((actor.sb_exec, ("cat f.txt", None, None, None, None)),
+                         (actor.sb_read_file, ("f.txt",)), (actor.sb_delete, ()),
+                         (actor.sb_status, ())):
+        with pytest.raises(SandboxNotFoundError):
+            ray.get(method.remote(sb.sandbox_id, "guessed", *args))
+    answer: Any = ray.get(actor.call.remote(sb.sandbox_id, "guessed", "stat", ()))
+    assert answer[0] == "err" and "answers this handle" in answer[3]
+    answer = ray.get(actor.call.remote(sb.sandbox_id, sb._secret, "__init__", ()))
+    assert answer[0] == "err" and "not a seam call" in answer[3]
+    assert ray.get(sb.read_file.remote("f.txt")) == b"mine\n"  # still there, still its own
+    with pytest.raises(FileNotFoundError):
+        ray.get(sb.read_file.remote("nothing-here"))
+    ray.get(sb.delete.remote())
+    with pytest.raises(SandboxNotFoundError):
+        ray.get(sb.exec.remote("true"))
+
+
+def test_ttl_ends_a_sandbox_and_upload_download_cross_the_cluster(
+        ray_cluster: RayTestCluster, tmp_path: Path) -> None:
+    import ray
+
+    import toolseam.ray as sandbox
+
+    source = tmp_path / "in.bin"
+    source.write_bytes(bytes(range(256)) * 64)
+    sb = sandbox.create(image=IMAGE, ttl_seconds=6, resources=resource("rootless"),
+                        address=ray_cluster.address)
+    ray.get(sb.upload_file.remote(str(source), "data/in.bin"))
+    assert ray.get(sb.exec.remote("wc -c < data/in.bin")).stdout == "16384\n"
+    ray.get(sb.download_file.remote("data/in.bin", str(tmp_path / "out.bin")))
+    assert (tmp_path / "out.bin").read_bytes() == source.read_bytes()
+    deadline = time.monotonic() + 15
+    while ray.get(sb.get_status.remote()) != sandbox.SandboxStatus.TERMINATED:
+        assert time.monotonic() < deadline, "ttl_seconds did not end the sandbox"
+        time.sleep(0.5)
+
+
+def test_limits_a_node_cannot_enforce_refuse_the_sandbox_naming_the_node(
+        ray_cluster: RayTestCluster) -> None:
+    """Rootless podman on cgroups v1 (this machine) applies no memory limit: a sandbox asking
+    for one is refused there rather than run unlimited."""
+    import ray
+
+    import toolseam.ray as sandbox
+
+    sb = sandbox.create(image=IMAGE, memory="256Mi", resources=resource("rootless"),
+                        address=ray_cluster.address)
+    with pytest.raises(sandbox.SandboxCreationError, match=r"node rootless .*limits"):
+        ray.get(sb.exec.remote("true"))
+    assert ray.get(sb.get_status.remote()) == sandbox.SandboxStatus.ERROR
+
+
+def test_a_network_toolseam_does_not_offer_is_refused_naming_those_it_does() -> None:
+    import toolseam.ray as sandbox
+
+    with pytest.raises(ConfigurationError, match="'none', 'public', 'bridge'"):
+        sandbox.create(image=IMAGE, network="host")
+
+
+@pytest.mark.parametrize(("ray_memory", "ours"), [
+    ("512Mi", "512m"), ("1Gi", "1024m"), ("2G", "1907m"), (268435456, "256m"), ("64mib", "64m")])
+def test_rays_memory_sizes_become_toolseams(ray_memory: str | int, ours: str) -> None:
+    from toolseam.ray.shaped import memory_limit
+
+    assert memory_limit(ray_memory) == ours
+
+
+def test_a_memory_that_is_no_size_is_refused_naming_it() -> None:
+    from toolseam.ray.shaped import memory_limit
+
+    with pytest.raises(ConfigurationError, match="'lots'"):
+        memory_limit("lots")

@@ -1,0 +1,64 @@
+"""A durable session (one that outlives its client, docs/sessions.md) is held to the same
+contract as an ordinary one: the whole suite, on the host and on every engine in both
+workspace modes, with the backend made durable before it opens — as ``Toolkit`` does when
+``orphan_timeout_s`` is above 0. The pooled sessions' run is ``test_pool_contract.py``."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from toolseam.backends.host import HostBackend
+from toolseam.seam.capabilities import durable_sessions
+from toolseam.seam.protocol import BuiltinExec
+from toolseam.testing.contract import (
+    ExecContract,
+    FileContract,
+    HostDirContract,
+    HostileContract,
+    JobContract,
+    ListingContract,
+    ProcessTreeContract,
+    Sandbox,
+)
+
+from ..support.contract_bindings import ContainerBinding, CopyModeBinding
+from ..support.processes import host_survivors
+
+
+def _made_durable(backend: BuiltinExec) -> BuiltinExec:
+    durable_sessions(backend).make_durable(secrets.token_urlsafe(32), 120.0)
+    return backend
+
+
+class _Durable:
+    """Mixed in before a binding: its backend, made durable."""
+
+    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
+        backend, base = await super().make_backend(host_dir)  # type: ignore[misc]
+        return _made_durable(backend), base
+
+
+class TestDurableHost(FileContract, ListingContract, ExecContract, ProcessTreeContract,
+                      HostDirContract, JobContract, HostileContract):
+    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
+        return _made_durable(HostBackend(str(host_dir))), str(host_dir)
+
+    async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
+        return host_survivors(marker)
+
+
+class TestDurablePodman(_Durable, ContainerBinding):
+    engine = "podman"
+
+
+class TestDurablePodmanRootless(_Durable, ContainerBinding):
+    engine = "podman-rootless"
+
+
+class TestDurableDocker(_Durable, ContainerBinding):
+    engine = "docker"
+
+
+class TestDurablePodmanRemote(_Durable, CopyModeBinding):
+    engine = "podman-remote"

@@ -1,0 +1,197 @@
+"""How the agent learns a command ended (toolseam_agent/reaper.py), in both of its modes.
+
+Where pidfds work the agent watches each leader by pidfd, takes no SIGCHLD, and holds the
+pipes' write ends until the leader is reaped (one wakeup per command); elsewhere it catches
+SIGCHLD as before. The same job behaviours must hold in both: the suite's kernel has pidfds,
+and ``TOOLSEAM_AGENT_REAPER=sigchld`` forces the fallback. Real agent processes, spoken to
+over a socketpair in the agent's own JSON lines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolseam_agent.reaper import MODE_VAR
+
+REPO = Path(__file__).resolve().parents[2]
+MODES = ["pidfd", "sigchld", "pidfd-exhausted"]
+# pidfds work at the agent's start, then none can be had (out of descriptors, say): each job
+# finds its leader's exit itself once the pipes close
+_EXHAUSTED = """
+import errno, os
+real, calls = os.pidfd_open, []
+def pidfd_open(pid, flags=0):
+    calls.append(pid)
+    if len(calls) > 1:
+        raise OSError(errno.EMFILE, "Too many open files")
+    return real(pid, flags)
+os.pidfd_open = pidfd_open
+from toolseam_agent.main import main; main()
+"""
+
+
+class RawAgent:
+    """An agent process and a blocking client of its channel."""
+
+    def __init__(self, mode: str) -> None:
+        self._sock, theirs = socket.socketpair()
+        env = {"PATH": os.defpath, "PYTHONPATH": str(REPO)}
+        if mode == "sigchld":
+            env[MODE_VAR] = "sigchld"
+        code = _EXHAUSTED if mode == "pidfd-exhausted" else \
+            "from toolseam_agent.main import main; main()"
+        self.process = subprocess.Popen(
+            [sys.executable, "-S", "-B", "-c", code],
+            stdin=theirs.fileno(), stdout=theirs.fileno(), env=env, cwd="/")
+        theirs.close()
+        self._answers = self._sock.makefile("rb")
+        self._ids = iter(range(1, 1 << 30))
+        self.pending: dict[int, dict[str, Any]] = {}
+
+    def send(self, op: str, **fields: Any) -> int:
+        rid = next(self._ids)
+        self._sock.sendall((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
+        return rid
+
+    def answer(self, rid: int) -> dict[str, Any]:
+        while rid not in self.pending:
+            message = json.loads(self._answers.readline())
+            if "id" in message:
+                self.pending[message["id"]] = message
+        return self.pending.pop(rid)
+
+    def run(self, command: str, **spec: Any) -> dict[str, Any]:
+        answer = self.answer(self.start(command, **spec))
+        assert answer["ok"], answer
+        return dict(answer["result"])
+
+    def start(self, command: str, **spec: Any) -> int:
+        full = {"argv": ["/bin/sh", "-c", command], "cwd": "/", "deadline_ms": 30_000,
+                "grace_ms": 500, "env": {"PATH": os.defpath}, **spec}
+        return self.send("start", job=f"j{next(self._ids)}", spec=full, forget=True)
+
+    def zombies(self) -> list[int]:
+        """The agent's children that exited and were never reaped."""
+        out = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.process.pid and fields[0] == "Z":
+                out.append(int(entry.name))
+        return out
+
+    def close(self) -> None:
+        self._answers.close()
+        self._sock.close()
+        self.process.wait(10)
+
+
+@pytest.fixture(params=MODES)
+def agent(request: pytest.FixtureRequest) -> Iterator[RawAgent]:
+    raw = RawAgent(request.param)
+    hello = raw.answer(raw.send("hello"))["result"]
+    # the suite's kernel has pidfds: every mode runs
+    assert hello["reaper"] == request.param.removesuffix("-exhausted")
+    yield raw
+    raw.close()
+
+
+def test_exit_code_and_both_streams(agent: RawAgent) -> None:
+    status = agent.run("printf out; printf err >&2; exit 3")
+    assert status["exit_code"] == 3 and status["state"] == "exited"
+    assert status["chunks"] == [["stdout", "out"], ["stderr", "err"]]
+    assert "killed_tree" not in status and "leftovers_killed" not in status
+
+
+def test_output_keeps_its_order_across_streams(agent: RawAgent) -> None:
+    """stderr written before stdout stays first, also when both arrive in the wakeup that
+    brings the exit (pidfd mode reads what is left only after the pass's pipe events)."""
+    for _ in range(40):
+        status = agent.run("printf err >&2; printf out")
+        assert status["chunks"] == [["stderr", "err"], ["stdout", "out"]]
+
+
+def test_a_quiet_command_answers_with_defaults_left_out(agent: RawAgent) -> None:
+    status = agent.run("true")
+    assert set(status) == {"job", "pid", "state", "started", "duration_ms", "exit_code"}
+    assert status["exit_code"] == 0
+
+
+def test_more_than_a_pipe_holds(agent: RawAgent) -> None:
+    """200 KB through each pipe: the agent reads while the command writes, and after the exit
+    reads the rest (pidfd mode closes its own write ends only then)."""
+    status = agent.run("head -c 200000 /dev/zero | tr '\\0' a; head -c 200000 /dev/zero >&2",
+                       output_limit=1 << 20)
+    assert status["stdout_bytes"] == 200_000 and status["stderr_bytes"] == 200_000
+    assert status["exit_code"] == 0
+
+
+def test_a_leader_that_closes_its_pipes_is_waited_for(agent: RawAgent) -> None:
+    started = time.monotonic()
+    status = agent.run("exec >&- 2>&-; sleep 0.4; exit 7")
+    assert status["exit_code"] == 7
+    assert time.monotonic() - started >= 0.4
+
+
+def test_what_a_command_leaves_behind_is_killed_and_reaped(agent: RawAgent) -> None:
+    for _ in range(5):
+        status = agent.run("sleep 30 & echo left")
+        assert status["leftovers_killed"] == 1 and status["killed_tree"] is True
+    deadline = time.monotonic() + 2
+    while agent.zombies() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert agent.zombies() == []
+
+
+def test_orphans_that_exit_on_their_own_are_reaped(agent: RawAgent) -> None:
+    """A double fork: the grandchild is re-parented to the agent (a subreaper) and exits by
+    itself, waking nobody in pidfd mode; the next job's end reaps it."""
+    agent.run("(sleep 0.2 </dev/null >/dev/null 2>&1 &) ; true")
+    time.sleep(0.5)
+    agent.run("true")
+    assert agent.zombies() == []
+
+
+def test_a_deadline_kills_the_whole_job(agent: RawAgent) -> None:
+    status = agent.run("sleep 30", deadline_ms=300)
+    assert status["timed_out"] is True and status["killed_tree"] is True
+    assert agent.zombies() == []
+
+
+def test_a_job_ends_on_time_while_a_search_runs(agent: RawAgent, tmp_path: Path) -> None:
+    """A search is a forked copy of the agent: in pidfd mode it must not keep a running job's
+    pipe open (it closes the write ends the agent holds), or that job would wait out the drain
+    window and be reported as having left something behind."""
+    (tmp_path / "f.txt").write_text("a" * 45 + "b\n")
+    started = time.monotonic()
+    job = agent.start("sleep 0.3; echo done")  # its pipes exist when the search child forks
+    search = agent.send("grep", args={"base": str(tmp_path), "path": str(tmp_path),
+                                      "confine": False, "pattern": "(a|aa)+$",
+                                      "deadline_ms": 3000})  # backtracks until its deadline
+    status = agent.answer(job)["result"]
+    assert time.monotonic() - started < 0.45, status
+    assert "killed_tree" not in status and "leftovers_killed" not in status
+    assert status["chunks"] == [["stdout", "done\n"]]
+    answer = agent.answer(search)
+    assert not answer["ok"] and answer["error"]["code"] == "timeout"
+
+
+def test_concurrent_jobs_each_get_their_own_status(agent: RawAgent) -> None:
+    rids = [agent.start(f"sleep 0.{i % 3}; exit {i}") for i in range(12)]
+    codes = [agent.answer(rid)["result"]["exit_code"] for rid in rids]
+    assert codes == list(range(12))
+    assert agent.zombies() == []

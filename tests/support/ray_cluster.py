@@ -1,0 +1,135 @@
+"""A real multi-node Ray cluster on this machine for the tests (tests/backends/test_ray_*.py).
+
+One per test session (the ``ray_cluster`` fixture of conftest.py; scripts/test runs the tests
+marked ``ray`` in a pytest of their own, one process): a head and two more nodes, each a
+raylet of its own with its own engine, named by its own environment (``TOOLSEAM_RAY_BACKEND``)
+as a machine of a real cluster would be. Everything binds 127.0.0.1; no dashboard; one CPU per node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+# node name -> (engine, the variable naming its endpoint); each node also offers a resource
+# named after it (``toolseam-<name>``) so a test can place a session on it
+NODES = {"docker": ("docker", "TOOLSEAM_DOCKER_URL"),
+         "podman": ("podman", "TOOLSEAM_PODMAN_URL"),
+         "rootless": ("podman-rootless", "TOOLSEAM_PODMAN_ROOTLESS_URL")}
+HEAD = "docker"
+# every Ray test module's pytestmark. scripts/test runs them in a pytest of their own, in one
+# process (one cluster); the xdist group says the same to `--dist loadgroup` where xdist
+# still honours it (under pytest 9.2 and xdist 3.8 it does not: each worker would start one)
+RAY_TESTS = [pytest.mark.ray, pytest.mark.xdist_group("ray-cluster")]
+
+
+def node_env(engine: str, name: str, endpoint: str | None = None,
+             workdir: str | None = None) -> dict[str, str]:
+    """The environment a node's processes get: its engine, its name, where it keeps things."""
+    options: dict[str, Any] = {}
+    if engine != "host":
+        options = {"image": os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")}
+        if endpoint:
+            options["endpoint"] = endpoint
+    env = {"TOOLSEAM_RAY_BACKEND": engine, "TOOLSEAM_RAY_NODE_NAME": name,
+           "TOOLSEAM_RAY_BACKEND_OPTIONS": json.dumps(options)}
+    if workdir:
+        env["TOOLSEAM_RAY_WORKDIR"] = workdir
+    return env
+
+
+def resource(name: str) -> dict[str, float]:
+    return {f"toolseam-{name}": 1}
+
+
+@dataclass
+class RayTestCluster:
+    cluster: Any
+    address: str
+    nodes: dict[str, Any] = field(default_factory=dict)  # name -> ray's Node
+
+    def node_id(self, name: str) -> str:
+        return str(self.nodes[name].node_id)
+
+    def add_node(self, name: str, engine: str, endpoint: str | None = None,
+                 **extra: Any) -> Any:
+        """Another node (a machine joining); ``remove_node`` kills it like a lost machine."""
+        node = self.cluster.add_node(
+            node_ip_address="127.0.0.1", num_cpus=1, include_dashboard=False,
+            resources={f"toolseam-{name}": 1000, **extra.pop("resources", {})},
+            env_vars=node_env(engine, name, endpoint), **extra)
+        self.nodes[name] = node
+        return node
+
+    async def wait_dead(self, node_id: str, timeout_s: float = 60.0) -> None:
+        """Until Ray's own health check has declared the node dead (other drivers, which did
+        not see it die, would otherwise still place work there)."""
+        import asyncio
+
+        import ray
+        deadline = time.monotonic() + timeout_s
+        while any(n["NodeID"] == node_id and n["Alive"]
+                  for n in ray.nodes()):  # type: ignore[no-untyped-call]
+            assert time.monotonic() < deadline, f"Ray still reports node {node_id} alive"
+            await asyncio.sleep(1.0)
+
+    def kill_node(self, name: str) -> None:
+        """The node's raylet and every process of it killed at once (no goodbye)."""
+        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+
+
+@contextmanager
+def started() -> Iterator[RayTestCluster]:
+    from ray.cluster_utils import Cluster
+
+    endpoints = {name: os.environ.get(var) for name, (_, var) in NODES.items()}
+    engine, _ = NODES[HEAD]
+    began = time.monotonic()
+    cluster = Cluster(initialize_head=True, shutdown_at_exit=True, head_node_args=dict(
+        node_ip_address="127.0.0.1", include_dashboard=False, num_cpus=1,
+        resources={f"toolseam-{HEAD}": 1000},
+        env_vars=node_env(engine, HEAD, endpoints[HEAD])))
+    made = RayTestCluster(cluster, cluster.gcs_address, {HEAD: cluster.head_node})
+    try:
+        for name, (engine, _) in NODES.items():
+            if name != HEAD:
+                made.add_node(name, engine, endpoints[name])
+        made.cluster.wait_for_nodes()
+        print(f"ray test cluster: {len(made.nodes)} nodes in {time.monotonic() - began:.1f} s")
+        yield made
+    finally:
+        import ray
+        ray.shutdown()  # the driver first: the head cannot go while a driver is connected
+        cluster.shutdown()  # type: ignore[no-untyped-call]
+
+
+async def assert_node_empty(ray_cluster: RayTestCluster, node: str) -> None:
+    """The node actor holds no session and its engine no container of that actor."""
+    import ray
+
+    from toolseam.backends.containers.labels import OWNER_LABEL
+    from toolseam.ray import cluster
+    actor = cluster.node_actor(ray, ray_cluster.node_id(node))
+    stats = await actor.stats.remote()
+    ready = await actor.ready.remote()
+    assert stats["sessions"] == 0
+    engine, variable = NODES[node]
+    url = os.environ[variable]
+    made: Any
+    if engine == "docker":
+        from toolseam.backends.docker import docker_engine
+        made = docker_engine(url)
+    else:
+        from toolseam.backends.podman import podman_engine
+        made = podman_engine(url, engine == "podman-rootless")
+    owner = f":{ready['pid']}:"
+    left = [name for name, labels in made.labeled(OWNER_LABEL)
+            if owner in labels.get(OWNER_LABEL, "")]
+    assert left == []

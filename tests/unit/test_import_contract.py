@@ -1,0 +1,123 @@
+"""The import contract (issue 34): layers top to bottom, no upward import, the agent alone,
+private modules and private names kept to their own package.
+
+The layers live in ``.importlinter`` (``lint-imports`` reads it); docs/architecture.md draws
+them. A private *name* taken from another package (``from ..x import _helper``) is checked
+here with ``ast``: import-linter checks modules only.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_lint_imports_keeps_every_contract() -> None:
+    done = subprocess.run([str(Path(sys.executable).parent / "lint-imports"), "--no-cache"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "BROKEN" not in done.stdout
+
+
+def _package(module: str) -> str:
+    """A module's package one level below the top (``toolseam.backends``); the top-level
+    modules (``toolseam.session.toolkit``) and ``toolseam_agent`` are each one package."""
+    parts = module.split(".")
+    if parts[0] == "toolseam" and len(parts) > 1 and (REPO / "toolseam" / parts[1]).is_dir():
+        return ".".join(parts[:2])
+    return parts[0]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(REPO).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[:len(base) - node.level + 1]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def private_names_taken_across_packages() -> list[str]:
+    found = []
+    for path in sorted([*(REPO / "toolseam").rglob("*.py"), *(REPO / "toolseam_agent").rglob("*.py")]):
+        module = _module_name(path)
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            source = _resolve(module, node, path.name == "__init__.py")
+            for alias in node.names:
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and _package(source) != _package(module):
+                    found.append(f"{module}: from {source} import {alias.name}")
+    return found
+
+
+def test_no_private_name_is_taken_across_packages() -> None:
+    assert private_names_taken_across_packages() == []
+
+
+def test_the_check_sees_a_private_name_taken_across_packages(tmp_path: Path) -> None:
+    node = ast.parse("from ..policy.settings import _hidden").body[0]
+    assert isinstance(node, ast.ImportFrom)
+    assert _resolve("toolseam.backends.host", node, False) == "toolseam.policy.settings"
+    assert _package("toolseam.policy.settings") != _package("toolseam.backends.host")
+
+
+# Above the seam a backend is asked for facts (``toolseam.backends.backend_kind``, the seam's
+# capabilities), never told apart by its name (issue 34).
+ABOVE_THE_SEAM = ("frontends", "session", "integrations", "builtins", "policy")
+BACKEND_NAMES = {"host", "podman", "podman-rootless", "docker"}
+
+
+def backend_names_tested(source: str, where: str) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(source, where)):
+        if isinstance(node, ast.Compare) and any(isinstance(op, (ast.Eq, ast.NotEq, ast.In, ast.NotIn))
+                                                 for op in node.ops):
+            for side in [node.left, *node.comparators]:
+                values = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+                for value in values:
+                    if isinstance(value, ast.Constant) and value.value in BACKEND_NAMES:
+                        found.append(f"{where}:{node.lineno} tests the backend name {value.value!r}")
+    return found
+
+
+def test_no_backend_name_is_tested_above_the_seam() -> None:
+    found = []
+    for package in ABOVE_THE_SEAM:
+        for path in sorted((REPO / "toolseam" / package).rglob("*.py")):
+            found += backend_names_tested(path.read_text(), str(path.relative_to(REPO)))
+    assert found == []
+
+
+def test_the_name_check_sees_a_name_tested() -> None:
+    assert backend_names_tested('if toolkit.backend.name == "host":\n    pass\n', "x.py") == [
+        "x.py:1 tests the backend name 'host'"]
+    assert backend_names_tested('if name in ("docker", "x"):\n    pass\n', "x.py") == [
+        "x.py:1 tests the backend name 'docker'"]
+    assert backend_names_tested('if name in ("bind", "copy"):\n    pass\n', "x.py") == []
+
+
+def test_backend_kinds_answer_for_every_name_an_open_backend_reports() -> None:
+    from toolseam.backends import BACKENDS, backend_kind
+    from toolseam.seam.errors import BackendUnavailable
+
+    assert [backend_kind(name).contained for name in BACKENDS] == [False, True, True]
+    assert backend_kind("podman-rootless").name == "podman"
+    with pytest.raises(BackendUnavailable, match="unknown backend 'lxc'; choose one of host, podman, docker"):
+        backend_kind("lxc")

@@ -1,0 +1,31 @@
+"""A Ray node actor's staging dirs (issue 39): a session's dir is named after the actor that
+owns it, and a starting actor removes the dirs of owners that are gone (a node killed, a
+cluster stopped with sessions open) — never a live owner's, never a name it did not make."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from toolseam.ray.node import session_root, sweep_dead_roots
+
+
+def test_dirs_of_dead_owners_go_and_the_rest_stay(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead_pid = int(done.stdout)  # it has exited: no process has that id now (or very rarely)
+    dead = tmp_path / f"{dead_pid}-abcdef12-xyz"
+    (dead / "workspace").mkdir(parents=True)
+    (dead / "workspace" / "f.txt").write_text("left behind")
+    live = Path(session_root(str(tmp_path), "0123456789abcdef"))
+    assert live.name.startswith(f"{os.getpid()}-01234567-")
+    foreign = tmp_path / "not-a-session"
+    foreign.mkdir()
+    assert sweep_dead_roots(str(tmp_path)) == [dead.name]
+    assert not dead.exists() and live.is_dir() and foreign.is_dir()
+
+
+def test_a_missing_workdir_is_nothing_to_sweep(tmp_path: Path) -> None:
+    assert sweep_dead_roots(str(tmp_path / "never-made")) == []

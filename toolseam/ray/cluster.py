@@ -1,0 +1,182 @@
+"""Reaching the cluster, choosing a node, and the node actors.
+
+Node actors are *detached* (decisions 195): a session must outlive the driver that opened it
+(a new driver attaches and continues its jobs), so its host may not die with that driver; the
+orphan timeout, not the driver's lifetime, ends what nobody holds any more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from .._extras import install_hint
+from ..seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError
+
+NAMESPACE = "toolseam"
+ACTOR_PREFIX = "toolseam-node-"
+CONNECT_TIMEOUT_S = 5.0
+
+_lock = threading.Lock()
+_actor_class: Any = None
+_actors: dict[str, Any] = {}
+
+
+def ray_module() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise BackendUnavailable(f"toolseam.ray needs Ray: {install_hint('ray')}") from None
+    return ray
+
+
+def connect(address: str | None) -> Any:
+    """This process's connection to the cluster at ``address`` (None: the one already made,
+    else ``RAY_ADDRESS``/the local cluster, as ``ray.init`` finds it). An address that does not
+    answer is a ``ConfigurationError`` naming it within ``CONNECT_TIMEOUT_S`` — ``ray.init``
+    itself would retry for a long while."""
+    ray = ray_module()
+    if ray.is_initialized():
+        _same_cluster(ray, address)
+        return ray
+    if address and address != "auto" and not address.startswith("ray://"):
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), CONNECT_TIMEOUT_S):
+                pass
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"the Ray cluster at {address} does not answer ({exc})"
+                                     ) from None
+    loopback = _is_loopback(address)
+    try:
+        with _loopback_kept(ray, loopback):
+            ray.init(address=address or "auto", log_to_driver=False, logging_level="error",
+                     configure_logging=False,
+                     **({"_node_ip_address": "127.0.0.1"} if loopback else {}))
+    except ConnectionError as exc:
+        raise ConfigurationError(
+            f"the Ray cluster at {address or 'auto'} does not answer or refused this driver "
+            f"({exc}); a cluster with token authentication needs RAY_AUTH_MODE=token and its "
+            "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this process") from None
+    return ray
+
+
+def _same_cluster(ray: Any, address: str | None) -> None:
+    """One process, one cluster (Ray's own rule): another address is refused, naming both."""
+    if not address or address == "auto" or address.startswith("ray://"):
+        return
+    connected = str(ray.get_runtime_context().gcs_address)
+    if connected.rpartition(":")[2] != address.rpartition(":")[2]:
+        raise ConfigurationError(f"this process is connected to the Ray cluster at {connected}; "
+                                 f"a process reaches one cluster (asked: {address})")
+
+
+@contextlib.contextmanager
+def _loopback_kept(ray: Any, loopback: bool) -> Iterator[None]:
+    """While ``ray.init`` runs, a loopback address stays loopback. Ray 2.60 rewrites
+    ``127.0.0.1`` (the cluster's address and the driver's own) to the machine's outward
+    address, where a cluster started with ``node_ip_address="127.0.0.1"`` does not listen: the
+    driver then waits for a GCS that never answers (decision 270)."""
+    services = ray._private.services
+    original = services.resolve_ip_for_localhost
+    if loopback:
+        services.resolve_ip_for_localhost = lambda host: host
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = original
+
+
+def _is_loopback(address: str | None) -> bool:
+    """A cluster on this machine's loopback (``127.0.0.1:P``, ``localhost:P``)."""
+    if os.environ.get("RAY_NODE_IP_ADDRESS") or not address:
+        return False
+    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+_lost: set[str] = set()  # nodes this process saw die: Ray reports them alive for a while
+
+
+def alive_nodes(ray: Any) -> list[dict[str, Any]]:
+    return [node for node in ray.nodes() if node.get("Alive") and node["NodeID"] not in _lost]
+
+
+def describe_resources(resources: dict[str, float]) -> str:
+    return ", ".join(f"{name}={value:g}" for name, value in sorted(resources.items())) or "none"
+
+
+def fitting_nodes(ray: Any, resources: dict[str, float]) -> list[dict[str, Any]]:
+    """Alive nodes whose total resources include ``resources``; none is a refusal naming the
+    resources asked (Ray would queue such an actor forever)."""
+    nodes = alive_nodes(ray)
+    fit = [node for node in nodes
+           if all(node["Resources"].get(name, 0) >= value for name, value in resources.items())]
+    if not fit:
+        offered = "; ".join(describe_resources(node["Resources"]) for node in nodes)
+        raise CouldNotRunError(f"no node of the Ray cluster offers the resources asked "
+                               f"({describe_resources(resources)}); the nodes offer: "
+                               f"{offered or 'no node is alive'}", retryable=False)
+    return fit
+
+
+def node_is_alive(ray: Any, node_id: str) -> bool:
+    return any(node["NodeID"] == node_id for node in alive_nodes(ray))
+
+
+def node_actor(ray: Any, node_id: str) -> Any:
+    """The node's actor, made on first use: named, detached, pinned to its node, no CPU."""
+    with _lock:
+        actor = _actors.get(node_id)
+        if actor is not None:
+            return actor
+        global _actor_class
+        if _actor_class is None:
+            from .node import NodeSessions
+            _actor_class = ray.remote(NodeSessions)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        actor = _actor_class.options(
+            name=ACTOR_PREFIX + node_id, namespace=NAMESPACE, lifetime="detached",
+            get_if_exists=True, num_cpus=0, max_concurrency=10_000, max_restarts=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+        _actors[node_id] = actor
+        return actor
+
+
+def forget_actor(node_id: str, lost: bool = False) -> None:
+    """Drop the node's actor handle; ``lost``: its node died under a call — place nothing
+    there again from this process (Ray's health check reports it alive for several more
+    seconds, and a session placed there would be lost at once)."""
+    with _lock:
+        _actors.pop(node_id, None)
+        _where.pop(node_id, None)
+        if lost:
+            _lost.add(node_id)
+
+
+_where: dict[str, str] = {}
+
+
+async def node_where(node_id: str, ready: Any) -> str:
+    """The node's description from its actor's first ``ready`` answer (which also starts its
+    reaper), once per node and process; ``ready`` is awaited only the first time."""
+    known = _where.get(node_id)
+    if known is not None:
+        ready.close()  # the coroutine not needed
+        return known
+    answer = await ready
+    _where[node_id] = str(answer["where"])
+    return _where[node_id]
+
+
+def ray_failures(ray: Any) -> tuple[type[BaseException], ...]:
+    """What Ray raises when the actor, its worker or its node is gone."""
+    exc = ray.exceptions
+    return tuple(getattr(exc, name) for name in (
+        "RayActorError", "ActorDiedError", "ActorUnavailableError", "NodeDiedError",
+        "WorkerCrashedError", "ObjectLostError", "OwnerDiedError", "RaySystemError",
+        "GetTimeoutError") if hasattr(exc, name))

@@ -1,0 +1,296 @@
+"""The node actor: one per Ray node, hosting every toolseam session of that node as an
+ordinary local backend (so memory per sandbox is what it is locally; one worker process per
+node, not per sandbox).
+
+Every session answers only the holder of its secret (compared in constant time against its
+hash): another job of the cluster can find this actor by name and call it, but cannot drive,
+read or end a session it was not handed. A session whose holder stops renewing it for its
+orphan timeout is closed (its containers removed) — a driver killed with SIGKILL loses nothing
+before that, and leaves nothing after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..seam.errors import CouldNotRunError, HostError
+from ..seam.models import OutputChunk
+from ..seam.protocol import BuiltinExec, WorkspaceTransfer
+from ._wire import Answer, encode
+from .node_config import NodeConfig
+from .node_pool import NodePools
+from .node_shaped import ShapedSandboxes
+
+# The seam's methods a holder may call by name; nothing else of a backend is reachable.
+SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text", "read_page",
+                        "list_dir", "read_bytes", "write", "commit", "list_files", "grep"})
+WORKSPACE_DIR = "workspace"  # the first entry of a copy-back archive (workspace_copy.apply)
+
+
+def session_root(workdir: str, sid: str) -> str:
+    """A new private directory for one session, named after this process (its owner)."""
+    return tempfile.mkdtemp(prefix=f"{os.getpid()}-{sid[:8]}-", dir=workdir)
+
+
+def sweep_dead_roots(workdir: str) -> list[str]:
+    """Remove the session directories whose owning node actor is gone (a node killed, a
+    cluster stopped with sessions open): the janitor's rule, for the node's staging dirs.
+    A name without an owner pid is left alone."""
+    import psutil
+
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(workdir):
+            pid = name.partition("-")[0]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+                removed.append(name)
+    return removed
+
+
+def secret_hash(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode()).digest()
+
+
+@dataclass
+class _Session:
+    hash: bytes
+    backend: BuiltinExec
+    root: str  # node-local: <root>/workspace is the backend's workspace
+    orphan_timeout: float
+    seen: float = field(default_factory=time.monotonic)
+    calls: int = 0  # in flight: a session busy in a long call is not an orphan
+    toolkit: Any = None  # a Ray-shaped sandbox's (node_shaped.py)
+    workdir: str = ""  # a Ray-shaped sandbox's: where commands start, relative paths from
+    expires: float | None = None  # a Ray-shaped sandbox's ttl_seconds, on the monotonic clock
+
+    @property
+    def workspace(self) -> str:
+        return os.path.join(self.root, WORKSPACE_DIR)
+
+
+class NodeSessions(ShapedSandboxes, NodePools):
+    """The node actor's body (made a Ray actor class in ``cluster.py``)."""
+
+    def __init__(self) -> None:
+        self._shaped_init()
+        self._pools_init()
+        self.config = NodeConfig.from_env()
+        import ray  # only ever made inside a Ray worker
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.where = f"node {self.config.name} ({self.node_id[:12]}, {self.config.describe()})"
+        self._sessions: dict[str, _Session] = {}
+        self._reaper: asyncio.Task[None] | None = None
+
+    async def ready(self) -> dict[str, Any]:
+        """Who this node is; the first call also removes what a previous actor of this machine
+        left (containers whose owning process is gone — the janitor's rule) and starts the
+        orphan reaper."""
+        if self._reaper is None:
+            self._reaper = asyncio.ensure_future(self._reap())
+            with contextlib.suppress(Exception):  # an engine that is down answers at open
+                await asyncio.to_thread(self._janitor)
+            await asyncio.to_thread(sweep_dead_roots, self._workdir())
+        return {"node_id": self.node_id, "name": self.config.name, "engine": self.config.engine,
+                "where": self.where, "pid": os.getpid(), "sessions": len(self._sessions)}
+
+    def _janitor(self) -> None:
+        if self.config.engine == "host":
+            return
+        from ..backends.containers.janitor import janitor
+        if self.config.engine == "docker":
+            from ..backends.docker import docker_engine
+            janitor(docker_engine(self.config.options.get("endpoint")))
+        else:
+            from ..backends.podman import podman_engine
+            janitor(podman_engine(self.config.options.get("endpoint"),
+                                  self.config.engine == "podman-rootless"))
+
+    # --- sessions ------------------------------------------------------------------------
+    def _session(self, sid: str, secret: str) -> _Session:
+        session = self._sessions.get(sid)
+        # the same answer for "no such session" and "not yours": nothing to probe with
+        if session is None or not hmac.compare_digest(session.hash, secret_hash(secret)):
+            raise HostError(f"no session {sid[:8]}… on {self.where} answers this handle")
+        session.seen = time.monotonic()
+        return session
+
+    async def open(self, sid: str, secret: str, image: str | None, limits: Any,
+                   archive: bytes | None, orphan_timeout: float) -> Answer:
+        if sid in self._sessions:
+            return encode(HostError(f"session {sid[:8]}… exists on {self.where}"))
+        root = session_root(self._workdir(), sid)
+        workspace = os.path.join(root, WORKSPACE_DIR)
+        try:
+            os.mkdir(workspace, 0o755)
+            if archive:
+                await asyncio.to_thread(_extract, archive, workspace)
+            backend = self.config.make(workspace, image, limits)
+            info = await backend.open()
+        except CouldNotRunError as exc:
+            shutil.rmtree(root, ignore_errors=True)
+            return encode(CouldNotRunError(f"{self.where}: {exc.reason}", exc.retryable))
+        except Exception as exc:  # noqa: BLE001 - every failure is an answer, never a Ray error
+            shutil.rmtree(root, ignore_errors=True)
+            return encode(exc)
+        self._sessions[sid] = _Session(secret_hash(secret), backend, root, orphan_timeout)
+        return ("ok", info)
+
+    async def attach(self, sid: str, secret: str) -> Answer:
+        try:
+            session = self._session(sid, secret)
+            # open is idempotent: the info of the running sandbox; the orphan timeout tells
+            # the new holder how often to renew
+            return ("ok", (await session.backend.open(), session.orphan_timeout))
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+
+    async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...]) -> Answer:
+        if method not in SEAM_CALLS:
+            return encode(HostError(f"{method!r} is not a seam call"))
+        try:
+            session = self._session(sid, secret)
+        except HostError as exc:
+            return encode(exc)
+        if session.toolkit is not None:  # its toolkit owns the backend's jobs
+            return encode(HostError(f"session {sid[:8]}… is a Ray-shaped sandbox"))
+        session.calls += 1
+        try:
+            if method == "start":
+                chunks: list[OutputChunk] = []
+                request = args[0]
+                status = await session.backend.start(
+                    request, chunks.append if getattr(request, "stream", False) else None)
+                return ("ok", (status, chunks))
+            return ("ok", await getattr(session.backend, method)(*args))
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+        finally:
+            session.calls -= 1
+            session.seen = time.monotonic()
+
+    async def touch(self, sid: str, secret: str) -> Answer:
+        try:
+            self._session(sid, secret)
+            return ("ok", None)
+        except HostError as exc:
+            return encode(exc)
+
+    async def sync(self, sid: str, secret: str) -> Answer:
+        """The sandbox's workspace as a tar whose first entry is the workspace directory."""
+        try:
+            session = self._session(sid, secret)
+            if isinstance(session.backend, WorkspaceTransfer):
+                await session.backend.sync()
+            return ("ok", await asyncio.to_thread(_pack, session.workspace))
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+
+    async def upload(self, sid: str, secret: str, archive: bytes, dest: str) -> Answer:
+        """``archive`` holds one entry (file or dir) named ``upload``; it lands as ``dest``."""
+        try:
+            session = self._session(sid, secret)
+            with tempfile.TemporaryDirectory(dir=self._workdir()) as spool:
+                await asyncio.to_thread(_extract, archive, spool)
+                local = os.path.join(spool, "upload")
+                if isinstance(session.backend, WorkspaceTransfer):
+                    await session.backend.upload(local, dest)
+                else:  # the host backend: its workspace is the node dir itself
+                    target = os.path.join(session.workspace, dest)
+                    os.makedirs(os.path.dirname(target), exist_ok=True)
+                    shutil.move(local, target)
+            return ("ok", None)
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+
+    async def download(self, sid: str, secret: str, src: str) -> Answer:
+        try:
+            session = self._session(sid, secret)
+            with tempfile.TemporaryDirectory(dir=self._workdir()) as spool:
+                local = os.path.join(spool, "download")
+                if isinstance(session.backend, WorkspaceTransfer):
+                    await session.backend.download(src, local)
+                else:
+                    shutil.copytree(os.path.join(session.workspace, src), local, symlinks=True) \
+                        if os.path.isdir(os.path.join(session.workspace, src)) else \
+                        shutil.copy2(os.path.join(session.workspace, src), local)
+                return ("ok", await asyncio.to_thread(_pack, local, "download"))
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+
+    async def close(self, sid: str, secret: str, bring_back: bool) -> Answer:
+        """End the session; with ``bring_back`` the workspace comes back as ``sync`` gives it
+        (after the sandbox's own copy-back to the node dir)."""
+        try:
+            session = self._session(sid, secret)
+        except HostError as exc:
+            return encode(exc)
+        del self._sessions[sid]
+        try:
+            await session.backend.close()
+            failure = getattr(session.backend, "copy_back_error", None)
+            if failure is not None:
+                return encode(CouldNotRunError(f"{self.where}: {failure.reason}", False))
+            if bring_back:
+                return ("ok", await asyncio.to_thread(_pack, session.workspace))
+            return ("ok", None)
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+        finally:
+            shutil.rmtree(session.root, ignore_errors=True)
+
+    async def stats(self) -> dict[str, Any]:
+        """Counts and this process's memory (for the benchmark); no session is named."""
+        import psutil
+        info = psutil.Process().memory_full_info()
+        return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss,
+                "warm": sum(pool.warm for pool in self._pools.values())}
+
+    # --- orphans -------------------------------------------------------------------------
+    async def _reap(self) -> None:
+        """End what nobody renewed for its orphan timeout, and Ray-shaped sandboxes past
+        their ttl_seconds (even in a call: ttl is wall-clock, as Ray's)."""
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.monotonic()
+            for sid, session in list(self._sessions.items()):
+                orphaned = session.calls == 0 and now - session.seen > session.orphan_timeout
+                expired = session.expires is not None and now > session.expires
+                if not (orphaned or expired):
+                    continue
+                self._sessions.pop(sid, None)
+                if session.toolkit is not None:
+                    await self._end_shaped(sid, session)
+                    continue
+                with contextlib.suppress(Exception):
+                    await session.backend.close()
+                shutil.rmtree(session.root, ignore_errors=True)
+
+    def _workdir(self) -> str:
+        workdir: str = self.config.workdir
+        os.makedirs(workdir, mode=0o700, exist_ok=True)
+        return workdir
+
+
+def _extract(archive: bytes, dest: str) -> None:
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+        tar.extractall(dest, filter="tar")
+
+
+def _pack(directory: str, arcname: str = WORKSPACE_DIR) -> bytes:
+    """The directory as a tar (symlinks as links, never followed)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(directory, arcname=arcname, recursive=True)
+    return out.getvalue()

@@ -1,0 +1,90 @@
+"""What engine a Ray node runs its sandboxes on: the node's own environment says, never the
+caller (who cannot know which engine a machine it has never seen has).
+
+``TOOLSEAM_RAY_BACKEND``: ``podman-rootless`` (the default), ``podman``, ``docker`` or ``host``.
+``TOOLSEAM_RAY_BACKEND_OPTIONS``: a JSON object of that backend's keyword options
+(``endpoint``, ``image``, ``pull``, ``workspace_mode`` …; ``tls_dir`` for a docker engine over
+TLS). ``TOOLSEAM_RAY_NODE_NAME`` names the node in messages (default: the host's name);
+``TOOLSEAM_RAY_WORKDIR`` is where the node keeps its sessions' workspaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..seam.errors import ConfigurationError
+from ..seam.protocol import BuiltinExec
+
+ENGINES = ("podman-rootless", "podman", "docker", "host")
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    engine: str
+    options: dict[str, Any] = field(default_factory=dict)
+    name: str = ""
+    workdir: str = ""
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> NodeConfig:
+        env = os.environ if environ is None else environ
+        engine = env.get("TOOLSEAM_RAY_BACKEND", "podman-rootless")
+        if engine not in ENGINES:
+            raise ConfigurationError(f"TOOLSEAM_RAY_BACKEND is {engine!r}, not one of "
+                                     f"{', '.join(ENGINES)}")
+        raw = env.get("TOOLSEAM_RAY_BACKEND_OPTIONS", "") or "{}"
+        try:
+            options = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigurationError(f"TOOLSEAM_RAY_BACKEND_OPTIONS is not JSON: {exc}") from None
+        if not isinstance(options, dict):
+            raise ConfigurationError("TOOLSEAM_RAY_BACKEND_OPTIONS must be a JSON object")
+        workdir = env.get("TOOLSEAM_RAY_WORKDIR") or os.path.join(tempfile.gettempdir(),
+                                                                   "toolseam-ray")
+        return cls(engine, options, env.get("TOOLSEAM_RAY_NODE_NAME") or socket.gethostname(),
+                   workdir)
+
+    @property
+    def endpoint(self) -> str:
+        return str(self.options.get("endpoint") or "its default endpoint")
+
+    def describe(self) -> str:
+        """``docker at unix:///var/run/docker.sock`` — for messages."""
+        return "the host backend" if self.engine == "host" else f"{self.engine} at {self.endpoint}"
+
+    def make(self, workspace: str, image: str | None, limits: Any) -> BuiltinExec:
+        """A local backend on this node for one session, on ``workspace`` (a node-local dir)."""
+        if self.engine == "host":
+            options = dict(self.options)
+            options.pop("image", None)
+            from ..backends.host import HostBackend
+            return HostBackend(workspace, **options)
+        backend_class, options = self.container_factory(image, limits)
+        made: BuiltinExec = backend_class(workspace, **options)
+        return made
+
+    def container_factory(self, image: str | None, limits: Any) -> tuple[Any, dict[str, Any]]:
+        """The container backend class of this node's engine and its options (a pool's too)."""
+        options = dict(self.options)
+        image = image or options.pop("image", None)
+        options.pop("image", None)
+        if image:
+            options["image"] = image
+        options.setdefault("workspace_mode", "copy")  # the node dir is a staging area only
+        if limits is not None:
+            options["limits"] = limits
+        if self.engine == "docker":
+            from ..backends.containers.engine.attach import TlsFiles
+            from ..backends.docker import DockerBackend
+            tls_dir = options.pop("tls_dir", None)
+            if tls_dir:
+                options["tls"] = TlsFiles.from_dir(str(tls_dir))
+            return DockerBackend, options
+        from ..backends.podman import PodmanBackend
+        options.setdefault("rootless", self.engine == "podman-rootless")
+        return PodmanBackend, options

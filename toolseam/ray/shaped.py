@@ -1,0 +1,204 @@
+"""``toolseam.ray.create``: Ray's own sandbox shape (``ray.experimental.sandbox.create``) on
+toolseam's engines — code written for Ray's sandbox runs by changing its import.
+
+``create(image=…, cpu=…, memory=…, env=…, workdir=…, ttl_seconds=…, network=…, resources=…)``
+returns at once a ``RaySandbox`` whose methods are called as an actor's
+(``ray.get(sb.exec.remote("make"))``) and which can be passed to Ray tasks. It is not an actor
+per sandbox (≈ 90 MiB of worker process each): the node's one actor hosts it, and the object
+holds that actor's handle, the sandbox's id and its secret (decisions 271).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+import uuid
+import weakref
+from typing import Any
+
+from ..policy.limits import SandboxLimits
+from ..seam.errors import ConfigurationError
+from . import cluster
+from .placement import Placement
+
+# Ray's network modes -> toolseam's; anything else is refused, naming these
+NETWORKS = {"none": "none", "public": "bridge", "bridge": "bridge"}
+DEFAULT_ORPHAN_TIMEOUT_S = 120.0
+
+
+class _Method:
+    """``sandbox.exec.remote(...)`` -> an ObjectRef, as an actor method's."""
+
+    def __init__(self, sandbox: RaySandbox, name: str) -> None:
+        self._sandbox, self._name = sandbox, name
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._sandbox._remote(self._name, *args, **kwargs)
+
+
+class RaySandbox:
+    """One sandbox on a node of the cluster, shaped as Ray's ``Sandbox`` actor handle."""
+
+    def __init__(self, actor: Any, node_id: str, sandbox_id: str, secret: str) -> None:
+        self._actor, self.node_id = actor, node_id
+        self.sandbox_id, self._secret = sandbox_id, secret
+        self._opened: Any = None  # the creation's ObjectRef: calls run after it
+
+    def __repr__(self) -> str:  # never the secret
+        return f"RaySandbox({self.sandbox_id[:8]}… on node {self.node_id[:12]})"
+
+    exec = property(lambda self: _Method(self, "exec"))
+    read_file = property(lambda self: _Method(self, "read_file"))
+    write_file = property(lambda self: _Method(self, "write_file"))
+    upload_file = property(lambda self: _Method(self, "upload_file"))
+    download_file = property(lambda self: _Method(self, "download_file"))
+    get_status = property(lambda self: _Method(self, "get_status"))
+    delete = property(lambda self: _Method(self, "delete"))
+    terminate = property(lambda self: _Method(self, "delete"))
+    get_instance_id = property(lambda self: _Method(self, "get_instance_id"))
+
+    def _remote(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        key = (self.sandbox_id, self._secret)
+        after = {"_after": self._opened}
+        if name == "exec":
+            return self._actor.sb_exec.remote(*key, *_exec_args(*args, **kwargs), **after)
+        if name == "read_file":
+            return self._actor.sb_read_file.remote(*key, *args, **kwargs, **after)
+        if name == "write_file":
+            return self._actor.sb_write_file.remote(*key, *args, **kwargs, **after)
+        if name == "get_status":  # answers PENDING / ERROR rather than wait or fail
+            return self._actor.sb_status.remote(*key)
+        if name == "delete":
+            _renewed.pop(self.sandbox_id, None)
+            return self._actor.sb_delete.remote(*key, **after)
+        ray = cluster.ray_module()
+        if name == "get_instance_id":
+            return ray.put(self.sandbox_id)
+        if name == "upload_file":  # the file of the process calling, as the bytes it holds
+            local_path, remote_path = args
+            with open(local_path, "rb") as source:
+                return self._actor.sb_write_file.remote(*key, remote_path, source.read(),
+                                                        **after)
+        if name == "download_file":  # written by a task on the caller's own node
+            remote_path, local_path = args
+            data = self._actor.sb_read_file.remote(*key, remote_path, **after)
+            return _saver(ray).options(scheduling_strategy=_here(ray)).remote(
+                data, os.path.abspath(local_path))
+        raise AttributeError(name)
+
+
+def _exec_args(command: str | list[str], timeout: float | None = None, cwd: str | None = None,
+               env: dict[str, str] | None = None, shell: str | None = None) -> tuple[Any, ...]:
+    if not isinstance(command, (str, list)) or not command:
+        raise ValueError("exec: command must be a non-empty string or list of arguments")
+    return (command, timeout, cwd, env, shell)
+
+
+_saver_task: Any = None
+
+
+def _saver(ray: Any) -> Any:
+    global _saver_task
+    if _saver_task is None:
+        def save(data: bytes, path: str) -> None:
+            tmp = f"{path}.{uuid.uuid4().hex[:8]}.part"
+            with open(tmp, "wb") as out:
+                out.write(data)
+            os.replace(tmp, path)
+        _saver_task = ray.remote(num_cpus=0, max_retries=0)(save)
+    return _saver_task
+
+
+def _here(ray: Any) -> Any:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+
+
+def create(image: str | None = None, cpu: float | None = None,
+           memory: str | int | float | None = None, env: dict[str, str] | None = None,
+           workdir: str | None = None, ttl_seconds: float | None = None,
+           network: str = "none", resources: dict[str, float] | None = None, *,
+           address: str | None = None, orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S,
+           **ignored: Any) -> RaySandbox:
+    """A sandbox on a node whose resources include ``resources`` (and ``cpu``), made by the
+    node's own engine; returns at once (a creation failure is raised by the first call's
+    ``ray.get``, as Ray's). Held while this process lives: a sandbox nobody renews for
+    ``orphan_timeout`` seconds is ended; ``ttl_seconds`` ends it that long after creation."""
+    if network not in NETWORKS:
+        raise ConfigurationError(f"network {network!r} is not offered; toolseam offers "
+                                 f"{', '.join(repr(n) for n in NETWORKS)}")
+    fields: dict[str, Any] = {"network": NETWORKS[network],
+                              "cpus": cpu if cpu and cpu > 0 else None}
+    if memory is not None:
+        fields["memory"] = memory_limit(memory)
+    limits = SandboxLimits(**fields)
+    ray = cluster.connect(address)
+    wanted = dict(resources or {})
+    if cpu:
+        wanted["CPU"] = float(cpu)
+    node_id = Placement(wanted).choose(ray)
+    actor = cluster.node_actor(ray, node_id)
+    sandbox = RaySandbox(actor, node_id, uuid.uuid4().hex, secrets.token_urlsafe(32))
+    actor.ready.remote()
+    sandbox._opened = actor.sb_open.remote(sandbox.sandbox_id, sandbox._secret, image, limits,
+                                           env, workdir, ttl_seconds, orphan_timeout)
+    _renew(sandbox, orphan_timeout)
+    return sandbox
+
+
+def memory_limit(memory: str | int | float) -> str:
+    """Ray's memory (bytes, or ``"512Mi"``, ``"1Gi"``, ``"2G"``) as toolseam's (``"512m"``)."""
+    units = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "ki": 1024, "mi": 1024**2,
+             "gi": 1024**3}
+    if isinstance(memory, (int, float)):
+        size = float(memory)
+    else:
+        text = memory.strip().lower().removesuffix("b")
+        number = text.rstrip("kmgi")
+        unit = text[len(number):]
+        if unit not in units:
+            raise ConfigurationError(f"memory {memory!r}: not a size like 512Mi or 2G")
+        try:
+            size = float(number) * units[unit]
+        except ValueError:
+            raise ConfigurationError(f"memory {memory!r}: not a size like 512Mi or 2G") from None
+    return f"{max(1, int(size // 1024**2))}m"
+
+
+# --- renewal: one thread per process renews what this process created ------------------
+_renewed: dict[str, tuple[weakref.ref[RaySandbox], float]] = {}
+_renew_lock = threading.Lock()
+_renewer: threading.Thread | None = None
+
+
+def _renew(sandbox: RaySandbox, orphan_timeout: float) -> None:
+    global _renewer
+    with _renew_lock:
+        _renewed[sandbox.sandbox_id] = (weakref.ref(sandbox), orphan_timeout)
+        if _renewer is None:
+            _renewer = threading.Thread(target=_renew_loop, name="toolseam-ray-renew",
+                                        daemon=True)
+            _renewer.start()
+
+
+def _renew_loop() -> None:
+    """Every second, touch each live sandbox whose third of its orphan timeout has passed;
+    one dropped by its holder (garbage collected) is no longer renewed, and its node ends it
+    after its orphan timeout, as Ray ends an actor nobody holds."""
+    last: dict[str, float] = {}
+    while True:
+        time.sleep(1.0)
+        now = time.monotonic()
+        with _renew_lock:
+            items = list(_renewed.items())
+        for sid, (ref, timeout) in items:
+            sandbox = ref()
+            if sandbox is None:
+                with _renew_lock:
+                    _renewed.pop(sid, None)
+                continue
+            if now - last.get(sid, 0.0) >= timeout / 3:
+                last[sid] = now
+                sandbox._actor.touch.remote(sid, sandbox._secret)
