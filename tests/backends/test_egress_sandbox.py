@@ -83,7 +83,7 @@ CREDENTIAL_ENV, GIT_CREDENTIAL_ENV, NPM_CREDENTIAL_ENV = (
     "EGRESS_UPSTREAM_HEADER", "EGRESS_GIT_HEADER", "EGRESS_NPM_HEADER")
 
 
-@dataclass
+@dataclass(repr=False)  # its servers and records: no repr of them in a failure report
 class Upstreams:
     ca: UpstreamCA
     web_seen: Seen
@@ -159,7 +159,7 @@ def make_toolkit(name: str, host_dir: Path, settings_: dict[str, Any]) -> Toolki
                    settings=settings_)
 
 
-@dataclass
+@dataclass(repr=False)
 class Box:
     """One open egress session and what its calls answered (searched for the secrets)."""
 

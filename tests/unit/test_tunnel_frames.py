@@ -146,3 +146,34 @@ async def test_a_request_overtakes_tunnel_data_queued_on_the_channel() -> None:
     finally:
         theirs.close()
         await channel.close(1)
+
+
+async def test_a_tunnels_end_never_overtakes_its_queued_data() -> None:
+    """An eof sent after data still queued in the lane reaches the agent after that data (it
+    once went straight out, and the client lost the end of an upload)."""
+    channel, theirs = await _pair()
+    try:
+        piece = b"y" * (128 * 1024)
+        for _ in range(16):
+            channel.send_data(5, piece)
+        channel.send_frame({"id": 0, "op": "tun", "c": 5, "o": "eof"})
+        theirs.setblocking(False)
+        splitter, got, ended = Splitter(), 0, False
+        deadline = asyncio.get_running_loop().time() + 20
+        while not ended and asyncio.get_running_loop().time() < deadline:
+            try:
+                data = theirs.recv(1 << 20)
+            except BlockingIOError:
+                await asyncio.sleep(0.001)
+                continue
+            for item in splitter.feed(data):
+                if isinstance(item, Frame):
+                    assert not ended
+                    got += len(item.data)
+                else:
+                    assert json.loads(item)["o"] == "eof"
+                    ended = True
+        assert ended and got == 16 * len(piece)
+    finally:
+        theirs.close()
+        await channel.close(1)

@@ -43,6 +43,7 @@ from .tunnel import TunnelMux
 # meanwhile goes straight to the transport, ahead of every queued frame, and so waits behind
 # at most this much tunnel data.
 _PAUSE_AT = 1 << 17
+_CONTROL = -1  # in the data queue: a tunnel's control line (eof, end, ack), kept in order
 # What one read takes from the socket, into ONE buffer kept for the channel's life. As a plain
 # protocol, asyncio's socket transport received into a fresh 256 KiB bytes object per read —
 # above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
@@ -70,7 +71,8 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._listeners: dict[str, OutputCallback] = {}
         self._splitter = Splitter()  # lines and tunnels' data frames, as they come
-        self._data: deque[tuple[int, bytes]] = deque()  # tunnel data waiting for its turn
+        # tunnel data waiting for its turn, and the control lines sent after it
+        self._data: deque[tuple[int, bytes]] = deque()
         self._pumping = False
         self._read_buffer = memoryview(bytearray(_READ_SIZE))
         self._transport: asyncio.Transport | None = None
@@ -139,6 +141,9 @@ class AgentChannel(asyncio.BufferedProtocol):
                     self._seal.seal(line) + b"\n" for line in message.split(b"\n")[:-1]))
                 return
             payload = wire_dumps(message).encode()
+            if self._data:  # behind its connection's queued data: an eof or end must not overtake it
+                self._data.append((_CONTROL, payload))
+                return
             self._transport.write(payload + b"\n" if self._seal is None
                                   else self._seal.seal(payload) + b"\n")
 
@@ -161,6 +166,10 @@ class AgentChannel(asyncio.BufferedProtocol):
             # pumps again once it is down to a quarter of that
             while self._data and self.death is None and self._can_write is None:
                 number, data = self._data.popleft()
+                if number == _CONTROL:
+                    transport.write(data + b"\n" if self._seal is None
+                                    else self._seal.seal(data) + b"\n")
+                    continue
                 head = header(number, len(data))
                 transport.write(head + data if self._seal is None
                                 else head + data + self._seal.seal_frame(head, data))
