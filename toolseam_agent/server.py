@@ -78,7 +78,8 @@ class Agent(PtyOps):
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
         self.ptys = PtyTable(self.loop, self.reaper,  # interactive processes (pty_ops.py)
-                             lambda: [job.mark for job in self.leaders.values()],
+                             lambda: [job.mark for job in self.leaders.values()]
+                             + self.detached_marks,
                              lambda: self.searchers)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda *_: self.shut_down())
@@ -258,8 +259,10 @@ class Agent(PtyOps):
             return
         try:
             job = Job(self.loop, job_id, spec, env, self.reaper, self.send,
+                      # every other job, terminal and detached job's processes is a rival:
+                      # one that started in this job's clock tick is not taken for its orphan
                       lambda: [j.mark for j in self.leaders.values() if j.id != job_id]
-                      + self.ptys.marks(),
+                      + self.ptys.marks() + self.detached_marks,
                       lambda: self.searchers, self._job_done)
         except SpawnError as exc:
             self._fail(rid, ErrorKind.SPAWN, exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)

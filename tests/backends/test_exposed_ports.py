@@ -333,3 +333,44 @@ async def test_the_capability_and_bad_arguments(workspace: Path) -> None:
         with pytest.raises(OSError):  # the address is in use here: said, nothing left open
             await tools.sandbox.expose(80, host_port=taken.port)
         assert listening_ports() >= {taken.port}
+
+
+@pytest.mark.parametrize("engine", ("host", "docker"))
+async def test_a_client_that_resets_mid_download_ends_only_its_stream(
+        engine: str, workspace: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A client that resets its connection while the sandbox still sends: nothing more is
+    written to it (asyncio logs each write to a lost socket), and the port goes on."""
+    import struct
+    async with _toolkit(engine, workspace) as tools:
+        port, small, _ = await http_server(tools.sandbox)
+        exposed = await tools.sandbox.expose(port)
+        def reset_mid_download() -> None:  # a blocking client: in a thread, off the loop
+            with socket.create_connection((exposed.host, exposed.port), timeout=30) as client:
+                client.sendall(b"GET /big.bin HTTP/1.0\r\n\r\n")
+                client.recv(1 << 16)
+                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+
+        for _ in range(3):
+            await asyncio.to_thread(reset_mid_download)
+            await asyncio.sleep(0.5)  # the sandbox's frames keep coming meanwhile
+        assert (await http_get(exposed, "/index.html"))[1] == small
+    assert "socket.send() raised exception" not in caplog.text
+
+
+def test_no_write_reaches_a_client_already_lost() -> None:
+    """Frames the sandbox sent before it heard of a client's reset are dropped, not written
+    to the lost socket (asyncio logs each such write)."""
+    from toolseam.backends.agentlink.ports import _SandboxSide
+
+    class LostClient(asyncio.Transport):
+        written: list[bytes] = []
+
+        def is_closing(self) -> bool:
+            return True
+
+        def write(self, data: Any) -> None:
+            self.written.append(bytes(data))
+
+    lost = LostClient()
+    _SandboxSide(lost).data_received(b"x" * 100)
+    assert lost.written == []

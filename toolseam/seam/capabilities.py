@@ -193,16 +193,9 @@ class InteractiveProcesses(Protocol):
         """The processes the sandbox has: running, or ended with output not read."""
 
 
-_interactive_types: dict[type, bool] = {}
-
-
 def supports_interactive(backend: object) -> bool:
     """Whether ``backend`` runs interactive processes (a real capability, never a guess)."""
-    kind = type(backend)
-    found = _interactive_types.get(kind)
-    if found is None:
-        found = _interactive_types[kind] = isinstance(backend, InteractiveProcesses)
-    return found
+    return supports(backend, InteractiveProcesses)
 
 
 def interactive_processes(backend: object) -> InteractiveProcesses:
