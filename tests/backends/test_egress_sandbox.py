@@ -607,6 +607,10 @@ async def test_closing_the_session_ends_its_tunnels_and_leaves_nothing(box: Box,
         stalled = await other.client("stream", url=url("stream.test", upstreams.stream, "/stall"),
                                      progress="stall.txt")
         assert stalled["received"] == 1 << 20, stalled
+        for _ in range(100):  # the proxy records the tunnel as its handler ends, just after
+            if any(e.host == "stream.test" for e in tk.egress_log()):
+                break
+            await asyncio.sleep(0.05)
         [idle] = [e for e in tk.egress_log() if e.host == "stream.test"]
         assert [e.status for e in tk.egress_log() if e.host == "sized.test"].count(503) == 1
         assert idle.reason.endswith("ended: no bytes either way for egress_idle_timeout_s = 2 seconds"), idle
