@@ -5,63 +5,18 @@ a terminal leaves it alone, and malformed requests are answered, never fatal."""
 from __future__ import annotations
 
 import base64
-import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from toolseam_agent.reaper import MODE_VAR
-
-REPO = Path(__file__).resolve().parents[2]
-_EXHAUSTED = """
-import errno, os
-real, calls = os.pidfd_open, []
-def pidfd_open(pid, flags=0):
-    calls.append(pid)
-    if len(calls) > 1:
-        raise OSError(errno.EMFILE, "Too many open files")
-    return real(pid, flags)
-os.pidfd_open = pidfd_open
-from toolseam_agent.main import main; main()
-"""
+from ..support.agent_process import MODES, AgentProcess
 
 
-class Agent:
-    """An agent process on a socketpair, and a blocking client of its wire."""
-
-    def __init__(self, mode: str) -> None:
-        self._sock, theirs = socket.socketpair()
-        env = {"PATH": os.defpath, "PYTHONPATH": str(REPO)}
-        if mode == "sigchld":
-            env[MODE_VAR] = "sigchld"
-        code = _EXHAUSTED if mode == "pidfd-exhausted" else \
-            "from toolseam_agent.main import main; main()"
-        self.process = subprocess.Popen([sys.executable, "-S", "-B", "-c", code],
-                                        stdin=theirs.fileno(), stdout=theirs.fileno(), env=env,
-                                        cwd="/")
-        theirs.close()
-        self._answers = self._sock.makefile("rb")
-        self._ids = iter(range(1, 1 << 30))
-
-    def call(self, op: str, **fields: Any) -> dict[str, Any]:
-        rid = next(self._ids)
-        self._sock.sendall((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
-        while True:
-            message = json.loads(self._answers.readline())
-            if message.get("id") == rid:
-                return dict(message)
-
-    def ok(self, op: str, **fields: Any) -> dict[str, Any]:
-        answer = self.call(op, **fields)
-        assert answer["ok"], answer
-        return dict(answer["result"])
+class Agent(AgentProcess):
+    """An agent process on a socketpair, and the terminal ops of its wire."""
 
     def pty(self, argv: list[str], **spec: Any) -> int:
         full = {"argv": argv, "cwd": "/", "env": {"PATH": os.defpath}, **spec}
@@ -77,25 +32,8 @@ class Agent:
                 return seen, got
         raise AssertionError(f"no exit: {seen!r}")
 
-    def zombies(self) -> list[int]:
-        out = []
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(fields[1]) == self.process.pid and fields[0] == "Z":
-                    out.append(int(entry.name))
-        return out
 
-    def close(self) -> None:
-        self._answers.close()
-        self._sock.close()
-        self.process.wait(10)
-
-
-@pytest.fixture(params=["pidfd", "sigchld", "pidfd-exhausted"])
+@pytest.fixture(params=MODES)
 def agent(request: pytest.FixtureRequest) -> Iterator[Agent]:
     raw = Agent(request.param)
     yield raw
@@ -114,9 +52,7 @@ def test_an_exit_is_reported_and_reaped(agent: Agent) -> None:
 def test_a_job_ending_beside_a_terminal_leaves_it_alone(agent: Agent) -> None:
     job = {"argv": ["/bin/sh", "-c", "sleep 0.3"], "cwd": "/", "deadline_ms": 10_000,
            "grace_ms": 200, "env": {"PATH": os.defpath}}
-    rid = next(agent._ids)
-    agent._sock.sendall((json.dumps({"id": rid, "op": "start", "job": "j1", "spec": job,
-                                     "forget": True}) + "\n").encode())
+    agent.send("start", job="j1", spec=job, forget=True)
     pty = agent.pty(["/bin/cat"])
     time.sleep(0.6)  # the job has ended (its answer waits in the socket)
     agent.ok("pty_write", pty=pty, data_b64=base64.b64encode(b"still\n").decode())

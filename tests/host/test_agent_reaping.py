@@ -9,11 +9,7 @@ over a socketpair in the agent's own JSON lines.
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,54 +17,11 @@ from typing import Any
 
 import pytest
 
-from toolseam_agent.reaper import MODE_VAR
-
-REPO = Path(__file__).resolve().parents[2]
-MODES = ["pidfd", "sigchld", "pidfd-exhausted"]
-# pidfds work at the agent's start, then none can be had (out of descriptors, say): each job
-# finds its leader's exit itself once the pipes close
-_EXHAUSTED = """
-import errno, os
-real, calls = os.pidfd_open, []
-def pidfd_open(pid, flags=0):
-    calls.append(pid)
-    if len(calls) > 1:
-        raise OSError(errno.EMFILE, "Too many open files")
-    return real(pid, flags)
-os.pidfd_open = pidfd_open
-from toolseam_agent.main import main; main()
-"""
+from ..support.agent_process import MODES, AgentProcess
 
 
-class RawAgent:
-    """An agent process and a blocking client of its channel."""
-
-    def __init__(self, mode: str) -> None:
-        self._sock, theirs = socket.socketpair()
-        env = {"PATH": os.defpath, "PYTHONPATH": str(REPO)}
-        if mode == "sigchld":
-            env[MODE_VAR] = "sigchld"
-        code = _EXHAUSTED if mode == "pidfd-exhausted" else \
-            "from toolseam_agent.main import main; main()"
-        self.process = subprocess.Popen(
-            [sys.executable, "-S", "-B", "-c", code],
-            stdin=theirs.fileno(), stdout=theirs.fileno(), env=env, cwd="/")
-        theirs.close()
-        self._answers = self._sock.makefile("rb")
-        self._ids = iter(range(1, 1 << 30))
-        self.pending: dict[int, dict[str, Any]] = {}
-
-    def send(self, op: str, **fields: Any) -> int:
-        rid = next(self._ids)
-        self._sock.sendall((json.dumps({"id": rid, "op": op, **fields}) + "\n").encode())
-        return rid
-
-    def answer(self, rid: int) -> dict[str, Any]:
-        while rid not in self.pending:
-            message = json.loads(self._answers.readline())
-            if "id" in message:
-                self.pending[message["id"]] = message
-        return self.pending.pop(rid)
+class RawAgent(AgentProcess):
+    """An agent process and the job ops of its channel."""
 
     def run(self, command: str, **spec: Any) -> dict[str, Any]:
         answer = self.answer(self.start(command, **spec))
@@ -80,24 +33,6 @@ class RawAgent:
                 "grace_ms": 500, "env": {"PATH": os.defpath}, **spec}
         return self.send("start", job=f"j{next(self._ids)}", spec=full, forget=True)
 
-    def zombies(self) -> list[int]:
-        """The agent's children that exited and were never reaped."""
-        out = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == self.process.pid and fields[0] == "Z":
-                out.append(int(entry.name))
-        return out
-
-    def close(self) -> None:
-        self._answers.close()
-        self._sock.close()
-        self.process.wait(10)
 
 
 @pytest.fixture(params=MODES)

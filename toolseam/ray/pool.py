@@ -16,6 +16,7 @@ from typing import Any, Self
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, HostError
+from ..session.toolkit import open_toolkit
 from . import cluster
 from .backend import DEFAULT_ORPHAN_TIMEOUT_S, RayBackend
 
@@ -89,16 +90,7 @@ class RayPool:
     async def toolkit(self, base_dir: str | os.PathLike[str] | None = None,
                       **toolkit_kwargs: Any) -> Any:
         """An open ``Toolkit`` on a warm sandbox of the pool."""
-        from ..session.toolkit import Toolkit
-
-        backend = await self.backend(base_dir)
-        tk = Toolkit(backend, **toolkit_kwargs)
-        try:
-            await tk.open()
-        except BaseException:
-            await asyncio.shield(backend.close())
-            raise
-        return tk
+        return await open_toolkit(await self.backend(base_dir), **toolkit_kwargs)
 
     def claims(self) -> dict[str, int]:
         """Claims per node (by the node's description), for placement checks."""

@@ -4,7 +4,6 @@ here so the backends never import the session (the import contract, ``.importlin
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -13,7 +12,7 @@ from ..backends.containers.pool.warm import ContainerPool
 from ..policy.limits import SandboxLimits
 from ..policy.settings import Settings, parse_settings
 from ..seam.errors import ConfigurationError
-from .toolkit import Toolkit
+from .toolkit import Toolkit, open_toolkit
 
 __all__ = ["SandboxPool"]
 
@@ -38,12 +37,6 @@ class SandboxPool(ContainerPool):
             raise ConfigurationError(
                 "settings.limits differ from the pool's: a pooled sandbox's limits are fixed "
                 "when it starts; give them to the pool (SandboxPool(..., limits=...))")
-        backend = await self.backend(base_dir)
-        tk = Toolkit(backend, settings=settings, **toolkit_kwargs)
-        try:
-            await tk.open()
-        except BaseException:
-            await asyncio.shield(backend.close())
-            raise
-        return tk
+        return await open_toolkit(await self.backend(base_dir), settings=settings,
+                                  **toolkit_kwargs)
 

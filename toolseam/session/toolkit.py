@@ -531,3 +531,15 @@ class Toolkit:
                 tool = self._builtins[name]
                 out.append(declare(name, tool.description, tool.input_schema(self.services), fmt))
         return out
+
+
+async def open_toolkit(backend: BuiltinExec, **toolkit_kwargs: Any) -> Toolkit:
+    """An open ``Toolkit`` on ``backend``, which was made for it (a pool's hand-out); when the
+    open fails the backend is closed too, so nothing of it is left."""
+    tk = Toolkit(backend, **toolkit_kwargs)
+    try:
+        await tk.open()
+    except BaseException:
+        await asyncio.shield(backend.close())
+        raise
+    return tk
