@@ -15,7 +15,9 @@ from ..support.engines import IMAGE, remove_shared, shared_dir
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli", "serve", "--stdio"]
-COMMAND = "for i in $(seq 1 15); do echo line-$i; sleep 0.1; done"
+# long enough that the attach below finds it still running on a loaded machine (an ended
+# job is not adopted: docs/sessions.md)
+COMMAND = "for i in $(seq 1 15); do echo line-$i; sleep 0.5; done"
 
 
 def _lines(out: str) -> list[dict[str, Any]]:
