@@ -29,3 +29,24 @@ def test_dirs_of_dead_owners_go_and_the_rest_stay(tmp_path: Path) -> None:
 
 def test_a_missing_workdir_is_nothing_to_sweep(tmp_path: Path) -> None:
     assert sweep_dead_roots(str(tmp_path / "never-made")) == []
+
+
+def test_a_planted_workdir_is_refused_never_used(tmp_path: Path) -> None:
+    """Another local user may make the default ``$TMPDIR/toolseam-ray`` first: the node refuses
+    it (and a symlink in its place) instead of keeping workspaces there."""
+    import pytest
+
+    from toolseam.backends.staging import UnsafePath
+    from toolseam.ray.node import own_workdir
+
+    mine = own_workdir(str(tmp_path / "mine"))
+    assert (os.stat(mine).st_mode & 0o777) == 0o700
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o777)
+    os.chmod(planted, 0o777)  # anyone may write it: not this user's alone
+    with pytest.raises(UnsafePath):
+        own_workdir(str(planted))
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "mine")
+    with pytest.raises(UnsafePath):
+        own_workdir(str(link))

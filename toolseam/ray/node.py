@@ -22,8 +22,10 @@ import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ..backends.staging import check_owned
 from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
@@ -278,9 +280,15 @@ class NodeSessions(ShapedSandboxes, NodePools):
                 shutil.rmtree(session.root, ignore_errors=True)
 
     def _workdir(self) -> str:
-        workdir: str = self.config.workdir
-        os.makedirs(workdir, mode=0o700, exist_ok=True)
-        return workdir
+        return own_workdir(self.config.workdir)
+
+
+def own_workdir(workdir: str) -> str:
+    """The node's staging dir, made 0700 if missing; one another user planted (the default is
+    in the shared temp dir) or a symlink is refused (``staging.check_owned``), never used."""
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    check_owned(Path(workdir), os.geteuid(), exact_owner=True)
+    return workdir
 
 
 def _extract(archive: bytes, dest: str) -> None:
