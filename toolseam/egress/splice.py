@@ -15,12 +15,15 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import select
 import socket
+import threading
 from collections.abc import Callable
 
 PIPE_SIZE = 1 << 20  # bytes in flight in the kernel per direction (the pipe's capacity)
 _FLAGS = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
 _DRAIN_WAIT_S = 0.001
+_NICE = 10  # the relay threads' CPU priority: below the loop's, the agent's and commands'
 Counter = Callable[[int], None]
 
 
@@ -67,16 +70,57 @@ async def relay(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
             raise BodyEnded(f"{remaining} bytes short")
         return
     await _drained(sink)
-    loop = asyncio.get_running_loop()
-    src, dst = os.dup(src), os.dup(dst)
-    pipe_r, pipe_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    # Duplicates the relay owns: the transports' own close does not end what a duplicate
+    # holds, so an abort shuts the sockets themselves (the peers see the end too).
+    ends = (socket.socket(fileno=os.dup(src)), socket.socket(fileno=os.dup(dst)))
 
     def shut() -> None:
-        for fd in (src, dst):
-            with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fd)) as view:
-                view.shutdown(socket.SHUT_RDWR)
+        for end in ends:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+
+    loop = asyncio.get_running_loop()
+    moved: asyncio.Future[int | None] = loop.create_future()
+
+    def settle(outcome: int | BaseException | None) -> None:
+        for end in ends:  # the thread is done with them
+            end.close()
+        if not moved.done():
+            if isinstance(outcome, BaseException):
+                moved.set_exception(outcome)
+            else:
+                moved.set_result(outcome)
+
+    def run() -> None:
+        outcome: int | BaseException | None
+        try:
+            outcome = _move(ends[0].fileno(), ends[1].fileno(), remaining, count)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            outcome = exc
+        loop.call_soon_threadsafe(settle, outcome)
 
     on_abort.append(shut)
+    # A thread, not the loop: a splice to a loopback socket runs the receiver's side in the
+    # caller's syscall, long enough to hold up a tool call's answer on a busy machine; and at
+    # a lower priority, so a download yields the CPU to calls (as the agent's tunnel threads do).
+    threading.Thread(target=run, daemon=True, name="egress-splice").start()
+    try:
+        remaining = await asyncio.shield(moved)
+    except asyncio.CancelledError:
+        shut()  # the thread sees the end and stops
+        raise
+    finally:
+        with contextlib.suppress(ValueError):
+            on_abort.remove(shut)
+    if remaining:
+        raise BodyEnded(f"{remaining} bytes short")
+
+
+def _move(src: int, dst: int, remaining: int | None, count: Counter) -> int | None:
+    """The relay's thread: source to pipe to sink until the end or ``remaining`` is 0."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), _NICE)
+    pipe_r, pipe_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         with contextlib.suppress(OSError):  # a smaller pipe works, only slower
             fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
@@ -85,7 +129,7 @@ async def relay(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
             try:
                 got = os.splice(src, pipe_w, want, flags=_FLAGS)
             except BlockingIOError:
-                await _ready(loop, src, writing=False)
+                _wait(src, select.POLLIN)
                 continue
             if got == 0:
                 break
@@ -93,19 +137,23 @@ async def relay(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
                 try:
                     moved = os.splice(pipe_r, dst, got, flags=_FLAGS)
                 except BlockingIOError:
-                    await _ready(loop, dst, writing=True)
+                    _wait(dst, select.POLLOUT)
                     continue
                 got -= moved
-                count(moved)
+                count(moved)  # plain attribute updates: safe from a thread under the GIL
                 if remaining is not None:
                     remaining -= moved
     finally:
-        with contextlib.suppress(ValueError):
-            on_abort.remove(shut)
-        for fd in (pipe_r, pipe_w, src, dst):
-            os.close(fd)
-    if remaining:
-        raise BodyEnded(f"{remaining} bytes short")
+        os.close(pipe_r)
+        os.close(pipe_w)
+    return remaining
+
+
+def _wait(fd: int, event: int) -> None:
+    """Until ``fd`` is ready, or shut (an abort: the next splice then ends or fails)."""
+    poller = select.poll()
+    poller.register(fd, event)
+    poller.poll()
 
 
 async def _held_first(source: asyncio.StreamReader, sink: asyncio.StreamWriter, count: Counter,
@@ -135,17 +183,3 @@ async def _drained(sink: asyncio.StreamWriter) -> None:
             raise ConnectionResetError("the connection was closed")
         await sink.drain()
         await asyncio.sleep(_DRAIN_WAIT_S)
-
-
-async def _ready(loop: asyncio.AbstractEventLoop, fd: int, writing: bool) -> None:
-    waiter = loop.create_future()
-
-    def wake() -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
-    (loop.add_writer if writing else loop.add_reader)(fd, wake)
-    try:
-        await waiter
-    finally:
-        (loop.remove_writer if writing else loop.remove_reader)(fd)

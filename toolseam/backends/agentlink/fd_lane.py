@@ -51,6 +51,7 @@ class FdLane:
         self.agent_end: socket.socket | None = theirs
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.served = 0  # connections taken from the lane (the rest were refused)
 
     def start(self) -> None:
         """The agent took its end: read records as they come."""
@@ -93,6 +94,7 @@ class FdLane:
         if header is None or conn is None:
             _log.info("egress lane: a record that is not a connection was refused")
             return
+        self.served += 1
         task = asyncio.get_running_loop().create_task(self._serve_one(conn, header))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
