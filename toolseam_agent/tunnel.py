@@ -1,6 +1,8 @@
-"""The sandbox's end of egress: a listener on 127.0.0.1 whose connections travel over the
-session's channel to the toolseam process (``toolseam/backends/agentlink/tunnel.py``), which
-decides, resolves and connects. Nothing here decides anything or holds a secret.
+"""The sandbox's end of egress: a listener on 127.0.0.1 whose connections go to the toolseam
+process, which decides, resolves and connects. Nothing here decides anything or holds a secret.
+Where the host sent a lane (``fd_passing.py``: the agent shares its kernel) each connection is
+handed over whole; otherwise it travels over the session's channel as frames
+(``toolseam/backends/agentlink/tunnel.py``), as follows.
 
 Each accepted connection is a numbered stream of ``tun`` frames on the channel:
 

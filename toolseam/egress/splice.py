@@ -97,7 +97,8 @@ async def relay(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
             outcome = _move(ends[0].fileno(), ends[1].fileno(), remaining, count)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
             outcome = exc
-        loop.call_soon_threadsafe(settle, outcome)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
+            loop.call_soon_threadsafe(settle, outcome)
 
     on_abort.append(shut)
     # A thread, not the loop: a splice to a loopback socket runs the receiver's side in the
