@@ -21,6 +21,8 @@ import socket
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from .tunnel import cancel_handlers
+
 Opened = dict[str, Any]  # ``egress_target`` and ``egress_origin``, as the tunnel's transport says
 
 
@@ -36,7 +38,6 @@ _RECORD_MAX = 8192  # a header: a number, a name, a port, a pid and an argv head
 _FDS_AT_MOST = 4
 _ANCILLARY = socket.CMSG_SPACE(_FDS_AT_MOST * array.array("i").itemsize)
 _READER_LIMIT = 1 << 16
-_CLOSE_WAIT_S = 10.0
 _log = logging.getLogger("toolseam.egress")
 
 
@@ -136,11 +137,7 @@ class FdLane:
     async def close(self) -> None:
         """No more connections; those being served end (the proxy's close aborts them)."""
         self.stop()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:  # bounded: a handler that swallows its cancellation must not hang the close
-            await asyncio.wait(tasks, timeout=_CLOSE_WAIT_S)
+        await cancel_handlers(self._tasks)
 
 
 class _HeldProtocol(asyncio.StreamReaderProtocol):
