@@ -33,6 +33,7 @@ from ._wire import Answer, encode
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
+from .streaming import LiveStarts
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
 SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text", "read_page",
@@ -93,6 +94,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         self.node_id = ray.get_runtime_context().get_node_id()
         self.where = f"node {self.config.name} ({self.node_id[:12]}, {self.config.describe()})"
         self._sessions: dict[str, _Session] = {}
+        self._live = LiveStarts()
         self._reaper: asyncio.Task[None] | None = None
 
     async def ready(self) -> dict[str, Any]:
@@ -182,6 +184,38 @@ class NodeSessions(ShapedSandboxes, NodePools):
             session.calls -= 1
             session.seen = time.monotonic()
 
+    async def start_live(self, sid: str, secret: str, request: Any) -> Answer:
+        """A streamed start (streaming.py): its first batch of output, or its end."""
+        try:
+            session = self._session(sid, secret)
+            if session.toolkit is not None:
+                raise HostError(f"session {sid[:8]}… is a Ray-shaped sandbox")
+            self._live.begin(sid, session.backend, request)
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+        return await self.live_next(sid, secret, request.job)
+
+    async def live_next(self, sid: str, secret: str, job: str) -> Answer:
+        """The streamed start's next batch ``(chunks, None)`` or last ``(chunks, answer)``."""
+        try:
+            session = self._session(sid, secret)
+            session.calls += 1
+            try:
+                return ("ok", await self._live.next(sid, job))
+            finally:
+                session.calls -= 1
+                session.seen = time.monotonic()
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+
+    async def live_cancel(self, sid: str, secret: str, job: str) -> Answer:
+        try:
+            self._session(sid, secret)
+            self._live.cancel(sid, job)
+            return ("ok", None)
+        except HostError as exc:
+            return encode(exc)
+
     async def touch(self, sid: str, secret: str) -> Answer:
         try:
             self._session(sid, secret)
@@ -239,6 +273,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         except HostError as exc:
             return encode(exc)
         del self._sessions[sid]
+        self._live.cancel(sid)
         try:
             await session.backend.close()
             failure = getattr(session.backend, "copy_back_error", None)
@@ -272,6 +307,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
                 if not (orphaned or expired):
                     continue
                 self._sessions.pop(sid, None)
+                self._live.cancel(sid)
                 if session.toolkit is not None:
                     await self._end_shaped(sid, session)
                     continue

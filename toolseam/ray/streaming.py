@@ -1,0 +1,91 @@
+"""Live output through the cluster: a job's chunks reach the caller while it runs.
+
+A streamed ``start`` (``request.stream`` and an ``on_output``) is a long poll of the node
+actor with plain actor calls: ``start_live`` starts the job on the node's local backend and
+answers its first batch of output; each ``live_next`` answers the next — every chunk that
+queued since, as soon as one does — until the last, which carries the start's answer. A
+batch waits up to ``LINGER_S`` after its first chunk for the command's end, so a short command
+is ONE plain call, as a start without a stream is: its cost per call does not grow. Ray's
+streaming generators (an async generator method, ``num_returns="streaming"``) cost ≈ 1.5 ms
+more per call here and were not kept (decision 301, docs/benchmarks.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..seam.errors import HostError
+from ..seam.models import JobStatus, OutputChunk, SpawnRequest
+from ..seam.protocol import BuiltinExec
+from ._wire import Answer, decode, encode
+
+_END = None  # the queue's last item: the start has returned
+LINGER_S = 0.02  # after a chunk, how long a batch waits for the command's end to ride along
+
+
+@dataclass
+class _Live:
+    started: asyncio.Future[JobStatus]
+    queue: asyncio.Queue[OutputChunk | None]
+
+
+class LiveStarts:
+    """The node's streamed starts in progress, by session and job: ``begin`` starts one,
+    ``next`` answers its next batch ``(chunks, None)`` or its last ``(chunks, answer)``."""
+
+    def __init__(self) -> None:
+        self._live: dict[tuple[str, str], _Live] = {}
+
+    def begin(self, sid: str, backend: BuiltinExec, request: SpawnRequest) -> None:
+        if (sid, request.job) in self._live:
+            raise HostError(f"job {request.job!r} is being started already")
+        queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
+        started = asyncio.ensure_future(backend.start(request, queue.put_nowait))
+        started.add_done_callback(lambda _: queue.put_nowait(_END))
+        self._live[(sid, request.job)] = _Live(started, queue)
+
+    async def next(self, sid: str, job: str) -> tuple[list[OutputChunk], Answer | None]:
+        live = self._live.get((sid, job))
+        if live is None:
+            raise HostError(f"no streamed start of job {job!r} in this session")
+        batch = [await live.queue.get()]
+        if batch[-1] is not _END:  # a short command's end rides with its output
+            await asyncio.wait([live.started], timeout=LINGER_S)
+        while not live.queue.empty():
+            batch.append(live.queue.get_nowait())
+        chunks = [chunk for chunk in batch if chunk is not None]
+        if batch[-1] is not _END:
+            return chunks, None
+        del self._live[(sid, job)]
+        try:
+            return chunks, ("ok", live.started.result())
+        except Exception as exc:  # noqa: BLE001 - a failure is an answer, not a Ray error
+            return chunks, encode(exc)
+
+    def cancel(self, sid: str, job: str | None = None) -> None:
+        """End a caller's streamed start (it was cancelled), or all of a session's (closed)."""
+        for key in [k for k in self._live if k[0] == sid and job in (None, k[1])]:
+            self._live.pop(key).started.cancel()
+
+
+async def caller_live(call: Callable[[Any], Awaitable[Answer]], actor: Any, sid: str,
+                      secret: str, request: SpawnRequest,
+                      on_output: Callable[[OutputChunk], None], where: str) -> Any:
+    """The caller's side of the long poll: the chunks to ``on_output`` batch by batch, then
+    the start's status (or its seam exception raised). ``call`` awaits one actor call (the
+    backend's, which turns a lost node into the session's end)."""
+    try:
+        answer = await call(actor.start_live.remote(sid, secret, request))
+        while True:
+            chunks, final = decode(answer, where)
+            for chunk in chunks:
+                on_output(chunk)
+            if final is not None:
+                return decode(final, where)
+            answer = await call(actor.live_next.remote(sid, secret, request.job))
+    except asyncio.CancelledError:
+        actor.live_cancel.remote(sid, secret, request.job)  # sent; its answer is not awaited
+        raise
