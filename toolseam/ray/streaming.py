@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..seam.errors import HostError
@@ -24,12 +24,23 @@ from ._wire import Answer, decode, encode
 
 _END = None  # the queue's last item: the start has returned
 LINGER_S = 0.02  # after a chunk, how long a batch waits for the command's end to ride along
+# Output a caller has not fetched yet, per streamed start: a command that floods while its
+# caller is slow or gone must not grow the node actor (every session of the node lives in it)
+# without bound. Past it, live chunks are dropped; the result's own capture stays whole.
+UNREAD_CHARS = 16 << 20  # characters (≤ 64 MiB)
 
 
 @dataclass
 class _Live:
-    started: asyncio.Future[JobStatus]
     queue: asyncio.Queue[OutputChunk | None]
+    started: asyncio.Future[JobStatus] = field(init=False)  # the start, fed by ``put``
+    unread: int = 0  # characters queued and not fetched
+
+    def put(self, chunk: OutputChunk) -> None:
+        if self.unread + len(chunk.text) > UNREAD_CHARS:
+            return
+        self.unread += len(chunk.text)
+        self.queue.put_nowait(chunk)
 
 
 class LiveStarts:
@@ -42,10 +53,10 @@ class LiveStarts:
     def begin(self, sid: str, backend: BuiltinExec, request: SpawnRequest) -> None:
         if (sid, request.job) in self._live:
             raise HostError(f"job {request.job!r} is being started already")
-        queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue()
-        started = asyncio.ensure_future(backend.start(request, queue.put_nowait))
-        started.add_done_callback(lambda _: queue.put_nowait(_END))
-        self._live[(sid, request.job)] = _Live(started, queue)
+        live = _Live(asyncio.Queue())
+        live.started = asyncio.ensure_future(backend.start(request, live.put))
+        live.started.add_done_callback(lambda _: live.queue.put_nowait(_END))
+        self._live[(sid, request.job)] = live
 
     async def next(self, sid: str, job: str) -> tuple[list[OutputChunk], Answer | None]:
         live = self._live.get((sid, job))
@@ -57,6 +68,7 @@ class LiveStarts:
         while not live.queue.empty():
             batch.append(live.queue.get_nowait())
         chunks = [chunk for chunk in batch if chunk is not None]
+        live.unread -= sum(len(chunk.text) for chunk in chunks)
         if batch[-1] is not _END:
             return chunks, None
         del self._live[(sid, job)]
