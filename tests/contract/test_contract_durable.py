@@ -83,5 +83,6 @@ def test_the_ray_backend_says_it_keeps_no_durable_session() -> None:
     """What deselects ``TestDurableRay``: the backend's own answer, and Toolkit's refusal of
     ``orphan_timeout_s`` over it names the backend."""
     assert not supports(RayBinding.capability_probe(), DurableSessions)
-    with pytest.raises(ConfigurationError, match="the ray backend cannot keep a session"):
+    with pytest.raises(ConfigurationError, match="the ray backend cannot keep a session") as no:
         durable_sessions(RayBinding.capability_probe())
+    assert "RayBackend.attach(handle)" in str(no.value)  # and says what does

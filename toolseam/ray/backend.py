@@ -57,6 +57,9 @@ class RayBackend:
     sandbox on a node of a Ray cluster, run by that node's own engine."""
 
     name = "ray"
+    # not seam.capabilities.DurableSessions: a Ray session outlives its driver by its handle
+    durable_instead = ("a Ray session outlives its driver by its own handle: "
+                       "RayBackend(orphan_timeout=…), backend.handle, RayBackend.attach(handle)")
 
     def __init__(self, workspace: str | None = None, *, image: str | None = None,
                  resources: dict[str, float] | None = None,
