@@ -8,6 +8,8 @@ import asyncio
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolseam.ray import streaming
 from toolseam.seam.errors import HostError
@@ -94,3 +96,44 @@ async def test_closing_a_session_cancels_all_its_starts_only() -> None:
     assert all(task.cancelled() for task in started)
     live.cancel("t")
     assert not live._live
+
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("echo"), st.text("abcxyz019", min_size=1, max_size=12),
+              st.sampled_from(["", " >&2"])),
+    st.tuples(st.just("sleep"), st.sampled_from(["0", "0.001", "0.03"]), st.just(""))),
+    max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=STEPS, fetch_pause=st.sampled_from([0.0, 0.002, 0.04]),
+       cap=st.sampled_from([10, 40, 1 << 20]))
+def test_what_arrives_is_the_output_in_order_within_the_cap(
+        steps: list[tuple[str, str, str]], fetch_pause: float, cap: int) -> None:
+    """Whatever the command's rhythm and the caller's: the chunks fetched are the command's
+    own, in order, each whole; all of them while the caller keeps under the cap; the answer
+    comes once, last, with the whole capture."""
+    script = "; ".join(f"{verb} {arg}{tail}" for verb, arg, tail in steps) or "true"
+
+    async def run() -> None:
+        previous = streaming.UNREAD_CHARS
+        streaming.UNREAD_CHARS = cap
+        try:
+            live = streaming.LiveStarts()
+            live.begin("s", FakeBackend("/workspace"), spawn(script))
+            fetched: list[OutputChunk] = []
+            while True:
+                chunks, final = await live.next("s", "j1")
+                fetched += chunks
+                if final is not None:
+                    break
+                await asyncio.sleep(fetch_pause)
+        finally:
+            streaming.UNREAD_CHARS = previous
+        produced = final[1].chunks
+        it = iter(produced)
+        assert all(chunk in it for chunk in fetched)  # a subsequence, in order
+        if sum(len(c.text) for c in produced) <= cap:
+            assert fetched == produced
+        assert not live._live
+    asyncio.run(run())
