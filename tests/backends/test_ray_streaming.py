@@ -101,9 +101,9 @@ async def test_another_job_cannot_stream_a_session_it_was_not_handed(
                    f"no session {sid[:8]}… on {backend.where} answers this handle")
         marker = f"not-yours-{uuid.uuid4().hex[:8]}"
         request = spawn(f"echo {marker} > stolen.txt; echo leaked", stream=True)
-        assert await actor.start_live.remote(sid, "guessed", request) == refused
-        assert await actor.live_next.remote(sid, "guessed", request.job) == refused
-        assert await actor.live_cancel.remote(sid, "guessed", request.job) == refused
+        for method, args in (("start_live", (request,)), ("live_next", (request.job,)),
+                             ("live_cancel", (request.job,))):
+            assert await actor.call.remote(sid, "guessed", method, args) == refused
         # nothing ran: the holder's own session has no such file
         listing = await backend.list_dir(PathRef(base="/workspace", path="."), 100)
         assert "stolen.txt" not in listing.entries

@@ -137,3 +137,36 @@ def test_what_arrives_is_the_output_in_order_within_the_cap(
             assert fetched == produced
         assert not live._live
     asyncio.run(run())
+
+
+def wired(live: streaming.LiveStarts, backend: FakeBackend) -> Any:
+    """The backend's ``_call`` with no cluster between: straight into the node's side."""
+    async def call(method: str, *args: Any) -> Any:
+        return await live.call("s", backend, method, args)
+    return call
+
+
+async def test_the_caller_hands_each_batch_on_and_returns_the_status() -> None:
+    live, got = streaming.LiveStarts(), list[OutputChunk]()
+    status = await streaming.caller_live(wired(live, FakeBackend("/workspace")),
+                                         spawn("echo a; sleep 0.1; echo b >&2; exit 2"),
+                                         got.append, "node x")
+    assert [(c.stream, c.text) for c in got] == [("stdout", "a\n"), ("stderr", "b\n")]
+    assert status.exit_code == 2 and not live._live
+    with pytest.raises(HostError, match="takes a SpawnRequest"):
+        await live.call("s", FakeBackend("/workspace"), "start_live", ("echo",))
+
+
+async def test_a_cancelled_caller_ends_the_start_on_the_node() -> None:
+    live, first = streaming.LiveStarts(), asyncio.Event()
+    backend = FakeBackend("/workspace")
+    caller = asyncio.ensure_future(streaming.caller_live(
+        wired(live, backend), spawn("echo go; sleep 30"), lambda c: first.set(), "node x"))
+    await asyncio.wait_for(first.wait(), 1)
+    started = live._live[("s", "j1")].started
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.gather(started, return_exceptions=True)  # live_cancel reached the node
+    assert started.cancelled() and not live._live
+    await backend.kill("j1")

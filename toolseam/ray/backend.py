@@ -255,9 +255,7 @@ class RayBackend:
 
     async def _start_streaming(self, request: SpawnRequest, on_output: OutputCallback
                                ) -> JobStatus:
-        await self._call_checked()
-        result: JobStatus = await caller_live(self._ray_call, self._actor, self.session_id,
-                                              self._secret, request, on_output, self.where)
+        result: JobStatus = await caller_live(self._call, request, on_output, self.where)
         return result
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:

@@ -33,7 +33,7 @@ from ._wire import Answer, encode
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
-from .streaming import LiveStarts
+from .streaming import LIVE_CALLS, LiveStarts
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
 SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text", "read_page",
@@ -161,7 +161,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
             return encode(exc)
 
     async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...]) -> Answer:
-        if method not in SEAM_CALLS:
+        if method not in SEAM_CALLS and method not in LIVE_CALLS:
             return encode(HostError(f"{method!r} is not a seam call"))
         try:
             session = self._session(sid, secret)
@@ -177,44 +177,14 @@ class NodeSessions(ShapedSandboxes, NodePools):
                 status = await session.backend.start(
                     request, chunks.append if getattr(request, "stream", False) else None)
                 return ("ok", (status, chunks))
+            if method in LIVE_CALLS:  # a streamed start's long poll (streaming.py)
+                return ("ok", await self._live.call(sid, session.backend, method, args))
             return ("ok", await getattr(session.backend, method)(*args))
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
         finally:
             session.calls -= 1
             session.seen = time.monotonic()
-
-    async def start_live(self, sid: str, secret: str, request: Any) -> Answer:
-        """A streamed start (streaming.py): its first batch of output, or its end."""
-        try:
-            session = self._session(sid, secret)
-            if session.toolkit is not None:
-                raise HostError(f"session {sid[:8]}… is a Ray-shaped sandbox")
-            self._live.begin(sid, session.backend, request)
-        except Exception as exc:  # noqa: BLE001
-            return encode(exc)
-        return await self.live_next(sid, secret, request.job)
-
-    async def live_next(self, sid: str, secret: str, job: str) -> Answer:
-        """The streamed start's next batch ``(chunks, None)`` or last ``(chunks, answer)``."""
-        try:
-            session = self._session(sid, secret)
-            session.calls += 1
-            try:
-                return ("ok", await self._live.next(sid, job))
-            finally:
-                session.calls -= 1
-                session.seen = time.monotonic()
-        except Exception as exc:  # noqa: BLE001
-            return encode(exc)
-
-    async def live_cancel(self, sid: str, secret: str, job: str) -> Answer:
-        try:
-            self._session(sid, secret)
-            self._live.cancel(sid, job)
-            return ("ok", None)
-        except HostError as exc:
-            return encode(exc)
 
     async def touch(self, sid: str, secret: str) -> Answer:
         try:
