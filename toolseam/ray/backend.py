@@ -46,6 +46,7 @@ from ..seam.protocol import OutputCallback
 from . import cluster
 from ._wire import decode
 from .placement import Placement
+from .streaming import caller_live
 
 HANDLE_PREFIX = "toolseam-ray:"
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
@@ -56,6 +57,9 @@ class RayBackend:
     sandbox on a node of a Ray cluster, run by that node's own engine."""
 
     name = "ray"
+    # not seam.capabilities.DurableSessions: a Ray session outlives its driver by its handle
+    durable_instead = ("a Ray session outlives its driver by its own handle: "
+                       "RayBackend(orphan_timeout=…), backend.handle, RayBackend.attach(handle)")
 
     def __init__(self, workspace: str | None = None, *, image: str | None = None,
                  resources: dict[str, float] | None = None,
@@ -215,13 +219,17 @@ class RayBackend:
             self._ray.cancel(ref)  # an async actor call is cancelled in the node's loop
             raise
         except cluster.ray_failures(self._ray) as exc:
-            if self._over is None:
-                self._over = CouldNotRunError(
-                    f"{self.where} was lost ({type(exc).__name__}); the call may have run "
-                    "there; this session is over (its sandbox went with the node): start a "
-                    "new one", retryable=False)
-                cluster.forget_actor(self.node_id or "", lost=_node_died(exc))
-            raise self._over from None
+            raise self._lost(exc) from None
+
+    def _lost(self, exc: BaseException) -> CouldNotRunError:
+        """The session's end when its node or actor is gone under a call."""
+        if self._over is None:
+            self._over = CouldNotRunError(
+                f"{self.where} was lost ({type(exc).__name__}); the call may have run "
+                "there; this session is over (its sandbox went with the node): start a "
+                "new one", retryable=False)
+            cluster.forget_actor(self.node_id or "", lost=_node_died(exc))
+        return self._over
 
     async def _call(self, method: str, *args: Any) -> Any:
         if self._closed:
@@ -236,11 +244,18 @@ class RayBackend:
 
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:
+        if on_output is not None and request.stream:  # live: a streaming call (streaming.py)
+            return await self._start_streaming(request, on_output)
         status, chunks = await self._call("start", request)
         if on_output is not None:  # the node's chunks, in their order, before the status
             for chunk in chunks:
                 on_output(chunk)
         result: JobStatus = status
+        return result
+
+    async def _start_streaming(self, request: SpawnRequest, on_output: OutputCallback
+                               ) -> JobStatus:
+        result: JobStatus = await caller_live(self._call, request, on_output, self.where)
         return result
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
