@@ -151,7 +151,7 @@ def test_the_agent_keeps_passed_descriptors_close_on_exec_and_a_few_at_most() ->
     sock = received.socket_for(agent.fileno())
     assert sock is not None
     pipes = [os.pipe() for _ in range(6)]
-    for r, w in pipes:
+    for r, _w in pipes:
         socket.send_fds(host, [b"x"], [r])
     got = b""
     while len(got) < 6:

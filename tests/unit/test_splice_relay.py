@@ -44,7 +44,7 @@ async def relay_once(data: bytes, read_ahead: int, size: int | None,
                      total: int) -> tuple[bytes, int]:
     """``data`` sent into connection A; the proxy reads ``read_ahead`` bytes of it through the
     stream (so the reader holds what came with them), then splices ``size`` to connection B."""
-    async with pair() as (a_r, a_w, src_r, src_w), pair() as (dst_r, dst_w, b_r, b_w):
+    async with pair() as (_a_r, a_w, src_r, src_w), pair() as (_dst_r, dst_w, b_r, _b_w):
         a_w.write(data)
         await a_w.drain()
         a_w.write_eof()
@@ -75,7 +75,7 @@ def test_the_bytes_out_are_the_bytes_in(total: int, ahead: int, exact: bool,
 
 
 async def test_a_body_that_ends_short_is_said() -> None:
-    async with pair() as (a_r, a_w, src_r, src_w), pair() as (dst_r, dst_w, b_r, b_w):
+    async with pair() as (_a_r, a_w, src_r, src_w), pair() as (_dst_r, dst_w, _b_r, _b_w):
         a_w.write(b"x" * 1000)
         a_w.write_eof()
         with pytest.raises(splice.BodyEnded, match="bytes short"):
@@ -83,7 +83,7 @@ async def test_a_body_that_ends_short_is_said() -> None:
 
 
 async def test_the_abort_hook_ends_a_relay_that_waits() -> None:
-    async with pair() as (a_r, a_w, src_r, src_w), pair() as (dst_r, dst_w, b_r, b_w):
+    async with pair() as (a_r, _a_w, src_r, src_w), pair() as (_dst_r, dst_w, b_r, _b_w):
         hooks: list[Callable[[], None]] = []
         task = asyncio.ensure_future(splice.relay(src_r, src_w, dst_w, lambda n: None, None, hooks))
         for _ in range(100):
