@@ -44,7 +44,7 @@ from ..seam.models import (
 )
 from ..seam.protocol import OutputCallback
 from . import cluster
-from ._wire import decode
+from ._wire import decode, pack_call, unpack_answer
 from .placement import Placement
 
 HANDLE_PREFIX = "toolseam-ray:"
@@ -230,9 +230,9 @@ class RayBackend:
             await self.open()
         if self._over is not None:
             raise self._over
-        answer = await self._ray_call(self._actor.call.remote(
-            self.session_id, self._secret, method, args))
-        return decode(answer, self.where)
+        answer = await self._ray_call(self._actor.call_packed.remote(
+            pack_call(self.session_id, self._secret, method, args)))
+        return decode(unpack_answer(answer), self.where)
 
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:

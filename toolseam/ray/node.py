@@ -29,7 +29,7 @@ from ..backends.staging import check_owned
 from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
-from ._wire import Answer, encode
+from ._wire import Answer, encode, pack_answer, unpack_call
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
@@ -181,6 +181,14 @@ class NodeSessions(ShapedSandboxes, NodePools):
         finally:
             session.calls -= 1
             session.seen = time.monotonic()
+
+    async def call_packed(self, payload: bytes) -> bytes:
+        """``call`` with its arguments and answer as bytes (_wire.py): the hot path."""
+        try:
+            sid, secret, method, args = unpack_call(payload)
+        except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
+            return pack_answer(encode(HostError(f"not a toolseam call ({type(exc).__name__})")))
+        return pack_answer(await self.call(sid, secret, method, args))
 
     async def touch(self, sid: str, secret: str) -> Answer:
         try:
