@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backends.staging import check_owned
+from ..backends.staging import check_owned, user_dir
 from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
@@ -292,8 +292,12 @@ class NodeSessions(ShapedSandboxes, NodePools):
 
 
 def own_workdir(workdir: str) -> str:
-    """The node's staging dir, made 0700 if missing; one another user planted (the default is
-    in the shared temp dir) or a symlink is refused (``staging.check_owned``), never used."""
+    """The node's staging dir: ``workdir`` (``TOOLSEAM_RAY_WORKDIR``), made 0700 if missing —
+    one another user planted or a symlink is refused (``staging.check_owned``), never used; none
+    given, ``ray`` below this user's staging root (``staging.user_dir``, checked the same way),
+    where no other local user can make the name first."""
+    if not workdir:
+        return str(user_dir("ray"))
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     check_owned(Path(workdir), os.geteuid(), exact_owner=True)
     return workdir
