@@ -30,6 +30,7 @@ from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from ._wire import Answer, encode, pack_answer, unpack_call
+from .direct import NodeServer
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
@@ -94,6 +95,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
         self.where = f"node {self.config.name} ({self.node_id[:12]}, {self.config.describe()})"
         self._sessions: dict[str, _Session] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._direct: NodeServer | None = None
+        self._direct_at: tuple[str, int] | None = None
 
     async def ready(self) -> dict[str, Any]:
         """Who this node is; the first call also removes what a previous actor of this machine
@@ -104,8 +107,22 @@ class NodeSessions(ShapedSandboxes, NodePools):
             with contextlib.suppress(Exception):  # an engine that is down answers at open
                 await asyncio.to_thread(self._janitor)
             await asyncio.to_thread(sweep_dead_roots, self._workdir())
+            await self._listen()
         return {"node_id": self.node_id, "name": self.config.name, "engine": self.config.engine,
-                "where": self.where, "pid": os.getpid(), "sessions": len(self._sessions)}
+                "where": self.where, "pid": os.getpid(), "sessions": len(self._sessions),
+                "direct": self._direct_at}
+
+    async def _listen(self) -> None:
+        """The direct path for tool calls (direct.py), on the node's Ray address; a node that
+        cannot listen serves every call through Ray."""
+        import ray
+        host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        server = NodeServer(self.call, self._session)
+        try:
+            self._direct_at = (host, await server.start(host))
+            self._direct = server
+        except OSError:
+            self._direct_at = None
 
     def _janitor(self) -> None:
         if self.config.engine == "host":
