@@ -188,7 +188,14 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     results["many_cluster"] = await many_sessions(through_cluster, args.sessions,
                                                   args.session_calls, memory)
-    results["many_here"] = await many_sessions(here, args.sessions, args.session_calls)
+    before_here = psutil.Process().memory_full_info().uss
+
+    async def memory_here(toolkits: list[Any]) -> None:
+        grown = psutil.Process().memory_full_info().uss - before_here
+        results["here_uss_per_session_mib"] = round(grown / len(toolkits) / 2**20, 3)
+
+    results["many_here"] = await many_sessions(here, args.sessions, args.session_calls,
+                                               memory_here)
 
     async with RayPool(image=IMAGE, size=args.claims + len(actors), address=address,
                        refill=False) as pool:
@@ -228,11 +235,17 @@ def table(r: dict[str, Any]) -> str:
                        ("calls_per_s", "calls/s"), ("per_call_p50_ms", "per call p50 (ms)")):
         lines.append(f"| {r['sessions']} sessions x {r['session_calls']}: {label} | "
                      f"{r['many_cluster'][key]} | {r['many_here'][key]} |")
+    lines.append(f"| {r['sessions']} sessions per node | {r['sessions_per_node']} | "
+                 "a third per engine |")
     c = r["claims"]
     lines.append(f"| {c['count']} claims at once, first answer p50 / max | "
-                 f"{c['first_answer_p50_s']} / {c['first_answer_max_s']} s | — |")
-    lines.append(f"| memory per session held (USS) | {r['node_actor_uss_per_session_mib']} MiB "
-                 f"({r['sessions']} sessions), {c['node_actor_uss_per_session_mib']:.3f} MiB (claims) | "
+                 f"{c['first_answer_p50_s']} / {c['first_answer_max_s']} s "
+                 f"(per node {c['per_node']}, pool filled in {r['pool_fill_s']} s) | — |")
+    lines.append(f"| memory per session held (USS), {r['sessions']} sessions | "
+                 f"{r['node_actor_uss_per_session_mib']} MiB (node actors) | "
+                 f"{r['here_uss_per_session_mib']} MiB (this process) |")
+    lines.append(f"| memory per session held (USS), {c['count']} claims | "
+                 f"{c['node_actor_uss_per_session_mib']:.3f} MiB (node actors) | "
                  f"{r['local_pool_uss_per_session_mib']} MiB (a local pool's process) |")
     lines.append(f"| node actor idle (USS) | {r['node_actor_idle_uss_mib']} MiB | — |")
     return "\n".join(lines)
