@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import socket
 import struct
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,35 @@ async def test_direct_calls_answer_exactly_as_calls_through_ray(
     async with Toolkit(direct) as a, Toolkit(through_ray) as b:
         assert direct.direct_connected and not through_ray.direct_connected
         assert await run_calls(a) == await run_calls(b)
+        big = "0123456789abcde\n" * (3 << 16)  # 3 MiB each way, past any socket buffer
+        for tk in (a, b):
+            assert not (await tk.call("write", {"path": "big.txt", "content": big})).is_error
+            counted = await tk.call("bash", {"command": "wc -c < big.txt; cat big.txt"})
+            assert counted.output.startswith(f"{len(big)}\n")
+
+
+async def test_a_node_this_process_cannot_reach_directly_is_served_through_ray(
+        ray_cluster: RayTestCluster) -> None:
+    """A firewall between the driver and the node's direct port: the session works through
+    Ray, and later sessions of this process do not wait for the port again."""
+    node = ray_cluster.node_id("docker")
+    first = RayBackend(resources=resource("docker"), address=ray_cluster.address)
+    await first.open()
+    known = ray_cluster_module.node_direct(node)
+    assert known is not None
+    with socket.socket() as unused:  # a port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        closed_port = unused.getsockname()[1]
+    ray_cluster_module._direct[node] = ("127.0.0.1", closed_port)
+    try:
+        backend = RayBackend(resources=resource("docker"), address=ray_cluster.address)
+        async with Toolkit(backend) as tk:
+            assert not backend.direct_connected
+            assert ray_cluster_module.node_direct(node) is None
+            assert (await tk.call("bash", {"command": "echo via-ray"})).output == "via-ray\n"
+    finally:
+        ray_cluster_module._direct[node] = known
+        await first.close()
 
 
 async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle(

@@ -175,6 +175,8 @@ class RayBackend:
         at = cluster.node_direct(self.node_id or "") if self.direct else None
         if at is not None:
             self._link = await DirectLink.connect(at[0], at[1], self.session_id, self._secret)
+            if self._link is None:  # unreachable from here: later sessions do not wait for it
+                cluster.no_direct(self.node_id or "")
 
     @property
     def direct_connected(self) -> bool:

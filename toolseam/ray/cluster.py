@@ -182,6 +182,11 @@ def node_direct(node_id: str) -> tuple[str, int] | None:
     return _direct.get(node_id)
 
 
+def no_direct(node_id: str) -> None:
+    """This process could not reach the node's direct port: its sessions use Ray calls."""
+    _direct[node_id] = None
+
+
 def ray_failures(ray: Any) -> tuple[type[BaseException], ...]:
     """What Ray raises when the actor, its worker or its node is gone."""
     exc = ray.exceptions

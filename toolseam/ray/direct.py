@@ -141,6 +141,8 @@ class NodeServer:
         answer = await self._call(sid, secret, method, args)
         if not writer.is_closing():
             writer.write(frame(dumps((req, answer))))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()  # a large answer waits for the caller to read it
 
     def close(self) -> None:
         if self._server is not None:
@@ -213,9 +215,13 @@ class DirectLink:
         req = next(self._ids)
         waiter: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._waiting[req] = waiter
-        self._writer.write(frame(dumps((req, method, args))))
         try:
+            self._writer.write(frame(dumps((req, method, args))))
+            await self._writer.drain()  # a large write waits for the node to read it
             return await waiter
+        except ConnectionError:
+            self._waiting.pop(req, None)
+            raise Dropped() from None
         except asyncio.CancelledError:
             self._waiting.pop(req, None)
             if self.alive:  # the node cancels the call in its loop, as ray.cancel does
