@@ -74,10 +74,11 @@ async def ray_floor(actor: Any, calls: int) -> float:
     return ms(times)
 
 
-async def many_sessions(make: Any, sessions: int, calls: int,
-                        while_held: Any = None) -> dict[str, float]:
+async def many_sessions(make: Any, sessions: int, calls: int, while_held: Any = None,
+                        actors: list[Any] | None = None) -> dict[str, float]:
     """``sessions`` toolkits opened at once, then ``calls`` calls each, all at once;
-    ``while_held(toolkits)`` is awaited after the calls, before the close."""
+    ``while_held(toolkits)`` is awaited after the calls, before the close. CPU per call: this
+    process's, and the node ``actors``' (for the estimate of scaling with machines)."""
     from toolseam import Toolkit
 
     began = time.monotonic()
@@ -96,11 +97,20 @@ async def many_sessions(make: Any, sessions: int, calls: int,
             await tk.call(name, args)
             times.append(time.perf_counter() - t)
 
+    me = psutil.Process()
+    cpu_before = sum(me.cpu_times()[:2])
+    actors_before = [(await a.stats.remote())["cpu_s"] for a in actors or []]
     began = time.monotonic()
     await asyncio.gather(*(work(tk) for tk in toolkits))
     wall = time.monotonic() - began
+    driver_cpu = sum(me.cpu_times()[:2]) - cpu_before
+    actors_after = [(await a.stats.remote())["cpu_s"] for a in actors or []]
+    actors_cpu = sum(actors_after) - sum(actors_before)
     result = {"open_wall_s": round(opened, 2), "calls_wall_s": round(wall, 2),
-              "calls_per_s": round(sessions * calls / wall), "per_call_p50_ms": ms(times)}
+              "calls_per_s": round(sessions * calls / wall), "per_call_p50_ms": ms(times),
+              "this_process_cpu_ms_per_call": round(driver_cpu * 1000 / (sessions * calls), 3)}
+    if actors:
+        result["node_actors_cpu_ms_per_call"] = round(actors_cpu * 1000 / (sessions * calls), 3)
     if while_held is not None:
         await while_held(toolkits)
     await asyncio.gather(*(tk.close() for tk in toolkits))
@@ -187,7 +197,7 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
         results["sessions_per_node"] = sorted(nodes.count(n) for n in set(nodes))
 
     results["many_cluster"] = await many_sessions(through_cluster, args.sessions,
-                                                  args.session_calls, memory)
+                                                  args.session_calls, memory, actors)
     before_here = psutil.Process().memory_full_info().uss
 
     async def memory_here(toolkits: list[Any]) -> None:
@@ -231,10 +241,13 @@ def table(r: dict[str, Any]) -> str:
         for tool in ("bash", "read"):
             c, h = both["cluster"][tool], both["here"][tool]
             lines.append(f"| per call p50 `{tool}`, {name} | {c} ms (+{c - h:.2f}) | {h} ms |")
-    for key, label in (("open_wall_s", "open, wall"), ("calls_wall_s", "calls, wall"),
-                       ("calls_per_s", "calls/s"), ("per_call_p50_ms", "per call p50 (ms)")):
+    for key, label in (("open_wall_s", "open, wall (s)"), ("calls_wall_s", "calls, wall (s)"),
+                       ("calls_per_s", "calls/s"), ("per_call_p50_ms", "per call p50 (ms)"),
+                       ("this_process_cpu_ms_per_call", "this process's CPU per call (ms)")):
         lines.append(f"| {r['sessions']} sessions x {r['session_calls']}: {label} | "
                      f"{r['many_cluster'][key]} | {r['many_here'][key]} |")
+    lines.append(f"| {r['sessions']} sessions x {r['session_calls']}: node actors' CPU per "
+                 f"call (ms) | {r['many_cluster']['node_actors_cpu_ms_per_call']} | — |")
     lines.append(f"| {r['sessions']} sessions per node | {r['sessions_per_node']} | "
                  "a third per engine |")
     c = r["claims"]

@@ -278,10 +278,13 @@ class NodeSessions(ShapedSandboxes, NodePools):
             shutil.rmtree(session.root, ignore_errors=True)
 
     async def stats(self) -> dict[str, Any]:
-        """Counts and this process's memory (for the benchmark); no session is named."""
+        """Counts, this process's memory and CPU seconds (for the benchmark); no session is
+        named."""
         import psutil
-        info = psutil.Process().memory_full_info()
+        me = psutil.Process()
+        info, cpu = me.memory_full_info(), me.cpu_times()
         return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss,
+                "cpu_s": cpu.user + cpu.system,
                 "warm": sum(pool.warm for pool in self._pools.values())}
 
     # --- orphans -------------------------------------------------------------------------
