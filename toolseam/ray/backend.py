@@ -4,6 +4,8 @@ The caller's side holds the session's handle (node, session id, secret) and the 
 copy baseline; the node holds the sandbox. The workspace travels as in copy mode: a tar of
 the base dir at open (none for an image-only workspace), the sandbox's workspace back at
 ``sync``/``close``, applied by ``WorkspaceCopy`` — the same copy-back rule as a remote engine's.
+Tool calls go on the session's direct connection to its node actor (direct.py), the rest —
+and every call where that connection cannot be made — through Ray actor calls.
 """
 
 from __future__ import annotations

@@ -200,7 +200,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
             session.seen = time.monotonic()
 
     async def call_packed(self, payload: bytes) -> bytes:
-        """``call`` with its arguments and answer as bytes (_wire.py): the hot path."""
+        """``call`` as Ray carries it (a session without the direct path, direct.py): its
+        arguments and answer as bytes (_wire.py)."""
         try:
             sid, secret, method, args = unpack_call(payload)
         except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
