@@ -10,6 +10,7 @@ import os
 import pickle
 import socket
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import pytest
 from toolseam import Toolkit
 from toolseam.ray import RayBackend
 from toolseam.ray import cluster as ray_cluster_module
-from toolseam.ray.direct import HELLO
+from toolseam.ray.direct import HELLO, HELLO_TIMEOUT_S
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
@@ -107,8 +108,9 @@ async def test_a_node_this_process_cannot_reach_directly_is_served_through_ray(
 async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle(
         ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     """Another job of the cluster (or a local user) that finds the port: a wrong secret or an
-    unknown session gets the same refusal; a pickle sent before or after a hello is never
-    run; a name that is not a seam call is refused; the session itself goes on."""
+    unknown session gets the same refusal; a silent peer is dropped; a pickle sent before or
+    after a hello is never run; a name that is not a seam call is refused; the session itself
+    goes on."""
     backend = RayBackend(resources=resource("docker"), address=ray_cluster.address)
     async with Toolkit(backend) as tk:
         at = ray_cluster_module.node_direct(backend.node_id or "")
@@ -135,6 +137,12 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         reader, writer = await asyncio.open_connection(*at)
         writer.write(framed(pickle.dumps(Planted(str(marker)))))
         assert await answer_or_eof(reader) is None
+        writer.close()
+        # a peer that says nothing is dropped after HELLO_TIMEOUT_S
+        reader, writer = await asyncio.open_connection(*at)
+        began = time.monotonic()
+        assert await closed(reader)
+        assert HELLO_TIMEOUT_S - 0.5 <= time.monotonic() - began < HELLO_TIMEOUT_S + 5
         writer.close()
         # a hello claiming more than a hello may be: dropped unread
         reader, writer = await asyncio.open_connection(*at)

@@ -42,6 +42,7 @@ HELLO = b"toolseam-ray-direct-1"
 MAX_HELLO = 4096  # a hello larger than this is not one: the peer is dropped unread
 MAX_FRAME = 1 << 31
 CONNECT_TIMEOUT_S = 2.0
+HELLO_TIMEOUT_S = 5.0  # a peer that says nothing is dropped: silent connections cannot pile up
 _LENGTH = struct.Struct(">I")
 
 
@@ -110,7 +111,8 @@ class NodeServer:
         keep_alive(writer.get_extra_info("socket"))
         tasks: dict[int, asyncio.Task[None]] = {}
         try:
-            sid, secret = _hello(await read_frame(reader, MAX_HELLO))
+            sid, secret = _hello(await asyncio.wait_for(read_frame(reader, MAX_HELLO),
+                                                        HELLO_TIMEOUT_S))
             try:
                 self._check(sid, secret)
             except HostError as exc:
@@ -128,9 +130,9 @@ class NodeServer:
                     self._answer(writer, req, sid, secret, str(method), tuple(args)))
                 tasks[req] = task
                 task.add_done_callback(functools.partial(_forget, tasks, req))
-        except (asyncio.IncompleteReadError, ConnectionError, ValueError,
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError, TimeoutError,
                 pickle.UnpicklingError, EOFError, TypeError):
-            pass  # the peer left, or sent what is not a call: the connection ends
+            pass  # the peer left, was silent, or sent what is not a call: the connection ends
         finally:
             for task in list(tasks.values()):
                 task.cancel()  # as Ray cancels an async call whose caller is gone
