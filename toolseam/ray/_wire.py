@@ -15,9 +15,10 @@ from ..seam import errors
 
 Answer = tuple[Any, ...]
 
-# A tool call crosses Ray as ONE bytes argument and comes back as bytes (decision 310): Ray
-# serializes each argument and result of an actor call on its own, and a pydantic model or a
-# tuple costs it 0.3-0.5 ms a time where bytes cost nothing measurable (benchmarks/ray_bench.py). The
+# A tool call that goes through Ray (not the direct path, direct.py) crosses as ONE bytes
+# argument and comes back as bytes (decision 310): Ray serializes each argument and result of
+# an actor call on its own, and a pydantic model or a tuple costs it 0.3-0.5 ms a time where
+# bytes cost nothing measurable. The
 # node unpickles what a caller sent — no more trust than Ray's own, which unpickles every
 # argument of every call with cloudpickle; the secret is checked before anything runs.
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
