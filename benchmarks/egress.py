@@ -5,13 +5,14 @@
 
 Default: per backend side by side, a sandbox in egress mode downloads a file from an upstream on
 the host's 127.0.0.1 (``python -m http.server`` in its own process) with a Python urllib client
-whose every byte crosses the agent's listener inside, the session channel and the proxy; the
+whose every byte crosses the agent's listener inside and the proxy (and, where the agent does
+not share this kernel, the session channel; elsewhere the lane hands the socket over); the
 same client (the same code, run by the host's python3 — the image's is the same 3.11) downloads
 it directly from the host. Ways alternate within each round; median of the rounds; the client
 times itself from its request to its last byte (interpreter start left out).
 
 Then, per backend, the p50 of a tool call (``bash true``) idle and while a download loop runs in
-the same sandbox (calls and tunnel share the session channel).
+the same sandbox, in alternating blocks (``--blocks`` of each, idle first and last).
 
 ``--profile``: the host backend's tunnel download again under cProfile (this process: proxy,
 channel, tunnel), and the CPU seconds each side spent (this process vs the sandbox's agent and
@@ -138,27 +139,40 @@ class Sandbox:
 
         return float(json.loads(result.output)["seconds"])
 
-    async def p50_true(self, n: int) -> float:
+    async def true_ms(self, n: int) -> list[float]:
         samples = []
         for _ in range(n):
             started = time.perf_counter()
             result = await self.tk.call("bash", {"command": "true"})
-            samples.append(time.perf_counter() - started)
+            samples.append((time.perf_counter() - started) * 1000)
             assert not result.is_error, result.output
-        return statistics.median(samples) * 1000
+        return samples
 
-    async def p50_under_download(self, n: int) -> tuple[float, int]:
+    async def true_ms_under_download(self, n: int) -> tuple[list[float], int]:
         await self.tk.call("bash", {"command": "rm -f stop"})
         loop = asyncio.ensure_future(self.tk.call("bash", {
             "command": f"{self.python} client.py loop {self.url}", "timeout": 600_000}))
         await asyncio.sleep(1.0)  # the first download under way
         assert not loop.done(), loop.result().output
-        busy = await self.p50_true(n)
+        busy = await self.true_ms(n)
         await self.tk.call("write", {"path": "stop", "content": ""})
         result = await loop
         assert not result.is_error, result.output
 
         return busy, int(json.loads(result.output)["downloads"])
+
+    async def idle_and_busy(self, n: int, blocks: int) -> tuple[float, float, int]:
+        """p50 of ``bash true`` idle and during a download, in alternating blocks (idle,
+        busy, ..., idle): a shared machine's drift falls on both alike."""
+        idle = await self.true_ms(n)
+        busy: list[float] = []
+        downloads = 0
+        for _ in range(blocks):
+            samples, count = await self.true_ms_under_download(n)
+            busy += samples
+            downloads += count
+            idle += await self.true_ms(n)
+        return statistics.median(idle), statistics.median(busy), downloads
 
     async def close(self) -> None:
         await self.tk.close()
@@ -241,10 +255,7 @@ async def sandboxes(args: argparse.Namespace) -> None:
                     times[sandbox.name].append(await sandbox.download())
             calls: dict[str, tuple[float, float, int]] = {}
             for sandbox in opened:
-                idle = await sandbox.p50_true(args.calls)
-                busy, downloads = await sandbox.p50_under_download(args.calls)
-                idle = statistics.median([idle, await sandbox.p50_true(args.calls)])
-                calls[sandbox.name] = (idle, busy, downloads)
+                calls[sandbox.name] = await sandbox.idle_and_busy(args.calls, args.blocks)
             if args.profile and opened and opened[0].name == "host":
                 await profile_host(opened[0])
         finally:
@@ -260,7 +271,9 @@ async def sandboxes(args: argparse.Namespace) -> None:
         median = statistics.median(samples)
         way = name if name.startswith("direct") else f"tunnel from {name}"
         print(f"{way:<26}{median:>9.3f}{args.mb / median:>9.0f}{base / median:>10.2f}x")
-    print(f"\nbash true, p50 of {args.calls} calls, idle vs while a download loop runs in the sandbox")
+    print(f"\nbash true, p50 of {args.calls * (args.blocks + 1)} calls idle vs "
+          f"{args.calls * args.blocks} while a download loop runs in the sandbox "
+          f"({args.blocks} blocks of each, alternating)")
     print(f"{'backend':<18}{'idle ms':>9}{'busy ms':>9}{'ratio':>8}{'downloads':>11}")
     for name, (idle, busy, downloads) in calls.items():
         print(f"{name:<18}{idle:>9.2f}{busy:>9.2f}{busy / idle:>7.2f}x{downloads:>11}")
@@ -320,7 +333,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--mb", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=40, help="tool calls per p50")
+    parser.add_argument("--calls", type=int, default=40, help="tool calls per block")
+    parser.add_argument("--blocks", type=int, default=3,
+                        help="blocks of calls during a download (between idle blocks)")
     parser.add_argument("--backends", default=",".join(
         n for n in ALL if n == "host" or os.environ.get("TOOLSEAM_IMAGE")))
     parser.add_argument("--profile", action="store_true")

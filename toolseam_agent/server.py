@@ -21,7 +21,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from . import frames, ops, paths, ports, procscan, setid_guard, sockowner, tunnel, userns, walk, wire
+from . import (
+    fd_passing,
+    frames,
+    ops,
+    paths,
+    ports,
+    procscan,
+    setid_guard,
+    sockowner,
+    tunnel,
+    userns,
+    walk,
+    wire,
+)
 from .errors import FsError
 from .jobs import Job, SpawnError
 from .loop import Loop
@@ -73,6 +86,7 @@ class Agent(PtyOps):
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="fs")
         # egress: listening only once asked to; exposed ports: the host opens them
         self.tunnels = tunnel.Tunnels(self.send, self.send_data, self._job_of)
+        self._passing = fd_passing.Received()  # descriptors the host sent with a request
         self.ports = ports.PortForwards(self.send, self.send_bytes)
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
@@ -128,7 +142,7 @@ class Agent(PtyOps):
         chunks: list[bytes] = []
         while True:
             try:
-                data = os.read(self.infd, _READ_SIZE)
+                data = self._read_input()
             except BlockingIOError:
                 break
             except OSError:
@@ -150,6 +164,15 @@ class Agent(PtyOps):
             self._input_ended()
             return
         self._lines(items)
+
+    def _read_input(self) -> bytes:
+        """One read of the channel; on a unix socket by ``recvmsg``, keeping the descriptors
+        the host passes with a request (egress's lane, ``fd_passing.py``) — a plain read would
+        have the kernel drop them."""
+        sock = self._passing.socket_for(self.infd)
+        if sock is None:
+            return os.read(self.infd, _READ_SIZE)
+        return self._passing.receive(sock, _READ_SIZE)
 
     def _lines(self, items: list[bytes | frames.Frame]) -> None:
         """Whole lines and egress's data frames from the host, in order (a durable agent opens
@@ -222,8 +245,9 @@ class Agent(PtyOps):
     def _op_egress_listen(self, rid: Any, request: dict[str, Any]) -> None:
         """Egress mode: listen on 127.0.0.1 for the commands' proxy (``tunnel.py``), and with
         ``capture`` resolve every name to an address of its own (``resolver.py``)."""
+        lane = self._passing.take_lane() if request.get("fd_lane") else None
         self._answer(rid, self.tunnels.listen(request.get("ca_pem"), bool(request.get("capture")),
-                                              bool(request.get("resolv_conf"))))
+                                              bool(request.get("resolv_conf")), lane))
 
     def _job_of(self, pid: int) -> str | None:
         """The job a process belongs to: the nearest job leader among its ancestors (called

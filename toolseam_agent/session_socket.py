@@ -236,6 +236,7 @@ class DurableAgent(Agent):
             self._conn = conn
             self._seal, self._unseal = seal, unseal
             self.infd = self.outfd = conn.fileno()
+            self._passing.forget()  # the last connection's number may be this one's
         self._splitter.reset()
         self._splitter.tag_len = TAG_LEN  # every frame from here on is sealed too
         self._answer(rid, {"state": self._state, "next_id": self._max_rid + 1,
@@ -290,6 +291,7 @@ class DurableAgent(Agent):
             conn, self._conn = self._conn, None
             self._seal = self._unseal = None
             self.infd = self.outfd = self._idle_fd
+            self._passing.forget()
         self.ports.end_all()  # exposed ports are the client's: their connections go with it
         if conn is not None:
             conn.close()

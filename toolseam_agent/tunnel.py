@@ -1,6 +1,8 @@
-"""The sandbox's end of egress: a listener on 127.0.0.1 whose connections travel over the
-session's channel to the toolseam process (``toolseam/backends/agentlink/tunnel.py``), which
-decides, resolves and connects. Nothing here decides anything or holds a secret.
+"""The sandbox's end of egress: a listener on 127.0.0.1 whose connections go to the toolseam
+process, which decides, resolves and connects. Nothing here decides anything or holds a secret.
+Where the host sent a lane (``fd_passing.py``: the agent shares its kernel) each connection is
+handed over whole; otherwise it travels over the session's channel as frames
+(``toolseam/backends/agentlink/tunnel.py``), as follows.
 
 Each accepted connection is a numbered stream of ``tun`` frames on the channel:
 
@@ -32,7 +34,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import sockowner
+from . import fd_passing, sockowner
 from .resolver import Capture, point_resolv_conf
 from .wire import TUNNEL_EVENT
 
@@ -203,13 +205,18 @@ class Tunnels:
         self._numbers = 0
         self._listened = False
         self.ca_dir: str | None = None
+        # where the host and the agent share a kernel, connections go to the host whole
+        # (``fd_passing.py``); None: as frames on the channel
+        self.lane: socket.socket | None = None
 
     def listen(self, ca_pem: str | None, capture: bool = False,
-               resolv_conf: bool = False) -> dict[str, Any]:
+               resolv_conf: bool = False, lane: socket.socket | None = None) -> dict[str, Any]:
         """Listen on 127.0.0.1 (a port the kernel picks); write the CA bundle when given; with
         ``capture``, start the resolver (``resolver.py``), and with ``resolv_conf`` (a
-        container's agent) point /etc/resolv.conf at it. Returns what the host puts in the
-        commands' environment, and ``capture``: None, or why names cannot be captured."""
+        container's agent) point /etc/resolv.conf at it. With a ``lane``, connections are
+        handed to the host whole. Returns what the host puts in the commands' environment,
+        ``capture`` (None, or why names cannot be captured) and ``lane`` (whether it is used)."""
+        self._set_lane(lane)
         if self._server is not None:
             return self._relisten(ca_pem)
         if self._listened:
@@ -224,7 +231,15 @@ class Tunnels:
         problem = self._start_capture() if capture else "not asked"
         if problem is None and resolv_conf:
             problem = point_resolv_conf()
-        return {"port": server.getsockname()[1], "ca_file": ca_file, "capture": problem}
+        return {"port": server.getsockname()[1], "ca_file": ca_file, "capture": problem,
+                "lane": self.lane is not None}
+
+    def _set_lane(self, lane: socket.socket | None) -> None:
+        """A new client's lane replaces the last one's (a durable session attached again)."""
+        with self._lock:
+            old, self.lane = self.lane, lane
+        if old is not None:
+            old.close()
 
     def _start_capture(self) -> str | None:
         capture = Capture(self._ask, lambda sock, name, port: self._adopt(sock, (name, port)))
@@ -263,7 +278,8 @@ class Tunnels:
         if ca_pem is not None:
             ca_file = self._write_bundle(ca_pem)
         return {"port": self._server.getsockname()[1], "ca_file": ca_file,
-                "capture": None if self.capture is not None else "not started"}
+                "capture": None if self.capture is not None else "not started",
+                "lane": self.lane is not None}
 
     def _write_bundle(self, ca_pem: str) -> str:
         """The image's own roots, then the session CA, in a fresh directory every user of the
@@ -297,6 +313,8 @@ class Tunnels:
     def _adopt(self, sock: socket.socket, target: tuple[str, int] | None) -> None:
         """A connection to the proxy's listener, or (``target``) a captured one."""
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.lane is not None and self._hand_over(sock, target):
+            return
         with self._lock:
             if len(self._connections) >= MAX_CONNECTIONS:
                 sock.close()
@@ -305,6 +323,33 @@ class Tunnels:
             connection = Connection(self, self._numbers, sock, target)
             self._connections[connection.number] = connection
         connection.start()  # its reader tells the host first ("open")
+
+    def _hand_over(self, sock: socket.socket, target: tuple[str, int] | None) -> bool:
+        """The connection to the host whole, with what the frames' ``open`` would say; our
+        copy closed. False when the lane is gone (the frames carry it, and the rest)."""
+        with self._lock:
+            lane = self.lane
+            self._numbers += 1
+            number = self._numbers
+        if lane is None:
+            return False
+        header: dict[str, Any] = {"c": number}
+        if target is not None:
+            header.update(h=target[0], p=target[1])
+        found = sockowner.owner(sock)
+        if found is not None:
+            header.update(pid=found[0], argv=found[1])
+            job = self.job_of(found[0])
+            if job is not None:
+                header["job"] = job
+        try:
+            fd_passing.hand_over(lane, sock, header)
+        except OSError:
+            if self.lane is lane:
+                self._set_lane(None)
+            return False
+        sock.close()
+        return True
 
     def forget(self, number: int) -> None:
         with self._lock:
@@ -334,6 +379,7 @@ class Tunnels:
         """Stop listening and end every connection (the session is closing)."""
         server, self._server = self._server, None
         capture, self.capture = self.capture, None
+        self._set_lane(None)
         if capture is not None:
             capture.close()
         if server is not None:

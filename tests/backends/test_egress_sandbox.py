@@ -528,6 +528,26 @@ async def test_the_bytes_through_a_tunnel_are_the_bytes_sent(box: Box, upstreams
         assert event.bytes_down <= 64 + down
 
 
+async def test_connections_come_whole_where_the_agent_shares_this_kernel(box: Box,
+                                                                        upstreams: Upstreams) -> None:
+    """Egress's lane (``toolseam_agent/fd_passing.py``): on the host backend and the local
+    engines (bind mode) each connection reaches the proxy as its socket, not as frames on the
+    channel; through a remote engine (copy mode) the frames carry it. Either way the bytes are the
+    bytes, and no command holds a descriptor of the lane or of another connection."""
+    channel = box.tk.backend._agent()  # type: ignore[attr-defined]  # the session's channel
+    local = not box.name.endswith("-remote")
+    assert (channel.lane is not None) == local, (box.name, channel.lane)
+    before = channel.lane.served if channel.lane is not None else 0
+    answer = await box.client("sized", host="sized.test", port=upstreams.sized, up=1000,
+                              down=3_000_000, cut=None)
+    assert answer == {"digest_ok": True, "received": 3_000_000, "intact": True}
+    if channel.lane is not None:
+        assert channel.lane.served == before + 1
+        assert channel.tunnels is not None and channel.tunnels.open_connections == 0
+    listing = await box.bash("for fd in /proc/$$/fd/*; do readlink $fd || true; done")
+    assert "socket:" not in listing, listing
+
+
 # -- a session without egress_private ----------------------------------------------------------
 async def test_names_pinned_to_non_public_addresses_are_refused(box: Box, upstreams: Upstreams) -> None:
     strict = upstreams.settings(egress_private=False, egress_credentials=[], egress_ca_file=None,

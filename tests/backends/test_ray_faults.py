@@ -35,15 +35,22 @@ async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(
         assert (await lost.call("bash", {"command": "echo alive"})).output == "alive\n"
         await kept.call("write", {"path": "w.txt", "content": "kept\n"})
         in_flight = asyncio.ensure_future(lost.call("bash", {"command": "sleep 60"}))
+        # and a streamed one (a long poll of the node: toolseam/ray/streaming.py)
+        seen: list[str] = []
+        streaming = asyncio.ensure_future(lost.call(
+            "bash", {"command": "echo before; sleep 60"}, on_output=lambda e: seen.append(e.text)))
         await asyncio.sleep(1.0)
         began = time.monotonic()
         await asyncio.to_thread(ray_cluster.kill_node, "doomed")
         with pytest.raises(CouldNotRunError) as caught:
             await asyncio.wait_for(in_flight, 30)
+        with pytest.raises(CouldNotRunError) as caught_streaming:
+            await asyncio.wait_for(streaming, 30)
         assert time.monotonic() - began < 10
-        failure = caught.value
-        assert failure.retryable is False
-        assert "node doomed" in failure.reason and "may have run" in failure.reason
+        assert seen == ["before\n"]  # what came stays delivered; the result never comes
+        for failure in (caught.value, caught_streaming.value):
+            assert failure.retryable is False
+            assert "node doomed" in failure.reason and "may have run" in failure.reason
         # the next call says the same at once: the session is over, never silently new
         began = time.monotonic()
         with pytest.raises(CouldNotRunError, match="node doomed"):

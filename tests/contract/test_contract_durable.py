@@ -8,8 +8,11 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+import pytest
+
 from toolseam.backends.host import HostBackend
-from toolseam.seam.capabilities import durable_sessions
+from toolseam.seam.capabilities import DurableSessions, durable_sessions, supports
+from toolseam.seam.errors import ConfigurationError
 from toolseam.seam.protocol import BuiltinExec
 from toolseam.testing.contract import (
     ExecContract,
@@ -24,6 +27,8 @@ from toolseam.testing.contract import (
 
 from ..support.contract_bindings import ContainerBinding, CopyModeBinding
 from ..support.processes import host_survivors
+from ..support.ray_cluster import RAY_TESTS
+from ..support.ray_contract import RayBinding
 
 
 def _made_durable(backend: BuiltinExec) -> BuiltinExec:
@@ -62,3 +67,22 @@ class TestDurableDocker(_Durable, ContainerBinding):
 
 class TestDurablePodmanRemote(_Durable, CopyModeBinding):
     engine = "podman-remote"
+
+
+class TestDurableRay(_Durable, RayBinding):
+    """Runs where ``RayBackend`` claims ``DurableSessions``; it does not (a Ray session outlives
+    its driver by its own handle: ``RayBackend.attach``, test_ray_cluster.py), so
+    tests/contract/conftest.py deselects these cases by that capability (decision 302)."""
+
+    pytestmark = RAY_TESTS
+    node = "rootless"
+    capability = DurableSessions
+
+
+def test_the_ray_backend_says_it_keeps_no_durable_session() -> None:
+    """What deselects ``TestDurableRay``: the backend's own answer, and Toolkit's refusal of
+    ``orphan_timeout_s`` over it names the backend."""
+    assert not supports(RayBinding.capability_probe(), DurableSessions)
+    with pytest.raises(ConfigurationError, match="the ray backend cannot keep a session") as no:
+        durable_sessions(RayBinding.capability_probe())
+    assert "RayBackend.attach(handle)" in str(no.value)  # and says what does

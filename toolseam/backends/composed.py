@@ -30,10 +30,11 @@ from ..seam.models import (
 )
 from ..seam.protocol import OutputCallback
 from .agentlink.channel import AgentChannel
+from .agentlink.fd_lane import FdLane, ServeOpened
 from .agentlink.interactive import AgentInteractive
 from .agentlink.parts import AgentExec, FileMethods
 from .agentlink.ports import ForwardedPort, PortMux
-from .agentlink.tunnel import PortsFor, Serve, TunnelMux
+from .agentlink.tunnel import PortsFor, TunnelMux
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -105,7 +106,7 @@ class ComposedBackend(AgentInteractive):
         """The channel to the sandbox's agent now (a reconnect may replace it)."""
         raise NotImplementedError
 
-    async def open_egress(self, serve: Serve, ca_pem: str | None,
+    async def open_egress(self, serve: ServeOpened, ca_pem: str | None,
                           ports_for: PortsFor | None = None) -> dict[str, object]:
         """Egress mode: the agent listens on 127.0.0.1 inside, and each connection it accepts
         is served here by ``serve`` (the session's proxy). Refused unless the sandbox sees no
@@ -117,7 +118,7 @@ class ComposedBackend(AgentInteractive):
         await self.open()
         return await self._run(self._start_egress, serve, ca_pem, ports_for)
 
-    async def _start_egress(self, serve: Serve, ca_pem: str | None,
+    async def _start_egress(self, serve: ServeOpened, ca_pem: str | None,
                             ports_for: PortsFor | None = None) -> dict[str, object]:
         channel = self._agent()
         seen = (await channel.call(HELLO)).get("interfaces")
@@ -127,8 +128,27 @@ class ComposedBackend(AgentInteractive):
                 "not loopback alone, so commands could go around the proxy; refusing to start "
                 "(docs/network.md)", retryable=False)
         channel.carry_tunnels(TunnelMux(serve, channel.send_frame, channel.send_data, ports_for))
-        return await channel.call(EGRESS_LISTEN, ca_pem=ca_pem, capture=ports_for is not None,
-                                  resolv_conf=self.agent_writes_resolv_conf)
+        # Where the agent shares this kernel, connections come whole (agentlink/fd_lane.py);
+        # the frames stay for the rest (an engine's attach stream, an agent without the lane).
+        lane = FdLane(serve) if channel.passes_descriptors else None
+        try:
+            where = await channel.call(
+                EGRESS_LISTEN, pass_fd=lane.agent_end.fileno() if lane and lane.agent_end else None,
+                ca_pem=ca_pem, capture=ports_for is not None,
+                resolv_conf=self.agent_writes_resolv_conf, fd_lane=lane is not None)
+        except BaseException:
+            if lane is not None:
+                lane.stop()
+            raise
+        if lane is not None:
+            if where.get("lane"):
+                if channel.lane is not None:
+                    channel.lane.stop()
+                lane.start()
+                channel.lane = lane
+            else:
+                lane.stop()
+        return where
 
     async def expose_port(self, port: int, host: str, host_port: int) -> ForwardedPort:
         """``seam.capabilities.ExposedPorts``: a listener here, carried over the channel

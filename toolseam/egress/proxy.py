@@ -14,6 +14,7 @@ import contextlib
 import ssl
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from . import http1
@@ -79,8 +80,11 @@ class EgressProxy:
             for wait in late:
                 wait.cancel()
 
-    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Serve one inbound connection until it ends; never raises for a client's doing."""
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     opened: dict[str, Any] | None = None) -> None:
+        """Serve one inbound connection until it ends; never raises for a client's doing.
+        ``opened``: where a captured connection was dialled (``egress_target``) and who opened
+        it (``egress_origin``) — given by egress's lane; else the transport is asked."""
         began = time.monotonic()
         connection = Connection(writer)
         if self._closed:
@@ -95,12 +99,15 @@ class EgressProxy:
         self._active.add(connection)
         watchdog = asyncio.create_task(self._watch(connection))
         event: EgressEvent | None = None
-        captured = writer.get_extra_info("egress_target")
+        def told(name: str) -> Any:
+            return opened.get(name) if opened is not None else writer.get_extra_info(name)
+
+        captured = told("egress_target")
         try:
             if captured is not None:  # a program dialled a name's synthetic address
                 connection.raw = True
                 event = EgressEvent(host=normalize_host(captured[0]), port=captured[1], kind="tcp")
-                attribute(event, writer.get_extra_info("egress_origin"), self.call_of)
+                attribute(event, told("egress_origin"), self.call_of)
                 if over:
                     raise ProxyRefusal(503, f"more than egress_max_connections = "
                                        f"{self.policy.max_connections} connections at once", "")
@@ -110,7 +117,7 @@ class EgressProxy:
             if head is None:
                 return
             event, target = self._event_for(head)
-            attribute(event, writer.get_extra_info("egress_origin"), self.call_of)
+            attribute(event, told("egress_origin"), self.call_of)
             if over:
                 why = (f"more than egress_max_connections = {self.policy.max_connections} "
                        "connections at once; wait, or raise egress_max_connections")

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
-from . import http1
+from . import http1, splice
 from .audit import EgressEvent
 from .masking import REFUSED_METHODS, Masker
 from .placeholders import Placeholder, Scanner, Swapper
@@ -29,6 +30,7 @@ class Connection:
         # never an HTTP answer.
         self.raw = False
         self.done = asyncio.Event()
+        self.on_abort: list[Callable[[], None]] = []  # relays the transports' abort cannot end
 
     def touch(self) -> None:
         self.last = time.monotonic()
@@ -55,6 +57,8 @@ class Connection:
     def abort(self, why: str) -> None:
         if not self.finished:
             self.ended_by = self.ended_by or why
+        for hook in list(self.on_abort):
+            hook()
         for writer in self.writers:
             if writer.transport is not None:
                 writer.transport.abort()
@@ -149,7 +153,18 @@ async def forward(connection: Connection, event: EgressEvent,
         connection.answered = True
         writer.write(data)
         down(len(data))
-        await http1.relay_body(upstream.reader, writer, response_framing, down, masker)
+        if (masker is None and response_framing != "chunked"
+                and splice.can_splice(upstream.writer, writer)):
+            # plain sockets both ends (egress's lane), nothing to read in the body: the kernel
+            # moves it, exactly its Content-Length (or to the upstream's end)
+            size = None if response_framing is None else int(response_framing)
+            try:
+                await splice.relay(upstream.reader, upstream.writer, writer, down, size,
+                                   connection.on_abort)
+            except splice.BodyEnded:
+                raise http1.BadRequest("the body ended before its Content-Length") from None
+        else:
+            await http1.relay_body(upstream.reader, writer, response_framing, down, masker)
         connection.finished = True
         await writer.drain()
     finally:
@@ -183,7 +198,24 @@ async def tunnel(connection: Connection, event: EgressEvent, reader: asyncio.Str
     it is passed on; inside TLS it cannot be seen."""
     scanner = Scanner(foreign or [])
 
-    async def pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter, upward: bool) -> None:
+    def counter(upward: bool) -> splice.Counter:
+        def count(n: int) -> None:
+            if upward:
+                event.bytes_up += n
+            else:
+                event.bytes_down += n
+            connection.touch()
+        return count
+
+    async def pump(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
+                   sink: asyncio.StreamWriter, upward: bool) -> None:
+        if not (upward and scanner) and splice.can_splice(source_side, sink):
+            # plain sockets both ends (egress's lane): the kernel moves the bytes
+            await splice.relay(source, source_side, sink, counter(upward), None,
+                               connection.on_abort)
+            if sink.can_write_eof() and not sink.transport.is_closing():
+                sink.write_eof()
+            return
         while data := await source.read(http1.CHUNK):
             if upward and scanner and scanner.seen(data):
                 event.allowed, event.status = False, 403
@@ -200,8 +232,8 @@ async def tunnel(connection: Connection, event: EgressEvent, reader: asyncio.Str
         if sink.can_write_eof():
             sink.write_eof()
 
-    upward = asyncio.create_task(pump(reader, upstream.writer, True))
+    upward = asyncio.create_task(pump(reader, writer, upstream.writer, True))
     try:
-        await pump(upstream.reader, writer, False)
+        await pump(upstream.reader, upstream.writer, writer, False)
     finally:
         await _reap(upward)

@@ -49,6 +49,7 @@ from . import cluster
 from ._wire import decode, pack_call, unpack_answer
 from .direct import DirectLink, Dropped
 from .placement import Placement
+from .streaming import caller_live
 
 HANDLE_PREFIX = "toolseam-ray:"
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
@@ -60,6 +61,9 @@ class RayBackend:
     sandbox on a node of a Ray cluster, run by that node's own engine."""
 
     name = "ray"
+    # not seam.capabilities.DurableSessions: a Ray session outlives its driver by its handle
+    durable_instead = ("a Ray session outlives its driver by its own handle: "
+                       "RayBackend(orphan_timeout=…), backend.handle, RayBackend.attach(handle)")
 
     def __init__(self, workspace: str | None = None, *, image: str | None = None,
                  resources: dict[str, float] | None = None,
@@ -283,11 +287,18 @@ class RayBackend:
 
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:
+        if on_output is not None and request.stream:  # live: a streaming call (streaming.py)
+            return await self._start_streaming(request, on_output)
         status, chunks = await self._call("start", request)
         if on_output is not None:  # the node's chunks, in their order, before the status
             for chunk in chunks:
                 on_output(chunk)
         result: JobStatus = status
+        return result
+
+    async def _start_streaming(self, request: SpawnRequest, on_output: OutputCallback
+                               ) -> JobStatus:
+        result: JobStatus = await caller_live(self._call, request, on_output, self.where)
         return result
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:

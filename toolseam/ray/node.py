@@ -34,6 +34,7 @@ from .direct import NodeServer
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
+from .streaming import LIVE_CALLS, LiveStarts
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
 SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text", "read_page",
@@ -94,6 +95,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         self.node_id = ray.get_runtime_context().get_node_id()
         self.where = f"node {self.config.name} ({self.node_id[:12]}, {self.config.describe()})"
         self._sessions: dict[str, _Session] = {}
+        self._live = LiveStarts()
         self._reaper: asyncio.Task[None] | None = None
         self._direct: NodeServer | None = None
         self._direct_at: tuple[str, int] | None = None
@@ -176,7 +178,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
             return encode(exc)
 
     async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...]) -> Answer:
-        if method not in SEAM_CALLS:
+        if method not in SEAM_CALLS and method not in LIVE_CALLS:
             return encode(HostError(f"{method!r} is not a seam call"))
         try:
             session = self._session(sid, secret)
@@ -192,6 +194,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
                 status = await session.backend.start(
                     request, chunks.append if getattr(request, "stream", False) else None)
                 return ("ok", (status, chunks))
+            if method in LIVE_CALLS:  # a streamed start's long poll (streaming.py)
+                return ("ok", await self._live.call(sid, session.backend, method, args))
             return ("ok", await getattr(session.backend, method)(*args))
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
@@ -265,6 +269,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         except HostError as exc:
             return encode(exc)
         del self._sessions[sid]
+        self._live.cancel(sid)
         try:
             await session.backend.close()
             failure = getattr(session.backend, "copy_back_error", None)
@@ -301,6 +306,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
                 if not (orphaned or expired):
                     continue
                 self._sessions.pop(sid, None)
+                self._live.cancel(sid)
                 if session.toolkit is not None:
                     await self._end_shaped(sid, session)
                     continue

@@ -89,8 +89,11 @@ def durable_sessions(backend: object) -> DurableSessions:
     if found:
         return backend  # type: ignore[return-value]
     name = getattr(backend, "name", type(backend).__name__)
+    # a backend that keeps sessions its own way says how (RayBackend: its handle)
+    instead = getattr(backend, "durable_instead", None)
     raise ConfigurationError(f"orphan_timeout_s: the {name} backend cannot keep a session past "
-                             "its client (host, podman and docker can)")
+                             "its client (host, podman and docker can)"
+                             + (f"; {instead}" if isinstance(instead, str) else ""))
 
 
 class ExposedPort(Protocol):

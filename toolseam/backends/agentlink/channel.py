@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
+import select
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -35,6 +37,7 @@ from ...seam.errors import CouldNotRunError
 from ...seam.models import JobStatus, OutputChunk
 from ...seam.protocol import OutputCallback
 from .errors import map_agent_error
+from .fd_lane import FdLane
 from .ports import PortMux
 from .tunnel import TunnelMux
 
@@ -49,6 +52,8 @@ _CONTROL = -1  # in the data queue: a tunnel's control line (eof, end, ack), kep
 # above malloc's mmap threshold, so every answer cost an mmap, a page fault on fresh zeroed
 # memory, an mremap and an munmap (docs/decisions.md, 140).
 _READ_SIZE = 1 << 18
+# Sending a descriptor waits for the transport's queue to empty: at most this long in all.
+_PASSING_TRIES, _PASSING_WAIT_S = 500, 0.01
 # Told the op of each request this task's calls hand to an agent (``serve --stdio`` at EOF:
 # a bash call whose ``start`` reached the agent goes on there; one that did not, never ran).
 REQUEST_SENT: ContextVar[Callable[[str], None] | None] = ContextVar("toolseam_request_sent",
@@ -83,6 +88,10 @@ class AgentChannel(asyncio.BufferedProtocol):
         self.death: CouldNotRunError | None = None
         self.tunnels: TunnelMux | None = None  # egress mode: the session's proxied connections
         self.ports: PortMux | None = None  # exposed ports: their listeners and streams (ports.py)
+        self.lane: FdLane | None = None  # egress connections handed over whole (fd_lane.py)
+        # Whether the peer of this unix socket is the agent itself (a socketpair, its listening
+        # socket), so a descriptor sent reaches it — not an engine's attach stream.
+        self.passes_descriptors = False
         # A durable session's attached connection seals every line (toolseam_agent/attach_auth.py)
         self._seal: Sealer | None = None
         self._unseal: Sealer | None = None
@@ -93,6 +102,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         """A channel on a connected unix socket (the host agent's end of a socketpair)."""
         channel = cls(endpoint)
         await asyncio.get_running_loop().create_unix_connection(lambda: channel, sock=sock)
+        channel.passes_descriptors = True
         return channel
 
     @classmethod
@@ -100,6 +110,7 @@ class AgentChannel(asyncio.BufferedProtocol):
         """A channel to an agent listening on the unix socket at ``path``."""
         channel = cls(endpoint)
         await asyncio.get_running_loop().create_unix_connection(lambda: channel, path)
+        channel.passes_descriptors = True
         return channel
 
     @property
@@ -179,8 +190,9 @@ class AgentChannel(asyncio.BufferedProtocol):
     def unlisten(self, job: str) -> None:
         self._listeners.pop(job, None)
 
-    async def call(self, op: str, **fields: Any) -> dict[str, Any]:
-        """Send one request; the answer's ``result``, or the mapped exception."""
+    async def call(self, op: str, pass_fd: int | None = None, **fields: Any) -> dict[str, Any]:
+        """Send one request; the answer's ``result``, or the mapped exception. ``pass_fd``: a
+        descriptor sent with the request (``passes_descriptors`` channels only)."""
         if self.death is not None:
             raise self.death
         assert self._transport is not None
@@ -189,7 +201,9 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._pending[rid] = future
         try:
             payload = wire_dumps({"id": rid, "op": op, **fields})
-            if self._seal is None:
+            if pass_fd is not None:
+                await self._write_passing(payload.encode(), pass_fd)
+            elif self._seal is None:
                 self._transport.write((payload + "\n").encode())
             else:
                 self._transport.write(self._seal.seal(payload.encode()) + b"\n")
@@ -205,6 +219,39 @@ class AgentChannel(asyncio.BufferedProtocol):
             result: dict[str, Any] = answer["result"]  # parsed for this call alone: no copy
             return result
         raise map_agent_error(answer.get("error") or {})
+
+    async def _write_passing(self, payload: bytes, fd: int) -> None:
+        """A request line with ``fd`` on its first byte (SCM_RIGHTS), written on the socket
+        itself once the transport has nothing queued, so the line keeps its place in the stream
+        (the transport's own writes cannot carry a descriptor). Sealed when written: the
+        seals' sequence is the order on the wire."""
+        assert self._transport is not None and self.passes_descriptors
+        for _ in range(_PASSING_TRIES):
+            if self.death is not None:
+                raise self.death
+            if not self._transport.get_write_buffer_size() and not self._data:
+                break
+            await asyncio.sleep(_PASSING_WAIT_S)
+        else:
+            raise CouldNotRunError(f"the channel to the sandbox agent at {self.endpoint} stayed "
+                                   "full: a descriptor could not be sent", retryable=True)
+        # From here to the write, nothing else may be written: no await.
+        line = payload + b"\n" if self._seal is None else self._seal.seal(payload) + b"\n"
+        raw = self._transport.get_extra_info("socket")
+        with socket.socket(fileno=os.dup(raw.fileno())) as sock:
+            while True:
+                try:
+                    sent = socket.send_fds(sock, [line], [fd])
+                    break
+                except (BlockingIOError, InterruptedError):
+                    # the agent's socket buffer is full: a short wait in place (rare; an await
+                    # would let another write overtake a line whose seal is already made)
+                    if not select.select([], [sock], [], _PASSING_WAIT_S * _PASSING_TRIES)[1]:
+                        raise CouldNotRunError(
+                            f"the channel to the sandbox agent at {self.endpoint} stayed full: "
+                            "a descriptor could not be sent", retryable=True) from None
+        if sent < len(line):
+            self._transport.write(line[sent:])
 
     # --- asyncio.Protocol -----------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -277,6 +324,8 @@ class AgentChannel(asyncio.BufferedProtocol):
         self._die(f"the sandbox agent at {self.endpoint} exited")
         if self.tunnels is not None:
             self.tunnels.end_all()
+        if self.lane is not None:
+            self.lane.stop()
         if self.ports is not None:
             self.ports.carrying = False
             self.ports.end_all()

@@ -97,6 +97,7 @@ async def _unix_connector(channel: DurableChannel) -> None:
                     raise
                 await asyncio.sleep(0.01)
         await channel._loop.create_unix_connection(lambda: channel, sock=sock)
+        channel.passes_descriptors = True  # the agent's own listening socket
     except (FileNotFoundError, ConnectionRefusedError) as exc:
         sock.close()
         raise AttachError("ended", f"no session is listening at {channel.path} "
@@ -198,10 +199,10 @@ class DurableChannel(AgentChannel):
         ``canonical_state``, when the caller made it already."""
         await self.call(STATE_PUT, key=key, state=seal_state(self._secret, key, state, text))
 
-    async def call(self, op: str, **fields: Any) -> dict[str, Any]:
+    async def call(self, op: str, pass_fd: int | None = None, **fields: Any) -> dict[str, Any]:
         if self._reconnecting is not None and not self._reconnecting.done():
             await asyncio.shield(self._reconnecting)
-        return await super().call(op, **fields)
+        return await super().call(op, pass_fd, **fields)
 
     def connection_lost(self, exc: Exception | None) -> None:
         attaching = self._attaching

@@ -274,8 +274,14 @@ class TunnelMux:
 
     async def close(self) -> None:
         self.end_all()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:  # bounded: a handler that swallows its cancellation must not hang the close
-            await asyncio.wait(tasks, timeout=_CLOSE_WAIT_S)
+        await cancel_handlers(self._tasks)
+
+
+async def cancel_handlers(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel connection handlers and wait for them, bounded: a handler that swallows its
+    cancellation must not hang the close."""
+    pending = list(tasks)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=_CLOSE_WAIT_S)

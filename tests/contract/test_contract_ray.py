@@ -1,0 +1,28 @@
+"""The contract suite through the session's real 3-node Ray cluster (issue 39, item 7):
+``RayBackend`` sessions placed on the rootless podman node, the docker head and the rootful
+podman node (tests/support/ray_cluster.py), held to the same cases as every local backend
+(the binding: tests/support/ray_contract.py).
+
+The whole suite runs on the rootless node (the default engine of a Ray node); the docker and
+podman nodes run every case but the file part's two grids, which they run by one point each
+(decision 300: the same agent code on every engine, and the Ray run's time).
+"""
+
+from __future__ import annotations
+
+from ..support.ray_cluster import RAY_TESTS
+from ..support.ray_contract import RayBinding, RaySubsetBinding
+
+pytestmark = RAY_TESTS
+
+
+class TestRayRootless(RayBinding):
+    node = "rootless"
+
+
+class TestRayDocker(RaySubsetBinding):
+    node = "docker"
+
+
+class TestRayPodman(RaySubsetBinding):
+    node = "podman"

@@ -1,0 +1,172 @@
+"""The node's side of live output through Ray (``toolseam/ray/streaming.py``), above the seam
+on the in-process fake backend: batches in order, the end riding with the last output, a
+caller that falls behind bounding what the node keeps, a cancel ending the job."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolseam.ray import streaming
+from toolseam.seam.errors import HostError
+from toolseam.seam.models import OutputChunk, SpawnRequest
+from toolseam.testing.fake import FakeBackend
+
+
+def spawn(script: str, job: str = "j1") -> SpawnRequest:
+    return SpawnRequest(job=job, argv=["/bin/sh", "-c", script], cwd="/workspace", env={},
+                        stream=True)
+
+
+async def drain(live: streaming.LiveStarts, job: str = "j1") -> tuple[list[str], Any]:
+    texts: list[str] = []
+    while True:
+        chunks, final = await live.next("s", job)
+        texts += [chunk.text for chunk in chunks]
+        if final is not None:
+            return texts, final
+
+
+async def test_a_short_command_is_one_batch_with_its_end() -> None:
+    live = streaming.LiveStarts()
+    live.begin("s", FakeBackend("/workspace"), spawn("echo a; echo b >&2; exit 3"))
+    chunks, final = await live.next("s", "j1")
+    assert chunks == [OutputChunk(stream="stdout", text="a\n"),
+                      OutputChunk(stream="stderr", text="b\n")]
+    assert final is not None and final[0] == "ok" and final[1].exit_code == 3
+    with pytest.raises(HostError, match="no streamed start"):  # forgotten once answered
+        await live.next("s", "j1")
+
+
+async def test_output_before_a_pause_comes_before_the_pause_ends() -> None:
+    live = streaming.LiveStarts()
+    live.begin("s", FakeBackend("/workspace"), spawn("echo early; sleep 0.5; echo late"))
+    chunks, final = await asyncio.wait_for(live.next("s", "j1"), 0.3)
+    assert ([c.text for c in chunks], final) == (["early\n"], None)
+    texts, final = await drain(live)
+    assert texts == ["late\n"] and final[1].exit_code == 0
+
+
+async def test_a_caller_that_falls_behind_bounds_what_the_node_keeps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command floods while nobody fetches: the node keeps at most UNREAD_CHARS of it; the
+    result's capture is whole all the same."""
+    monkeypatch.setattr(streaming, "UNREAD_CHARS", 100)
+    live = streaming.LiveStarts()
+    line = "x" * 29  # 30 characters with its newline
+    live.begin("s", FakeBackend("/workspace"), spawn("; ".join([f"echo {line}"] * 20)))
+    await asyncio.sleep(0.05)  # the command has ended; nothing was fetched
+    texts, final = await drain(live)
+    assert texts == [line + "\n"] * 3
+    assert final[1].output == (line + "\n") * 20
+
+
+async def test_cancel_forgets_the_start_and_a_wrong_job_is_named() -> None:
+    """A cancelled caller's start is cancelled on the node as a cancelled local ``start`` is
+    (the job itself is the caller's to kill: the bash tool does, ``_abandon``)."""
+    backend = FakeBackend("/workspace")
+    live = streaming.LiveStarts()
+    live.begin("s", backend, spawn("echo go; sleep 30"))
+    with pytest.raises(HostError, match="being started already"):
+        live.begin("s", backend, spawn("echo twice"))
+    assert (await live.next("s", "j1"))[1] is None
+    started = live._live[("s", "j1")].started
+    live.cancel("s", "j1")
+    await asyncio.gather(started, return_exceptions=True)
+    assert started.cancelled()
+    with pytest.raises(HostError, match="no streamed start of job 'j1'"):
+        await live.next("s", "j1")
+    assert (await backend.kill("j1")).killed
+
+
+async def test_closing_a_session_cancels_all_its_starts_only() -> None:
+    backend = FakeBackend("/workspace")
+    live = streaming.LiveStarts()
+    for sid, job in (("s", "a"), ("s", "b"), ("t", "a")):
+        live.begin(sid, backend if sid == "s" else FakeBackend("/workspace"),
+                   spawn("sleep 30", job))
+    started = [live._live[key].started for key in (("s", "a"), ("s", "b"))]
+    live.cancel("s")
+    assert set(live._live) == {("t", "a")}
+    await asyncio.gather(*started, return_exceptions=True)
+    assert all(task.cancelled() for task in started)
+    live.cancel("t")
+    assert not live._live
+
+
+STEPS = st.lists(st.one_of(
+    st.tuples(st.just("echo"), st.text("abcxyz019", min_size=1, max_size=12),
+              st.sampled_from(["", " >&2"])),
+    st.tuples(st.just("sleep"), st.sampled_from(["0", "0.001", "0.03"]), st.just(""))),
+    max_size=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=STEPS, fetch_pause=st.sampled_from([0.0, 0.002, 0.04]),
+       cap=st.sampled_from([10, 40, 1 << 20]))
+def test_what_arrives_is_the_output_in_order_within_the_cap(
+        steps: list[tuple[str, str, str]], fetch_pause: float, cap: int) -> None:
+    """Whatever the command's rhythm and the caller's: the chunks fetched are the command's
+    own, in order, each whole; all of them while the caller keeps under the cap; the answer
+    comes once, last, with the whole capture."""
+    script = "; ".join(f"{verb} {arg}{tail}" for verb, arg, tail in steps) or "true"
+
+    async def run() -> None:
+        previous = streaming.UNREAD_CHARS
+        streaming.UNREAD_CHARS = cap
+        try:
+            live = streaming.LiveStarts()
+            live.begin("s", FakeBackend("/workspace"), spawn(script))
+            fetched: list[OutputChunk] = []
+            while True:
+                chunks, final = await live.next("s", "j1")
+                fetched += chunks
+                if final is not None:
+                    break
+                await asyncio.sleep(fetch_pause)
+        finally:
+            streaming.UNREAD_CHARS = previous
+        produced = final[1].chunks
+        it = iter(produced)
+        assert all(chunk in it for chunk in fetched)  # a subsequence, in order
+        if sum(len(c.text) for c in produced) <= cap:
+            assert fetched == produced
+        assert not live._live
+    asyncio.run(run())
+
+
+def wired(live: streaming.LiveStarts, backend: FakeBackend) -> Any:
+    """The backend's ``_call`` with no cluster between: straight into the node's side."""
+    async def call(method: str, *args: Any) -> Any:
+        return await live.call("s", backend, method, args)
+    return call
+
+
+async def test_the_caller_hands_each_batch_on_and_returns_the_status() -> None:
+    live, got = streaming.LiveStarts(), list[OutputChunk]()
+    status = await streaming.caller_live(wired(live, FakeBackend("/workspace")),
+                                         spawn("echo a; sleep 0.1; echo b >&2; exit 2"),
+                                         got.append, "node x")
+    assert [(c.stream, c.text) for c in got] == [("stdout", "a\n"), ("stderr", "b\n")]
+    assert status.exit_code == 2 and not live._live
+    with pytest.raises(HostError, match="takes a SpawnRequest"):
+        await live.call("s", FakeBackend("/workspace"), "start_live", ("echo",))
+
+
+async def test_a_cancelled_caller_ends_the_start_on_the_node() -> None:
+    live, first = streaming.LiveStarts(), asyncio.Event()
+    backend = FakeBackend("/workspace")
+    caller = asyncio.ensure_future(streaming.caller_live(
+        wired(live, backend), spawn("echo go; sleep 30"), lambda c: first.set(), "node x"))
+    await asyncio.wait_for(first.wait(), 1)
+    started = live._live[("s", "j1")].started
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    await asyncio.gather(started, return_exceptions=True)  # live_cancel reached the node
+    assert started.cancelled() and not live._live
+    await backend.kill("j1")
