@@ -1,10 +1,10 @@
 """A session's tool calls on a direct connection to its node actor (decision 312).
 
-One empty Ray actor call, awaited from asyncio, costs 0.9-1.3 ms here — the whole budget of
+One empty Ray actor call, awaited from asyncio, costs 0.9-1.8 ms here — more than the budget of
 "through the cluster ≤ the same backend here + 1 ms" before the call does anything. So the
 node actor also listens on its node's Ray address (a port of its own, chosen by the kernel),
 and each session's holder opens one connection to it; everything else (placement, open,
-claims, close, attach, streaming, the workspace) stays on Ray, and a connection that cannot
+claims, close, attach, the workspace) stays on Ray, and a connection that cannot
 be made leaves the session on Ray calls.
 
 Who may use it: the first frame names a session and carries its secret, checked as every Ray
