@@ -132,6 +132,35 @@ async def test_leaving_the_pool_removes_every_sandbox_it_made(engine: str, works
     await tk.close()
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_copy_mode_hand_out_of_an_empty_base_dir_sends_the_engine_nothing(
+        engine: str, workspaces: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty base dir packs no entry: its hand-out makes no engine call (32 of them at once
+    were a Ray pool claim's whole 1.6-2.9 s, decision 311), and what the session writes still
+    comes home at close; a base dir with a file is copied in as before."""
+    sent: list[str] = []
+    real = SdkEngine.put_archive
+
+    def counted(self: SdkEngine, container: str, path: str, data: Any) -> None:
+        sent.append(path)
+        real(self, container, path, data)
+    monkeypatch.setattr(SdkEngine, "put_archive", counted)
+    empty, full = workspaces(), workspaces({"in.txt": "given\n"})
+    async with SandboxPool(pool_factory(engine), size=2, workspace_mode="copy") as pool:
+        await pool.wait_full()
+        before = list(sent)  # the agent volume's fill, on an engine that had none yet
+        tk = await pool.toolkit(empty)
+        assert sent == before
+        made = await tk.call("bash", {"command": "ls -A; echo made > out.txt"})
+        assert made.output == ""
+        await tk.close()
+        assert (empty / "out.txt").read_text() == "made\n"
+        tk = await pool.toolkit(full)
+        assert sent == [*before, "/workspace"]
+        assert (await tk.call("bash", {"command": "cat in.txt"})).output == "given\n"
+        await tk.close()
+
+
 _CRASHING = textwrap.dedent("""
     import asyncio, functools, json, sys
     from toolseam import SandboxPool

@@ -31,9 +31,31 @@ def test_a_missing_workdir_is_nothing_to_sweep(tmp_path: Path) -> None:
     assert sweep_dead_roots(str(tmp_path / "never-made")) == []
 
 
+def test_the_default_workdir_is_below_this_users_staging_root() -> None:
+    """No ``TOOLSEAM_RAY_WORKDIR``: ``ray`` below the staging root (``staging.user_dir``),
+    this user's alone — not a name in the shared temp dir another user could make first."""
+    import stat
+    import tempfile
+
+    from toolseam.backends.staging import staging_root
+    from toolseam.ray.node import own_workdir
+    from toolseam.ray.node_config import NodeConfig
+
+    config = NodeConfig.from_env({"TOOLSEAM_RAY_BACKEND": "host"})
+    default = Path(own_workdir(config.workdir))
+    assert default == staging_root() / "ray"
+    assert default.parent != Path(tempfile.gettempdir())
+    seen = os.lstat(default)
+    assert stat.S_ISDIR(seen.st_mode) and seen.st_uid == os.geteuid()
+    assert not seen.st_mode & 0o022
+    custom = NodeConfig.from_env({"TOOLSEAM_RAY_BACKEND": "host",
+                                  "TOOLSEAM_RAY_WORKDIR": "/srv/ray-stage"})
+    assert custom.workdir == "/srv/ray-stage"
+
+
 def test_a_planted_workdir_is_refused_never_used(tmp_path: Path) -> None:
-    """Another local user may make the default ``$TMPDIR/toolseam-ray`` first: the node refuses
-    it (and a symlink in its place) instead of keeping workspaces there."""
+    """Another local user may make a ``TOOLSEAM_RAY_WORKDIR`` in a shared dir first: the node
+    refuses it (and a symlink in its place) instead of keeping workspaces there."""
     import pytest
 
     from toolseam.backends.staging import UnsafePath

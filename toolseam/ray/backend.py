@@ -4,6 +4,8 @@ The caller's side holds the session's handle (node, session id, secret) and the 
 copy baseline; the node holds the sandbox. The workspace travels as in copy mode: a tar of
 the base dir at open (none for an image-only workspace), the sandbox's workspace back at
 ``sync``/``close``, applied by ``WorkspaceCopy`` — the same copy-back rule as a remote engine's.
+Tool calls go on the session's direct connection to its node actor (direct.py), the rest —
+and every call where that connection cannot be made — through Ray actor calls.
 """
 
 from __future__ import annotations
@@ -44,12 +46,14 @@ from ..seam.models import (
 )
 from ..seam.protocol import OutputCallback
 from . import cluster
-from ._wire import decode
+from ._wire import decode, pack_call, unpack_answer
+from .direct import DirectLink, Dropped
 from .placement import Placement
 from .streaming import caller_live
 
 HANDLE_PREFIX = "toolseam-ray:"
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
+DROP_PROBE_S = 5.0  # a dropped direct connection: how long the node actor may take to answer
 
 
 class RayBackend:
@@ -66,7 +70,7 @@ class RayBackend:
                  strategy: Literal["spread", "pack"] = "spread", address: str | None = None,
                  node: str | None = None, limits: SandboxLimits | None = None,
                  orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S,
-                 copy_limit: int | None = None) -> None:
+                 copy_limit: int | None = None, direct: bool = True) -> None:
         if strategy not in ("spread", "pack"):
             raise ConfigurationError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
         if orphan_timeout <= 0:
@@ -95,6 +99,8 @@ class RayBackend:
         self._over: CouldNotRunError | None = None
         self._copy_back_error: CouldNotRunError | None = None
         self._heartbeat: asyncio.Task[None] | None = None
+        self.direct = direct  # tool calls on a direct connection to the node (direct.py)
+        self._link: DirectLink | None = None
 
     # --- handles -------------------------------------------------------------------------
     @property
@@ -134,6 +140,7 @@ class RayBackend:
             if self._info is None:
                 self._info = await self._open()
                 self._heartbeat = asyncio.ensure_future(self._renew())
+                await self._connect_direct()
         return self._info
 
     async def _open(self) -> SandboxInfo:
@@ -169,6 +176,19 @@ class RayBackend:
         opened: SandboxInfo = info.model_copy(update={"local": False})
         return opened
 
+    async def _connect_direct(self) -> None:
+        """The session's direct connection, where its node offers one (else Ray calls)."""
+        at = cluster.node_direct(self.node_id or "") if self.direct else None
+        if at is not None:
+            self._link = await DirectLink.connect(at[0], at[1], self.session_id, self._secret)
+            if self._link is None:  # unreachable from here: later sessions do not wait for it
+                cluster.no_direct(self.node_id or "")
+
+    @property
+    def direct_connected(self) -> bool:
+        """Tool calls go on a direct connection to the node now (not through Ray)."""
+        return self._link is not None and self._link.alive
+
     def _pack(self) -> bytes:
         assert self._copy is not None
         out = io.BytesIO()
@@ -188,6 +208,8 @@ class RayBackend:
         self._closed = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
+        if self._link is not None:
+            self._link.close()
         if self._info is None or self._over is not None:
             return
         try:
@@ -238,9 +260,30 @@ class RayBackend:
             await self.open()
         if self._over is not None:
             raise self._over
-        answer = await self._ray_call(self._actor.call.remote(
-            self.session_id, self._secret, method, args))
-        return decode(answer, self.where)
+        link = self._link
+        if link is not None and link.alive:
+            try:
+                return decode(await link.call(method, args), self.where)
+            except Dropped:
+                raise await self._dropped() from None
+        answer = await self._ray_call(self._actor.call_packed.remote(
+            pack_call(self.session_id, self._secret, method, args)))
+        return decode(unpack_answer(answer), self.where)
+
+    async def _dropped(self) -> CouldNotRunError:
+        """The direct connection ended under a call. Ray says whether the node actor is still
+        there: gone (or silent for ``DROP_PROBE_S``), the session is over as on the Ray path;
+        there, only this call failed (it may have run) and the next goes through Ray."""
+        self._link = None
+        probe = self._actor.ready.remote()
+        try:
+            await asyncio.wait_for(self._ray_call(probe), DROP_PROBE_S)
+        except TimeoutError:
+            return self._lost(TimeoutError("no answer from its node actor"))
+        except CouldNotRunError as over:
+            return over
+        return CouldNotRunError(f"the direct connection to {self.where} dropped; the call may "
+                                "have run there", retryable=False)
 
     async def start(self, request: SpawnRequest, on_output: OutputCallback | None = None
                     ) -> JobStatus:

@@ -154,11 +154,13 @@ def forget_actor(node_id: str, lost: bool = False) -> None:
     with _lock:
         _actors.pop(node_id, None)
         _where.pop(node_id, None)
+        _direct.pop(node_id, None)
         if lost:
             _lost.add(node_id)
 
 
 _where: dict[str, str] = {}
+_direct: dict[str, tuple[str, int] | None] = {}
 
 
 async def node_where(node_id: str, ready: Any) -> str:
@@ -169,8 +171,20 @@ async def node_where(node_id: str, ready: Any) -> str:
         ready.close()  # the coroutine not needed
         return known
     answer = await ready
+    direct = answer.get("direct")
+    _direct[node_id] = (str(direct[0]), int(direct[1])) if direct else None
     _where[node_id] = str(answer["where"])
     return _where[node_id]
+
+
+def node_direct(node_id: str) -> tuple[str, int] | None:
+    """Where the node actor takes direct tool calls (direct.py), from its ``ready`` answer."""
+    return _direct.get(node_id)
+
+
+def no_direct(node_id: str) -> None:
+    """This process could not reach the node's direct port: its sessions use Ray calls."""
+    _direct[node_id] = None
 
 
 def ray_failures(ray: Any) -> tuple[type[BaseException], ...]:

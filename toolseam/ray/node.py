@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backends.staging import check_owned
+from ..backends.staging import check_owned, user_dir
 from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
-from ._wire import Answer, encode
+from ._wire import Answer, encode, pack_answer, unpack_call
+from .direct import NodeServer
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
@@ -96,6 +97,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
         self._sessions: dict[str, _Session] = {}
         self._live = LiveStarts()
         self._reaper: asyncio.Task[None] | None = None
+        self._direct: NodeServer | None = None
+        self._direct_at: tuple[str, int] | None = None
 
     async def ready(self) -> dict[str, Any]:
         """Who this node is; the first call also removes what a previous actor of this machine
@@ -106,8 +109,22 @@ class NodeSessions(ShapedSandboxes, NodePools):
             with contextlib.suppress(Exception):  # an engine that is down answers at open
                 await asyncio.to_thread(self._janitor)
             await asyncio.to_thread(sweep_dead_roots, self._workdir())
+            await self._listen()
         return {"node_id": self.node_id, "name": self.config.name, "engine": self.config.engine,
-                "where": self.where, "pid": os.getpid(), "sessions": len(self._sessions)}
+                "where": self.where, "pid": os.getpid(), "sessions": len(self._sessions),
+                "direct": self._direct_at}
+
+    async def _listen(self) -> None:
+        """The direct path for tool calls (direct.py), on the node's Ray address; a node that
+        cannot listen serves every call through Ray."""
+        import ray
+        host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
+        server = NodeServer(self.call, self._session)
+        try:
+            self._direct_at = (host, await server.start(host))
+            self._direct = server
+        except OSError:
+            self._direct_at = None
 
     def _janitor(self) -> None:
         if self.config.engine == "host":
@@ -186,6 +203,15 @@ class NodeSessions(ShapedSandboxes, NodePools):
             session.calls -= 1
             session.seen = time.monotonic()
 
+    async def call_packed(self, payload: bytes) -> bytes:
+        """``call`` as Ray carries it (a session without the direct path, direct.py): its
+        arguments and answer as bytes (_wire.py)."""
+        try:
+            sid, secret, method, args = unpack_call(payload)
+        except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
+            return pack_answer(encode(HostError(f"not a toolseam call ({type(exc).__name__})")))
+        return pack_answer(await self.call(sid, secret, method, args))
+
     async def touch(self, sid: str, secret: str) -> Answer:
         try:
             self._session(sid, secret)
@@ -258,10 +284,13 @@ class NodeSessions(ShapedSandboxes, NodePools):
             shutil.rmtree(session.root, ignore_errors=True)
 
     async def stats(self) -> dict[str, Any]:
-        """Counts and this process's memory (for the benchmark); no session is named."""
+        """Counts, this process's memory and CPU seconds (for the benchmark); no session is
+        named."""
         import psutil
-        info = psutil.Process().memory_full_info()
+        me = psutil.Process()
+        info, cpu = me.memory_full_info(), me.cpu_times()
         return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss,
+                "cpu_s": cpu.user + cpu.system,
                 "warm": sum(pool.warm for pool in self._pools.values())}
 
     # --- orphans -------------------------------------------------------------------------
@@ -290,8 +319,12 @@ class NodeSessions(ShapedSandboxes, NodePools):
 
 
 def own_workdir(workdir: str) -> str:
-    """The node's staging dir, made 0700 if missing; one another user planted (the default is
-    in the shared temp dir) or a symlink is refused (``staging.check_owned``), never used."""
+    """The node's staging dir: ``workdir`` (``TOOLSEAM_RAY_WORKDIR``), made 0700 if missing —
+    one another user planted or a symlink is refused (``staging.check_owned``), never used; none
+    given, ``ray`` below this user's staging root (``staging.user_dir``, checked the same way),
+    where no other local user can make the name first."""
+    if not workdir:
+        return str(user_dir("ray"))
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     check_owned(Path(workdir), os.geteuid(), exact_owner=True)
     return workdir

@@ -5,7 +5,8 @@ caller (who cannot know which engine a machine it has never seen has).
 ``TOOLSEAM_RAY_BACKEND_OPTIONS``: a JSON object of that backend's keyword options
 (``endpoint``, ``image``, ``pull``, ``workspace_mode`` …; ``tls_dir`` for a docker engine over
 TLS). ``TOOLSEAM_RAY_NODE_NAME`` names the node in messages (default: the host's name);
-``TOOLSEAM_RAY_WORKDIR`` is where the node keeps its sessions' workspaces.
+``TOOLSEAM_RAY_WORKDIR`` is where the node keeps its sessions' workspaces (default: ``ray``
+below this user's staging root, ``staging.user_dir`` — never a name in the shared temp dir).
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,8 +44,7 @@ class NodeConfig:
             raise ConfigurationError(f"TOOLSEAM_RAY_BACKEND_OPTIONS is not JSON: {exc}") from None
         if not isinstance(options, dict):
             raise ConfigurationError("TOOLSEAM_RAY_BACKEND_OPTIONS must be a JSON object")
-        workdir = env.get("TOOLSEAM_RAY_WORKDIR") or os.path.join(tempfile.gettempdir(),
-                                                                   "toolseam-ray")
+        workdir = env.get("TOOLSEAM_RAY_WORKDIR", "")  # "": the default (node.own_workdir)
         return cls(engine, options, env.get("TOOLSEAM_RAY_NODE_NAME") or socket.gethostname(),
                    workdir)
 

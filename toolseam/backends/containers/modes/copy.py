@@ -134,8 +134,12 @@ class CopyMode:
         copy = WorkspaceCopy(workspace, self._copy_limit, keep_group_write=self._keep_group_write)
         with tempfile.TemporaryFile(prefix="toolseam-copy-in-") as archive:
             copy.pack(archive)
-            archive.seek(0)
-            sandbox.engine.put_archive(sandbox.container, WORKSPACE, archive)
+            # an empty base dir (an image-only workspace, a pool's claim without a base dir)
+            # packs no entry: nothing to send, and the engine call it would cost is a pool
+            # claim's whole time when many claims reach one engine at once (decision 311)
+            if copy.baseline:
+                archive.seek(0)
+                sandbox.engine.put_archive(sandbox.container, WORKSPACE, archive)
         self.copy = copy
 
     async def adopt(self, sandbox: ContainerSandbox, workspace: str) -> None:
