@@ -20,7 +20,15 @@ from toolseam.ray import RayBackend
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.engines import backend as local_backend
-from ..support.ray_cluster import NODES, RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.engines import remote_image, required_env
+from ..support.ray_cluster import (
+    NODES,
+    RAY_TESTS,
+    REMOTE_NODE,
+    RayTestCluster,
+    assert_node_empty,
+    resource,
+)
 
 pytestmark = RAY_TESTS
 
@@ -82,6 +90,38 @@ async def test_builtins_through_a_node_answer_as_the_same_backend_here(
     assert (there / "new" / "n.txt").read_text() == "fresh\n"
     assert not (there / "sub" / "f007.py").exists()
     await assert_node_empty(ray_cluster, node)
+
+
+async def test_a_node_whose_engine_is_on_another_machine(ray_cluster: RayTestCluster,
+                                                        workspace: Path) -> None:
+    """A node configured with a remote engine's URL (the suite's remote podman, over tcp)
+    joins the cluster: its sessions run on that engine, answer as the same remote engine opened
+    here, come back by the copy-back rule, and close leaves nothing there."""
+    [(name, (engine, variable))] = REMOTE_NODE.items()
+    ray_cluster.add_node(name, engine, required_env(variable, "remote engines"),
+                         image=remote_image())
+    node_id = ray_cluster.node_id(name)
+    try:
+        ray_cluster.cluster.wait_for_nodes()
+        here, there = workspace / "here", workspace / "there"
+        for root in (here, there):
+            root.mkdir()
+            root.chmod(0o777)
+            make_tree(root)
+        async with Toolkit(local_backend("podman-remote", str(here))) as tk:
+            expected = await run_calls(tk)
+        ray_backend = RayBackend(str(there), resources=resource(name),
+                                 address=ray_cluster.address)
+        async with Toolkit(ray_backend) as tk:
+            assert ray_backend.node_id == ray_cluster.node_id(name)
+            assert required_env(variable, "remote engines") in ray_backend.where
+            got = await run_calls(tk)
+        assert got == expected
+        assert tree(there) == tree(here)
+        await assert_node_empty(ray_cluster, name)
+    finally:
+        ray_cluster.kill_node(name)
+        await ray_cluster.wait_dead(node_id)  # no later test's spread may count it
 
 
 async def test_an_image_only_session_needs_no_workspace_and_close_ends_it(

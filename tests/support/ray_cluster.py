@@ -24,6 +24,9 @@ NODES = {"docker": ("docker", "TOOLSEAM_DOCKER_URL"),
          "podman": ("podman", "TOOLSEAM_PODMAN_URL"),
          "rootless": ("podman-rootless", "TOOLSEAM_PODMAN_ROOTLESS_URL")}
 HEAD = "docker"
+# a node that joins for one test (test_ray_cluster.py): its engine is on "another machine" —
+# the remote podman the suite reaches over tcp — and it pulls the image from the registry
+REMOTE_NODE = {"remote": ("podman", "TOOLSEAM_REMOTE_PODMAN_URL")}
 # every Ray test module's pytestmark. scripts/test runs them in a pytest of their own, in one
 # process (one cluster); the xdist group says the same to `--dist loadgroup` where xdist
 # still honours it (under pytest 9.2 and xdist 3.8 it does not: each worker would start one)
@@ -31,11 +34,12 @@ RAY_TESTS = [pytest.mark.ray, pytest.mark.xdist_group("ray-cluster")]
 
 
 def node_env(engine: str, name: str, endpoint: str | None = None,
-             workdir: str | None = None) -> dict[str, str]:
+             workdir: str | None = None, image: str | None = None) -> dict[str, str]:
     """The environment a node's processes get: its engine, its name, where it keeps things."""
     options: dict[str, Any] = {}
     if engine != "host":
-        options = {"image": os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")}
+        options = {"image": image or os.environ.get("TOOLSEAM_IMAGE",
+                                                    "localhost/toolseam-sandbox:latest")}
         if endpoint:
             options["endpoint"] = endpoint
     env = {"TOOLSEAM_RAY_BACKEND": engine, "TOOLSEAM_RAY_NODE_NAME": name,
@@ -59,12 +63,12 @@ class RayTestCluster:
         return str(self.nodes[name].node_id)
 
     def add_node(self, name: str, engine: str, endpoint: str | None = None,
-                 **extra: Any) -> Any:
+                 image: str | None = None, **extra: Any) -> Any:
         """Another node (a machine joining); ``remove_node`` kills it like a lost machine."""
         node = self.cluster.add_node(
             node_ip_address="127.0.0.1", num_cpus=1, include_dashboard=False,
             resources={f"toolseam-{name}": 1000, **extra.pop("resources", {})},
-            env_vars=node_env(engine, name, endpoint), **extra)
+            env_vars=node_env(engine, name, endpoint, image=image), **extra)
         self.nodes[name] = node
         return node
 
@@ -120,7 +124,7 @@ async def assert_node_empty(ray_cluster: RayTestCluster, node: str) -> None:
     stats = await actor.stats.remote()
     ready = await actor.ready.remote()
     assert stats["sessions"] == 0
-    engine, variable = NODES[node]
+    engine, variable = {**NODES, **REMOTE_NODE}[node]
     url = os.environ[variable]
     made: Any
     if engine == "docker":
