@@ -48,6 +48,7 @@ from ..seam.protocol import OutputCallback
 from . import cluster
 from ._wire import decode, pack_call, unpack_answer
 from .direct import DirectLink, Dropped
+from .egress import NOT_CAPTURED, CallerEnd, Serve
 from .placement import Placement
 from .streaming import caller_live
 
@@ -75,9 +76,6 @@ class RayBackend:
             raise ConfigurationError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
         if orphan_timeout <= 0:
             raise ConfigurationError(f"orphan_timeout must be positive, got {orphan_timeout}")
-        if limits is not None and limits.network == "egress":
-            raise ConfigurationError("RayBackend: network 'egress' is not offered through a "
-                                     "Ray cluster yet; use 'none' or 'bridge'")
         self.workspace = os.path.abspath(workspace) if workspace else None
         self.image = image
         self.placement = Placement(dict(resources or {}), strategy, node)
@@ -101,6 +99,8 @@ class RayBackend:
         self._heartbeat: asyncio.Task[None] | None = None
         self.direct = direct  # tool calls on a direct connection to the node (direct.py)
         self._link: DirectLink | None = None
+        self._egress: CallerEnd | None = None  # egress mode: the caller's end (egress.py)
+        self._egress_at: tuple[str, int] = ("", 0)
 
     # --- handles -------------------------------------------------------------------------
     @property
@@ -210,6 +210,8 @@ class RayBackend:
             self._heartbeat.cancel()
         if self._link is not None:
             self._link.close()
+        if self._egress is not None:
+            await self._egress.close()
         if self._info is None or self._over is not None:
             return
         try:
@@ -222,6 +224,23 @@ class RayBackend:
             self._copy_back_error = failure
         except Exception as exc:  # noqa: BLE001 - close never raises; Toolkit.close reports
             self._copy_back_error = CouldNotRunError(f"{self.where}: {exc}", retryable=False)
+
+    async def open_egress(self, serve: Serve, ca_pem: str | None,
+                          ports_for: Any = None) -> dict[str, object]:
+        """Egress mode (``egress.py``): the sandbox's connections come to this process's
+        proxy (``serve``) from the node, each with the session's egress token. Captured
+        connections are not offered (``capture`` says so)."""
+        await self.open()
+        end = self._egress or CallerEnd(serve)
+        if self._egress is None:
+            host = str(self._ray.util.get_node_ip_address())
+            self._egress_at = await end.start(host)
+            self._egress = end
+        answer = await self._ray_call(self._actor.egress.remote(
+            self.session_id, self._secret, self._egress_at, end.token, ca_pem))
+        where: dict[str, object] = dict(decode(answer, self.where))
+        where["capture"] = NOT_CAPTURED
+        return where
 
     @property
     def copy_back_error(self) -> CouldNotRunError | None:

@@ -31,6 +31,7 @@ from ..seam.models import OutputChunk
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from ._wire import Answer, encode, pack_answer, unpack_call
 from .direct import NodeServer
+from .egress import NodeRelay
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
@@ -167,6 +168,20 @@ class NodeSessions(ShapedSandboxes, NodePools):
             return encode(exc)
         self._sessions[sid] = _Session(secret_hash(secret), backend, root, orphan_timeout)
         return ("ok", info)
+
+    async def egress(self, sid: str, secret: str, caller: tuple[str, int], token: str,
+                     ca_pem: str | None) -> Answer:
+        """Egress mode for a session (``egress.py``): its backend's agent listens inside, and
+        each connection goes to the caller's proxy at ``caller`` with ``token``."""
+        try:
+            session = self._session(sid, secret)
+            open_egress = getattr(session.backend, "open_egress", None)
+            if open_egress is None:
+                raise HostError(f"{self.where}: its backend has no agent channel for egress")
+            relay = NodeRelay((str(caller[0]), int(caller[1])), str(token))
+            return ("ok", await open_egress(relay.serve, ca_pem, None))
+        except Exception as exc:  # noqa: BLE001 - every failure is an answer, never a Ray error
+            return encode(exc)
 
     async def attach(self, sid: str, secret: str) -> Answer:
         try:
