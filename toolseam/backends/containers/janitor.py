@@ -92,6 +92,12 @@ def _state(engine: Engine, container: str) -> ContainerState | None:
         return None
 
 
+def _closing(engine: Engine) -> set[str | None]:
+    """Sessions a live client is closing (copying its work home from a stopped container)."""
+    return {labels.get(SESSION_LABEL) for _, labels in engine.labeled_volumes(OWNER_LABEL)
+            if CLOSING_LABEL in labels and not owner_is_gone(labels.get(OWNER_LABEL, ""))}
+
+
 def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
     is kept; and kept work past its retention; and the host mounts of pools whose process is
@@ -110,14 +116,15 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
             engine.remove_volume(marker)
     durable = set()  # sessions that outlive their client, still running: their agents end them
     owned_volumes = engine.labeled_volumes(OWNER_LABEL)  # closing markers among them
-    closing = {labels.get(SESSION_LABEL) for _, labels in owned_volumes
-               if CLOSING_LABEL in labels and not owner_is_gone(labels.get(OWNER_LABEL, ""))}
     for container, labels in engine.labeled(DURABLE_LABEL):  # no owner: any client may attach
         state = _state(engine, container)
         if state is not None and state.running:
             durable.add(labels.get(SESSION_LABEL))
-        elif labels.get(SESSION_LABEL) in closing:
-            continue  # stopped by a live client that is copying its work home from it
+        elif labels.get(SESSION_LABEL) in _closing(engine):
+            # stopped by a live client that is copying its work home from it. Asked after the
+            # state: a client marks before it stops, so a container seen stopped has its
+            # marker by now (a list made before the state could miss it)
+            continue
         elif state is not None and state.status in _ENDED:  # ended itself (its orphan timeout)
             with contextlib.suppress(CouldNotRunError):
                 engine.remove(container)
