@@ -172,7 +172,7 @@ def test_call_exit_codes(tmp_path: Path) -> None:
      "toolseam: argument --pids: invalid int value: 'many' (see 'toolseam call --help')\n"),
     (["call", "nosuchtool", "{}"], "toolseam: unknown tool 'nosuchtool'"),
     (["frobnicate"], "toolseam: argument command: invalid choice: 'frobnicate'"),
-    (["mcp", "--http", "nowhere"], "toolseam: --http takes HOST:PORT, got 'nowhere'\n"),
+    (["mcp", "--http", "nowhere"], "toolseam: --http takes HOST:PORT or unix:PATH, got 'nowhere'\n"),
 ])
 def test_usage_errors_are_one_line_exit_2(args: list[str], message: str) -> None:
     done = run(*args)

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from ..support.mcp import client, start_http, stop, text, tokens_file
+from ..support.mcp import client, connect, start_http, stop, text, tokens_file
 
 Server = tuple[str, subprocess.Popen[bytes]]
 
@@ -104,7 +104,7 @@ async def refused(client: Client, arguments: dict[str, Any], **extra: Any) -> st
 async def test_an_approval_sent_unasked_counts_for_nothing(approvals_server: tuple[str, Path]
                                                            ) -> None:
     url, outside = approvals_server
-    async with Client(url) as mallory:  # declares no elicitation: can never be asked
+    async with connect(url) as mallory:  # declares no elicitation: can never be asked
         for extra in made_up_approvals(outside):
             await refused(mallory, {"path": str(outside)}, **extra)
         first = await mallory.call_tool("read", {"path": ".", "sandbox": "new"})
@@ -122,10 +122,10 @@ async def test_one_clients_approval_widens_no_other_clients_reads(
         asked.append(params.message)
         return types.ElicitResult(action="accept", content={"answer": "session"})
 
-    async with Client(url, elicitation_callback=always) as alice, client(url, "mallory") as mallory:
+    async with connect(url, elicitation_callback=always) as alice, connect(url) as mallory:
         allowed = await alice.call_tool("read", {"path": str(outside)})
         assert not allowed.is_error and asked, text(allowed)
-        # one principal (a loopback server without tokens), another sandbox of it
+        # one principal (both hold the token the server generated), another sandbox of it
         await refused(mallory, {"path": str(outside), "sandbox": "new"})
         for extra in made_up_approvals(outside):
             await refused(mallory, {"path": str(outside), "sandbox": "new"}, **extra)
@@ -140,7 +140,7 @@ async def test_an_answer_counts_once(approvals_server: tuple[str, Path]) -> None
     async def never(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         raise AssertionError("driven by hand")
 
-    async with Client(url, elicitation_callback=never) as alice:
+    async with connect(url, elicitation_callback=never) as alice:
         asked = await alice.session.call_tool("read", {"path": str(outside)},
                                               allow_input_required=True)
         assert isinstance(asked, types.InputRequiredResult)

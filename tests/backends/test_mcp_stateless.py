@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from ..support.mcp import TOKENS, TOOLSEAM, client, start_http, stop, text, tokens_file
+from ..support.mcp import TOKENS, TOOLSEAM, client, connect, start_http, stop, text, tokens_file
 
 
 async def _keeps_state(call: Any) -> None:
@@ -42,7 +42,7 @@ async def test_two_hundred_calls_without_a_handle_keep_state_over_http(tmp_path:
     url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log",
                               "--config", str(config), confine=False)
     try:
-        async with Client(url) as one:  # never echoes a handle: a generic client
+        async with connect(url) as one:  # never echoes a handle: a generic client
             await _keeps_state(one.call_tool)
     finally:
         stop(process)
@@ -132,7 +132,7 @@ async def test_two_hundred_calls_keep_state_in_a_docker_sandbox(tmp_path: Path) 
                               "--pull", "never", "--workspace", str(tmp_path), "--config",
                               str(config), confine=False)
     try:
-        async with Client(url) as one:
+        async with connect(url) as one:
             await _keeps_state(one.call_tool)
             assert len(_containers(tmp_path)) == 1
             opened = await one.call_tool("bash", {"command": "ls /tmp", "sandbox": "new"})

@@ -15,7 +15,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
-from ..support.mcp import start_http, stdio_params, stop
+from ..support.mcp import connect, start_http, stdio_params, stop
 
 ALL_CALLS: dict[str, dict[str, Any]] = {
     "write": {"path": "new.txt", "content": "one\ntwo\n"},
@@ -140,7 +140,7 @@ def agents_of(process: subprocess.Popen[bytes]) -> list[psutil.Process]:
 
 async def test_http_lists_and_calls_all_seven(http_server: tuple[str, Any, Path]) -> None:
     url, _, work = http_server
-    async with Client(url) as client:
+    async with connect(url) as client:
         await exercise(client, work)
 
 
@@ -148,7 +148,7 @@ async def test_http_one_sandbox_per_session_closed_at_its_end(
         http_server: tuple[str, subprocess.Popen[bytes], Path]) -> None:
     """2025-11-25 clients have sessions over HTTP: one sandbox each, closed with the session."""
     url, process, _ = http_server
-    async with Client(url, mode="legacy") as first, Client(url, mode="legacy") as second:
+    async with connect(url, mode="legacy") as first, connect(url, mode="legacy") as second:
         await first.call_tool("bash", {"command": "true"})
         await second.call_tool("bash", {"command": "true"})
         assert len(agents_of(process)) == 2
@@ -165,7 +165,7 @@ async def test_http_sessionless_clients_share_their_principals_default_sandbox(
     call goes to the one default sandbox (one agent); "new" opens another, named by the handle
     its results carry; the server's stop closes them all."""
     url, process, _ = http_server
-    async with Client(url) as first, Client(url) as second:
+    async with connect(url) as first, connect(url) as second:
         one = await first.call_tool("bash", {"command": "true"})
         two = await second.call_tool("bash", {"command": "true"})
         assert len(agents_of(process)) == 1
@@ -189,7 +189,7 @@ async def test_http_shared_sandbox_is_one_for_everyone(tmp_path: Path) -> None:
     url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}-server.log",
                               "--shared-sandbox")
     try:
-        async with Client(url) as first, Client(url, mode="legacy") as second:
+        async with connect(url) as first, connect(url, mode="legacy") as second:
             listed = await first.list_tools()
             assert all("sandbox" not in tool.input_schema["properties"] for tool in listed.tools)
             await first.call_tool("bash", {"command": "true"})

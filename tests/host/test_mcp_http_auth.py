@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -108,23 +109,36 @@ def test_a_bad_token_refuses_to_start(tmp_path: Path, token: str, mode: int,
     assert token not in done.stderr
 
 
-def test_http_says_where_it_listens(tmp_path: Path) -> None:
+def test_http_says_where_it_listens_and_where_its_generated_token_is(tmp_path: Path) -> None:
+    """No token given: one is generated into an owner-only file (mode 0600, directory 0700)
+    whose path — never the token — the start-up line names; removed when the server stops."""
     log = tmp_path.parent / f"{tmp_path.name}.log"
+    env = {k: v for k, v in os.environ.items() if k != "TOOLSEAM_MCP_TOKEN"}
     with log.open("wb") as out:
         process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", "127.0.0.1:0", "--base-dir",
-                                    str(tmp_path)], stdout=subprocess.DEVNULL, stderr=out)
+                                    str(tmp_path)], stdout=subprocess.DEVNULL, stderr=out, env=env)
     try:
         deadline = time.monotonic() + 30
         while not log.read_text() and process.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         found = re.fullmatch(r"toolseam mcp: listening on http://127\.0\.0\.1:(\d+)/mcp "
-                             r"\(loopback only, no token\)\n", log.read_text())
+                             r"\(bearer token required: generated into (/\S+\.token), readable "
+                             r"by this user only; clients send 'Authorization: Bearer <the "
+                             r"file's line>'\)\n", log.read_text())
         assert found, log.read_text()
-        response = httpx.post(f"http://127.0.0.1:{found[1]}/mcp", headers=HEADERS, json=INIT,
-                              timeout=10)
-        assert response.status_code != 401  # it answers there, with no token asked
+        token_path = Path(found[2])
+        assert stat.S_IMODE(token_path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(token_path.parent.stat().st_mode) == 0o700
+        token = token_path.read_text().strip()
+        assert len(token) == 64 and token not in log.read_text()
+        url = f"http://127.0.0.1:{found[1]}/mcp"
+        assert_refused(url, {})
+        response = httpx.post(url, headers={**HEADERS, "Authorization": f"Bearer {token}"},
+                              json=INIT, timeout=10)
+        assert response.status_code != 401
     finally:
         stop(process)
+    assert not token_path.exists()
 
 
 def test_a_taken_port_is_one_line(tmp_path: Path) -> None:

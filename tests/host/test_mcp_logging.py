@@ -9,7 +9,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 
-from ..support.mcp import start_http, stdio_params, stop
+from ..support.mcp import connect, start_http, stdio_params, stop
 
 
 @pytest.mark.filterwarnings("ignore:The logging capability is deprecated")  # what 2025 clients use
@@ -49,7 +49,7 @@ async def test_http_clients_are_told_whose_session_it_is(tmp_path: Path, shared:
     url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log",
                               *(["--shared-sandbox"] if shared else []))
     try:
-        async with Client(url) as client:
+        async with connect(url) as client:
             said = client.instructions or ""
     finally:
         stop(process)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import socket
 import subprocess
@@ -37,9 +38,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+GENERATED: dict[str, str] = {}  # a server's URL -> the token it generated (no token given)
+_GENERATED_AT = re.compile(r"generated into (\S+), readable")
+
+
 def start_http(work: Path, log: Path, *extra: str, env: dict[str, str] | None = None,
                confine: bool = True) -> tuple[str, subprocess.Popen[bytes]]:
-    """``toolseam mcp --http`` on 127.0.0.1, waited for until it accepts connections."""
+    """``toolseam mcp --http`` on 127.0.0.1, waited for until it accepts connections and has
+    said where it listens; the token it generated (none given) goes in ``GENERATED``."""
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", f"127.0.0.1:{port}", "--base-dir",
@@ -47,14 +53,26 @@ def start_http(work: Path, log: Path, *extra: str, env: dict[str, str] | None = 
                                    stdout=subprocess.DEVNULL, stderr=out, env=env)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return f"http://127.0.0.1:{port}/mcp", process
+        said = log.read_text()
+        if "listening on" in said:
+            url = f"http://127.0.0.1:{port}/mcp"
+            found = _GENERATED_AT.search(said)
+            if found:
+                GENERATED[url] = Path(found[1]).read_text().strip()
+            return url, process
         if process.poll() is not None:
             break
         time.sleep(0.1)
     stop(process)
     pytest.fail(f"toolseam mcp --http did not start: {log.read_text()}")
+
+
+@contextlib.asynccontextmanager
+async def connect(url: str, **options: Any) -> AsyncIterator[Client]:
+    """The official client of a server started without a token, with the one it generated."""
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {GENERATED[url]}"})
+    async with http, Client(streamable_http_client(url, http_client=http), **options) as made:
+        yield made
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:

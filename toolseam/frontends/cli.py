@@ -56,6 +56,17 @@ exit codes (the JSON result, or with --model-text the model's text, is on stdout
   141  stdout was closed early (e.g. | head)
 """
 
+_MCP_DESCRIPTION = """\
+Serve the seven tools over MCP: stdio by default, or streamable HTTP with --http.
+
+Over HTTP, bash is a shell as the user running this server for whoever reaches the port, and
+on a shared machine every local user reaches 127.0.0.1. So every TCP request must carry
+'Authorization: Bearer TOKEN': your token (--auth-token-file, TOOLSEAM_MCP_TOKEN), or, on
+loopback when you give none, one generated into a file only you can read, whose path the
+start-up line names (removed when the server stops). --http unix:PATH needs no token: the
+socket's mode 0600 lets only you (and root) connect. There is no way to serve without either.
+"""
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is ONE line on stderr (exit 2), not the usage block."""
@@ -272,12 +283,10 @@ def _mcp(args: argparse.Namespace) -> int:
         return _toolkit(args)
 
     if args.http:
-        host, _, port = args.http.rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigurationError(f"--http takes HOST:PORT, got {args.http!r}")
         from .mcp.http import serve_http
+        from .mcp.listen import parse_address
 
-        serve_http(factory, host, int(port), approvals=args.approvals,
+        serve_http(factory, parse_address(args.http), approvals=args.approvals,
                    token_file=args.auth_token_file, shared=args.shared_sandbox)
     elif args.auth_token_file:
         raise ConfigurationError("--auth-token-file needs --http (stdio has no network to guard)")
@@ -318,12 +327,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--attach", metavar="FILE", help="continue the session whose handle "
                        "FILE holds (the handle's JSON, or the handle line serve printed)")
     _session_options(serve)
-    mcp = commands.add_parser("mcp", help="serve the seven tools over MCP (stdio, or --http)")
-    mcp.add_argument("--http", metavar="HOST:PORT", help="streamable HTTP at /mcp instead of stdio")
+    mcp = commands.add_parser("mcp", help="serve the seven tools over MCP (stdio, or --http)",
+                              description=_MCP_DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    mcp.add_argument("--http", metavar="HOST:PORT|unix:PATH", help="streamable HTTP at /mcp "
+                     "instead of stdio; on TCP every request needs a bearer token (generated "
+                     "when none is given, below); unix:PATH makes a socket of mode 0600")
     mcp.add_argument("--approvals", action="store_true",
                      help="ask the client (MCP elicitation) before reads outside scope")
     mcp.add_argument("--auth-token-file", metavar="PATH", help="bearer token every HTTP request "
-                     "must carry (or set TOOLSEAM_MCP_TOKEN); required for a non-loopback --http")
+                     "must carry (or set TOOLSEAM_MCP_TOKEN); required for a non-loopback --http; "
+                     "on loopback without it a token is generated into an owner-only file")
     mcp.add_argument("--shared-sandbox", action="store_true", help="one sandbox for every client "
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)

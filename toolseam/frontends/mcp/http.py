@@ -1,13 +1,15 @@
 """``toolseam mcp --http``: streamable HTTP, and never an open door.
 
-Over HTTP, bash is a shell for whoever reaches the port. A loopback address (127.0.0.0/8, ::1,
-``localhost``) is reachable from this machine only and needs nothing more; any other address is
-refused at start unless a bearer token is configured — read from ``--auth-token-file`` or
-``TOOLSEAM_MCP_TOKEN`` — and once one is, every request must carry it
-(``Authorization: Bearer …``, compared in constant time) or get 401 with ``WWW-Authenticate``.
-The SDK's own hooks do that work: a ``TokenVerifier`` behind its ``BearerAuthBackend`` and
-``RequireAuthMiddleware`` (decisions 59, 60). The SDK's Host/Origin checks (DNS rebinding) stay
-on for every loopback address.
+Over HTTP, bash is a shell for whoever reaches the port — and on a shared machine every local
+user reaches ``127.0.0.1``. So a TCP listener, loopback included, always wants a bearer token
+(``Authorization: Bearer …``, compared in constant time; otherwise 401 with
+``WWW-Authenticate``): the operator's, from ``--auth-token-file`` or ``TOOLSEAM_MCP_TOKEN``, or
+on loopback, when none is given, one generated into an owner-only file whose path the start-up
+line names (``listen.py``). A non-loopback address without the operator's own token is refused at
+start. ``unix:PATH`` serves on a unix socket of mode 0600 instead, where the file mode is the
+check. The SDK's own hooks do the token work: a ``TokenVerifier`` behind its
+``BearerAuthBackend`` and ``RequireAuthMiddleware`` (decisions 59, 60, 330). The SDK's
+Host/Origin checks (DNS rebinding) stay on for every loopback address.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import hashlib
 import hmac
 import ipaddress
 import os
-import socket
+import signal
 import stat
 import sys
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
@@ -30,6 +34,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from ...seam.errors import ConfigurationError
 from ...session.toolkit import Toolkit
+from .listen import TcpAddress, UnixAddress, generate_token_file, listen_tcp, listen_unix, remove_socket
 from .server import McpTools, build_server
 
 TOKEN_ENV = "TOOLSEAM_MCP_TOKEN"
@@ -108,24 +113,6 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """Bind and listen now, so a taken port is a one-line error and the line we print is true."""
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-    except socket.gaierror as exc:
-        raise ConfigurationError(f"--http {host}:{port}: {exc.strerror}") from None
-    sock = socket.socket(family, kind, proto)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise ConfigurationError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    return sock
-
-
 def _loopback_checks(host: str) -> TransportSecuritySettings:
     hosts = {"127.0.0.1", "localhost", "[::1]", _url_host(host)}
     return TransportSecuritySettings(
@@ -139,12 +126,17 @@ async def _reap(tools: McpTools) -> None:
         await tools.close_idle()
 
 
-def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: bool = False, *,
-               token_file: str | None = None, shared: bool = False,
+def _no_host_checks() -> TransportSecuritySettings:
+    """A unix socket: no browser can reach it, so no DNS rebinding; clients name any Host."""
+    return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+
+
+def serve_http(factory: Callable[[], Toolkit], address: TcpAddress | UnixAddress,
+               approvals: bool = False, *, token_file: str | None = None, shared: bool = False,
                environ: MutableMapping[str, str] = os.environ) -> None:
-    """Streamable HTTP at ``http://HOST:PORT/mcp`` until interrupted. Raises
-    ``ConfigurationError`` — before listening — for a non-loopback address without a token,
-    a bad token, or an address it cannot listen on."""
+    """Streamable HTTP at ``http://HOST:PORT/mcp`` (or path ``/mcp`` on a unix socket) until
+    interrupted. Raises ``ConfigurationError`` — before listening — for a non-loopback address
+    without the operator's token, a bad token, or an address it cannot listen on."""
     try:
         import uvicorn
     except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
@@ -153,30 +145,41 @@ def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: 
         raise ConfigurationError(f"--http needs the {exc.name!r} package: "
                                  f"{install_hint('mcp')}") from None
 
-    host = host.removeprefix("[").removesuffix("]")
-    if not 0 <= port <= 65535:  # getaddrinfo would take 99999 as 34463
-        raise ConfigurationError(f"--http {host}:{port}: a port is 0-65535")
     tokens = read_tokens(token_file, environ)
-    token = tokens[0] if tokens else None
-    if token is None and not is_loopback(host):
+    if isinstance(address, TcpAddress) and not tokens and not is_loopback(address.host):
         raise ConfigurationError(
-            f"refusing --http {host}:{port}: not a loopback address, and anyone who reaches it "
-            f"could run commands here; set a bearer token (--auth-token-file PATH or {TOKEN_ENV}) "
-            "or listen on 127.0.0.1")
+            f"refusing --http {address.host}:{address.port}: not a loopback address, and anyone "
+            "who reaches it could run commands here; set a bearer token (--auth-token-file PATH "
+            f"or {TOKEN_ENV}), or listen on 127.0.0.1 or unix:PATH")
     server, tools = build_server(factory, approvals, shared)
-    sock = _listen(host, port)
-    bound = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
-    if token is None:
-        app = server.streamable_http_app(host=host, transport_security=_loopback_checks(host))
-    else:  # the SDK wants an issuer; with no OAuth server and no resource URL it is never shown
-        app = server.streamable_http_app(
-            host=host, transport_security=_loopback_checks(host) if is_loopback(host) else None,
-            token_verifier=StaticToken(*tokens),
-            auth=AuthSettings(issuer_url=bound, resource_server_url=None))
+    generated: Path | None = None
+    checks: TransportSecuritySettings | None
+    if isinstance(address, UnixAddress):
+        sock = listen_unix(address.path)
+        bound, host = f"unix:{address.path}", "localhost"
+        checks = _no_host_checks()
+    else:
+        sock = listen_tcp(address.host, address.port)
+        host = address.host
+        bound = f"http://{_url_host(host)}:{sock.getsockname()[1]}"
+        checks = _loopback_checks(host) if is_loopback(host) else None
+        if not tokens:  # loopback: every local user reaches it, so a token all the same
+            try:
+                token, generated = generate_token_file()
+            except (OSError, ConfigurationError) as exc:
+                sock.close()
+                raise ConfigurationError(f"--http {address.host}:{address.port}: no token given "
+                                         f"and none could be generated: {exc}") from None
+            tokens = [token]
+    app_options: dict[str, Any] = {"host": host, "transport_security": checks}
+    if tokens:  # the SDK wants an issuer; with no OAuth server and no resource URL it is never shown
+        app_options.update(token_verifier=StaticToken(*tokens),
+                           auth=AuthSettings(issuer_url=bound if bound.startswith("http")
+                                             else "http://localhost", resource_server_url=None))
+    app = server.streamable_http_app(**app_options)
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    guard = (f"bearer token required ({len(tokens)} clients)" if len(tokens) > 1 else
-             "bearer token required" if token else "loopback only, no token")
-    print(f"toolseam mcp: listening on {bound}/mcp ({guard})", file=sys.stderr, flush=True)
+    print(f"toolseam mcp: {banner(address, bound, len(tokens), generated)}", file=sys.stderr,
+          flush=True)
 
     async def run() -> None:
         reaper = asyncio.ensure_future(_reap(tools))
@@ -188,7 +191,38 @@ def serve_http(factory: Callable[[], Toolkit], host: str, port: int, approvals: 
                 await reaper
             await tools.close_all()
 
+    # uvicorn re-raises a SIGTERM it shut down for once it is done: ending the process there
+    # would skip what follows (the sandboxes' close, the socket and token file removed).
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         asyncio.run(run())
     finally:
+        signal.signal(signal.SIGTERM, previous)
         sock.close()
+        if isinstance(address, UnixAddress):
+            remove_socket(address.path)
+        if generated is not None:
+            with contextlib.suppress(OSError):
+                generated.unlink()
+
+
+def _exit_on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)
+
+
+def banner(address: TcpAddress | UnixAddress, bound: str, tokens: int,
+           generated: Path | None) -> str:
+    """The start-up line: where, and what a client must show — never the token itself."""
+    if isinstance(address, UnixAddress):
+        where = f"listening on unix socket {address.path}, path /mcp"
+        guard = ("mode 0600: this user only" if not tokens else
+                 "mode 0600: this user only, and a bearer token")
+    else:
+        where = f"listening on {bound}/mcp"
+        if generated is not None:
+            guard = (f"bearer token required: generated into {generated}, readable by this user "
+                     f"only; clients send 'Authorization: Bearer <the file's line>'")
+        else:
+            guard = (f"bearer token required ({tokens} clients)" if tokens > 1 else
+                     "bearer token required")
+    return f"{where} ({guard})"

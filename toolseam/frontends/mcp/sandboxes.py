@@ -2,7 +2,7 @@
 
 A session (stdio, or a 2025-11-25 HTTP session) owns one sandbox, closed with the session. A
 2026-07-28 request over HTTP has no session; it belongs to a *principal* — the bearer token it
-carried, or, on a loopback server without a token, the server's one local principal. A call
+carried, or, on a unix-socket server without a token, the server's one local principal. A call
 without a handle goes to its principal's *default* sandbox, so an ordinary client keeps its
 files, /tmp and jobs from call to call. A client that wants more sandboxes passes
 ``"sandbox": "new"``; the server mints a *handle* (256 random bits) that the client passes back
@@ -30,7 +30,7 @@ from ...session.toolkit import Toolkit
 IDLE_SECONDS = 30 * 60  # as the SDK's HTTP sessions
 MOST_HANDLES = 16  # handle sandboxes per principal; each is an agent process or a container
 NEW = "new"  # the "sandbox" value that asks for another sandbox
-LOCAL = "local"  # the principal of a loopback server without a token
+LOCAL = "local"  # the principal of a unix-socket server without a token
 
 
 class SandboxRefused(HostError):

@@ -116,7 +116,7 @@ def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
 
 def _principal() -> str:
     """Whose request this is: its bearer token's principal, or the one local principal of a
-    loopback server without a token."""
+    unix-socket server without a token (its mode 0600 the check)."""
     from mcp.server.auth.middleware.auth_context import get_access_token
 
     token = get_access_token()
