@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ import pytest
 from websockets.asyncio.client import connect as ws_connect
 
 from toolseam import ConfigurationError, Toolkit
+from toolseam.backends.agentlink.peer_uid import connecting_uid
 from toolseam.backends.agentlink.ports import PortMux
 from toolseam.backends.host import HostBackend
 from toolseam.seam.capabilities import ExposedPort, ExposedPorts, supports
@@ -30,6 +32,7 @@ from toolseam.testing.fake import FakeBackend
 
 from ..support.engines import EVERY_BACKEND, endpoint
 from ..support.engines import backend as engine_backend
+from ..support.local_user import other_user, run_as_other_user
 
 BIG = 256 * 1024  # a body bigger than the stream's credit window is not (512 KiB) — and one that is
 HUGE = 3 * 1024 * 1024
@@ -249,6 +252,57 @@ async def test_close_and_the_session_end_close_the_port(engine: str, workspace: 
     idle_writer.close()
     with pytest.raises(ConnectionRefusedError):
         await asyncio.open_connection(second.host, second.port)
+
+
+# --- who may connect: the session's owner only (issue 44) ------------------------------------
+OTHER_USERS_FETCH = r'''
+import socket, sys
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20) as s:
+        s.sendall(b"GET /index.html HTTP/1.0\r\nHost: sandbox\r\n\r\n")
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+    print(repr(got))
+except OSError as exc:
+    print(type(exc).__name__)
+'''
+
+
+async def test_only_the_owner_gets_through(tools: Toolkit,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    """Another local user (an account the test makes) connects to the exposed port and gets
+    not one byte of the sandbox's answer — the connection is closed before anything is
+    carried; the owner, this process's user, is served before and after."""
+    port, small, _ = await http_server(tools.sandbox)
+    exposed = await tools.sandbox.expose(port)
+    assert (await http_get(exposed, "/index.html"))[1] == small
+    done = await asyncio.to_thread(run_as_other_user, OTHER_USERS_FETCH, exposed.host,
+                                   str(exposed.port))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in ("b''", "ConnectionResetError"), done.stdout
+    assert f"uid {other_user().pw_uid}" in caplog.text and "refused a connection" in caplog.text
+    assert (await http_get(exposed, "/index.html"))[1] == small
+
+
+def test_a_peer_with_no_local_socket_is_nobody() -> None:
+    """identd's question asked of the kernel: the owner's own socket answers its uid, an
+    address no socket holds (a peer elsewhere) and a closed client answer nobody."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        with accepted:
+            ours = accepted.getsockname()
+            assert connecting_uid(accepted.getpeername(), ours) == os.geteuid()
+            assert connecting_uid(("192.0.2.1", 40000), ours) is None
+            client.close()
+            for _ in range(100):  # the closed socket leaves the table (TIME_WAIT: no owner)
+                if connecting_uid(accepted.getpeername(), ours) is None:
+                    break
+                time.sleep(0.01)
+            assert connecting_uid(accepted.getpeername(), ours) is None
 
 
 # --- what a command inside cannot do -------------------------------------------------------

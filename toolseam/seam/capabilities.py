@@ -110,7 +110,8 @@ class ExposedPort(Protocol):
 @runtime_checkable
 class ExposedPorts(Protocol):
     """A port of the sandbox carried to a listener here over the session's own channel (no
-    network needed inside): a tunnel for the session's owner, closed with the session."""
+    network needed inside): a tunnel for the session's owner — a connection from any other
+    local user's socket, or from no local socket, is closed unread — closed with the session."""
 
     async def expose_port(self, port: int, host: str, host_port: int) -> ExposedPort:
         """Listen on ``host:host_port`` (0: a free port) here; each connection accepted is

@@ -1,7 +1,9 @@
 """``tools.sandbox.expose``: a port of the sandbox reachable from this machine.
 
-What it is: a tunnel for the session's owner. A listener on ``127.0.0.1`` here (another address
-only when the caller passes one) whose every connection is carried over the session's own
+What it is: a tunnel for the session's owner, and only the owner: a TCP listener on
+``127.0.0.1`` here (another address only when the caller passes one) that admits a connection
+only from a local socket of the uid this process runs as (``agentlink/peer_uid.py``: the
+kernel's answer to identd's question), and carries each one it admits over the session's own
 channel to ``127.0.0.1:PORT`` inside the sandbox — the sandbox needs no network (``none``
 works), the engine may be on another machine, and a durable session's lines stay sealed. It
 ends with the session (the listener closes, its connections end) or at ``close()``. A server in

@@ -211,8 +211,12 @@ class RawSandbox(InteractiveSandbox):
                      ) -> ExposedPort:
         """The sandbox's ``127.0.0.1:port``, reachable here at ``result.host:result.port``:
         a tunnel for the session's owner over the session's own channel (``ports.py``), so
-        it works with network ``none`` and on a remote engine. The listener is on loopback
-        unless ``host`` says otherwise; ``host_port`` 0 lets the kernel pick. A connection the
+        it works with network ``none`` and on a remote engine. The listener is TCP, on
+        loopback unless ``host`` says otherwise; ``host_port`` 0 lets the kernel pick. Only the
+        owner gets through: each connection is admitted only when the local socket that made
+        it belongs to the uid this process runs as (the kernel is asked, as identd would be);
+        another user's — root's too, unless root is the owner — or a peer with no socket on
+        this machine is closed before a byte is carried. A connection the
         sandbox refuses is closed here at once. ``await result.close()`` ends it; the
         session's end does too.
 

@@ -4,6 +4,12 @@ carried into the sandbox's ``127.0.0.1:PORT`` over the session's own channel —
 network ``none``, on an engine reached over the network, and through a durable session's
 sealed lines, the same as any tool call.
 
+Only the session's owner gets through: the listener is TCP (so curl and a browser work), and
+every connection it accepts is checked, as identd would, against the uid of the local socket
+that made it (``peer_uid.py``): the uid this process runs as is admitted, every other one —
+root included, unless root is the owner — and every peer with no local socket (another machine,
+another network namespace) is closed before a byte is carried (issue 44, decision 331).
+
 The streams are egress's (``tunnel.py``: ``TunnelTransport``, credit windows), the other way
 round and under their own op: here the host opens each stream and the agent only connects. A
 frame from the agent that claims to open one is dropped — nothing in the sandbox can make this
@@ -17,10 +23,12 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import os
 from typing import Any
 
 from toolseam_agent.wire import EXPOSE, EXPOSE_TO_AGENT
 
+from .peer_uid import connecting_uid
 from .tunnel import SendFrame, TunnelMux, TunnelTransport
 
 MAX_CONNECTIONS = 500  # per session, below the agent's 512: past it a connection closes at once
@@ -114,6 +122,10 @@ class _ClientSide(asyncio.Protocol):
         assert isinstance(transport, asyncio.Transport)
         self.client = transport
         owner = self.owner
+        if not owner.admits(transport.get_extra_info("peername"),
+                            transport.get_extra_info("sockname")):
+            transport.abort()  # nothing read, nothing carried
+            return
         if not owner.closed:
             self.sandbox = owner.mux.open_stream(owner.sandbox_port, _SandboxSide(transport))
         if self.sandbox is None:
@@ -159,7 +171,24 @@ class ForwardedPort:
         self.host, self.port = "", 0
         self.connections: set[_ClientSide] = set()
         self.closed = False
+        self.owner_uid = os.geteuid()  # the session's owner: the one user admitted
         self._server: asyncio.Server | None = None
+
+    def admits(self, peer: Any, ours: Any) -> bool:
+        """Whether the connection from ``peer`` (to ``ours``) was made by the owner's uid."""
+        try:
+            uid = connecting_uid(peer, ours)
+        except (OSError, ValueError, TypeError) as exc:  # no netlink here, an odd address
+            _log.warning("exposed port %s:%s: cannot tell who connected (%s); refused",
+                         self.host, self.port, exc)
+            return False
+        if uid == self.owner_uid:
+            return True
+        who = "no local socket" if uid is None else f"uid {uid}"
+        _log.warning("exposed port %s:%s: refused a connection from %s (%s): only uid %d, the "
+                     "session's owner, may connect", self.host, self.port, peer, who,
+                     self.owner_uid)
+        return False
 
     @classmethod
     async def listen(cls, mux: PortMux, sandbox_port: int, host: str, host_port: int
