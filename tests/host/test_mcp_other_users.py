@@ -50,7 +50,7 @@ print(json.dumps({"initialize": status, "call": call[0], "answer": call[2], "tok
 '''
 
 
-def test_another_user_gets_nothing_from_a_loopback_server(tmp_path: Path) -> None:
+async def test_another_user_gets_nothing_from_a_loopback_server(tmp_path: Path) -> None:
     secret = tmp_path / "root-only" / "secret.txt"
     secret.parent.mkdir(mode=0o700)
     secret.write_text("the root-only secret\n")
@@ -58,27 +58,16 @@ def test_another_user_gets_nothing_from_a_loopback_server(tmp_path: Path) -> Non
     url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log", env=env,
                               confine=False)
     try:
-        token_file = next((line.split("generated into ")[1].split(",")[0] for line in
-                           (tmp_path.parent / f"{tmp_path.name}.log").read_text().splitlines()
-                           if "generated into" in line), "/nonexistent")
+        said = (tmp_path.parent / f"{tmp_path.name}.log").read_text()
+        token_file = said.split("generated into ")[1].split(",")[0] if url in GENERATED else "-"
         done = run_as_other_user(OTHER_CLIENT, url, str(secret), token_file)
         assert done.returncode == 0, done.stderr
         seen = json.loads(done.stdout)
         assert (seen["initialize"], seen["call"]) == (401, 401), seen
         assert "root-only secret" not in seen["answer"] and seen["token"] == "PermissionError"
-        # the owner, with the generated token: served
-        assert url in GENERATED
-    finally:
-        stop(process)
-
-
-async def test_the_owner_is_served_with_the_generated_token(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "TOOLSEAM_MCP_TOKEN"}
-    url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log", env=env)
-    try:
-        async with connect(url) as owner:
-            result = await owner.call_tool("bash", {"command": "id -u"})
-        assert not result.is_error and text(result) == "0\n", text(result)
+        async with connect(url) as owner:  # the owner, with the token it can read: served
+            result = await owner.call_tool("bash", {"command": f"id -u; cat {secret}"})
+        assert not result.is_error and text(result) == "0\nthe root-only secret\n", text(result)
     finally:
         stop(process)
 
