@@ -113,7 +113,9 @@ def _containers(workspace: Path) -> set[str]:
 
     engine = docker.DockerClient(base_url=endpoint("docker"))
     try:
-        return {c.id for c in engine.containers.list(all=True)
+        # sparse: the list's own answer (it has the mounts); otherwise docker-py inspects each
+        # container, and one another test removes meanwhile is a 404
+        return {c.id for c in engine.containers.list(all=True, sparse=True)
                 if any(m.get("Source") == str(workspace) for m in c.attrs.get("Mounts") or ())}
     finally:
         engine.close()
