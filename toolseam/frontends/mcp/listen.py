@@ -99,7 +99,7 @@ def listen_unix(path: str) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise ConfigurationError(f"cannot listen on unix:{path}: {exc.strerror}") from None
+        raise ConfigurationError(f"cannot listen on unix:{path}: {exc.strerror or exc}") from None
     finally:
         os.umask(old_umask)
     return sock
