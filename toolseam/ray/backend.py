@@ -49,6 +49,7 @@ from . import cluster
 from ._wire import decode, pack_call, unpack_answer
 from .direct import DirectLink, Dropped
 from .egress import NOT_CAPTURED, CallerEnd, Serve
+from .handshake import session_key
 from .placement import Placement
 from .streaming import caller_live
 
@@ -180,7 +181,8 @@ class RayBackend:
         """The session's direct connection, where its node offers one (else Ray calls)."""
         at = cluster.node_direct(self.node_id or "") if self.direct else None
         if at is not None:
-            self._link = await DirectLink.connect(at[0], at[1], self.session_id, self._secret)
+            self._link = await DirectLink.connect(at[0], at[1], self.session_id,
+                                                  session_key(self._secret))
             if self._link is None:  # unreachable from here: later sessions do not wait for it
                 cluster.no_direct(self.node_id or "")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import functools
 import hmac
 import io
 import os
@@ -32,6 +32,7 @@ from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from ._wire import Answer, encode, pack_answer, unpack_call
 from .direct import NodeServer
 from .egress import NodeRelay
+from .handshake import session_key
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
@@ -65,7 +66,9 @@ def sweep_dead_roots(workdir: str) -> list[str]:
 
 
 def secret_hash(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
+    """What the node keeps of a session's secret: the key both ends of its direct connection
+    prove (``handshake.session_key``), a one-way function of the secret."""
+    return session_key(secret)
 
 
 @dataclass
@@ -120,7 +123,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         cannot listen serves every call through Ray."""
         import ray
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-        server = NodeServer(self.call, self._session)
+        server = NodeServer(self.call_held, self._key_for)
         try:
             self._direct_at = (host, await server.start(host))
             self._direct = server
@@ -178,7 +181,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
             open_egress = getattr(session.backend, "open_egress", None)
             if open_egress is None:
                 raise HostError(f"{self.where}: its backend has no agent channel for egress")
-            relay = NodeRelay((str(caller[0]), int(caller[1])), str(token))
+            relay = NodeRelay((str(caller[0]), int(caller[1])), str(token),
+                              functools.partial(self._held, sid))
             return ("ok", await open_egress(relay.serve, ca_pem, None))
         except Exception as exc:  # noqa: BLE001 - every failure is an answer, never a Ray error
             return encode(exc)
@@ -192,13 +196,34 @@ class NodeSessions(ShapedSandboxes, NodePools):
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
 
+    def _held(self, sid: str) -> bool:
+        """The session is open and its holder renewed it lately (two renewals may be missed:
+        the holder renews every third of its orphan timeout) — an egress relay's condition."""
+        session = self._sessions.get(sid)
+        return session is not None and (
+            session.calls > 0 or time.monotonic() - session.seen < session.orphan_timeout * 0.75)
+
+    def _key_for(self, sid: str) -> bytes | None:
+        """A session's key, for a direct connection's proofs (direct.py); None: no session."""
+        session = self._sessions.get(sid)
+        return None if session is None else session.hash
+
     async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...]) -> Answer:
-        if method not in SEAM_CALLS and method not in LIVE_CALLS:
-            return encode(HostError(f"{method!r} is not a seam call"))
         try:
-            session = self._session(sid, secret)
+            self._session(sid, secret)
         except HostError as exc:
             return encode(exc)
+        return await self.call_held(sid, method, args)
+
+    async def call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
+        """A seam call of session ``sid``, whose holder proved its key (a Ray call's secret
+        checked by ``call``, a direct connection's proofs by direct.py)."""
+        if method not in SEAM_CALLS and method not in LIVE_CALLS:
+            return encode(HostError(f"{method!r} is not a seam call"))
+        session = self._sessions.get(sid)
+        if session is None:
+            return encode(HostError(f"no session {sid[:8]}… on {self.where} answers this handle"))
+        session.seen = time.monotonic()
         if session.toolkit is not None:  # its toolkit owns the backend's jobs
             return encode(HostError(f"session {sid[:8]}… is a Ray-shaped sandbox"))
         session.calls += 1
