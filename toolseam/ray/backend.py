@@ -156,7 +156,7 @@ class RayBackend:
             node_id = await asyncio.to_thread(self.placement.choose, ray)
         self.node_id = node_id
         self.where = f"Ray node {node_id[:12]}"
-        self._actor = cluster.node_actor(ray, node_id)
+        self._actor = await asyncio.to_thread(cluster.node_actor, ray, node_id)
         self.where = await cluster.node_where(node_id, self._ray_call(self._actor.ready.remote()))
         if self._attaching:  # renewed as often as the session's own orphan timeout asks
             answer = await self._ray_call(self._actor.attach.remote(self.session_id, self._secret))

@@ -37,6 +37,7 @@ from ..seam.errors import HostError
 from ._wire import Answer, encode
 from .codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
 from .handshake import client_tls, decoy_proof, holds, is_nonce, nonce, proof, server_tls
+from .identity import IDENTITY_HELLO, identity_proof
 
 HELLO = b"toolseam-ray-direct-2"
 MAX_HELLO = 4096  # a hello larger than this is not one: the peer is dropped unread
@@ -72,15 +73,17 @@ def keep_alive(sock: socket.socket | None) -> None:
 # --- the node's side ------------------------------------------------------------------------
 Call = Callable[[str, str, tuple[Any, ...]], Awaitable[Answer]]
 KeyFor = Callable[[str], bytes | None]
+Identity = Callable[[], tuple[bytes, str] | None]  # the node key and the actor's id, once bound
 
 
 class NodeServer:
     """The node actor's listener: ``call`` is ``NodeSessions.call_held`` (a session whose
     holder proved its key; the in-flight count and orphan clock kept as on the Ray path),
-    ``key_for`` a session's key (None: no such session)."""
+    ``key_for`` a session's key (None: no such session), ``identity`` what the actor proves to
+    a driver that did not create it (identity.py)."""
 
-    def __init__(self, call: Call, key_for: KeyFor) -> None:
-        self._call, self._key_for = call, key_for
+    def __init__(self, call: Call, key_for: KeyFor, identity: Identity = lambda: None) -> None:
+        self._call, self._key_for, self._identity = call, key_for, identity
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
 
@@ -95,8 +98,11 @@ class NodeServer:
     async def _proved(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
                       ) -> str | None:
         """The hello's session once both ends proved its key (None: refused, answered so)."""
-        sid, caller_nonce = _hello(await asyncio.wait_for(read_frame(reader, MAX_HELLO),
-                                                          HELLO_TIMEOUT_S))
+        first = await asyncio.wait_for(read_frame(reader, MAX_HELLO), HELLO_TIMEOUT_S)
+        if first.startswith(IDENTITY_HELLO + b"\0"):  # a driver asks who this actor is
+            self._prove_identity(writer, first.partition(b"\0")[2].decode("ascii", "replace"))
+            return None
+        sid, caller_nonce = _hello(first)
         key, node_nonce = self._key_for(sid), nonce()
         mine = proof(key, "node", sid, caller_nonce, node_nonce) if key else decoy_proof()
         writer.write(frame(f"{node_nonce}\0{mine}".encode()))
@@ -109,6 +115,14 @@ class NodeServer:
             return None
         writer.write(frame(dumps(("ok", None))))
         return sid
+
+    def _prove_identity(self, writer: asyncio.StreamWriter, theirs: str) -> None:
+        bound, mine = self._identity(), nonce()
+        if bound is None or not is_nonce(theirs):
+            writer.write(frame(b""))  # not bound yet (its creator's first call is on its way)
+            return
+        writer.write(frame(f"{mine}\0{identity_proof(bound[0], bound[1], theirs, mine)}"
+                           .encode()))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         keep_alive(writer.get_extra_info("socket"))

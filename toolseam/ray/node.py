@@ -33,6 +33,7 @@ from ._wire import Answer, encode, pack_answer, unpack_call
 from .direct import NodeServer
 from .egress import NodeRelay
 from .handshake import session_key
+from .identity import KV_NAMESPACE, kv_key
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
@@ -103,6 +104,20 @@ class NodeSessions(ShapedSandboxes, NodePools):
         self._reaper: asyncio.Task[None] | None = None
         self._direct: NodeServer | None = None
         self._direct_at: tuple[str, int] | None = None
+        self._node_key: bytes | None = None  # what this actor proves to drivers (identity.py)
+        self.actor_id = ray.get_runtime_context().get_actor_id() or ""
+
+    async def bind_key(self, key: bytes) -> Answer:
+        """The node key, from the driver that created this actor (its first call; identity.py).
+        Once bound it stays: a later, different key is refused."""
+        if self._node_key is None and isinstance(key, bytes) and len(key) == 32:
+            self._node_key = key
+        if self._node_key is None or not hmac.compare_digest(self._node_key, key):
+            return encode(HostError(f"{self.where} holds another node key"))
+        return ("ok", None)
+
+    def _identity(self) -> tuple[bytes, str] | None:
+        return None if self._node_key is None else (self._node_key, self.actor_id)
 
     async def ready(self) -> dict[str, Any]:
         """Who this node is; the first call also removes what a previous actor of this machine
@@ -123,12 +138,18 @@ class NodeSessions(ShapedSandboxes, NodePools):
         cannot listen serves every call through Ray."""
         import ray
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-        server = NodeServer(self.call_held, self._key_for)
+        server = NodeServer(self.call_held, self._key_for, self._identity)
         try:
             self._direct_at = (host, await server.start(host))
             self._direct = server
         except OSError:
             self._direct_at = None
+            return
+        # where a driver that did not create this actor asks it to prove its key; anyone can
+        # write this entry, and a wrong one only makes the proof fail (identity.py)
+        from ray.experimental import internal_kv
+        await asyncio.to_thread(internal_kv._internal_kv_put, kv_key(self.actor_id),
+                                f"{host}:{self._direct_at[1]}", namespace=KV_NAMESPACE)
 
     def _janitor(self) -> None:
         if self.config.engine == "host":
