@@ -8,6 +8,7 @@ orphan timeout, not the driver's lifetime, ends what nobody holds any more.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -22,6 +23,12 @@ NAMESPACE = "toolseam"
 ACTOR_PREFIX = "toolseam-node-"
 CONNECT_TIMEOUT_S = 5.0
 
+log = logging.getLogger("toolseam.ray")
+UNAUTHENTICATED = (
+    "the Ray cluster at {address} is used without token authentication (RAY_AUTH_MODE=token "
+    "is not set here): any process that reaches its GCS — on a shared machine every local "
+    "user, even on 127.0.0.1 — can run code on its nodes, end its node actors and read the "
+    "sessions there (docs/ray.md, 'Who may reach it')")
 _lock = threading.Lock()
 _actor_class: Any = None
 _actors: dict[str, Any] = {}
@@ -63,6 +70,8 @@ def connect(address: str | None) -> Any:
             f"the Ray cluster at {address or 'auto'} does not answer or refused this driver "
             f"({exc}); a cluster with token authentication needs RAY_AUTH_MODE=token and its "
             "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this process") from None
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        log.warning(UNAUTHENTICATED.format(address=address or "auto"))
     return ray
 
 
