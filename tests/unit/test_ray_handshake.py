@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,7 +130,7 @@ async def test_egress_the_relay_reaches_the_caller_that_proves_the_key() -> None
     async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                     opened: dict[str, Any]) -> None:
         served.append(opened)
-        writer.write(b"proxied:" + await reader.read())
+        writer.write(b"proxied:" + await reader.read(65536))  # TLS has no half-close
         writer.close()
         await writer.wait_closed()
 
@@ -162,3 +164,54 @@ async def test_egress_a_listener_on_a_dead_callers_port_gets_nothing_and_reaches
     assert relay.refused == 1
     assert token.encode() not in squatter.received
     assert b"GET" not in squatter.received and squatter.received.startswith(b'{"n":')
+
+
+@pytest.fixture
+def ray_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A CA and a certificate signed by it, set as Ray's TLS is (``RAY_USE_TLS`` and its files)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ray-ca",
+            "-keyout", "ca.key", "-out", "ca.crt")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=ray-node",
+            "-keyout", "node.key", "-out", "node.csr")
+    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-out", "node.crt")
+    for name, value in (("RAY_USE_TLS", "1"), ("RAY_TLS_CA_CERT", "ca.crt"),
+                        ("RAY_TLS_SERVER_CERT", "node.crt"), ("RAY_TLS_SERVER_KEY", "node.key")):
+        monkeypatch.setenv(name, value if name == "RAY_USE_TLS" else str(tmp_path / value))
+    return tmp_path
+
+
+async def test_with_rays_tls_both_connections_are_tls_and_a_plain_peer_gets_nothing(
+        ray_tls: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    server = await node_server(calls)
+    try:
+        link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
+        assert link is not None
+        assert link._writer.get_extra_info("ssl_object") is not None
+        assert await link.call("stat", ()) == ("ok", "stat answered")
+        link.close()
+        # a peer speaking plain TCP: the TLS handshake fails, no frame is read
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"\0\0\0\x10toolseam-ray-dir")
+        async with asyncio.timeout(10):
+            assert b"toolseam" not in await reader.read()
+        writer.close()
+        assert calls == [("s1", "stat")]
+    finally:
+        server.close()
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    opened: dict[str, Any]) -> None:
+        writer.write(b"proxied:" + await reader.read(65536))  # TLS has no half-close
+        writer.close()
+        await writer.wait_closed()
+
+    end = CallerEnd(proxy)
+    at = await end.start("127.0.0.1")
+    try:
+        assert await relayed(NodeRelay(at, end.token), b"GET /") == b"proxied:GET /"
+    finally:
+        await end.close()
