@@ -171,9 +171,10 @@ def ray_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A CA and a certificate signed by it, set as Ray's TLS is (``RAY_USE_TLS`` and its files)."""
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=ray-ca",
-            "-keyout", "ca.key", "-out", "ca.crt")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=ray-node",
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-days", "1", "-subj", "/CN=ray-ca", "-keyout", "ca.key", "-out", "ca.crt")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-subj", "/CN=ray-node",
             "-keyout", "node.key", "-out", "node.csr")
     openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
             "-CAcreateserial", "-days", "1", "-out", "node.crt")
