@@ -7,7 +7,10 @@ another driver of this cluster key made is adopted once it proved the key."""
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -127,3 +130,16 @@ async def test_an_actor_another_driver_made_is_adopted_once_it_proved_the_key(
 
 def _request() -> SpawnRequest:
     return SpawnRequest(job="j1", argv=["true"], cwd="/workspace", env={})
+
+
+def test_a_driver_without_token_authentication_is_warned_what_that_means(
+        ray_cluster: RayTestCluster) -> None:
+    """The test cluster has no token: a driver that connects says, once, that any process
+    reaching the GCS — every local user, even on loopback — can run code on its nodes."""
+    script = ("import sys\nfrom toolseam.ray import cluster\ncluster.connect(sys.argv[1])\n")
+    env = {name: value for name, value in os.environ.items() if name != "RAY_AUTH_MODE"}
+    done = subprocess.run([sys.executable, "-c", script, ray_cluster.address], env={
+        **env, "PYTHONPATH": os.getcwd()}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "without token authentication" in done.stderr
+    assert "every local user, even on 127.0.0.1" in done.stderr
