@@ -20,6 +20,7 @@ from toolseam import Toolkit
 from toolseam.ray import RayBackend
 from toolseam.ray import cluster as ray_cluster_module
 from toolseam.ray.direct import HELLO, HELLO_TIMEOUT_S
+from toolseam.ray.handshake import nonce, proof, session_key
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
@@ -107,10 +108,10 @@ async def test_a_node_this_process_cannot_reach_directly_is_served_through_ray(
 
 async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle(
         ray_cluster: RayTestCluster, tmp_path: Path) -> None:
-    """Another job of the cluster (or a local user) that finds the port: a wrong secret or an
+    """Another job of the cluster (or a local user) that finds the port: a wrong key or an
     unknown session gets the same refusal; a silent peer is dropped; a pickle sent before or
     after a hello is never run; a name that is not a seam call is refused; the session itself
-    goes on."""
+    goes on. The hello carries no secret: both ends prove the session's key (decision 337)."""
     backend = RayBackend(resources=resource("docker"), address=ray_cluster.address)
     async with Toolkit(backend) as tk:
         at = ray_cluster_module.node_direct(backend.node_id or "")
@@ -119,7 +120,12 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
 
         async def hello(session: bytes, secret: bytes) -> tuple[Any, Any]:
             reader, writer = await asyncio.open_connection(*at)
-            writer.write(framed(b"\0".join((HELLO, session, secret))))
+            mine = nonce()
+            writer.write(framed(b"\0".join((HELLO, session, mine.encode()))))
+            (length,) = struct.unpack(">I", await reader.readexactly(4))
+            theirs = (await reader.readexactly(length)).split(b"\0")[0].decode()
+            writer.write(framed(proof(session_key(secret.decode()), "caller", session.decode(),
+                                      mine, theirs).encode()))
             return reader, writer
 
         refusals = []

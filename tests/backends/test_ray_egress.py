@@ -8,16 +8,24 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from toolseam import Toolkit
 from toolseam.policy.limits import SandboxLimits
 from toolseam.ray import RayBackend
+from toolseam.seam.models import SpawnRequest
 
 from ..support.egress_servers import serve, static_handler
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.ray_squatter import DRIVER, MARK, SQUATTER, as_user, record_dir, squatter_user
 
 pytestmark = RAY_TESTS
 
@@ -82,3 +90,51 @@ async def test_a_ray_session_in_egress_mode_reaches_only_the_allowed_host(
     assert end is not None and end._server is None  # the caller's listener closed with it
     await assert_node_empty(ray_cluster, node)
 
+
+
+async def test_a_local_user_on_a_crashed_drivers_port_gets_nothing_and_reaches_no_one(
+        ray_cluster: RayTestCluster, upstream: int) -> None:
+    """A driver in egress mode is killed; its session lives on (its handle attached here);
+    another local user binds the port the driver freed. The node's relay proves nothing to it
+    and it proves nothing back: it receives no token and no request, and its answer never
+    reaches the sandbox's client (issue 44, decision 337)."""
+    user = squatter_user()
+    records = record_dir(user)
+    record = os.path.join(records, "received")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster.address,
+                               json.dumps(resource("rootless")), str(upstream), FETCH],
+                              stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        assert driver.stdout is not None
+        handle, port, token = json.loads(await asyncio.to_thread(driver.stdout.readline))
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+        if driver.stdout is not None:
+            driver.stdout.close()
+    squatter = subprocess.Popen(as_user(user, ["/usr/bin/python3", "-c", SQUATTER, str(port),
+                                               record]),
+                                stdout=subprocess.PIPE)
+    backend = RayBackend.attach(handle, address=ray_cluster.address)
+    try:
+        assert squatter.stdout is not None
+        assert (await asyncio.to_thread(squatter.stdout.readline)) == b"listening\n"
+        await backend.open()
+        fetched = await backend.start(SpawnRequest(
+            job="fetch", argv=["sh", "-c", f". ./proxy.sh; python3 fetch.py "
+                                           f"http://web.test:{upstream}/hello.txt 2>&1"],
+            cwd="/workspace", env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, deadline_ms=60_000))
+        assert MARK.decode() not in fetched.output, fetched.output
+        assert "hello from the upstream" not in fetched.output
+        received = Path(record).read_bytes() if os.path.exists(record) else b""
+        assert token.encode() not in received
+        assert b"web.test" not in received and b"GET" not in received
+        assert received == b"" or received.startswith(b'{"n":')  # a nonce, nothing else
+    finally:
+        squatter.kill()
+        squatter.wait()
+        if squatter.stdout is not None:
+            squatter.stdout.close()
+        await backend.close()
+        shutil.rmtree(records, ignore_errors=True)
+    await assert_node_empty(ray_cluster, "rootless")

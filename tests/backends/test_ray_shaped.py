@@ -99,7 +99,7 @@ def test_a_sandbox_is_driven_only_through_its_handle(ray_cluster: RayTestCluster
     assert ray.get(sb.exec.remote("echo mine > f.txt")).exit_code == 0
     assert "secret" not in repr(sb) and sb._secret not in repr(sb)
     # another job lists the node actors and calls them with the id but not the secret
-    actor = ray.get_actor(ray_cluster_module.ACTOR_PREFIX + sb.node_id,
+    actor = ray.get_actor(ray_cluster_module.actor_name(sb.node_id),
                           namespace=ray_cluster_module.NAMESPACE)
     for method, args in ((actor.sb_exec, ("cat f.txt", None, None, None, None)),
                          (actor.sb_read_file, ("f.txt",)), (actor.sb_delete, ()),

@@ -16,7 +16,7 @@ import pytest
 
 from toolseam.ray import RayBackend
 from toolseam.seam.protocol import BuiltinExec
-from toolseam.testing.contract import FileContract, Sandbox
+from toolseam.testing.contract import FileContract, RawContract, Sandbox
 
 from .contract_bindings import CopyModeBinding
 from .ray_cluster import RayTestCluster, resource
@@ -58,3 +58,29 @@ class RaySubsetBinding(RayBinding):
     # the same case with fewer arguments: one point of its grid instead of the grid
     test_read_window_is_a_slice_of_split_lines = _one_read_window  # type: ignore[assignment]
     test_read_page_is_a_slice_of_lines = _one_read_page  # type: ignore[assignment]
+
+
+class RayRawBinding(RawContract):
+    """The raw API's contract on a node of the test cluster (``node``), with the direct
+    connection asserted: the raw calls must not fall back to Ray."""
+
+    node = ""
+    address = ""
+
+    @pytest.fixture(autouse=True)
+    def _cluster(self, ray_cluster: RayTestCluster) -> None:
+        self.address = ray_cluster.address
+
+    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
+        return DirectOnly(str(host_dir), resources=resource(self.node),
+                          address=self.address), "/workspace"
+
+
+class DirectOnly(RayBackend):
+    """A ``RayBackend`` whose every tool call must go on the direct connection: a call that
+    finds it gone (the node refused a request and dropped it) fails the test."""
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        if self._info is not None:
+            assert self.direct_connected, f"{method}: the direct connection is gone"
+        return await super()._call(method, *args)

@@ -1,6 +1,6 @@
-"""The direct path's codec (toolseam/ray/direct.py, decision 312): what a peer sends after
-its hello is rebuilt as builtin values and the seam's wire models only — never a callable or
-another class, whatever the pickle asks for."""
+"""The codec of a node's requests and answers (toolseam/ray/codec.py, decisions 312, 336): what
+crosses is rebuilt as builtin values and the seam's wire models only — never a callable or
+another class, whatever the pickle asks for — and every model is validated again."""
 
 from __future__ import annotations
 
@@ -15,9 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolseam.ray.direct import MAX_HELLO, dumps, loads, read_frame
-from toolseam.seam.errors import HostError
+from toolseam.ray._wire import unpack_answer
+from toolseam.ray.codec import MAX_REQUEST, dumps, loads
+from toolseam.ray.direct import MAX_HELLO, read_frame
+from toolseam.seam.errors import CouldNotRunError, HostError
 from toolseam.seam.models import ChangeSet, JobStatus, PathRef, SpawnRequest, TextContent
+from toolseam.seam.protocol import ExecRequest
 
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
@@ -37,6 +40,8 @@ def test_the_seams_models_cross_unchanged() -> None:
               TextContent(text="x\n", size=2),
               SpawnRequest(job="j1", argv=["bash", "-c", "true"], cwd="/workspace",
                            env={"A": "1"}, stream=True),
+              ExecRequest(job="j2", argv=["id"], cwd="/", env={}, user="nobody",
+                          stdin_file="/tmp/in"),
               ChangeSet.model_validate({"base": "/w", "ops": [
                   {"op": "write", "path": "a", "data": b"x\0"},
                   {"op": "delete", "path": "b"}]})]
@@ -70,3 +75,39 @@ def test_a_frame_longer_than_its_limit_is_refused_unread() -> None:
         with pytest.raises(ValueError, match="at most"):
             await read_frame(reader, MAX_HELLO)
     asyncio.run(main())
+
+
+def test_a_request_frame_longer_than_the_nodes_cap_is_refused_unread() -> None:
+    async def main() -> None:
+        reader = asyncio.StreamReader()
+        reader.feed_data(struct.pack(">I", MAX_REQUEST + 1))
+        with pytest.raises(ValueError, match="at most"):
+            await read_frame(reader, MAX_REQUEST)
+    asyncio.run(main())
+    assert MAX_REQUEST <= 64 << 20  # one node actor holds every session of its node
+
+
+@pytest.mark.parametrize("invalid", [
+    SpawnRequest.model_construct(job="j", argv=["true"], cwd="/", env={}, deadline_ms=-1),
+    SpawnRequest.model_construct(job="j", argv=[], cwd="/", env={}),
+    PathRef.model_construct(base="/w", path=7, confine=True),
+    ChangeSet.model_construct(base="/w", ops=[SpawnRequest.model_construct(job="x")]),
+], ids=["deadline_ms=-1", "no argv", "a path that is a number", "a nested invalid model"])
+def test_a_model_that_does_not_validate_is_refused(invalid: Any) -> None:
+    """Pickle rebuilds a model without its validators: the codec runs them again."""
+    with pytest.raises(pickle.UnpicklingError, match="not a valid seam value"):
+        loads(dumps((1, "start", (invalid,))))
+
+
+def test_a_crafted_answer_is_refused_by_the_caller(tmp_path: Any) -> None:
+    """A node actor that is not ours answers a Ray-path call with a pickle that would run code
+    in the driver: it is refused as not a toolseam answer, and nothing runs."""
+    marker = tmp_path / "ran"
+    crafted = pickle.dumps(("ok", Runs(os.system, f"touch {marker}")))
+    with pytest.raises(CouldNotRunError, match="not a toolseam answer"):
+        unpack_answer(crafted)
+    with pytest.raises(CouldNotRunError, match="not a toolseam answer"):
+        unpack_answer(pickle.dumps(["not", "an", "answer"]))
+    assert not marker.exists()
+    assert unpack_answer(dumps(("ok", TextContent(text="x", size=1)))) == (
+        "ok", TextContent(text="x", size=1))

@@ -12,33 +12,40 @@ import pickle
 from typing import Any
 
 from ..seam import errors
+from .codec import dumps, loads
 
 Answer = tuple[Any, ...]
 
 # A tool call that goes through Ray (not the direct path, direct.py) crosses as ONE bytes
 # argument and comes back as bytes (decision 310): Ray serializes each argument and result of
 # an actor call on its own, and a pydantic model or a tuple costs it 0.3-0.5 ms a time where
-# bytes cost nothing measurable. The
-# node unpickles what a caller sent — no more trust than Ray's own, which unpickles every
-# argument of every call with cloudpickle; the secret is checked before anything runs.
-_PROTOCOL = pickle.HIGHEST_PROTOCOL
+# bytes cost nothing measurable. Both ends decode them as the direct path does (codec.py):
+# seam models only, validated again (issue 44).
 
 
 def pack_call(sid: str, secret: str, method: str, args: tuple[Any, ...]) -> bytes:
-    return pickle.dumps((sid, secret, method, args), _PROTOCOL)
+    return dumps((sid, secret, method, args))
 
 
 def unpack_call(payload: bytes) -> tuple[str, str, str, tuple[Any, ...]]:
-    sid, secret, method, args = pickle.loads(payload)  # trusted as Ray trusts its arguments (above)
+    sid, secret, method, args = loads(payload)
     return str(sid), str(secret), str(method), tuple(args)
 
 
 def pack_answer(answer: Answer) -> bytes:
-    return pickle.dumps(answer, _PROTOCOL)
+    return dumps(answer)
 
 
 def unpack_answer(payload: bytes) -> Answer:
-    answer: Answer = pickle.loads(payload)  # from the node this process placed on
+    """A node's answer, never trusted to name a class (a node actor may not be ours)."""
+    try:
+        answer = loads(payload) if isinstance(payload, bytes) else None
+    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+        raise errors.CouldNotRunError(f"a Ray node answered what is not a toolseam answer "
+                                      f"({exc})", retryable=False) from None
+    if not (isinstance(answer, tuple) and answer and answer[0] in ("ok", "err")):
+        raise errors.CouldNotRunError("a Ray node answered what is not a toolseam answer",
+                                      retryable=False)
     return answer
 
 

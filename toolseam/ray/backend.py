@@ -49,6 +49,7 @@ from . import cluster
 from ._wire import decode, pack_call, unpack_answer
 from .direct import DirectLink, Dropped
 from .egress import NOT_CAPTURED, CallerEnd, Serve
+from .handshake import session_key
 from .placement import Placement
 from .streaming import caller_live
 
@@ -155,7 +156,7 @@ class RayBackend:
             node_id = await asyncio.to_thread(self.placement.choose, ray)
         self.node_id = node_id
         self.where = f"Ray node {node_id[:12]}"
-        self._actor = cluster.node_actor(ray, node_id)
+        self._actor = await asyncio.to_thread(cluster.node_actor, ray, node_id)
         self.where = await cluster.node_where(node_id, self._ray_call(self._actor.ready.remote()))
         if self._attaching:  # renewed as often as the session's own orphan timeout asks
             answer = await self._ray_call(self._actor.attach.remote(self.session_id, self._secret))
@@ -180,7 +181,8 @@ class RayBackend:
         """The session's direct connection, where its node offers one (else Ray calls)."""
         at = cluster.node_direct(self.node_id or "") if self.direct else None
         if at is not None:
-            self._link = await DirectLink.connect(at[0], at[1], self.session_id, self._secret)
+            self._link = await DirectLink.connect(at[0], at[1], self.session_id,
+                                                  session_key(self._secret))
             if self._link is None:  # unreachable from here: later sessions do not wait for it
                 cluster.no_direct(self.node_id or "")
 

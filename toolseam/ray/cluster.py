@@ -8,6 +8,7 @@ orphan timeout, not the driver's lifetime, ends what nobody holds any more.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import socket
 import threading
@@ -16,11 +17,18 @@ from typing import Any
 
 from .._extras import install_hint
 from ..seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError
+from . import identity
 
 NAMESPACE = "toolseam"
 ACTOR_PREFIX = "toolseam-node-"
 CONNECT_TIMEOUT_S = 5.0
 
+log = logging.getLogger("toolseam.ray")
+UNAUTHENTICATED = (
+    "the Ray cluster at {address} is used without token authentication (RAY_AUTH_MODE=token "
+    "is not set here): any process that reaches its GCS — on a shared machine every local "
+    "user, even on 127.0.0.1 — can run code on its nodes, end its node actors and read the "
+    "sessions there (docs/ray.md, 'Who may reach it')")
 _lock = threading.Lock()
 _actor_class: Any = None
 _actors: dict[str, Any] = {}
@@ -62,6 +70,8 @@ def connect(address: str | None) -> Any:
             f"the Ray cluster at {address or 'auto'} does not answer or refused this driver "
             f"({exc}); a cluster with token authentication needs RAY_AUTH_MODE=token and its "
             "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this process") from None
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        log.warning(UNAUTHENTICATED.format(address=address or "auto"))
     return ray
 
 
@@ -128,8 +138,28 @@ def node_is_alive(ray: Any, node_id: str) -> bool:
     return any(node["NodeID"] == node_id for node in alive_nodes(ray))
 
 
+def cluster_key() -> bytes:
+    """This process's cluster key (identity.py), read once."""
+    global _cluster_key
+    if _cluster_key is None:
+        _cluster_key = identity.cluster_key()
+    return _cluster_key
+
+
+_cluster_key: bytes | None = None
+
+
+def actor_name(node_id: str) -> str:
+    """The name of the node's actor for this process's cluster key."""
+    return identity.actor_name(ACTOR_PREFIX, identity.node_key(cluster_key(), node_id), node_id)
+
+
 def node_actor(ray: Any, node_id: str) -> Any:
-    """The node's actor, made on first use: named, detached, pinned to its node, no CPU."""
+    """The node's actor: named (a name only holders of the cluster key can know), detached,
+    pinned to its node, no CPU. Made here, it is given the node key by its first call; found
+    made by another driver, it is used only once it proved that key on its direct port
+    (identity.py) — an impostor under the name is never sent anything. May block a few
+    seconds (an actor another driver is still starting): call it off the event loop."""
     with _lock:
         actor = _actors.get(node_id)
         if actor is not None:
@@ -139,10 +169,18 @@ def node_actor(ray: Any, node_id: str) -> Any:
             from .node import NodeSessions
             _actor_class = ray.remote(NodeSessions)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        actor = _actor_class.options(
-            name=ACTOR_PREFIX + node_id, namespace=NAMESPACE, lifetime="detached",
-            get_if_exists=True, num_cpus=0, max_concurrency=10_000, max_restarts=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+        key = identity.node_key(cluster_key(), node_id)
+        name = identity.actor_name(ACTOR_PREFIX, key, node_id)
+        try:
+            actor = _actor_class.options(
+                name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=False,
+                num_cpus=0, max_concurrency=10_000, max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
+            ).remote()
+            actor.bind_key.remote(key)  # its first call from here: before any other
+        except ValueError:  # the name is taken (ActorAlreadyExistsError): prove it first
+            actor = ray.get_actor(name, namespace=NAMESPACE)
+            identity.wait_proven(ray, actor, key, name)
         _actors[node_id] = actor
         return actor
 

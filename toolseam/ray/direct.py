@@ -7,13 +7,15 @@ and each session's holder opens one connection to it; everything else (placement
 claims, close, attach, the workspace) stays on Ray, and a connection that cannot
 be made leaves the session on Ray calls.
 
-Who may use it: the first frame names a session and carries its secret, checked as every Ray
-call's is (constant time, the same answer for unknown and wrong); until it passes, nothing the
-peer sends is unpickled — the frame is split as bytes. After it, requests and answers are
-pickles read by ``SeamUnpickler``, which builds only builtin values and the seam's own wire
-models (``toolseam.seam.models``): a holder of a handle cannot make the node run code by a
-crafted pickle. What travels is what a Ray call carries (the secret included), in clear as
-Ray's own traffic is unless the cluster uses TLS: bind the cluster to a private network.
+Who may use it: the hello names a session and carries a fresh nonce; the node answers its own
+nonce and its proof of the session's key, the caller checks it and answers its own proof
+(``handshake.py``): neither end sends the secret, and the caller sends no call to a port that
+cannot prove the session's key (an impostor actor's, another local user's). Until the caller
+has proved itself nothing it sends is unpickled — the hello is split as bytes. After it,
+requests and answers are read by ``codec.loads`` (seam models only, validated again), at most
+``codec.MAX_REQUEST`` bytes a request. With ``RAY_USE_TLS`` the connection is TLS with Ray's
+certificates; without it, what travels after the proofs (calls and answers) is in clear on the
+cluster's network, as Ray's own traffic is.
 
 Frames: a 4-byte big-endian length, then the body. Requests ``(id, method, args)``, a
 cancellation ``(id, None, None)``; answers ``(id, answer)`` in the node's ``_wire`` shape.
@@ -24,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import io
 import itertools
 import pickle
 import socket
@@ -32,40 +33,20 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pydantic import BaseModel
-
-from ..seam import models
 from ..seam.errors import HostError
 from ._wire import Answer, encode
+from .codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
+from .handshake import client_tls, decoy_proof, holds, is_nonce, nonce, proof, server_tls
+from .identity import IDENTITY_HELLO, identity_proof
 
-HELLO = b"toolseam-ray-direct-1"
+HELLO = b"toolseam-ray-direct-2"
 MAX_HELLO = 4096  # a hello larger than this is not one: the peer is dropped unread
-MAX_FRAME = 1 << 31
 CONNECT_TIMEOUT_S = 2.0
 HELLO_TIMEOUT_S = 5.0  # a peer that says nothing is dropped: silent connections cannot pile up
 _LENGTH = struct.Struct(">I")
 
 
-class SeamUnpickler(pickle.Unpickler):
-    """Builtin values and the seam's wire models only: no callable, no other class."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module == models.__name__:
-            found = getattr(models, name, None)
-            if isinstance(found, type) and issubclass(found, BaseModel):
-                return found
-        raise pickle.UnpicklingError(f"{module}.{name} is not a seam model")
-
-
-def loads(body: bytes) -> Any:
-    return SeamUnpickler(io.BytesIO(body)).load()
-
-
-def dumps(value: Any) -> bytes:
-    return pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
-
-
-async def read_frame(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> bytes:
+async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
     (length,) = _LENGTH.unpack(await reader.readexactly(_LENGTH.size))
     if length > limit:
         raise ValueError(f"a frame of {length} bytes (at most {limit})")
@@ -90,44 +71,75 @@ def keep_alive(sock: socket.socket | None) -> None:
 
 
 # --- the node's side ------------------------------------------------------------------------
-Call = Callable[[str, str, str, tuple[Any, ...]], Awaitable[Answer]]
+Call = Callable[[str, str, tuple[Any, ...]], Awaitable[Answer]]
+KeyFor = Callable[[str], bytes | None]
+Identity = Callable[[], tuple[bytes, str] | None]  # the node key and the actor's id, once bound
 
 
 class NodeServer:
-    """The node actor's listener: ``call`` is ``NodeSessions.call`` (the secret checked on every
-    request, the session's in-flight count and orphan clock kept as on the Ray path)."""
+    """The node actor's listener: ``call`` is ``NodeSessions.call_held`` (a session whose
+    holder proved its key; the in-flight count and orphan clock kept as on the Ray path),
+    ``key_for`` a session's key (None: no such session), ``identity`` what the actor proves to
+    a driver that did not create it (identity.py)."""
 
-    def __init__(self, call: Call, check: Callable[[str, str], object]) -> None:
-        self._call, self._check = call, check
+    def __init__(self, call: Call, key_for: KeyFor, identity: Identity = lambda: None) -> None:
+        self._call, self._key_for, self._identity = call, key_for, identity
         self._server: asyncio.base_events.Server | None = None
         self.port = 0
 
     async def start(self, host: str) -> int:
-        self._server = await asyncio.start_server(self._serve, host, 0)
+        tls = server_tls()
+        self._server = await asyncio.start_server(
+            self._serve, host, 0, ssl=tls,
+            ssl_handshake_timeout=HELLO_TIMEOUT_S if tls is not None else None)
         self.port = int(self._server.sockets[0].getsockname()[1])
         return self.port
+
+    async def _proved(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+                      ) -> str | None:
+        """The hello's session once both ends proved its key (None: refused, answered so)."""
+        first = await asyncio.wait_for(read_frame(reader, MAX_HELLO), HELLO_TIMEOUT_S)
+        if first.startswith(IDENTITY_HELLO + b"\0"):  # a driver asks who this actor is
+            self._prove_identity(writer, first.partition(b"\0")[2].decode("ascii", "replace"))
+            return None
+        sid, caller_nonce = _hello(first)
+        key, node_nonce = self._key_for(sid), nonce()
+        mine = proof(key, "node", sid, caller_nonce, node_nonce) if key else decoy_proof()
+        writer.write(frame(f"{node_nonce}\0{mine}".encode()))
+        given = await asyncio.wait_for(read_frame(reader, MAX_HELLO), HELLO_TIMEOUT_S)
+        if key is None or not holds(key, "caller", sid, caller_nonce, node_nonce,
+                                    given.decode("ascii", "replace")):
+            # the same answer for "no such session" and "not yours": nothing to probe with
+            writer.write(frame(dumps(encode(HostError(
+                f"no session {sid[:8]}… on this node answers this handle")))))
+            return None
+        writer.write(frame(dumps(("ok", None))))
+        return sid
+
+    def _prove_identity(self, writer: asyncio.StreamWriter, theirs: str) -> None:
+        bound, mine = self._identity(), nonce()
+        if bound is None or not is_nonce(theirs):
+            writer.write(frame(b""))  # not bound yet (its creator's first call is on its way)
+            return
+        writer.write(frame(f"{mine}\0{identity_proof(bound[0], bound[1], theirs, mine)}"
+                           .encode()))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         keep_alive(writer.get_extra_info("socket"))
         tasks: dict[int, asyncio.Task[None]] = {}
         try:
-            sid, secret = _hello(await asyncio.wait_for(read_frame(reader, MAX_HELLO),
-                                                        HELLO_TIMEOUT_S))
-            try:
-                self._check(sid, secret)
-            except HostError as exc:
-                writer.write(frame(dumps(encode(exc))))
+            sid = await self._proved(reader, writer)
+            if sid is None:
                 return
-            writer.write(frame(dumps(("ok", None))))
             while True:
-                req, method, args = loads(await read_frame(reader))
+                req, method, args = loads(await read_frame(reader, MAX_REQUEST))
                 if method is None:
                     task = tasks.get(req)
                     if task is not None:
                         task.cancel()
                     continue
                 task = asyncio.ensure_future(
-                    self._answer(writer, req, sid, secret, str(method), tuple(args)))
+                    self._answer(writer, req, sid, str(method), tuple(args)))
                 tasks[req] = task
                 task.add_done_callback(functools.partial(_forget, tasks, req))
         except (asyncio.IncompleteReadError, ConnectionError, ValueError, TimeoutError,
@@ -138,9 +150,9 @@ class NodeServer:
                 task.cancel()  # as Ray cancels an async call whose caller is gone
             writer.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, req: int, sid: str, secret: str,
+    async def _answer(self, writer: asyncio.StreamWriter, req: int, sid: str,
                       method: str, args: tuple[Any, ...]) -> None:
-        answer = await self._call(sid, secret, method, args)
+        answer = await self._call(sid, method, args)
         if not writer.is_closing():
             writer.write(frame(dumps((req, answer))))
             with contextlib.suppress(ConnectionError):
@@ -156,10 +168,11 @@ def _forget(tasks: dict[int, asyncio.Task[None]], req: int, _done: object) -> No
 
 
 def _hello(body: bytes) -> tuple[str, str]:
-    magic, sid, secret = body.split(b"\0", 2)
-    if magic != HELLO:
+    """The hello's session id and the caller's nonce (bytes split, nothing unpickled)."""
+    magic, sid, caller_nonce = body.split(b"\0", 2)
+    if magic != HELLO or not is_nonce(caller_nonce.decode("ascii")):
         raise ValueError("not a toolseam direct hello")
-    return sid.decode("ascii"), secret.decode("ascii")
+    return sid.decode("ascii"), caller_nonce.decode("ascii")
 
 
 # --- the caller's side ----------------------------------------------------------------------
@@ -178,25 +191,36 @@ class DirectLink:
         self.alive = True
 
     @classmethod
-    async def connect(cls, host: str, port: int, sid: str, secret: str) -> DirectLink | None:
-        """The link, or None when the node cannot be reached directly (the Ray path stays)."""
+    async def connect(cls, host: str, port: int, sid: str, key: bytes) -> DirectLink | None:
+        """The link, or None when the node cannot be reached directly or does not prove the
+        session's ``key`` (handshake.session_key): the Ray path stays."""
+        writer: asyncio.StreamWriter | None = None
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(host, port), CONNECT_TIMEOUT_S)
-            keep_alive(writer.get_extra_info("socket"))
-            writer.write(frame(b"\0".join((HELLO, sid.encode(), secret.encode()))))
-            answer = loads(await asyncio.wait_for(read_frame(reader), CONNECT_TIMEOUT_S))
-        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, pickle.UnpicklingError):
-            return None
-        if answer[0] != "ok":
-            writer.close()
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                reader, writer = await asyncio.open_connection(host, port, ssl=client_tls())
+                keep_alive(writer.get_extra_info("socket"))
+                mine = nonce()
+                writer.write(frame(b"\0".join((HELLO, sid.encode(), mine.encode()))))
+                node_nonce, _, node_proof = (await read_frame(reader, MAX_HELLO)).partition(b"\0")
+                theirs = node_nonce.decode("ascii")
+                if not (is_nonce(theirs) and holds(key, "node", sid, mine, theirs,
+                                                   node_proof.decode("ascii"))):
+                    raise ValueError("the port does not prove the session's key")
+                writer.write(frame(proof(key, "caller", sid, mine, theirs).encode()))
+                answer = loads(await read_frame(reader, MAX_ANSWER))
+            if not (isinstance(answer, tuple) and answer and answer[0] == "ok"):
+                raise ValueError("refused")
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError,
+                pickle.UnpicklingError, EOFError):
+            if writer is not None:
+                writer.transport.abort()
             return None
         return cls(reader, writer)
 
     async def _read(self) -> None:
         try:
             while True:
-                req, answer = loads(await read_frame(self._reader))
+                req, answer = loads(await read_frame(self._reader, MAX_ANSWER))
                 waiter = self._waiting.pop(req, None)
                 if waiter is not None and not waiter.done():
                     waiter.set_result(answer)

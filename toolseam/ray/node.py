@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
+import functools
 import hmac
 import io
 import os
@@ -32,6 +32,8 @@ from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from ._wire import Answer, encode, pack_answer, unpack_call
 from .direct import NodeServer
 from .egress import NodeRelay
+from .handshake import session_key
+from .identity import KV_NAMESPACE, kv_key
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
@@ -65,7 +67,9 @@ def sweep_dead_roots(workdir: str) -> list[str]:
 
 
 def secret_hash(secret: str) -> bytes:
-    return hashlib.sha256(secret.encode()).digest()
+    """What the node keeps of a session's secret: the key both ends of its direct connection
+    prove (``handshake.session_key``), a one-way function of the secret."""
+    return session_key(secret)
 
 
 @dataclass
@@ -100,6 +104,20 @@ class NodeSessions(ShapedSandboxes, NodePools):
         self._reaper: asyncio.Task[None] | None = None
         self._direct: NodeServer | None = None
         self._direct_at: tuple[str, int] | None = None
+        self._node_key: bytes | None = None  # what this actor proves to drivers (identity.py)
+        self.actor_id = ray.get_runtime_context().get_actor_id() or ""
+
+    async def bind_key(self, key: bytes) -> Answer:
+        """The node key, from the driver that created this actor (its first call; identity.py).
+        Once bound it stays: a later, different key is refused."""
+        if self._node_key is None and isinstance(key, bytes) and len(key) == 32:
+            self._node_key = key
+        if self._node_key is None or not hmac.compare_digest(self._node_key, key):
+            return encode(HostError(f"{self.where} holds another node key"))
+        return ("ok", None)
+
+    def _identity(self) -> tuple[bytes, str] | None:
+        return None if self._node_key is None else (self._node_key, self.actor_id)
 
     async def ready(self) -> dict[str, Any]:
         """Who this node is; the first call also removes what a previous actor of this machine
@@ -120,12 +138,18 @@ class NodeSessions(ShapedSandboxes, NodePools):
         cannot listen serves every call through Ray."""
         import ray
         host = str(ray.util.get_node_ip_address())  # type: ignore[no-untyped-call]
-        server = NodeServer(self.call, self._session)
+        server = NodeServer(self.call_held, self._key_for, self._identity)
         try:
             self._direct_at = (host, await server.start(host))
             self._direct = server
         except OSError:
             self._direct_at = None
+            return
+        # where a driver that did not create this actor asks it to prove its key; anyone can
+        # write this entry, and a wrong one only makes the proof fail (identity.py)
+        from ray.experimental import internal_kv
+        await asyncio.to_thread(internal_kv._internal_kv_put, kv_key(self.actor_id),
+                                f"{host}:{self._direct_at[1]}", namespace=KV_NAMESPACE)
 
     def _janitor(self) -> None:
         if self.config.engine == "host":
@@ -178,7 +202,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
             open_egress = getattr(session.backend, "open_egress", None)
             if open_egress is None:
                 raise HostError(f"{self.where}: its backend has no agent channel for egress")
-            relay = NodeRelay((str(caller[0]), int(caller[1])), str(token))
+            relay = NodeRelay((str(caller[0]), int(caller[1])), str(token),
+                              functools.partial(self._held, sid))
             return ("ok", await open_egress(relay.serve, ca_pem, None))
         except Exception as exc:  # noqa: BLE001 - every failure is an answer, never a Ray error
             return encode(exc)
@@ -192,13 +217,34 @@ class NodeSessions(ShapedSandboxes, NodePools):
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
 
+    def _held(self, sid: str) -> bool:
+        """The session is open and its holder renewed it lately (two renewals may be missed:
+        the holder renews every third of its orphan timeout) — an egress relay's condition."""
+        session = self._sessions.get(sid)
+        return session is not None and (
+            session.calls > 0 or time.monotonic() - session.seen < session.orphan_timeout * 0.75)
+
+    def _key_for(self, sid: str) -> bytes | None:
+        """A session's key, for a direct connection's proofs (direct.py); None: no session."""
+        session = self._sessions.get(sid)
+        return None if session is None else session.hash
+
     async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...]) -> Answer:
-        if method not in SEAM_CALLS and method not in LIVE_CALLS:
-            return encode(HostError(f"{method!r} is not a seam call"))
         try:
-            session = self._session(sid, secret)
+            self._session(sid, secret)
         except HostError as exc:
             return encode(exc)
+        return await self.call_held(sid, method, args)
+
+    async def call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
+        """A seam call of session ``sid``, whose holder proved its key (a Ray call's secret
+        checked by ``call``, a direct connection's proofs by direct.py)."""
+        if method not in SEAM_CALLS and method not in LIVE_CALLS:
+            return encode(HostError(f"{method!r} is not a seam call"))
+        session = self._sessions.get(sid)
+        if session is None:
+            return encode(HostError(f"no session {sid[:8]}… on {self.where} answers this handle"))
+        session.seen = time.monotonic()
         if session.toolkit is not None:  # its toolkit owns the backend's jobs
             return encode(HostError(f"session {sid[:8]}… is a Ray-shaped sandbox"))
         session.calls += 1

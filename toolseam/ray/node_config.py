@@ -7,6 +7,11 @@ caller (who cannot know which engine a machine it has never seen has).
 TLS). ``TOOLSEAM_RAY_NODE_NAME`` names the node in messages (default: the host's name);
 ``TOOLSEAM_RAY_WORKDIR`` is where the node keeps its sessions' workspaces (default: ``ray``
 below this user's staging root, ``staging.user_dir`` — never a name in the shared temp dir).
+
+A sandbox on the engine's bridge network (``network="bridge"``, Ray's ``"public"``) could reach
+the node's own address, where Ray's GCS, raylet and workers listen — and a client of those runs
+code on every node. So a node refuses the bridge unless its operator has fenced those ports
+off from the engine's network and says so: ``TOOLSEAM_RAY_ALLOW_BRIDGE=1`` (issue 44).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from ..seam.errors import ConfigurationError
 from ..seam.protocol import BuiltinExec
 
 ENGINES = ("podman-rootless", "podman", "docker", "host")
+ALLOW_BRIDGE = "TOOLSEAM_RAY_ALLOW_BRIDGE"
 
 
 @dataclass(frozen=True)
@@ -29,6 +35,7 @@ class NodeConfig:
     options: dict[str, Any] = field(default_factory=dict)
     name: str = ""
     workdir: str = ""
+    allow_bridge: bool = False  # the operator fenced the node's Ray ports from the bridge
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> NodeConfig:
@@ -46,7 +53,7 @@ class NodeConfig:
             raise ConfigurationError("TOOLSEAM_RAY_BACKEND_OPTIONS must be a JSON object")
         workdir = env.get("TOOLSEAM_RAY_WORKDIR", "")  # "": the default (node.own_workdir)
         return cls(engine, options, env.get("TOOLSEAM_RAY_NODE_NAME") or socket.gethostname(),
-                   workdir)
+                   workdir, env.get(ALLOW_BRIDGE, "") == "1")
 
     @property
     def endpoint(self) -> str:
@@ -69,6 +76,12 @@ class NodeConfig:
 
     def container_factory(self, image: str | None, limits: Any) -> tuple[Any, dict[str, Any]]:
         """The container backend class of this node's engine and its options (a pool's too)."""
+        if getattr(limits, "network", None) == "bridge" and not self.allow_bridge:
+            raise ConfigurationError(
+                f"node {self.name} refuses the engine's bridge network: a sandbox on it could "
+                "reach this node's Ray ports (GCS, raylet, workers), and through them run code "
+                f"on every node; its operator may allow it ({ALLOW_BRIDGE}=1 in the node's "
+                "environment) once those ports are fenced off from the engine's network")
         options = dict(self.options)
         image = image or options.pop("image", None)
         options.pop("image", None)

@@ -267,7 +267,7 @@ class RawSandbox(InteractiveSandbox):
             raise UserUnsupportedError(reason.split(_USER_UNSUPPORTED, 1)[1].strip()) from None
         if _USER_UNKNOWN in reason:
             raise UnknownUserError(reason.split(_USER_UNKNOWN, 1)[1].strip()) from None
-        if not reason.startswith(_SPAWN_FAILED):
+        if _SPAWN_FAILED not in reason:  # a Ray node's reason starts with the node's name
             raise exc
         found = await self._find_program(argv[0], cwd, env.get("PATH", os.defpath))
         if found is None:

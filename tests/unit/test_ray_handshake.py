@@ -1,0 +1,218 @@
+"""Both ends of the connections toolseam opens across a Ray cluster prove the shared key before
+either sends anything of value (toolseam/ray/handshake.py, direct.py, egress.py; decision
+337): a listener that merely sits where the other end should be — a crashed driver's port
+bound by someone else, an impostor actor's port — is sent no call, no request and no secret,
+and nothing it answers is taken. Real sockets on 127.0.0.1, no cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from toolseam.ray.codec import MAX_REQUEST
+from toolseam.ray.direct import DirectLink, NodeServer
+from toolseam.ray.egress import CallerEnd, NodeRelay
+from toolseam.ray.handshake import session_key
+
+SECRET = "the-session-secret"
+
+
+class Listener:
+    """Whoever binds a port: records every byte it is sent, answers ``reply`` to each."""
+
+    def __init__(self, reply: bytes) -> None:
+        self.reply, self.received = reply, b""
+        self.port = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                self.received += data
+                writer.write(self.reply)
+                await writer.drain()
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def listening(listener: Listener) -> AsyncIterator[Listener]:
+    server = await asyncio.start_server(listener.serve, "127.0.0.1", 0)
+    listener.port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield listener
+
+
+async def node_server(calls: list[tuple[str, str]]) -> NodeServer:
+    async def call(sid: str, method: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        calls.append((sid, method))
+        return ("ok", f"{method} answered")
+    server = NodeServer(call, {"s1": session_key(SECRET)}.get)
+    await server.start("127.0.0.1")
+    return server
+
+
+async def test_direct_both_ends_prove_the_key_and_the_secret_never_crosses() -> None:
+    calls: list[tuple[str, str]] = []
+    server = await node_server(calls)
+    try:
+        link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
+        assert link is not None
+        assert await link.call("stat", ()) == ("ok", "stat answered")
+        link.close()
+        # a caller with another key, or an unknown session: no link, no call ran
+        assert await DirectLink.connect("127.0.0.1", server.port, "s1", session_key("x")) is None
+        assert await DirectLink.connect("127.0.0.1", server.port, "s2",
+                                        session_key(SECRET)) is None
+        assert calls == [("s1", "stat")]
+    finally:
+        server.close()
+
+
+async def test_direct_a_port_that_cannot_prove_the_key_is_sent_no_call() -> None:
+    """An impostor's port (or one another local user bound): it gets a hello with a nonce —
+    not the secret, not the key — and is never sent a call."""
+    async with listening(Listener(b"\0\0\0\x05hello")) as impostor:
+        link = await DirectLink.connect("127.0.0.1", impostor.port, "s1", session_key(SECRET))
+        await asyncio.sleep(0.1)
+    assert link is None
+    assert SECRET.encode() not in impostor.received
+    assert session_key(SECRET).hex().encode() not in impostor.received
+    assert b"stat" not in impostor.received and len(impostor.received) < 200
+
+
+async def test_direct_a_request_above_the_cap_ends_the_connection() -> None:
+    calls: list[tuple[str, str]] = []
+    server = await node_server(calls)
+    try:
+        link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
+        assert link is not None
+        link._writer.write((MAX_REQUEST + 1).to_bytes(4, "big"))
+        async with asyncio.timeout(10):
+            while link.alive:
+                await asyncio.sleep(0.05)
+        assert calls == []
+    finally:
+        server.close()
+
+
+async def relayed(relay: NodeRelay, request: bytes) -> bytes:
+    """What a sandbox's client that sent ``request`` through the node's relay reads back."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:  # as the node's agent channel does: the client's connection ends with the relay
+            await relay.serve(reader, writer)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(request)
+        writer.write_eof()
+        try:
+            async with asyncio.timeout(15):
+                return await reader.read()
+        except ConnectionResetError:
+            return b""
+        finally:
+            writer.close()
+
+
+async def test_egress_the_relay_reaches_the_caller_that_proves_the_key() -> None:
+    served: list[dict[str, Any]] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    opened: dict[str, Any]) -> None:
+        served.append(opened)
+        writer.write(b"proxied:" + await reader.read(65536))  # TLS has no half-close
+        writer.close()
+        await writer.wait_closed()
+
+    end = CallerEnd(proxy)
+    at = await end.start("127.0.0.1")
+    try:
+        assert await relayed(NodeRelay(at, end.token), b"GET /") == b"proxied:GET /"
+        assert served and served[0]["egress_target"] is None
+        # a node with another key: refused by the caller, and it sends the caller nothing
+        stranger = NodeRelay(at, secrets.token_hex(32))
+        assert await relayed(stranger, b"GET /") == b""
+        assert stranger.refused == 1 and end.refused == 1 and len(served) == 1
+        # a session nobody renews: the node relays nothing at all
+        assert await relayed(NodeRelay(at, end.token, lambda: False), b"GET /") == b""
+        assert end.refused == 1 and len(served) == 1
+    finally:
+        await end.close()
+
+
+@pytest.mark.parametrize("reply", [b"HTTP/1.1 200 OK\r\n\r\nPWNED-BY-LOCAL-USER",
+                                   b'{"n":"' + b"0" * 64 + b'","p":"' + b"0" * 64 + b'"}\n'])
+async def test_egress_a_listener_on_a_dead_callers_port_gets_nothing_and_reaches_no_one(
+        reply: bytes) -> None:
+    """The port of a crashed driver, bound by someone else: it is sent a nonce, never the
+    token or the sandbox's request, and its answer never reaches the sandbox's client."""
+    token = secrets.token_hex(32)
+    async with listening(Listener(reply)) as squatter:
+        relay = NodeRelay(("127.0.0.1", squatter.port), token)
+        answered = await relayed(relay, b"GET http://web.test/secret HTTP/1.1\r\n\r\n")
+    assert answered == b""
+    assert relay.refused == 1
+    assert token.encode() not in squatter.received
+    assert b"GET" not in squatter.received and squatter.received.startswith(b'{"n":')
+
+
+@pytest.fixture
+def ray_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A CA and a certificate signed by it, set as Ray's TLS is (``RAY_USE_TLS`` and its files)."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], check=True, capture_output=True, cwd=tmp_path)
+    openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+            "-nodes", "-days", "1", "-subj", "/CN=ray-ca", "-keyout", "ca.key", "-out", "ca.crt")
+    openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-subj", "/CN=ray-node",
+            "-keyout", "node.key", "-out", "node.csr")
+    openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "1", "-out", "node.crt")
+    for name, value in (("RAY_USE_TLS", "1"), ("RAY_TLS_CA_CERT", "ca.crt"),
+                        ("RAY_TLS_SERVER_CERT", "node.crt"), ("RAY_TLS_SERVER_KEY", "node.key")):
+        monkeypatch.setenv(name, value if name == "RAY_USE_TLS" else str(tmp_path / value))
+    return tmp_path
+
+
+async def test_with_rays_tls_both_connections_are_tls_and_a_plain_peer_gets_nothing(
+        ray_tls: Path) -> None:
+    calls: list[tuple[str, str]] = []
+    server = await node_server(calls)
+    try:
+        link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
+        assert link is not None
+        assert link._writer.get_extra_info("ssl_object") is not None
+        assert await link.call("stat", ()) == ("ok", "stat answered")
+        link.close()
+        # a peer speaking plain TCP: the TLS handshake fails, no frame is read
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"\0\0\0\x10toolseam-ray-dir")
+        async with asyncio.timeout(10):
+            assert b"toolseam" not in await reader.read()
+        writer.close()
+        assert calls == [("s1", "stat")]
+    finally:
+        server.close()
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    opened: dict[str, Any]) -> None:
+        writer.write(b"proxied:" + await reader.read(65536))  # TLS has no half-close
+        writer.close()
+        await writer.wait_closed()
+
+    end = CallerEnd(proxy)
+    at = await end.start("127.0.0.1")
+    try:
+        assert await relayed(NodeRelay(at, end.token), b"GET /") == b"proxied:GET /"
+    finally:
+        await end.close()
