@@ -317,3 +317,18 @@ async def test_arguments_text_too_deep_or_not_strict_json_is_a_tool_error(tmp_pa
     assert deep.is_error and "JSON object" in deep.output
     assert nan.is_error and "JSON object" in nan.output
     assert not fine.is_error and fine.output == "hi\n"
+
+
+# --- a misspelt backend option (issue 46) ---------------------------------------------------
+@pytest.mark.parametrize(("backend", "given", "guess"), [
+    ("docker", "imgae", "image"), ("podman", "endpiont", "endpoint"), ("host", "netwrok", "network")])
+def test_a_misspelt_backend_option_is_named_with_the_valid_ones(backend: str, given: str,
+                                                                guess: str) -> None:
+    """Not ``TypeError: DockerBackend.__init__() got an unexpected keyword argument``: the
+    option in the user's terms, what it may have meant, and what the backend takes."""
+    with pytest.raises(ConfigurationError) as caught:
+        Toolkit(backend, backend_options={given: "x"})
+    message = str(caught.value)
+    assert message.startswith(f"backend_options: unknown option {given!r} (did you mean "
+                              f"{guess!r}?) for the {backend} backend; it takes "), message
+    assert "__init__" not in message
