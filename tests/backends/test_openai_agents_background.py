@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,13 @@ def _clients(kind: str) -> tuple[BaseSandboxClient[Any], BaseSandboxClientOption
         return ToolseamSandboxClient(), ToolseamSandboxClientOptions()
     return ToolseamSandboxClient(), ToolseamSandboxClientOptions(
         backend=kind, image=engines.IMAGE, backend_options={"endpoint": engines.endpoint(kind)})
+
+
+def _close(client: BaseSandboxClient[Any]) -> None:
+    """The reference docker client's engine connection (toolseam's own closes with the
+    session)."""
+    if isinstance(client, DockerSandboxClient):
+        client.docker_client.close()
 
 
 def _free_port() -> int:
@@ -113,27 +122,38 @@ async def _left_after_delete(kind: str, marker: str) -> list[str]:
 
 async def _same_process_case(kind: str) -> dict[str, Any]:
     client, options = _clients(kind)
-    port = _free_port()
-    marker = f"http.server {port}"
+    port, pty_port = _free_port(), _free_port()
+    marker, pty_marker = f"http.server {port}", f"http.server {pty_port}"
     session = await client.create(manifest=Manifest(), options=options)
     try:
         await session.start()
         code, took = await _start_server(session, port)
         served = await session.exec(_probe_command(port), timeout=60)
         running_after = bool(host_started(marker))
+        # the agent's own exec_command path: a process on pipes (the SDK's tty=False)
+        started = await session.pty_exec_start(_start_command(pty_port), tty=False,
+                                               yield_time_s=5)
+        served_pty = await session.exec(_probe_command(pty_port), timeout=60)
     finally:
         await session.aclose()
         await client.delete(session)
-    left = await _left_after_delete(kind, marker)
+        _close(client)
+    left = await _left_after_delete(kind, marker) + await _left_after_delete(kind, pty_marker)
     _end_strays(marker)
+    _end_strays(pty_marker)
     return {"code": code, "quick": took < 10, "served": served.stdout.decode(),
-            "running_after_exec": running_after, "ended_with_session": not left}
+            "running_after_exec": running_after, "ended_with_session": not left,
+            "pty_code": started.exit_code, "served_through_pty": served_pty.stdout.decode()}
 
 
 async def _reference(case: str, kind: str) -> dict[str, Any]:
     if (case, kind) not in _reference_seen:
         run = _same_process_case if case == "same" else _resumed_case
         _reference_seen[case, kind] = await run(kind)
+        # the SDK's docker session leaves its PTY exec socket to the garbage collector
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            gc.collect()
     return _reference_seen[case, kind]
 
 
@@ -143,7 +163,8 @@ async def test_a_background_server_outlives_its_exec(backend: str) -> None:
     reference = await _reference("same", reference_kind)
     ours = await _same_process_case(backend)
     expected = {"code": 0, "quick": True, "served": "served from the background\n",
-                "running_after_exec": True}
+                "running_after_exec": True, "pty_code": 0,
+                "served_through_pty": "served from the background\n"}
     assert {k: reference[k] for k in expected} == expected, reference
     assert {k: ours[k] for k in expected} == expected, ours
     assert ours["ended_with_session"], "toolseam's delete leaves its sandbox's processes"
@@ -187,6 +208,7 @@ async def _resumed_case(kind: str) -> dict[str, Any]:
     finally:
         await session.aclose()
         await client.delete(session)
+        _close(client)
     left = await _left_after_delete(kind, marker)
     _end_strays(marker)
     return {"code": told["code"], "served": served.stdout.decode(),
