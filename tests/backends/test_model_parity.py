@@ -135,11 +135,26 @@ async def test_edit_empty_old_string_creates_a_file(box: Sandbox) -> None:
     created = await box.call("edit", path="new/dir/f.txt", oldString="", newString="hi\n")
     assert created.output == "Created new/dir/f.txt (3 bytes)"
     assert (box.work / "new/dir/f.txt").read_bytes() == b"hi\n"
-    refused = await box.call("edit", path="new/dir/f.txt", oldString="", newString="x")
-    assert refused.is_error and "already has content" in refused.output
     box.put("empty.txt", b"")
     assert not (await box.call("edit", path="empty.txt", oldString="", newString="x")).is_error
     assert (box.work / "empty.txt").read_bytes() == b"x"
+
+
+async def test_edit_empty_old_string_replaces_an_existing_file_keeping_its_bom(
+        box: Sandbox) -> None:
+    """opencode's ``preserves BOM when oldString is empty on existing files``: the whole
+    content is replaced, the byte-order mark stays (and is not doubled)."""
+    box.put("existing.cs", "\ufeffusing System;\n".encode())
+    result = await box.call("edit", path="existing.cs", oldString="", newString="using Up;\n")
+    assert not result.is_error, result.output
+    assert (box.work / "existing.cs").read_bytes() == "\ufeffusing Up;\n".encode()
+    await box.call("edit", path="existing.cs", oldString="", newString="\ufeffusing Again;\n")
+    assert (box.work / "existing.cs").read_bytes() == "\ufeffusing Again;\n".encode()
+    box.put("plain.txt", b"old\n")
+    replaced = await box.call("edit", path="plain.txt", oldString="", newString="new\n")
+    assert replaced.output == ("Replaced the whole content of plain.txt (4 bytes): an empty "
+                               "oldString stands for the whole file")
+    assert (box.work / "plain.txt").read_bytes() == b"new\n"
 
 
 async def test_edit_keeps_the_bom(box: Sandbox) -> None:

@@ -10,14 +10,19 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from toolseam import ConfigurationError, HostError, SyncToolkit, Toolkit
+from toolseam import ConfigurationError, CouldNotRunError, HostError, SyncToolkit, Toolkit
 from toolseam.backends.host import HostBackend
+from toolseam.frontends.cli_terms import in_cli_terms
+from toolseam.integrations.pydantic_ai import ToolseamWorkspace
 
+from ..support import engines
 from ..support.processes import host_survivors
 
 TOOLSEAM = [sys.executable, "-m", "toolseam.frontends.cli"]
@@ -317,3 +322,104 @@ async def test_arguments_text_too_deep_or_not_strict_json_is_a_tool_error(tmp_pa
     assert deep.is_error and "JSON object" in deep.output
     assert nan.is_error and "JSON object" in nan.output
     assert not fine.is_error and fine.output == "hi\n"
+
+
+# --- a misspelt backend option (issue 46) ---------------------------------------------------
+@pytest.mark.parametrize(("backend", "given", "guess"), [
+    ("docker", "imgae", "image"), ("podman", "endpiont", "endpoint"), ("host", "netwrok", "network")])
+def test_a_misspelt_backend_option_is_named_with_the_valid_ones(backend: str, given: str,
+                                                                guess: str) -> None:
+    """Not ``TypeError: DockerBackend.__init__() got an unexpected keyword argument``: the
+    option in the user's terms, what it may have meant, and what the backend takes."""
+    with pytest.raises(ConfigurationError) as caught:
+        Toolkit(backend, backend_options={given: "x"})
+    message = str(caught.value)
+    assert message.startswith(f"backend_options: unknown option {given!r} (did you mean "
+                              f"{guess!r}?) for the {backend} backend; it takes "), message
+    assert "__init__" not in message
+
+
+# --- errors in the terms of the interface used (issue 46) -----------------------------------
+@pytest.mark.parametrize(("python", "cli_words"), [
+    ("or pass workspace_mode='copy'", "or pass --workspace-mode copy"),
+    ("endpoint='unix:///run/user/UID/podman/podman.sock' or", "--endpoint "
+     "unix:///run/user/UID/podman/podman.sock or"),
+    ('image="my/img:1", pull=\'never\' and rootless=True', "--image my/img:1, --pull never and "
+     "--rootless"),
+    ("the file reimage='x' stays", "the file reimage='x' stays")])
+def test_the_cli_words_an_option_as_its_flag(python: str, cli_words: str) -> None:
+    assert in_cli_terms(python) == cli_words
+
+
+@pytest.mark.engines
+def test_the_cli_says_workspace_mode_copy_as_its_flag() -> None:
+    """The rootless engine's user cannot reach a 0700 root directory: the CLI names its own
+    flag, the library its option."""
+    rootless = engines.endpoint("podman-rootless")
+    done = cli("call", "bash", '{"command": "true"}', "--backend", "podman", "--rootless",
+               "--endpoint", rootless, "--image", engines.IMAGE, "--workspace", "/root",
+               "--workspace-mode", "bind")
+    assert done.returncode == 2, done
+    assert done.stderr.rstrip().endswith("or pass --workspace-mode copy"), done.stderr
+    assert "workspace_mode=" not in done.stderr
+
+
+@pytest.mark.engines
+def test_rootless_as_root_names_the_variable_and_the_option(monkeypatch: pytest.MonkeyPatch,
+                                                            tmp_path: Path) -> None:
+    """Root has no rootless engine of its own: the error says how to name another user's."""
+    engines.endpoint("podman-rootless")  # the rootless engine is part of this machine's setup
+    monkeypatch.delenv("TOOLSEAM_PODMAN_ROOTLESS_URL", raising=False)
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    with pytest.raises(CouldNotRunError) as caught, SyncToolkit(
+            "podman", base_dir=str(tmp_path), backend_options={"rootless": True}):
+        pass
+    reason = caught.value.reason
+    assert reason.startswith(f"podman-rootless engine unreachable at unix:///run/user/"
+                             f"{os.geteuid()}/podman/podman.sock"), reason
+    if os.geteuid() == 0:
+        assert reason.endswith("running as root, rootless podman is another user's engine: "
+                               "name that user's socket with endpoint='unix:///run/user/UID/"
+                               "podman/podman.sock' or the TOOLSEAM_PODMAN_ROOTLESS_URL "
+                               "variable"), reason
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("TOOLSEAM_PODMAN_ROOTLESS_URL", "XDG_RUNTIME_DIR")}
+        done = subprocess.run([*TOOLSEAM, "call", "bash", '{"command": "true"}', "--backend",
+                               "podman", "--rootless", "--image", engines.IMAGE],
+                              capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 3
+        assert ("with --endpoint unix:///run/user/UID/podman/podman.sock or the "
+                "TOOLSEAM_PODMAN_ROOTLESS_URL variable") in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+async def test_a_failed_pull_says_the_image_is_not_here_and_how_to_load_it(
+        engine: str, workspace: Path) -> None:
+    image = "localhost/toolseam-no-such-image:46"
+    url = engines.endpoint(engine)
+    sandbox = engines.backend(engine, str(workspace), image=image)
+    with pytest.raises(CouldNotRunError) as caught:
+        await sandbox.open()
+    await sandbox.close()
+    reason = caught.value.reason
+    tool = "docker -H" if engine == "docker" else "podman --url"
+    assert reason.startswith(f"image {image!r} is not present on the {engine} engine at {url}, "
+                             f"and pulling it failed ({engine} could not pull {image!r}"), reason
+    assert reason.endswith(f"; load it ({tool} {url} load -i IMAGE.tar) or build it ({tool} "
+                           f"{url} build -t {image} DIR) into this engine"), reason
+    assert caught.value.retryable  # the registry may come back
+
+
+@pytest.mark.parametrize("options", [{"backend_options": {"imgae": "x"}},
+                                     {"backend_options": {"endpoint": "unix:///nonexistent.sock"}}],
+                         ids=["misspelt-option", "engine-unreachable"])
+async def test_a_workspace_whose_open_fails_leaves_no_directory(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, options: dict[str, Any]) -> None:
+    """pydantic-ai's ``ToolseamWorkspace`` makes its directory at open: a failed open removes
+    it (temp directories here are made in tmp_path, so another test's cannot be counted)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    made = ToolseamWorkspace("podman", image="my/img:1", secret_store=tmp_path / "secrets",
+                             **options)
+    with pytest.raises((ConfigurationError, CouldNotRunError)):
+        await made.working_dir()
+    assert list(tmp_path.glob("toolseam-workspace-*")) == []

@@ -9,7 +9,9 @@ is missing, where importing ``toolseam.backends.podman`` itself meets the bare
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -99,8 +101,29 @@ def engine_for(name: str, endpoint: str | None, **options: Any) -> Any:
 
 
 def create_backend(name: str, **options: Any) -> BuiltinExec:
-    """A backend instance by name (``host``, ``podman``, ``docker``)."""
-    return backend_class(name)(**options)
+    """A backend instance by name (``host``, ``podman``, ``docker``); an option the backend
+    does not take raises ``ConfigurationError`` naming it and the ones it takes."""
+    cls = backend_class(name)
+    check_backend_options(name, cls, options)
+    return cls(**options)
+
+
+def check_backend_options(name: str, cls: type, options: Mapping[str, Any]) -> None:
+    """Refuse an option ``cls`` does not take in the user's terms (the backend's name and
+    ``backend_options``), not as the ``TypeError`` of a class the user never called."""
+    parameters = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    known = list(parameters)
+    unknown = sorted(set(options) - set(known))
+    if not unknown:
+        return
+    guesses = [f"{word!r} (did you mean {close[0]!r}?)" if close else repr(word)
+               for word in unknown
+               for close in [difflib.get_close_matches(word, known, n=1)]]
+    raise ConfigurationError(f"backend_options: unknown option{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(guesses)} for the {name} backend; it takes "
+                             f"{', '.join(known)}")
 
 
 def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,

@@ -33,10 +33,8 @@ MEDIA_TYPES = {
     "jpg": ("image/jpeg", "image"),
     "jpeg": ("image/jpeg", "image"),
     "gif": ("image/gif", "image"),
-    "webp": ("image/webp", "image"),
-    "bmp": ("image/bmp", "image"),  # opencode sends every image/* but svg as an attachment
-    "tif": ("image/tiff", "image"),
-    "tiff": ("image/tiff", "image"),
+    "webp": ("image/webp", "image"),  # the image types models take; opencode reads the
+    # others (bmp, tiff, avif …) as text when they are text, and refuses them when binary
     "pdf": ("application/pdf", "file"),
     "mp3": ("audio/mpeg", "audio"),
     "wav": ("audio/wav", "audio"),
@@ -241,7 +239,7 @@ def _read_ref(path: str, ctx: CallContext) -> PathRef:
 
 
 # Content signatures (the first bytes). Images a model can take come back as images, whatever
-# the file is called (bmp and tiff too: opencode sends every image/* but svg).
+# the file is called; bmp and tiff are images no model takes: refused as binary, named.
 _SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
     (b"\x89PNG\r\n\x1a\n", 0, "png"), (b"\xff\xd8\xff", 0, "jpeg"), (b"GIF87a", 0, "gif"),
     (b"GIF89a", 0, "gif"), (b"WEBP", 8, "webp"), (b"%PDF-", 0, "pdf"),
@@ -253,7 +251,8 @@ _SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
 )
 TEXT_BOMS = {"utf-8-bom": "utf-8", "utf-32-le": "utf-32", "utf-32-be": "utf-32",
              "utf-16-le": "utf-16", "utf-16-be": "utf-16"}
-BINARY_KINDS = {"zip": "a ZIP archive",
+BINARY_KINDS = {"zip": "a ZIP archive", "bmp": "a BMP image, not a type a model takes",
+                "tiff": "a TIFF image, not a type a model takes",
                 "gzip": "gzip data", "elf": "an ELF executable", "sqlite": "an SQLite database"}
 
 
@@ -413,8 +412,9 @@ class Edit(Builtin[EditInput]):
     name = "edit"
     description = ("Replace exact text in a file. oldString must occur exactly once unless "
                    "replaceAll is true; it matches whatever the file's line endings, and the "
-                   "new text is written in the file's own. An empty oldString creates a new "
-                   "file. Everything outside the replaced text stays byte-for-byte.")
+                   "new text is written in the file's own. An empty oldString creates the "
+                   "file, or replaces a whole existing one. Everything outside the replaced "
+                   "text stays byte-for-byte.")
     Input = EditInput
     schema = object_schema({"path": ("string", "File to edit; relative paths are against the base dir."),
                       "oldString": ("string", "The exact text to replace."),
@@ -469,24 +469,36 @@ class Edit(Builtin[EditInput]):
         return ok(f"Edited {p} ({n} replacement{'' if n == 1 else 's'})", replacements=n)
 
     async def _create(self, args: EditInput, ctx: CallContext) -> ToolResult:
-        """An empty oldString creates the file (parents too); an empty existing file is filled;
-        a file with content is refused, as opencode refuses it."""
+        """An empty oldString stands for the whole file, as in opencode: a missing file is
+        created (parents too), an existing one gets ``newString`` as its whole content — its
+        UTF-8 byte-order mark kept, as every edit keeps it (decision 357)."""
         try:
             data = args.newString.encode("utf-8")
         except UnicodeEncodeError:
             return error("edit: newString is not valid Unicode (it holds a lone surrogate)")
-        existing = await ctx.backend.stat(ctx.ref(args.path))
-        if existing.kind == "file" and existing.size > 0:
-            return error(f"edit: {args.path} already has content; an empty oldString only "
-                         "creates a file (use write to replace a whole file)")
+        ref = ctx.ref(args.path)
+        existing = await ctx.backend.stat(ref)
         if existing.kind not in ("missing", "file"):
             return error(f"edit: {args.path} is not a regular file ({existing.kind})")
-        expect = "absent" if existing.kind == "missing" else hashlib.sha256(b"").hexdigest()
-        await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine,
-                                           ops=[WriteOp(path=args.path, data=data, expect=expect)]))
+        if existing.kind == "missing":
+            await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine, ops=[
+                WriteOp(path=args.path, data=data, expect="absent")]))
+            _seen(ctx, args.path)
+            return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0, created=True)
+        services = ctx.services
+        if services.settings.write_requires_read and not services.has_read(ctx.absolute(args.path)):
+            return error(f"edit: {args.path} already exists and was not read in this session; "
+                         "read it first, then replace it")  # as write's guard: a whole file
+        raw = await ctx.backend.read_bytes(ref, refuse_above_bytes=services.settings.read_max_bytes)
+        bom = BOM.encode() if raw.data.startswith(BOM.encode()) else b""
+        data = bom + data.removeprefix(BOM.encode()) if bom else data
+        await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine, ops=[
+            WriteOp(path=args.path, data=data, expect=hashlib.sha256(raw.data).hexdigest())]))
         _seen(ctx, args.path)
-        return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0,
-                  created=existing.kind == "missing")
+        if not raw.data.removeprefix(bom):
+            return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0, created=False)
+        return ok(f"Replaced the whole content of {args.path} ({len(data)} bytes): an empty "
+                  "oldString stands for the whole file", replacements=1, created=False)
 
 
 def _not_found_notes(text: str, old: str, new: str) -> list[str]:

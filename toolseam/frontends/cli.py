@@ -24,6 +24,7 @@ from ..seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
 from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
+from .cli_terms import in_cli_terms
 from .recover import add_parser as add_recover_parser
 from .recover import run as run_recover
 
@@ -219,7 +220,11 @@ async def _call(args: argparse.Namespace) -> int:
         result = await toolkit.call(args.tool, tool_args)
     finally:
         await toolkit.close()
-    print(result.model_text() if args.model_text else json.dumps(result.to_json(), ensure_ascii=False))
+    shown = result.model_text() if args.model_text else json.dumps(result.to_json(),
+                                                                      ensure_ascii=False)
+    if result.metadata.get("failure") == "could_not_run":  # toolseam's words, not a command's
+        shown = in_cli_terms(shown)
+    print(shown)
     return result_exit_code(result)
 
 
@@ -375,10 +380,10 @@ def _main(argv: list[str] | None) -> int:
             return run_recover(args)
         return asyncio.run(_serve(args))
     except HostError as exc:
-        print(f"toolseam: {exc}", file=sys.stderr)
+        print(f"toolseam: {in_cli_terms(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except CouldNotRunError as exc:
-        print(f"toolseam: could not run: {exc.reason}", file=sys.stderr)
+        print(f"toolseam: could not run: {in_cli_terms(exc.reason)}", file=sys.stderr)
         return EXIT_COULD_NOT_RUN
     except KeyboardInterrupt:
         print("toolseam: interrupted", file=sys.stderr)

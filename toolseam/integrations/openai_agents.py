@@ -14,8 +14,10 @@ How the SDK's calls map (decisions 180-184):
 * ``resume`` attaches to the durable session the state's handle names; a session that ended
   (closed, or orphaned past ``orphan_timeout_s``) is replaced by a new sandbox, which the SDK
   then hydrates from the snapshot.
-* ``exec`` is ``tools.sandbox.exec``: an argv in the workspace root, a timeout the sandbox
-  enforces on the whole job (``ExecTimeoutError``).
+* ``exec`` is ``tools.sandbox.exec`` with ``keep_detached``: an argv in the workspace root; what
+  it starts in the background (``nohup … &``) keeps running after it returns, as with the SDK's
+  own clients, until the session ends; a timeout kills the command's own process group
+  (``ExecTimeoutError``).
 * ``read``/``write`` are whole-file bytes, confined to the workspace (a symlink out of it is
   refused by the agent, not followed); ``persist_workspace``/``hydrate_workspace`` a tar of it.
 * The PTY is ``tools.sandbox.pty_*`` where the backend has the ``InteractiveProcesses``
@@ -64,14 +66,15 @@ from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
-from pydantic import Field
+from pydantic import ConfigDict, Field, model_validator
 
-from ..backends import backend_kind, create_backend
+from ..backends import backend_class, backend_kind, check_backend_options, create_backend
 from ..seam.capabilities import ExposedPorts, supports, supports_interactive
-from ..seam.errors import ToolseamError
+from ..seam.errors import ConfigurationError, ToolseamError
 from ..seam.handle import AttachError, SessionHandle
 from ..session.raw import UnknownUserError, UserUnsupportedError
 from ..session.toolkit import Toolkit
+from ._session import check_choice
 
 __all__ = ["ToolseamSandboxClient", "ToolseamSandboxClientOptions", "ToolseamSandboxSession",
            "ToolseamSandboxSessionState"]
@@ -87,21 +90,45 @@ _ENDED = ("ended", "gone")  # attach refusals a new sandbox answers; the others 
 
 
 class ToolseamSandboxClientOptions(BaseSandboxClientOptions):
-    """Where the sandbox runs. ``backend_options`` are the backend's keyword options
-    (``image``, ``rootless``, ``endpoint``, ``workspace_mode`` …; JSON values: they are kept in
-    the session state to make a replacement at resume), ``settings`` toolseam's settings.
+    """Where the sandbox runs. ``image``: a container backend's image, where the SDK's own
+    ``DockerSandboxClientOptions(image=…)`` has it. ``backend_options`` are the backend's other
+    keyword options (``rootless``, ``endpoint``, ``workspace_mode`` …; JSON values: they are
+    kept in the session state to make a replacement at resume), ``settings`` toolseam's
+    settings. An option neither this model nor the backend knows is refused by name.
 
     ``orphan_timeout_s``: how long a sandbox whose client died waits for ``resume`` (a durable
     session; default 600 s, 0 for none; a pooled sandbox cannot be durable). ``pool``: a
     ``SandboxPool`` to take the sandbox from (its backend and options win; not serialised)."""
 
+    model_config = ConfigDict(extra="forbid")
+
     type: Literal["toolseam"] = "toolseam"
     backend: Literal["host", "podman", "docker"] = "host"
+    image: str | None = None
     backend_options: dict[str, Any] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(default_factory=dict)
     orphan_timeout_s: float | None = None
     exposed_ports: tuple[int, ...] = ()
     pool: Any = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _options_the_backend_takes(self) -> ToolseamSandboxClientOptions:
+        check_choice(self.backend, self.image)
+        given = self.backend_options.get("image")
+        if self.image is not None and given is not None and given != self.image:
+            raise ConfigurationError(f"image {self.image!r} and backend_options['image'] "
+                                     f"{given!r} disagree; give the image once, as image=")
+        if self.pool is None:  # a pool's own options win (and were checked when it was made)
+            check_backend_options(self.backend, backend_class(self.backend),
+                                  {"workspace": None, **self.backend_options})
+        return self
+
+    def backend_arguments(self) -> dict[str, Any]:
+        """The backend's keyword options, the image among them."""
+        chosen = dict(self.backend_options)
+        if self.image is not None:
+            chosen["image"] = self.image
+        return chosen
 
 
 class ToolseamSandboxSessionState(SandboxSessionState):
@@ -170,9 +197,11 @@ class ToolseamSandboxSession(BaseSandboxSession):
         if timeout is not None and timeout <= 0:
             raise ExecTimeoutError(command=argv, timeout_s=timeout)
         try:
+            # the SDK's own clients leave what a command starts in the background running
+            # (a dev server the agent then tests); the session's end still ends it
             done = await self.toolkit.sandbox.exec(
                 argv, cwd=self.state.manifest.root, timeout=timeout, user=user,
-                output_limit=_EXEC_OUTPUT_LIMIT)
+                output_limit=_EXEC_OUTPUT_LIMIT, keep_detached=True)
         except PermissionError as exc:  # there but not executable: what a shell answers
             return ExecResult(stdout=b"", stderr=f"{exc}\n".encode(), exit_code=126)
         except (OSError, ToolseamError, UserUnsupportedError, UnknownUserError) as exc:
@@ -364,7 +393,7 @@ class ToolseamSandboxClient(BaseSandboxClient[ToolseamSandboxClientOptions | Non
             session_id=session_id, manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
             exposed_ports=opts.exposed_ports, backend=opts.backend,
-            backend_options=dict(opts.backend_options),
+            backend_options=opts.backend_arguments(),
             settings={**opts.settings, "orphan_timeout_s": orphan})
         toolkit = await _open_sandbox(state, opts.pool)
         inner = ToolseamSandboxSession(state=state, toolkit=toolkit)

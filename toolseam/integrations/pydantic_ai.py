@@ -215,9 +215,9 @@ class ToolseamWorkspace:
         workspace = Workspace(self._workspace_dir)
         options = dict(self._options)
         options["settings"] = _durable_settings(options.get("settings"))
-        toolkit = Toolkit(self._backend, **toolkit_arguments(self._backend, self._image,
-                                                             workspace, options))
-        try:
+        try:  # a refused option fails after the directory was made: it goes too
+            toolkit = Toolkit(self._backend, **toolkit_arguments(self._backend, self._image,
+                                                                 workspace, options))
             await toolkit.open()
         except BaseException:
             workspace.remove()

@@ -1,7 +1,9 @@
 """``ReadToolContract``: the read tool as models trained on opencode expect it, through a
-Toolkit on the bound backend (issue 33) — an image is known by its bytes whatever its name,
-every image type opencode sends (image/* but svg; bmp and tiff included) is an attachment, and
-a page is capped at 50 KB with opencode's hint naming the offset to continue from.
+Toolkit on the bound backend (issues 33, 46) — an image is known by its bytes whatever its
+name; the image types opencode attaches (PNG, JPEG, GIF, WebP) are attachments, and a file
+named for another (bmp, tiff, avif) is read as text when it is text, as opencode's current
+tests have it; a page is capped at 50 KB with opencode's hint naming the offset to continue
+from.
 
 Bind it with the other parts (``toolseam.testing.contract``); files are made through the
 backend itself, so in-memory and copy-mode backends run it too.
@@ -57,15 +59,26 @@ class ReadToolContract(_Bound):
         assert result.parts is not None and result.parts[0]["type"] == "image"
         assert base64.b64decode(result.parts[0]["data"]) == PNG
 
-    @pytest.mark.parametrize(("name", "data", "mime"), [
-        ("pixel.bmp", BMP, "image/bmp"), ("pixel.tiff", TIFF, "image/tiff"),
-        ("pixel.tif", TIFF, "image/tiff"), ("bmp-without-a-name", BMP, "image/bmp"),
-        ("tiff.bin", TIFF, "image/tiff")], ids=["bmp", "tiff", "tif", "bmp-unnamed", "tiff-in-bin"])
-    async def test_bmp_and_tiff_are_images(self, sandbox: Sandbox, toolkit: Toolkit, name: str,
-                                           data: bytes, mime: str) -> None:
+    @pytest.mark.parametrize(("name", "text"), [
+        ("image.bmp", "BM text content"), ("photo.tiff", "II text content"),
+        ("photo.tif", "II text content"), ("photo.avif", "avif text content")])
+    async def test_unsupported_image_types_fall_through_to_text(
+            self, sandbox: Sandbox, toolkit: Toolkit, name: str, text: str) -> None:
+        """opencode's ``falls through unsupported image mime types to text``."""
+        result = await self._read(toolkit, sandbox, name, text.encode())
+        assert (result.is_error, result.parts) == (False, None)
+        assert result.output == f"00001| {text}\n\n(end of file, 1 line)"
+
+    @pytest.mark.parametrize(("name", "data", "what"), [
+        ("pixel.bmp", BMP, "a BMP image"), ("pixel.tiff", TIFF, "a TIFF image"),
+        ("bmp-without-a-name", BMP, "a BMP image")])
+    async def test_bmp_and_tiff_bytes_are_binary_and_named(
+            self, sandbox: Sandbox, toolkit: Toolkit, name: str, data: bytes, what: str) -> None:
+        """No model takes them as images: refused as binary, saying what they are."""
         result = await self._read(toolkit, sandbox, name, data)
-        assert (result.is_error, result.output) == (False, f"{name} ({mime}, {len(data)} bytes)")
-        assert result.parts is not None and result.parts[0]["mimeType"] == mime
+        assert result.is_error and result.parts is None
+        assert result.output == (f"read: {name} is a binary file ({what}, not a type a model "
+                                 "takes); it cannot be read as text")
 
     async def test_a_binary_name_without_an_image_inside_is_still_refused(
             self, sandbox: Sandbox, toolkit: Toolkit) -> None:
@@ -91,3 +104,23 @@ class ReadToolContract(_Bound):
         by_lines = await toolkit.call("read", {"path": "wide.txt", "limit": 3})
         assert by_lines.output.endswith("(showing lines 1-3; the file has more: read on with "
                                         "offset=4)")
+
+    async def test_a_60_kib_json_file_stops_at_the_cap(self, sandbox: Sandbox,
+                                                       toolkit: Toolkit) -> None:
+        """opencode's ``truncates large file by bytes``: pretty-printed JSON of at least
+        60 KiB (its models-api fixture's shape: short indented lines) ends at the cap with
+        ``Output capped at`` and ``Use offset=``, in the output and in the model's text."""
+        entry = ('    "model-{n}": {{\n      "id": "model-{n}",\n      "name": "Model {n}",\n'
+                 '      "release_date": "2025-12-02",\n'
+                 '      "modalities": {{ "input": ["text", "image"], "output": ["text"] }},\n'
+                 '      "limit": {{ "context": 262144, "output": 65536 }}\n    }},\n')
+        body = "{\n" + "".join(entry.format(n=n) for n in range(260)) + "}\n"
+        assert 60 * 1024 <= len(body) < 64 * 1024 and body.count("\n") < 2000
+        result = await self._read(toolkit, sandbox, "large.json", body.encode())
+        assert result.metadata["truncated"] is True
+        last = result.output.rsplit("\n", 1)[1]
+        assert last.startswith("(Output capped at 50 KB. Showing lines 1-"), last
+        assert f"Use offset={result.metadata['next']} to continue.)" in last
+        assert "Use offset=" in result.model_text()
+        shown = result.output.rsplit("\n\n", 1)[0].split("\n")
+        assert sum(len(line.split("| ", 1)[1]) + 1 for line in shown) <= 50 * 1024

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import socket
 import threading
 import time
@@ -74,9 +75,20 @@ def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
         probe.connect(path)
     except OSError as exc:
         raise CouldNotRunError(f"{engine_name} engine unreachable at {endpoint}: "
-                               f"{exc.strerror or exc}", retryable=True) from None
+                               f"{exc.strerror or exc}{_root_rootless_hint(engine_name, path)}",
+                               retryable=True) from None
     finally:
         probe.close()
+
+
+def _root_rootless_hint(engine_name: str, path: str) -> str:
+    """Root has no rootless engine of its own (``/run/user/0``): rootless podman is another
+    user's, reached by naming that user's socket."""
+    if engine_name != "podman-rootless" or not path.startswith("/run/user/0/"):
+        return ""
+    return ("; running as root, rootless podman is another user's engine: name that user's "
+            "socket with endpoint='unix:///run/user/UID/podman/podman.sock' or the "
+            "TOOLSEAM_PODMAN_ROOTLESS_URL variable")
 
 
 class WorkspaceModeImpl(Protocol):
@@ -220,9 +232,26 @@ class ContainerSandbox:
         if self.pull_policy == "never":
             raise CouldNotRunError(
                 f"image {self.image!r} is not present on the {self.engine_name} engine at "
-                f"{self.engine.endpoint} (pull policy: never)", retryable=False)
-        await self._call(lambda: self.engine.pull(self.image, self.registry_auth,
-                                                  self.on_pull_progress))
+                f"{self.engine.endpoint} (pull policy: never); {self._how_to_load()}",
+                retryable=False)
+        try:
+            await self._call(lambda: self.engine.pull(self.image, self.registry_auth,
+                                                      self.on_pull_progress))
+        except CouldNotRunError as exc:
+            if self.pull_policy == "always" or type(exc) is not CouldNotRunError:
+                raise  # an engine that is down says so itself
+            # the pull was only tried because the image is missing: say that first
+            raise CouldNotRunError(
+                f"image {self.image!r} is not present on the {self.engine_name} engine at "
+                f"{self.engine.endpoint}, and pulling it failed ({exc}); "
+                f"{self._how_to_load()}", retryable=exc.retryable) from None
+
+    def _how_to_load(self) -> str:
+        """What a user without a registry does: load or build the image into this engine."""
+        tool = "docker -H" if self.engine_name.startswith("docker") else "podman --url"
+        engine = f"{tool} {shlex.quote(self.engine.endpoint)}"
+        return (f"load it ({engine} load -i IMAGE.tar) or build it ({engine} build -t "
+                f"{shlex.quote(self.image)} DIR) into this engine")
 
     async def _check_limits(self, container: str) -> None:
         """The engine's own record must show the limits: rootless podman on cgroups v1, for
