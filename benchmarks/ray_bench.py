@@ -1,6 +1,7 @@
 """toolseam across a 3-node Ray cluster on this machine (issue 39, item 8), in ONE run.
 
     python benchmarks/ray_bench.py [--calls 200] [--sessions 64] [--session-calls 40] [--claims 32]
+                                   [--per-call-only]
 
 Starts a real cluster (``ray.cluster_utils.Cluster``, 127.0.0.1, one CPU per node, no
 dashboard; tests/support/ray_cluster.py): a docker head, a rootful podman node, a rootless
@@ -9,6 +10,9 @@ podman node. Prints side by side, each "here" figure from the very backend the n
 
 * per call p50 (``bash true``, ``read`` of a 10-line file) through the cluster vs here, per
   engine, and the floor under it: one empty call of the node actor from asyncio;
+* Ray's own shape (``toolseam.ray.create``): ``ray.get(sb.exec.remote("true"))`` p50 per
+  engine vs ``tools.sandbox.exec`` of the same command on the same engine opened here, and the
+  ``duration_seconds`` it reports;
 * 64 sessions x 40 calls at once, spread over the 3 nodes vs the same 64 opened here (a third
   on each engine): open wall time, call wall time, calls/s, per call p50;
 * 32 claims at once from a ``RayPool`` that was full (no refill): from the burst's start to
@@ -62,6 +66,45 @@ async def per_call(tk: Any, calls: int) -> dict[str, float]:
             times.append(time.perf_counter() - began)
         out[name] = ms(times)
     return out
+
+
+def shaped_per_call(address: str, name: str, calls: int) -> dict[str, float]:
+    """``ray.get(sb.exec.remote("true"))`` p50 on the node ``name``, after a warm-up, and the
+    median ``duration_seconds`` the sandbox reported."""
+    import ray
+
+    import toolseam.ray as sandbox
+    from tests.support.ray_cluster import resource
+
+    sb = sandbox.create(image=IMAGE, resources=resource(name), address=address)
+    try:
+        for _ in range(20):
+            ray.get(sb.exec.remote("true"))
+        times, reported = [], []
+        for _ in range(calls):
+            began = time.perf_counter()
+            result = ray.get(sb.exec.remote("true"))
+            times.append(time.perf_counter() - began)
+            reported.append(result.duration_seconds)
+    finally:
+        ray.get(sb.delete.remote())
+    return {"exec": ms(times), "duration_seconds_p50": round(statistics.median(reported), 6)}
+
+
+async def local_exec(name: str, calls: int) -> float:
+    """``tools.sandbox.exec(["/bin/bash", "-c", "true"])`` p50 on the engine of node ``name``
+    opened here: what the shaped sandbox runs on its node."""
+    from toolseam import Toolkit
+
+    async with Toolkit(local_backend(name)) as tk:
+        for _ in range(20):
+            await tk.sandbox.exec(["/bin/bash", "-c", "true"])
+        times = []
+        for _ in range(calls):
+            began = time.perf_counter()
+            await tk.sandbox.exec(["/bin/bash", "-c", "true"])
+            times.append(time.perf_counter() - began)
+    return ms(times)
 
 
 async def ray_floor(actor: Any, calls: int) -> float:
@@ -180,6 +223,13 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
             here = await per_call(tk, args.calls)
         per_engine[name] = {"cluster": through, "here": here}
     results["per_call_p50_ms"] = per_engine
+    shaped: dict[str, Any] = {}
+    for name in NODE_NAMES:
+        through = await asyncio.to_thread(shaped_per_call, address, name, args.calls)
+        shaped[name] = {"cluster": through, "here": await local_exec(name, args.calls)}
+    results["shaped_exec_p50_ms"] = shaped
+    if args.per_call_only:
+        return results
 
     idle = await uss(actors)
     results["node_actor_idle_uss_mib"] = [round(x, 1) for x in idle]
@@ -241,6 +291,12 @@ def table(r: dict[str, Any]) -> str:
         for tool in ("bash", "read"):
             c, h = both["cluster"][tool], both["here"][tool]
             lines.append(f"| per call p50 `{tool}`, {name} | {c} ms (+{c - h:.2f}) | {h} ms |")
+    for name, both in r["shaped_exec_p50_ms"].items():
+        c, h = both["cluster"]["exec"], both["here"]
+        lines.append(f"| `create()` sandbox, `exec(\"true\")` p50, {name} | {c} ms (+{c - h:.2f}; "
+                     f"reports {both['cluster']['duration_seconds_p50']} s) | {h} ms |")
+    if "many_cluster" not in r:
+        return "\n".join(lines)
     for key, label in (("open_wall_s", "open, wall (s)"), ("calls_wall_s", "calls, wall (s)"),
                        ("calls_per_s", "calls/s"), ("per_call_p50_ms", "per call p50 (ms)"),
                        ("this_process_cpu_ms_per_call", "this process's CPU per call (ms)")):
@@ -270,6 +326,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--session-calls", type=int, default=40)
     parser.add_argument("--claims", type=int, default=32)
+    parser.add_argument("--per-call-only", action="store_true",
+                        help="only the per-call figures (the tool calls and the shaped exec)")
     args = parser.parse_args()
     from tests.support.ray_cluster import started
 

@@ -34,7 +34,7 @@ from .direct import NodeServer
 from .egress import NodeRelay
 from .node_config import NodeConfig
 from .node_pool import NodePools
-from .node_shaped import ShapedSandboxes
+from .node_shaped import SHAPED_DIRECT, ShapedSandboxes
 from .streaming import LIVE_CALLS, LiveStarts
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
@@ -193,6 +193,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
             return encode(exc)
 
     async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...]) -> Answer:
+        if method in SHAPED_DIRECT:  # a Ray-shaped sandbox's call on the direct port
+            return await self.shaped_call(sid, secret, method, args)
         if method not in SEAM_CALLS and method not in LIVE_CALLS:
             return encode(HostError(f"{method!r} is not a seam call"))
         try:
