@@ -161,12 +161,3 @@ def test_the_pages_cluster_recipe_runs_on_loopback_and_stops_only_itself(
             for process in _cluster_processes(ray_dir):
                 process.kill()
 
-
-def test_a_driver_without_the_token_is_told_what_to_set() -> None:
-    """The wording a newcomer meets when the cluster wants a token the driver does not send
-    (no cluster needed: the message is built from what Ray raised)."""
-    from toolseam.ray.cluster import refused_message
-
-    text = refused_message("127.0.0.1:6379", ConnectionError("Failed to connect"))
-    assert "127.0.0.1:6379" in text and "RAY_AUTH_MODE=token" in text
-    assert "~/.ray/auth_token" in text

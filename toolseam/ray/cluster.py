@@ -69,6 +69,9 @@ def refused_message(address: str, exc: BaseException) -> str:
     """What a driver Ray would not connect is told: most often a cluster with token
     authentication (Ray 2.60's first local ``ray.init`` turns it on and writes
     ``~/.ray/auth_token``) and a driver that does not send the token."""
+    if address == "auto":
+        return (f"no Ray cluster to connect to ({exc}): pass address='HOST:PORT' (the head's "
+                "--port), set RAY_ADDRESS, or start one (docs/ray.md, 'Starting a cluster')")
     mode = os.environ.get("RAY_AUTH_MODE")
     told = f"RAY_AUTH_MODE is {mode!r} here" if mode else "RAY_AUTH_MODE is not set here"
     return (f"the Ray cluster at {address} refused this driver or never answered it ({exc}). "

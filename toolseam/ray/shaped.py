@@ -29,6 +29,13 @@ from .placement import Placement
 # Ray's network modes -> toolseam's; anything else is refused, naming these
 NETWORKS = {"none": "none", "public": "bridge", "bridge": "bridge"}
 DEFAULT_ORPHAN_TIMEOUT_S = 120.0
+CREATE_OPTIONS = ("image", "cpu", "memory", "env", "workdir", "ttl_seconds", "network",
+                  "resources", "address", "orphan_timeout")
+# ray.experimental.sandbox.create's options for its own runtime: accepted, not applied
+RAY_ONLY = frozenset({"rootless", "readonly", "dns", "capabilities", "timeout_seconds"})
+# what each method's .remote(...) takes, for a call that passes something else
+SIGNATURES = {"exec": "(command, timeout=None, cwd=None, env=None, shell=None)",
+              "read_file": "(path)", "write_file": "(path, content)"}
 
 
 class _Method:
@@ -71,7 +78,11 @@ class RaySandbox:
         key = (self.sandbox_id, self._secret)
         after = {"_after": self._opened}
         if name in shaped_direct.DIRECT_CALLS:
-            call_args = _ARGS[name](*args, **kwargs)
+            try:
+                call_args = _ARGS[name](*args, **kwargs)
+            except TypeError as exc:  # named as the caller wrote it, not as our helper
+                detail = str(exc).partition(") ")[2] or str(exc)
+                raise TypeError(f"sandbox.{name}.remote{SIGNATURES[name]}: {detail}") from None
             ref = shaped_direct.call(self, name, call_args)
             if ref is not None:
                 return ref
@@ -147,11 +158,21 @@ def create(image: str | None = None, cpu: float | None = None,
            workdir: str | None = None, ttl_seconds: float | None = None,
            network: str = "none", resources: dict[str, float] | None = None, *,
            address: str | None = None, orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S,
-           **ignored: Any) -> RaySandbox:
+           **ray_options: Any) -> RaySandbox:
     """A sandbox on a node whose resources include ``resources`` (and ``cpu``), made by the
     node's own engine; returns at once (a creation failure is raised by the first call's
     ``ray.get``, as Ray's). Held while this process lives: a sandbox nobody renews for
-    ``orphan_timeout`` seconds is ended; ``ttl_seconds`` ends it that long after creation."""
+    ``orphan_timeout`` seconds is ended; ``ttl_seconds`` ends it that long after creation.
+
+    Ray's options for its gVisor runtime (``RAY_ONLY``: ``rootless``, ``readonly``, ``dns``,
+    ``capabilities``, ``timeout_seconds``) are accepted and do not apply (the node's engine
+    decides); any other name is refused, naming it — a misspelt option is never dropped."""
+    unknown = sorted(set(ray_options) - RAY_ONLY)
+    if unknown:
+        raise ConfigurationError(
+            f"toolseam.ray.create() does not take {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(CREATE_OPTIONS)} (and Ray's {', '.join(sorted(RAY_ONLY))}, which "
+            "do not apply here)")
     if network not in NETWORKS:
         raise ConfigurationError(f"network {network!r} is not offered; toolseam offers "
                                  f"{', '.join(repr(n) for n in NETWORKS)}")
