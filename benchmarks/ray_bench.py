@@ -69,42 +69,49 @@ async def per_call(tk: Any, calls: int) -> dict[str, float]:
 
 
 def shaped_per_call(address: str, name: str, calls: int) -> dict[str, float]:
-    """``ray.get(sb.exec.remote("true"))`` p50 on the node ``name``, after a warm-up, and the
-    median ``duration_seconds`` the sandbox reported."""
+    """``ray.get(sb.exec.remote("true"))`` p50 on the node ``name``, after a warm-up: on the
+    direct path; through Ray (``TOOLSEAM_RAY_SHAPED_DIRECT=0``: the path every call took
+    before decision 340); and ``tools.sandbox.exec(["/bin/bash", "-c", "true"])`` on the same
+    engine opened here (what the sandbox runs on its node) — interleaved in rounds of 25, so
+    the three see the same load. Also the median ``duration_seconds`` the sandbox reported."""
     import ray
 
     import toolseam.ray as sandbox
     from tests.support.ray_cluster import resource
+    from toolseam import Toolkit
+    from toolseam.ray.shaped_direct import OFF_VARIABLE
 
+    loop = asyncio.new_event_loop()
+    here = Toolkit(local_backend(name))
+    loop.run_until_complete(here.open())
     sb = sandbox.create(image=IMAGE, resources=resource(name), address=address)
+    paths: dict[str, Any] = {
+        "direct": lambda: ray.get(sb.exec.remote("true")),
+        "ray": lambda: ray.get(sb.exec.remote("true")),
+        "here": lambda: loop.run_until_complete(here.sandbox.exec(["/bin/bash", "-c", "true"]))}
+    times: dict[str, list[float]] = {path: [] for path in paths}
+    reported = []
     try:
         for _ in range(20):
             ray.get(sb.exec.remote("true"))
-        times, reported = [], []
-        for _ in range(calls):
-            began = time.perf_counter()
-            result = ray.get(sb.exec.remote("true"))
-            times.append(time.perf_counter() - began)
-            reported.append(result.duration_seconds)
+            paths["here"]()
+        for _ in range(max(1, calls // 25)):
+            for path, run in paths.items():
+                os.environ[OFF_VARIABLE] = "0" if path == "ray" else "1"
+                for _ in range(25):
+                    began = time.perf_counter()
+                    result = run()
+                    times[path].append(time.perf_counter() - began)
+                    if path != "here":
+                        reported.append(result.duration_seconds)
     finally:
+        os.environ.pop(OFF_VARIABLE, None)
         ray.get(sb.delete.remote())
-    return {"exec": ms(times), "duration_seconds_p50": round(statistics.median(reported), 6)}
-
-
-async def local_exec(name: str, calls: int) -> float:
-    """``tools.sandbox.exec(["/bin/bash", "-c", "true"])`` p50 on the engine of node ``name``
-    opened here: what the shaped sandbox runs on its node."""
-    from toolseam import Toolkit
-
-    async with Toolkit(local_backend(name)) as tk:
-        for _ in range(20):
-            await tk.sandbox.exec(["/bin/bash", "-c", "true"])
-        times = []
-        for _ in range(calls):
-            began = time.perf_counter()
-            await tk.sandbox.exec(["/bin/bash", "-c", "true"])
-            times.append(time.perf_counter() - began)
-    return ms(times)
+        loop.run_until_complete(here.close())
+        loop.close()
+    return {"exec": ms(times["direct"]), "exec_through_ray": ms(times["ray"]),
+            "here": ms(times["here"]),
+            "duration_seconds_p50": round(statistics.median(reported), 6)}
 
 
 async def ray_floor(actor: Any, calls: int) -> float:
@@ -226,7 +233,7 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
     shaped: dict[str, Any] = {}
     for name in NODE_NAMES:
         through = await asyncio.to_thread(shaped_per_call, address, name, args.calls)
-        shaped[name] = {"cluster": through, "here": await local_exec(name, args.calls)}
+        shaped[name] = {"cluster": through, "here": through["here"]}
     results["shaped_exec_p50_ms"] = shaped
     if args.per_call_only:
         return results
@@ -293,8 +300,10 @@ def table(r: dict[str, Any]) -> str:
             lines.append(f"| per call p50 `{tool}`, {name} | {c} ms (+{c - h:.2f}) | {h} ms |")
     for name, both in r["shaped_exec_p50_ms"].items():
         c, h = both["cluster"]["exec"], both["here"]
+        r_ = both["cluster"]["exec_through_ray"]
         lines.append(f"| `create()` sandbox, `exec(\"true\")` p50, {name} | {c} ms (+{c - h:.2f}; "
-                     f"reports {both['cluster']['duration_seconds_p50']} s) | {h} ms |")
+                     f"through Ray {r_} ms, +{r_ - h:.2f}; reports "
+                     f"{both['cluster']['duration_seconds_p50']} s) | {h} ms |")
     if "many_cluster" not in r:
         return "\n".join(lines)
     for key, label in (("open_wall_s", "open, wall (s)"), ("calls_wall_s", "calls, wall (s)"),

@@ -34,7 +34,8 @@ from .direct import NodeServer
 from .egress import NodeRelay
 from .node_config import NodeConfig
 from .node_pool import NodePools
-from .node_shaped import SHAPED_DIRECT, ShapedSandboxes
+from .node_shaped import ShapedSandboxes
+from .node_shaped_direct import SHAPED_DIRECT
 from .streaming import LIVE_CALLS, LiveStarts
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.

@@ -6,17 +6,12 @@ Unlike the seam's calls these raise: Ray-shaped code catches exceptions from ``r
 (``FileNotFoundError`` for a missing file; ``SandboxError`` kinds for the sandbox itself).
 
 ``exec``, ``read_file`` and ``write_file`` also come on the node's direct port
-(``shaped_call``; the caller's side is shaped_direct.py, decision 340): each such call's
-outcome is kept under its token until it is collected through Ray (``sb_collect``: a call
-still running after the caller's grace, one that failed, or a ref read in another process),
-``KEPT_S`` after it ended or once ``KEPT_MAX`` newer ones ended — so a handed-over call is
-never lost and never run twice.
+(node_shaped_direct.py, decision 340).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import os
 import posixpath
 import shutil
@@ -25,8 +20,7 @@ from collections import OrderedDict
 from typing import Any
 
 from ..seam.errors import CouldNotRunError, HostError
-from ._wire import Answer, encode
-from .shaped_direct import Outcome
+from .node_shaped_direct import ShapedDirectCalls
 from .shaped_types import (
     ExecResult,
     SandboxCreationError,
@@ -37,14 +31,9 @@ from .shaped_types import (
 )
 
 ENDED_KEPT = 4096  # ended sandboxes still answering get_status() -> TERMINATED
-# the direct port's shaped calls: method -> the sandbox method that runs it
-SHAPED_DIRECT = {"sb_exec": "sb_exec", "sb_read_file": "sb_read_file",
-                 "sb_write_file": "sb_write_file"}
-KEPT_S = 60.0  # a direct call's outcome waits this long after it ended for its collect
-KEPT_MAX = 1024  # ... and at most this many wait (the oldest ended go first)
 
 
-class ShapedSandboxes:
+class ShapedSandboxes(ShapedDirectCalls):
     """``_after``: the caller passes the creation's ObjectRef, so Ray runs a call only once
     the creation is over (an async actor's calls are not run in the order sent), and a
     failed creation fails the call with its own error.
@@ -67,8 +56,7 @@ class ShapedSandboxes:
         self._pending: dict[str, tuple[bytes, asyncio.Future[None]]] = {}
         # ended sandboxes: the hash of their secret, and the failure that ended a creation
         self._ended: OrderedDict[str, tuple[bytes, SandboxCreationError | None]] = OrderedDict()
-        # direct calls by token: (the hash of the sandbox's secret, the call running or ended)
-        self._kept: OrderedDict[str, tuple[bytes, asyncio.Task[Any]]] = OrderedDict()
+        self._direct_init()
 
     async def sb_open(self, sid: str, secret: str, image: str | None, limits: Any,
                       env: dict[str, str] | None, workdir: str | None,
@@ -149,60 +137,6 @@ class ShapedSandboxes:
             raise SandboxTimeoutError(f"{argv[0]}: killed after its timeout of {timeout} s")
         code = result.exit_code if result.exit_code is not None else 128 + (result.signal or 0)
         return ExecResult(code, result.stdout, result.stderr, took)
-
-    async def shaped_call(self, sid: str, secret: str, method: str,
-                          args: tuple[Any, ...]) -> Answer:
-        """A shaped call on the direct port: ``args`` is (its token, the call's own
-        arguments). The answer is plain values (the caller's unpickler takes no
-        other class); a failure answers only that it failed — its caller collects it through
-        Ray, which raises it as the Ray path does."""
-        from .node import secret_hash
-
-        try:
-            token, *call_args = args
-            hashed = secret_hash(secret)
-            run = getattr(self, SHAPED_DIRECT[method])
-        except (KeyError, TypeError, ValueError) as exc:
-            return encode(HostError(f"not a shaped call ({type(exc).__name__})"))
-        task = asyncio.ensure_future(run(sid, secret, *call_args))
-        self._kept[str(token)] = (hashed, task)
-        task.add_done_callback(lambda done: self._forget_later(str(token), done))
-        try:
-            value = await asyncio.shield(task)  # the connection may go; the call goes on
-        except Exception:  # noqa: BLE001 - kept for sb_collect, which raises it
-            return ("err", "shaped")
-        if isinstance(value, ExecResult):
-            return ("ok", (value.exit_code, value.stdout, value.stderr, value.duration_seconds))
-        return ("ok", value)
-
-    def _forget_later(self, token: str, done: asyncio.Task[Any]) -> None:
-        if not done.cancelled():
-            done.exception()  # retrieved here: its collect may never come
-        asyncio.get_running_loop().call_later(KEPT_S, self._kept.pop, token, None)
-        ended = [t for t, (_, task) in self._kept.items() if task.done()]
-        for old in ended[:max(0, len(ended) - KEPT_MAX)]:
-            del self._kept[old]
-
-    async def sb_outcomes(self, sid: str, secret: str, tokens: list[str]) -> tuple[Any, ...]:
-        """One ``Outcome`` per token, each a return of its own (shaped_direct.py: the refs a
-        holder's direct calls come back as)."""
-        self._session(sid, secret)  # only the sandbox's holder
-        return tuple(Outcome(self.node_id, sid, secret, str(token)) for token in tokens)
-
-    async def sb_collect(self, sid: str, secret: str, token: str) -> Any:
-        """The outcome of a direct call (``shaped_call``), waited for: its value, or its
-        failure raised as the Ray path raises it."""
-        from .node import secret_hash
-
-        kept = self._kept.get(token)
-        if kept is None or not hmac.compare_digest(kept[0], secret_hash(secret)):
-            raise SandboxExecError(f"sandbox {sid[:8]}… on {self.where}: the outcome of this "
-                                   f"call is no longer kept (over {KEPT_S:g} s since it ended)")
-        try:
-            return await asyncio.shield(kept[1])
-        finally:
-            if kept[1].done():
-                self._kept.pop(token, None)
 
     async def sb_read_file(self, sid: str, secret: str, path: str, _after: Any = None) -> bytes:
         session = await self._shaped(sid, secret)
