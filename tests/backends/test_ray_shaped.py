@@ -250,3 +250,34 @@ def test_a_shaped_sandbox_works_through_ray_where_its_holder_cannot_reach_the_no
             assert (out, link, seen) == ("through ray", None, "from the driver\n")
         finally:
             ray.get(sb.delete.remote())
+
+
+def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestCluster) -> None:
+    """A sandbox dropped without delete() (its node ends it after its orphan timeout) does
+    not keep this process's connection to its node: the next new link closes it."""
+    import gc
+
+    import ray
+
+    import toolseam.ray as sandbox
+    from toolseam.ray import shaped_direct
+
+    def made() -> Any:
+        sb = sandbox.create(image=IMAGE, resources=resource("rootless"), orphan_timeout=5,
+                            address=ray_cluster.address)
+        ray.get(sb.exec.remote("true"))  # the creation is over: the next call links
+        assert ray.get(sb.exec.remote("echo linked")).stdout == "linked\n"
+        return sb
+
+    dropped = made()
+    sid, link = dropped.sandbox_id, shaped_direct._state.links[dropped.sandbox_id].link
+    assert link is not None and link.alive
+    del dropped
+    gc.collect()
+    kept = made()
+    try:
+        assert sid not in shaped_direct._state.links
+        assert not link.alive
+        assert shaped_direct._state.links[kept.sandbox_id].link is not None
+    finally:
+        ray.get(kept.delete.remote())

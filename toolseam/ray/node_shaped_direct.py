@@ -5,8 +5,8 @@ back as (``sb_outcomes``), and a call's outcome through Ray (``sb_collect``).
 
 Each direct call's outcome is kept under its token until it is collected through Ray (a call
 still running after the caller's grace, one that failed, or a ref read in another process),
-``KEPT_S`` after it ended or once ``KEPT_MAX`` newer ones ended — so a handed-over call is
-never lost and never run twice.
+``KEPT_S`` after it ended or once ``KEPT_MAX`` newer ones (or ``KEPT_BYTES`` of output)
+ended — so a handed-over call is never lost and never run twice.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ SHAPED_DIRECT = {"sb_exec": "sb_exec", "sb_read_file": "sb_read_file",
                  "sb_write_file": "sb_write_file"}
 KEPT_S = 60.0  # a direct call's outcome waits this long after it ended for its collect
 KEPT_MAX = 1024  # ... and at most this many wait (the oldest ended go first)
+KEPT_BYTES = 64 << 20  # ... holding at most this much output (one node actor serves all)
 
 
 class ShapedDirectCalls:
@@ -41,6 +42,7 @@ class ShapedDirectCalls:
     def _direct_init(self) -> None:
         # direct calls by token: (the hash of the sandbox's secret, the call running or ended)
         self._kept: OrderedDict[str, tuple[bytes, asyncio.Task[Any]]] = OrderedDict()
+        self._kept_sizes: dict[str, int] = {}  # token -> the size of its ended call's output
 
     async def shaped_call(self, sid: str, secret: str, method: str,
                           args: tuple[Any, ...]) -> Answer:
@@ -68,12 +70,20 @@ class ShapedDirectCalls:
         return ("ok", value)
 
     def _forget_later(self, token: str, done: asyncio.Task[Any]) -> None:
-        if not done.cancelled():
-            done.exception()  # retrieved here: its collect may never come
-        asyncio.get_running_loop().call_later(KEPT_S, self._kept.pop, token, None)
+        if not done.cancelled() and done.exception() is None:  # read: never "not retrieved"
+            value = done.result()
+            self._kept_sizes[token] = (len(value.stdout) + len(value.stderr)
+                                       if isinstance(value, ExecResult)
+                                       else len(value) if isinstance(value, bytes) else 0)
+        asyncio.get_running_loop().call_later(KEPT_S, self._drop_kept, token)
         ended = [t for t, (_, task) in self._kept.items() if task.done()]
-        for old in ended[:max(0, len(ended) - KEPT_MAX)]:
-            del self._kept[old]
+        while ended and (len(ended) > KEPT_MAX
+                         or sum(self._kept_sizes.values()) > KEPT_BYTES):
+            self._drop_kept(ended.pop(0))
+
+    def _drop_kept(self, token: str) -> None:
+        self._kept.pop(token, None)
+        self._kept_sizes.pop(token, None)
 
     async def sb_outcomes(self, sid: str, secret: str, tokens: list[str]) -> tuple[Any, ...]:
         """One ``Outcome`` per token, each a return of its own (shaped_direct.py: the refs a
@@ -94,5 +104,5 @@ class ShapedDirectCalls:
             return await asyncio.shield(kept[1])
         finally:
             if kept[1].done():
-                self._kept.pop(token, None)
+                self._drop_kept(token)
 

@@ -241,11 +241,21 @@ def _renew_loop() -> None:
         with _renew_lock:
             items = list(_renewed.items())
         for sid, (ref, timeout) in items:
-            sandbox = ref()
-            if sandbox is None:
+            if now - last.get(sid, 0.0) < timeout / 3:
+                continue
+            if _touch(sid, ref):
+                last[sid] = now
+            else:
                 with _renew_lock:
                     _renewed.pop(sid, None)
-                continue
-            if now - last.get(sid, 0.0) >= timeout / 3:
-                last[sid] = now
-                sandbox._actor.touch.remote(sid, sandbox._secret)
+                last.pop(sid, None)
+
+
+def _touch(sid: str, ref: weakref.ref[RaySandbox]) -> bool:
+    """Renew the sandbox if anyone still holds it. A function of its own: a local of the
+    loop would hold the last sandbox it touched, and a dropped one would never be let go."""
+    sandbox = ref()
+    if sandbox is None:
+        return False
+    sandbox._actor.touch.remote(sid, sandbox._secret)
+    return True

@@ -32,6 +32,7 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,7 @@ class Outcome:
 @dataclass
 class _Link:
     link: DirectLink | None  # None: this sandbox has no direct path from this thread
+    owner: weakref.ref[Any]  # the RaySandbox last called through it: gone, the link closes
     ahead: deque[tuple[Any, str]] = field(default_factory=deque)  # (ref, token) put ahead
 
 
@@ -149,7 +151,10 @@ def _link_of(loop: asyncio.AbstractEventLoop, sandbox: Any) -> _Link | None:
     runs (those calls take the Ray path, which waits for it)."""
     held = _state.links.get(sandbox.sandbox_id)
     if held is not None:
+        if held.owner() is not sandbox:  # another copy (each task unpickles its own)
+            held.owner = weakref.ref(sandbox)
         return held
+    _close_dropped()
     ray = sandbox._ray()
     if sandbox._opened is not None:
         ready, _ = ray.wait([sandbox._opened], timeout=0)
@@ -163,8 +168,19 @@ def _link_of(loop: asyncio.AbstractEventLoop, sandbox: Any) -> _Link | None:
             DirectLink.connect(at[0], at[1], sandbox.sandbox_id, sandbox._secret))
         if link is None and time.monotonic() - began >= CONNECT_TIMEOUT_S / 2:
             _unreachable.add(sandbox.node_id)  # silent, not refused: later sandboxes skip it
-    held = _state.links[sandbox.sandbox_id] = _Link(link)
+    held = _state.links[sandbox.sandbox_id] = _Link(link, weakref.ref(sandbox))
     return held
+
+
+def _close_dropped() -> None:
+    """Close this thread's links to sandboxes nobody holds any more (dropped without
+    ``delete``: their node ends them after the orphan timeout), so a loop that makes many
+    sandboxes does not keep a connection per sandbox."""
+    for sandbox_id, held in list(_state.links.items()):
+        if held.owner() is None:
+            del _state.links[sandbox_id]
+            if held.link is not None:
+                held.link.close()
 
 
 def _direct_address(ray: Any, sandbox: Any) -> tuple[str, int] | None:
