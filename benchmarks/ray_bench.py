@@ -1,6 +1,7 @@
 """toolseam across a 3-node Ray cluster on this machine (issue 39, item 8), in ONE run.
 
     python benchmarks/ray_bench.py [--calls 200] [--sessions 64] [--session-calls 40] [--claims 32]
+                                   [--per-call-only]
 
 Starts a real cluster (``ray.cluster_utils.Cluster``, 127.0.0.1, one CPU per node, no
 dashboard; tests/support/ray_cluster.py): a docker head, a rootful podman node, a rootless
@@ -9,6 +10,9 @@ podman node. Prints side by side, each "here" figure from the very backend the n
 
 * per call p50 (``bash true``, ``read`` of a 10-line file) through the cluster vs here, per
   engine, and the floor under it: one empty call of the node actor from asyncio;
+* Ray's own shape (``toolseam.ray.create``): ``ray.get(sb.exec.remote("true"))`` p50 per
+  engine vs ``tools.sandbox.exec`` of the same command on the same engine opened here, and the
+  ``duration_seconds`` it reports;
 * 64 sessions x 40 calls at once, spread over the 3 nodes vs the same 64 opened here (a third
   on each engine): open wall time, call wall time, calls/s, per call p50;
 * 32 claims at once from a ``RayPool`` that was full (no refill): from the burst's start to
@@ -62,6 +66,52 @@ async def per_call(tk: Any, calls: int) -> dict[str, float]:
             times.append(time.perf_counter() - began)
         out[name] = ms(times)
     return out
+
+
+def shaped_per_call(address: str, name: str, calls: int) -> dict[str, float]:
+    """``ray.get(sb.exec.remote("true"))`` p50 on the node ``name``, after a warm-up: on the
+    direct path; through Ray (``TOOLSEAM_RAY_SHAPED_DIRECT=0``: the path every call took
+    before decision 340); and ``tools.sandbox.exec(["/bin/bash", "-c", "true"])`` on the same
+    engine opened here (what the sandbox runs on its node) — interleaved in rounds of 25, so
+    the three see the same load. Also the median ``duration_seconds`` the sandbox reported."""
+    import ray
+
+    import toolseam.ray as sandbox
+    from tests.support.ray_cluster import resource
+    from toolseam import Toolkit
+    from toolseam.ray.shaped_direct import OFF_VARIABLE
+
+    loop = asyncio.new_event_loop()
+    here = Toolkit(local_backend(name))
+    loop.run_until_complete(here.open())
+    sb = sandbox.create(image=IMAGE, resources=resource(name), address=address)
+    paths: dict[str, Any] = {
+        "direct": lambda: ray.get(sb.exec.remote("true")),
+        "ray": lambda: ray.get(sb.exec.remote("true")),
+        "here": lambda: loop.run_until_complete(here.sandbox.exec(["/bin/bash", "-c", "true"]))}
+    times: dict[str, list[float]] = {path: [] for path in paths}
+    reported = []
+    try:
+        for _ in range(20):
+            ray.get(sb.exec.remote("true"))
+            paths["here"]()
+        for _ in range(max(1, calls // 25)):
+            for path, run in paths.items():
+                os.environ[OFF_VARIABLE] = "0" if path == "ray" else "1"
+                for _ in range(25):
+                    began = time.perf_counter()
+                    result = run()
+                    times[path].append(time.perf_counter() - began)
+                    if path != "here":
+                        reported.append(result.duration_seconds)
+    finally:
+        os.environ.pop(OFF_VARIABLE, None)
+        ray.get(sb.delete.remote())
+        loop.run_until_complete(here.close())
+        loop.close()
+    return {"exec": ms(times["direct"]), "exec_through_ray": ms(times["ray"]),
+            "here": ms(times["here"]),
+            "duration_seconds_p50": round(statistics.median(reported), 6)}
 
 
 async def ray_floor(actor: Any, calls: int) -> float:
@@ -180,6 +230,13 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
             here = await per_call(tk, args.calls)
         per_engine[name] = {"cluster": through, "here": here}
     results["per_call_p50_ms"] = per_engine
+    shaped: dict[str, Any] = {}
+    for name in NODE_NAMES:
+        through = await asyncio.to_thread(shaped_per_call, address, name, args.calls)
+        shaped[name] = {"cluster": through, "here": through["here"]}
+    results["shaped_exec_p50_ms"] = shaped
+    if args.per_call_only:
+        return results
 
     idle = await uss(actors)
     results["node_actor_idle_uss_mib"] = [round(x, 1) for x in idle]
@@ -241,6 +298,14 @@ def table(r: dict[str, Any]) -> str:
         for tool in ("bash", "read"):
             c, h = both["cluster"][tool], both["here"][tool]
             lines.append(f"| per call p50 `{tool}`, {name} | {c} ms (+{c - h:.2f}) | {h} ms |")
+    for name, both in r["shaped_exec_p50_ms"].items():
+        c, h = both["cluster"]["exec"], both["here"]
+        r_ = both["cluster"]["exec_through_ray"]
+        lines.append(f"| `create()` sandbox, `exec(\"true\")` p50, {name} | {c} ms (+{c - h:.2f}; "
+                     f"through Ray {r_} ms, +{r_ - h:.2f}; reports "
+                     f"{both['cluster']['duration_seconds_p50']} s) | {h} ms |")
+    if "many_cluster" not in r:
+        return "\n".join(lines)
     for key, label in (("open_wall_s", "open, wall (s)"), ("calls_wall_s", "calls, wall (s)"),
                        ("calls_per_s", "calls/s"), ("per_call_p50_ms", "per call p50 (ms)"),
                        ("this_process_cpu_ms_per_call", "this process's CPU per call (ms)")):
@@ -270,6 +335,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=64)
     parser.add_argument("--session-calls", type=int, default=40)
     parser.add_argument("--claims", type=int, default=32)
+    parser.add_argument("--per-call-only", action="store_true",
+                        help="only the per-call figures (the tool calls and the shaped exec)")
     args = parser.parse_args()
     from tests.support.ray_cluster import started
 

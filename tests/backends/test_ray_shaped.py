@@ -76,7 +76,8 @@ def test_a_script_written_for_rays_sandbox_runs_by_changing_its_import(
 def test_the_docs_rollout_example_runs(ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     """docs/ray.md's Ray-shaped example, as written, against the test cluster."""
     page = (Path(__file__).resolve().parents[2] / "docs" / "ray.md").read_text()
-    marked = page.split("<!-- runs in tests/backends/test_ray_shaped.py -->\n```python\n", 1)[1]
+    marked = page.split("<!-- example: skip (runs in tests/backends/test_ray_shaped.py", 1)[1]
+    marked = marked.split("```python\n", 1)[1]
     script = tmp_path / "example.py"
     script.write_text(marked.split("```", 1)[0])
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
@@ -173,3 +174,110 @@ def test_a_memory_that_is_no_size_is_refused_naming_it() -> None:
 
     with pytest.raises(ConfigurationError, match="'lots'"):
         memory_limit("lots")
+
+
+def test_a_shaped_exec_takes_the_direct_path_and_reports_a_measured_duration(
+        ray_cluster: RayTestCluster) -> None:
+    """Issue 46 item 3: in the driver that made it, exec/read_file/write_file go on the node's
+    direct port (no Ray actor call per call), and ``duration_seconds`` is measured, not a
+    whole-millisecond count (0.0 for a quick command)."""
+    import ray
+
+    import toolseam.ray as sandbox
+    from toolseam.ray import shaped_direct
+
+    sb = sandbox.create(image=IMAGE, resources=resource("docker"), address=ray_cluster.address)
+    try:
+        assert ray.get(sb.exec.remote("true")).exit_code == 0  # the creation is over now
+        quick = ray.get(sb.exec.remote("true"))
+        held = shaped_direct._state.links[sb.sandbox_id]
+        assert held.link is not None and held.link.alive
+        assert 0.0 < quick.duration_seconds < 5.0
+        slow = ray.get(sb.exec.remote("sleep 0.3"))
+        assert 0.3 <= slow.duration_seconds < 10.0
+        before = len(held.ahead)
+        ray.get(sb.write_file.remote("d.txt", "direct"))
+        assert ray.get(sb.read_file.remote("d.txt")) == b"direct"
+        assert len(held.ahead) in (before - 2, before - 2 + shaped_direct.AHEAD)  # used 2
+        result = ray.get(sb.exec.remote("echo out; echo err >&2; exit 3"))
+        assert (result.exit_code, result.stdout, result.stderr) == (3, "out\n", "err\n")
+        # failures still surface at ray.get, as Ray's own kinds
+        with pytest.raises(FileNotFoundError):
+            ray.get(sb.read_file.remote("nothing-here"))
+        with pytest.raises(sandbox.SandboxTimeoutError):
+            ray.get(sb.exec.remote("sleep 30", timeout=0.5))
+        # long commands handed to Ray still run side by side
+        began = time.monotonic()
+        refs = [sb.exec.remote(f"sleep 1; echo {n}") for n in range(3)]
+        assert [r.stdout for r in ray.get(refs)] == ["0\n", "1\n", "2\n"]
+        assert time.monotonic() - began < 2.5
+        assert held.link.alive  # none of this knocked the sandbox off the direct path
+    finally:
+        ray.get(sb.delete.remote())
+    with pytest.raises(sandbox.SandboxNotFoundError):
+        ray.get(sb.exec.remote("true"))
+
+
+def test_a_shaped_sandbox_works_through_ray_where_its_holder_cannot_reach_the_node(
+        ray_cluster: RayTestCluster) -> None:
+    """A Ray task (another process) that cannot reach the node's direct port — here its
+    ready answer names a port nobody listens on — runs its calls through Ray; a ref the
+    driver got on the direct path reads the same in that task."""
+    import socket
+
+    import ray
+
+    import toolseam.ray as sandbox
+
+    with socket.socket() as probe:  # a port that refuses: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+
+        @ray.remote(num_cpus=0)
+        def elsewhere(sb: Any, passed: Any, port: int) -> tuple[Any, ...]:
+            from toolseam.ray import shaped_direct
+            sb._ready = ray.put({"direct": ("127.0.0.1", port)})
+            out = ray.get(sb.exec.remote("cat f.txt")).stdout
+            link = shaped_direct._state.links[sb.sandbox_id].link
+            return out, link, passed.stdout
+
+        sb = sandbox.create(image=IMAGE, resources=resource("podman"),
+                            address=ray_cluster.address)
+        try:
+            ray.get(sb.write_file.remote("f.txt", "through ray"))
+            passed = sb.exec.remote("echo from the driver")
+            out, link, seen = ray.get(elsewhere.remote(sb, passed, closed))
+            assert (out, link, seen) == ("through ray", None, "from the driver\n")
+        finally:
+            ray.get(sb.delete.remote())
+
+
+def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestCluster) -> None:
+    """A sandbox dropped without delete() (its node ends it after its orphan timeout) does
+    not keep this process's connection to its node: the next new link closes it."""
+    import gc
+
+    import ray
+
+    import toolseam.ray as sandbox
+    from toolseam.ray import shaped_direct
+
+    def made() -> Any:
+        sb = sandbox.create(image=IMAGE, resources=resource("rootless"), orphan_timeout=5,
+                            address=ray_cluster.address)
+        ray.get(sb.exec.remote("true"))  # the creation is over: the next call links
+        assert ray.get(sb.exec.remote("echo linked")).stdout == "linked\n"
+        return sb
+
+    dropped = made()
+    sid, link = dropped.sandbox_id, shaped_direct._state.links[dropped.sandbox_id].link
+    assert link is not None and link.alive
+    del dropped
+    gc.collect()
+    kept = made()
+    try:
+        assert sid not in shaped_direct._state.links
+        assert not link.alive
+        assert shaped_direct._state.links[kept.sandbox_id].link is not None
+    finally:
+        ray.get(kept.delete.remote())

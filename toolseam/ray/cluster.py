@@ -62,17 +62,32 @@ def connect(address: str | None) -> Any:
     loopback = _is_loopback(address)
     try:
         with _loopback_kept(ray, loopback):
+            # no _node_ip_address: Ray finds this machine's raylet of that cluster itself,
+            # whatever address it registered (a head started without Ray's loopback switch
+            # registers the machine's outward one, and a driver that asked for 127.0.0.1
+            # waited a minute for a node that never matched)
             ray.init(address=address or "auto", log_to_driver=False, logging_level="error",
-                     configure_logging=False,
-                     **({"_node_ip_address": "127.0.0.1"} if loopback else {}))
+                     configure_logging=False)
     except ConnectionError as exc:
-        raise ConfigurationError(
-            f"the Ray cluster at {address or 'auto'} does not answer or refused this driver "
-            f"({exc}); a cluster with token authentication needs RAY_AUTH_MODE=token and its "
-            "token (RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH) in this process") from None
+        raise ConfigurationError(refused_message(address or "auto", exc)) from None
     if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
         log.warning(UNAUTHENTICATED.format(address=address or "auto"))
     return ray
+
+
+def refused_message(address: str, exc: BaseException) -> str:
+    """What a driver Ray would not connect is told: most often a cluster with token
+    authentication (Ray 2.60's first local ``ray.init`` turns it on and writes
+    ``~/.ray/auth_token``) and a driver that does not send the token."""
+    if address == "auto":
+        return (f"no Ray cluster to connect to ({exc}): pass address='HOST:PORT' (the head's "
+                "--port), set RAY_ADDRESS, or start one (docs/ray.md, 'Starting a cluster')")
+    mode = os.environ.get("RAY_AUTH_MODE")
+    told = f"RAY_AUTH_MODE is {mode!r} here" if mode else "RAY_AUTH_MODE is not set here"
+    return (f"the Ray cluster at {address} refused this driver or never answered it ({exc}). "
+            f"A cluster with token authentication needs RAY_AUTH_MODE=token in this process "
+            f"and its token: ~/.ray/auth_token of this user, RAY_AUTH_TOKEN or "
+            f"RAY_AUTH_TOKEN_PATH ({told}; docs/ray.md, 'Starting a cluster')")
 
 
 def _same_cluster(ray: Any, address: str | None) -> None:

@@ -37,6 +37,7 @@ from .identity import KV_NAMESPACE, kv_key
 from .node_config import NodeConfig
 from .node_pool import NodePools
 from .node_shaped import ShapedSandboxes
+from .node_shaped_direct import SHAPED_DIRECT, ProvenKey, key_of
 from .streaming import LIVE_CALLS, LiveStarts
 
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
@@ -164,10 +165,10 @@ class NodeSessions(ShapedSandboxes, NodePools):
                                   self.config.engine == "podman-rootless"))
 
     # --- sessions ------------------------------------------------------------------------
-    def _session(self, sid: str, secret: str) -> _Session:
+    def _session(self, sid: str, secret: str | ProvenKey) -> _Session:
         session = self._sessions.get(sid)
         # the same answer for "no such session" and "not yours": nothing to probe with
-        if session is None or not hmac.compare_digest(session.hash, secret_hash(secret)):
+        if session is None or not hmac.compare_digest(session.hash, key_of(secret)):
             raise HostError(f"no session {sid[:8]}… on {self.where} answers this handle")
         session.seen = time.monotonic()
         return session
@@ -239,6 +240,12 @@ class NodeSessions(ShapedSandboxes, NodePools):
     async def call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
         """A seam call of session ``sid``, whose holder proved its key (a Ray call's secret
         checked by ``call``, a direct connection's proofs by direct.py)."""
+        if method in SHAPED_DIRECT:  # a Ray-shaped sandbox's call on the direct port
+            key = self._key_for(sid)
+            if key is None:
+                return encode(HostError(
+                    f"no sandbox {sid[:8]}… on {self.where} answers this handle"))
+            return await self.shaped_call(sid, ProvenKey(key), method, args)
         if method not in SEAM_CALLS and method not in LIVE_CALLS:
             return encode(HostError(f"{method!r} is not a seam call"))
         session = self._sessions.get(sid)

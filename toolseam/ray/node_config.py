@@ -16,6 +16,7 @@ off from the engine's network and says so: ``TOOLSEAM_RAY_ALLOW_BRIDGE=1`` (issu
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import socket
@@ -69,8 +70,10 @@ class NodeConfig:
             options = dict(self.options)
             options.pop("image", None)
             from ..backends.host import HostBackend
+            _check_options(HostBackend, options, self.engine)
             return HostBackend(workspace, **options)
         backend_class, options = self.container_factory(image, limits)
+        _check_options(backend_class, options, self.engine)
         made: BuiltinExec = backend_class(workspace, **options)
         return made
 
@@ -100,3 +103,19 @@ class NodeConfig:
         from ..backends.podman import PodmanBackend
         options.setdefault("rootless", self.engine == "podman-rootless")
         return PodmanBackend, options
+
+
+def _check_options(backend_class: type, options: dict[str, Any], engine: str) -> None:
+    """A key of TOOLSEAM_RAY_BACKEND_OPTIONS the node's backend does not take is refused by
+    that name and the variable's (not a TypeError from a class the user never called)."""
+    parameters = inspect.signature(backend_class).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return  # it takes any name: it says itself what it refuses
+    taken = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    wrong = sorted(set(options) - set(taken) - {"tls"})  # tls: made from tls_dir
+    if wrong:
+        offered = sorted({*taken, "tls_dir"} - {"limits", "workspace_mode", "tls"}
+                         if engine == "docker" else set(taken) - {"limits", "workspace_mode"})
+        raise ConfigurationError(
+            f"TOOLSEAM_RAY_BACKEND_OPTIONS of this node has {', '.join(map(repr, wrong))}, "
+            f"which the {engine} backend does not take; it takes: {', '.join(offered)}")

@@ -5,7 +5,9 @@ toolseam's engines — code written for Ray's sandbox runs by changing its impor
 returns at once a ``RaySandbox`` whose methods are called as an actor's
 (``ray.get(sb.exec.remote("make"))``) and which can be passed to Ray tasks. It is not an actor
 per sandbox (≈ 90 MiB of worker process each): the node's one actor hosts it, and the object
-holds that actor's handle, the sandbox's id and its secret (decisions 271).
+holds that actor's handle, the sandbox's id and its secret (decisions 271). ``exec``,
+``read_file`` and ``write_file`` take the direct connection to that actor where the holder
+can reach it (shaped_direct.py, decision 340), else a Ray actor call.
 """
 
 from __future__ import annotations
@@ -16,16 +18,24 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError
-from . import cluster
+from . import cluster, shaped_direct
 from .placement import Placement
 
 # Ray's network modes -> toolseam's; anything else is refused, naming these
 NETWORKS = {"none": "none", "public": "bridge", "bridge": "bridge"}
 DEFAULT_ORPHAN_TIMEOUT_S = 120.0
+CREATE_OPTIONS = ("image", "cpu", "memory", "env", "workdir", "ttl_seconds", "network",
+                  "resources", "address", "orphan_timeout")
+# ray.experimental.sandbox.create's options for its own runtime: accepted, not applied
+RAY_ONLY = frozenset({"rootless", "readonly", "dns", "capabilities", "timeout_seconds"})
+# what each method's .remote(...) takes, for a call that passes something else
+SIGNATURES = {"exec": "(command, timeout=None, cwd=None, env=None, shell=None)",
+              "read_file": "(path)", "write_file": "(path, content)"}
 
 
 class _Method:
@@ -45,6 +55,7 @@ class RaySandbox:
         self._actor, self.node_id = actor, node_id
         self.sandbox_id, self._secret = sandbox_id, secret
         self._opened: Any = None  # the creation's ObjectRef: calls run after it
+        self._ready: Any = None  # the node actor's ready answer: where its direct port is
 
     def __repr__(self) -> str:  # never the secret
         return f"RaySandbox({self.sandbox_id[:8]}… on node {self.node_id[:12]})"
@@ -59,19 +70,28 @@ class RaySandbox:
     terminate = property(lambda self: _Method(self, "delete"))
     get_instance_id = property(lambda self: _Method(self, "get_instance_id"))
 
+    @staticmethod
+    def _ray() -> Any:
+        return cluster.ray_module()
+
     def _remote(self, name: str, *args: Any, **kwargs: Any) -> Any:
         key = (self.sandbox_id, self._secret)
         after = {"_after": self._opened}
-        if name == "exec":
-            return self._actor.sb_exec.remote(*key, *_exec_args(*args, **kwargs), **after)
-        if name == "read_file":
-            return self._actor.sb_read_file.remote(*key, *args, **kwargs, **after)
-        if name == "write_file":
-            return self._actor.sb_write_file.remote(*key, *args, **kwargs, **after)
+        if name in shaped_direct.DIRECT_CALLS:
+            try:
+                call_args = _ARGS[name](*args, **kwargs)
+            except TypeError as exc:  # named as the caller wrote it, not as our helper
+                detail = str(exc).partition(") ")[2] or str(exc)
+                raise TypeError(f"sandbox.{name}.remote{SIGNATURES[name]}: {detail}") from None
+            ref = shaped_direct.call(self, name, call_args)
+            if ref is not None:
+                return ref
+            return getattr(self._actor, f"sb_{name}").remote(*key, *call_args, **after)
         if name == "get_status":  # answers PENDING / ERROR rather than wait or fail
             return self._actor.sb_status.remote(*key)
         if name == "delete":
             _renewed.pop(self.sandbox_id, None)
+            shaped_direct.forget(self.sandbox_id)
             return self._actor.sb_delete.remote(*key, **after)
         ray = cluster.ray_module()
         if name == "get_instance_id":
@@ -96,6 +116,23 @@ def _exec_args(command: str | list[str], timeout: float | None = None, cwd: str 
     return (command, timeout, cwd, env, shell)
 
 
+def _read_args(path: str) -> tuple[Any, ...]:
+    if not isinstance(path, str) or not path:
+        raise ValueError("read_file: path must be a non-empty string")
+    return (path,)
+
+
+def _write_args(path: str, content: str | bytes) -> tuple[Any, ...]:
+    if not isinstance(path, str) or not path:
+        raise ValueError("write_file: path must be a non-empty string")
+    if not isinstance(content, (str, bytes)):
+        raise ValueError(f"write_file: content must be str or bytes, not "
+                         f"{type(content).__name__}")
+    return (path, content)
+
+
+_ARGS: dict[str, Callable[..., tuple[Any, ...]]] = {
+    "exec": _exec_args, "read_file": _read_args, "write_file": _write_args}
 _saver_task: Any = None
 
 
@@ -121,11 +158,21 @@ def create(image: str | None = None, cpu: float | None = None,
            workdir: str | None = None, ttl_seconds: float | None = None,
            network: str = "none", resources: dict[str, float] | None = None, *,
            address: str | None = None, orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S,
-           **ignored: Any) -> RaySandbox:
+           **ray_options: Any) -> RaySandbox:
     """A sandbox on a node whose resources include ``resources`` (and ``cpu``), made by the
     node's own engine; returns at once (a creation failure is raised by the first call's
     ``ray.get``, as Ray's). Held while this process lives: a sandbox nobody renews for
-    ``orphan_timeout`` seconds is ended; ``ttl_seconds`` ends it that long after creation."""
+    ``orphan_timeout`` seconds is ended; ``ttl_seconds`` ends it that long after creation.
+
+    Ray's options for its gVisor runtime (``RAY_ONLY``: ``rootless``, ``readonly``, ``dns``,
+    ``capabilities``, ``timeout_seconds``) are accepted and do not apply (the node's engine
+    decides); any other name is refused, naming it — a misspelt option is never dropped."""
+    unknown = sorted(set(ray_options) - RAY_ONLY)
+    if unknown:
+        raise ConfigurationError(
+            f"toolseam.ray.create() does not take {', '.join(map(repr, unknown))}; it takes "
+            f"{', '.join(CREATE_OPTIONS)} (and Ray's {', '.join(sorted(RAY_ONLY))}, which "
+            "do not apply here)")
     if network not in NETWORKS:
         raise ConfigurationError(f"network {network!r} is not offered; toolseam offers "
                                  f"{', '.join(repr(n) for n in NETWORKS)}")
@@ -141,7 +188,7 @@ def create(image: str | None = None, cpu: float | None = None,
     node_id = Placement(wanted).choose(ray)
     actor = cluster.node_actor(ray, node_id)
     sandbox = RaySandbox(actor, node_id, uuid.uuid4().hex, secrets.token_urlsafe(32))
-    actor.ready.remote()
+    sandbox._ready = actor.ready.remote()
     sandbox._opened = actor.sb_open.remote(sandbox.sandbox_id, sandbox._secret, image, limits,
                                            env, workdir, ttl_seconds, orphan_timeout)
     _renew(sandbox, orphan_timeout)
@@ -194,11 +241,21 @@ def _renew_loop() -> None:
         with _renew_lock:
             items = list(_renewed.items())
         for sid, (ref, timeout) in items:
-            sandbox = ref()
-            if sandbox is None:
+            if now - last.get(sid, 0.0) < timeout / 3:
+                continue
+            if _touch(sid, ref):
+                last[sid] = now
+            else:
                 with _renew_lock:
                     _renewed.pop(sid, None)
-                continue
-            if now - last.get(sid, 0.0) >= timeout / 3:
-                last[sid] = now
-                sandbox._actor.touch.remote(sid, sandbox._secret)
+                last.pop(sid, None)
+
+
+def _touch(sid: str, ref: weakref.ref[RaySandbox]) -> bool:
+    """Renew the sandbox if anyone still holds it. A function of its own: a local of the
+    loop would hold the last sandbox it touched, and a dropped one would never be let go."""
+    sandbox = ref()
+    if sandbox is None:
+        return False
+    sandbox._actor.touch.remote(sid, sandbox._secret)
+    return True
