@@ -5,13 +5,11 @@ private workspaces a branch works in."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import secrets
 import time
 from pathlib import Path
 
-from ..staging import check_owned, staging_root
 from .apply import Restored, remove_tree_at, restore
 from .capture import Known, capture
 from .manifest import Manifest
@@ -63,11 +61,7 @@ class LocalSnapshots:
 
 
 def branches_root() -> Path:
-    path = staging_root() / "branches"
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(path, 0o700)
-    check_owned(path, os.geteuid(), exact_owner=True)
-    return path
+    return SnapshotStore().root / "branches"  # made and checked by the store
 
 
 def new_branch_workspace() -> str:

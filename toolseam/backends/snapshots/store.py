@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...seam.errors import ConfigurationError
-from ..staging import check_owned, staging_root
+from ..staging import check_ancestors, check_owned, staging_root
 from .manifest import Manifest, SnapshotCorruptError
 
 CHUNK = 1 << 20
@@ -34,14 +34,24 @@ _ID = re.compile(r"[0-9a-f]{20}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
+def store_root() -> Path:
+    """``$TOOLSEAM_SNAPSHOTS`` when set (a directory this user owns: a bigger disk, a test's
+    own), else ``<staging root>/snapshots``."""
+    chosen = os.environ.get("TOOLSEAM_SNAPSHOTS")
+    return Path(os.path.abspath(chosen)) if chosen else staging_root() / "snapshots"
+
+
 class SnapshotStore:
-    """One user's store (``root``: default ``<staging root>/snapshots``, made if missing)."""
+    """One user's store (``root``: default ``store_root()``, made if missing); ``branches/``
+    beside it holds the private workspaces of sessions opened from a snapshot."""
 
     def __init__(self, root: Path | None = None) -> None:
-        self.root = root or staging_root() / "snapshots"
+        self.root = root or store_root()
         uid = os.geteuid()
+        if self.root.parent != staging_root():
+            check_ancestors(self.root, uid)
         for path in (self.root, self.root / "objects", self.root / "manifests",
-                     self.root / "tmp"):
+                     self.root / "tmp", self.root / "branches"):
             with contextlib.suppress(FileExistsError):
                 os.mkdir(path, 0o700)
             check_owned(path, uid, exact_owner=True)
