@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...seam.errors import ConfigurationError
-from ..staging import check_ancestors, check_owned, staging_root
+from ..staging import UnsafePath, check_ancestors, check_owned, staging_root
 from .manifest import Manifest, SnapshotCorruptError
 
 CHUNK = 1 << 20
@@ -48,15 +48,19 @@ class SnapshotStore:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or store_root()
         uid = os.geteuid()
-        if self.root.parent != staging_root():
-            check_ancestors(self.root, uid)
-        for path in (self.root, self.root / "objects", self.root / "manifests",
-                     self.root / "tmp", self.root / "branches"):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(path, 0o700)
-            check_owned(path, uid, exact_owner=True)
-            if stat.S_IMODE(os.lstat(path).st_mode) != 0o700:
-                os.chmod(path, 0o700)
+        try:
+            if self.root.parent != staging_root():
+                check_ancestors(self.root, uid)
+            for path in (self.root, self.root / "objects", self.root / "manifests",
+                         self.root / "tmp", self.root / "branches"):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(path, 0o700)
+                check_owned(path, uid, exact_owner=True)
+                if stat.S_IMODE(os.lstat(path).st_mode) != 0o700:
+                    os.chmod(path, 0o700)
+        except (UnsafePath, OSError) as exc:
+            raise ConfigurationError(f"snapshot store {self.root}: {exc} — it must be this "
+                                     "user's alone") from None
 
     # --- objects --------------------------------------------------------------------------
     def _object(self, digest: str) -> Path:
