@@ -270,3 +270,14 @@ def test_the_snapshot_model_round_trips_as_json() -> None:
     snap = Snapshot(id="a" * 20, label=None, created="2026-12-06T00:00:00Z", size_bytes=0,
                     backend="host", session="s", files=0, left_out=[])
     assert Snapshot.model_validate(json.loads(snap.model_dump_json())) == snap
+
+
+async def test_snapshots_are_listed_and_deleted_from_python(tmp_path: Path, store: Path) -> None:
+    async with Toolkit("host", base_dir=_home(tmp_path)) as tk:
+        snap = await tk.snapshot("py")
+    assert [s.id for s in Snapshot.all()] == [snap.id]
+    snap.delete()
+    assert Snapshot.all() == []
+    assert list((store / "objects").iterdir()) == []
+    with pytest.raises(ConfigurationError, match="no snapshot"):
+        Snapshot.load(snap.id)

@@ -39,6 +39,15 @@ class Snapshot(BaseModel):
         return cls.of(SnapshotStore().load(snapshot_id))
 
     @classmethod
+    def all(cls) -> list[Snapshot]:
+        """Every snapshot in this user's store, oldest first (``toolseam snapshots list``)."""
+        return [cls.of(manifest) for manifest in SnapshotStore().all()]
+
+    def delete(self) -> None:
+        """Remove this snapshot, and the stored files no other snapshot names."""
+        SnapshotStore().remove([self.id])
+
+    @classmethod
     def of(cls, manifest: Manifest) -> Snapshot:
         return cls(id=manifest.id, label=manifest.label,
                    created=datetime.fromtimestamp(manifest.created, UTC),
