@@ -82,9 +82,17 @@ def restore(root: str, manifest: Manifest, store: SnapshotStore, known: Known) -
         to_write = [e for e in tree.values() if e.kind == "file" and e.path not in kept]
         staged = _stage(to_write, store, stage_fd)  # nothing has changed before this is done
         removed = _remove_extra(current, tree, dirs)
+        untouched = set()
         for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
-            _place(entry, entry.path in kept and entry.path not in removed, dirs, staged,
-                   stage_fd)
+            seen = current.get(entry.path)
+            if (entry.kind == "file" and entry.path in kept and seen is not None
+                    and (stat.S_IMODE(seen.st_mode), seen.st_mtime_ns)
+                    == (entry.mode, entry.mtime_ns)):
+                untouched.add(entry.path)  # the walk saw it as the snapshot has it
+                continue
+            if not _place(entry, entry.path in kept and entry.path not in removed, dirs, staged,
+                          stage_fd):
+                untouched.add(entry.path)
         for entry in sorted((e for e in tree.values() if e.kind == "dir"),
                             key=lambda e: -e.path.count("/")):
             fd = dirs.get(entry.path)
@@ -93,8 +101,11 @@ def restore(root: str, manifest: Manifest, store: SnapshotStore, known: Known) -
         now = Known()
         for entry in tree.values():
             if entry.kind == "file":
-                parent, name = _split(entry.path)
-                st = os.stat(name, dir_fd=dirs.get(parent), follow_symlinks=False)
+                if entry.path in untouched:  # its stat is the one the walk saw
+                    st = current[entry.path]
+                else:
+                    parent, name = _split(entry.path)
+                    st = os.stat(name, dir_fd=dirs.get(parent), follow_symlinks=False)
                 now.files[entry.path] = (stat_key(st), entry.digest)
         return Restored(len(to_write), len(removed), now)
     finally:
@@ -156,7 +167,8 @@ def _remove_extra(current: dict[str, os.stat_result], tree: dict[str, Entry],
 
 
 def _place(entry: Entry, kept: bool, dirs: _Dirs, staged: dict[str, str],
-           stage_fd: int) -> None:
+           stage_fd: int) -> bool:
+    """Put one entry in place; whether anything at its name changed."""
     parent, name = _split(entry.path)
     parent_fd = dirs.get(parent)
     if entry.kind == "dir":
@@ -164,23 +176,30 @@ def _place(entry: Entry, kept: bool, dirs: _Dirs, staged: dict[str, str],
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=parent_fd)
         os.fchmod(dirs.get(entry.path), 0o700)  # writable while it is filled; its mode last
-    elif entry.kind == "link":
+        return True
+    if entry.kind == "link":
         if not kept:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=parent_fd)  # a stale link of another target
             os.symlink(entry.digest, name, dir_fd=parent_fd)
-    elif entry.path in staged:
+        return not kept
+    if entry.path in staged:
         os.rename(staged[entry.path], name, src_dir_fd=stage_fd, dst_dir_fd=parent_fd)
-    else:  # the same bytes already: its mode and time, through a descriptor of it alone
-        fd = os.open(name, _PATH_FLAGS, dir_fd=parent_fd)
-        try:
-            st = os.fstat(fd)
-            if stat.S_IMODE(st.st_mode) != entry.mode:
-                os.chmod(f"/proc/self/fd/{fd}", entry.mode)
-            if st.st_mtime_ns != entry.mtime_ns:
-                os.utime(f"/proc/self/fd/{fd}", ns=(entry.mtime_ns, entry.mtime_ns))
-        finally:
-            os.close(fd)
+        return True
+    # the same bytes already: its mode and time, through a descriptor of it alone
+    fd = os.open(name, _PATH_FLAGS, dir_fd=parent_fd)
+    try:
+        st = os.fstat(fd)
+        changed = False
+        if stat.S_IMODE(st.st_mode) != entry.mode:
+            os.chmod(f"/proc/self/fd/{fd}", entry.mode)
+            changed = True
+        if st.st_mtime_ns != entry.mtime_ns:
+            os.utime(f"/proc/self/fd/{fd}", ns=(entry.mtime_ns, entry.mtime_ns))
+            changed = True
+        return changed
+    finally:
+        os.close(fd)
 
 
 def remove_tree_at(parent_fd: int, name: str) -> None:

@@ -27,9 +27,11 @@ def stat_key(st: os.stat_result) -> StatKey:
 
 @dataclass
 class Known:
-    """What this session last knew of its root: a file's stat key → its digest, by name."""
+    """What this session last knew of its root: a file's stat key → its digest, by name, and
+    the snapshot they came from (while its manifest is in the store, so are its objects)."""
 
     files: dict[str, tuple[StatKey, str]] = field(default_factory=dict)
+    source: str | None = None
 
     def digest(self, path: str, st: os.stat_result) -> str | None:
         seen = self.files.get(path)
@@ -94,6 +96,8 @@ def capture(root: str, store: SnapshotStore, known: Known, limit: int) -> Captur
     left_out: list[str] = []
     now = Known()
     added = total = 0
+    # the source snapshot's manifest still there: every object it names is (store.py's lock)
+    trusted = known.source is not None and store.has_snapshot(known.source)
     root_fd = os.open(root, _DIR_FLAGS)
     try:
         for item in walk(root_fd):
@@ -110,7 +114,7 @@ def capture(root: str, store: SnapshotStore, known: Known, limit: int) -> Captur
                 if total > limit:
                     raise SnapshotLimitError(item.path, limit)
                 digest = known.digest(item.path, st)
-                if digest is None or not store.has(digest):
+                if digest is None or not (trusted or store.has(digest)):
                     digest, grew, st = _store_file(item, store)
                     added += grew
                 now.files[item.path] = (stat_key(st), digest)

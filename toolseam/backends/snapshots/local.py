@@ -46,6 +46,7 @@ class LocalSnapshots:
         except BaseException:
             store.remove([])  # what this attempt stored and no snapshot names goes again
             raise
+        taken.known.source = manifest.id
         self._known_tree = (root, taken.known)
         return Snapshot.of(manifest)
 
@@ -56,6 +57,7 @@ class LocalSnapshots:
         store = SnapshotStore()
         with store.lock(exclusive=False):  # its objects stay while they are copied out
             done = restore(root, store.load(snapshot_id), store, self._known(root))
+        done.known.source = snapshot_id
         self._known_tree = (root, done.known)
         return done
 
