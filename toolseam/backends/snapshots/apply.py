@@ -208,6 +208,13 @@ def remove_tree_at(parent_fd: int, name: str) -> None:
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except FileNotFoundError:
         return
+    except PermissionError:  # a 0000 directory (not root): opened once it is ours to read
+        handle = os.open(name, _PATH_FLAGS | os.O_DIRECTORY, dir_fd=parent_fd)
+        try:
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)
+        finally:
+            os.close(handle)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     try:
         os.fchmod(fd, 0o700)  # a 0500 directory's entries can be removed too
         with os.scandir(fd) as entries:

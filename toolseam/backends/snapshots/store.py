@@ -104,12 +104,15 @@ class SnapshotStore:
                 os.link(tmp, target)
             except FileExistsError:
                 return name, 0
+            os.unlink(tmp)  # before the stat below: a link count change moves the ctime
+            tmp = ""
             _verified[name] = _identity(os.lstat(target))  # hashed as it was written
             return name, size
         finally:
             if fd >= 0:
                 os.close(fd)
-            os.unlink(tmp)
+            if tmp:
+                os.unlink(tmp)
 
     def copy_out(self, digest: str, target_fd: int) -> None:
         """The object's bytes to ``target_fd``, checked against ``digest`` as they go
