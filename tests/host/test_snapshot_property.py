@@ -80,7 +80,7 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(before=st.lists(OPS, max_size=12), between=st.lists(OPS, max_size=12),
        again=st.booleans())
 @example(before=[("write", b"a", b"xyz")], between=[("same-size", b"a", b"q")], again=False)
