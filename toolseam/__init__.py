@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
+from .backends.snapshots import RestoreResult, Snapshot
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
@@ -47,9 +48,9 @@ __all__ = [
     "BACKENDS", "BUILTIN_NAMES", "AttachError", "BackendUnavailable", "BuiltinExec",
     "ConfigurationError", "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool",
     "InteractiveLimitError", "InteractiveUnsupportedError",
-    "OutputEvent", "ProcessExitedError", "PtyOutput", "ReadQuestion", "SandboxLimits",
+    "OutputEvent", "ProcessExitedError", "PtyOutput", "ReadQuestion", "RestoreResult", "SandboxLimits",
     "SandboxPool", "SessionClosedError", "SessionHandle", "Settings", "ShellChangedError",
-    "ShellNotFound", "SyncToolkit",
+    "ShellNotFound", "Snapshot", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownProcessError", "UnknownShellError",
     "UnknownToolError", "__version__", "create_backend", "load_settings", "parse_settings",
 ]

@@ -38,12 +38,13 @@ from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
 from .composed import AlwaysThere, ComposedBackend
 from .host_durable import DurableHostAgent
+from .snapshots import LocalSnapshots
 
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
 
 
-class HostBackend(DurableMethods, ComposedBackend):
+class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
     """Runs on this machine. ``pid_namespace``: True requires one, False never tries,
     None (default) uses one when the system allows it. ``network``: ``"host"`` (default)
     leaves commands this machine's network; ``"egress"`` gives them a network namespace of
@@ -150,6 +151,11 @@ class HostBackend(DurableMethods, ComposedBackend):
         assert isinstance(self.agent, DurableHostAgent)
         await self.agent.detach()
         self._closed = True
+
+    # --- branches (seam/capabilities.py: Branching; snapshots: backends/snapshots/local.py) --
+    def branch_backend(self, workspace: str) -> HostBackend:
+        return HostBackend(workspace, pid_namespace=self._want_namespace,
+                           python=self.agent.python, network=self.network)
 
     # --- transfer: the workspace is the host dir itself ----------------------------------
     @property

@@ -27,6 +27,8 @@ from ..session.toolkit import Toolkit
 from .cli_terms import in_cli_terms
 from .recover import add_parser as add_recover_parser
 from .recover import run as run_recover
+from .snapshots import add_parser as add_snapshots_parser
+from .snapshots import run as run_snapshots
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE
@@ -347,6 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
     add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
+    add_snapshots_parser(commands)  # toolseam snapshots: list | rm | prune
     return parser
 
 
@@ -378,6 +381,8 @@ def _main(argv: list[str] | None) -> int:
             return _mcp(args)
         if args.command == "recover":
             return run_recover(args)
+        if args.command == "snapshots":
+            return run_snapshots(args)
         return asyncio.run(_serve(args))
     except HostError as exc:
         print(f"toolseam: {in_cli_terms(str(exc))}", file=sys.stderr)

@@ -11,6 +11,8 @@ and anyio's backends do the same).
   (``tools.sandbox.expose``): every backend whose commands an agent runs.
 * ``InteractiveProcesses`` — programs on a terminal, written to and read over many calls
   (``interactive.py``): every backend whose commands an agent runs.
+* ``Branching`` — the session's files kept as a snapshot, restored in place, or opened as new
+  sessions of the same kind (docs/branching.md): the host backend.
 """
 
 from __future__ import annotations
@@ -210,3 +212,39 @@ def interactive_processes(backend: object) -> InteractiveProcesses:
     name = getattr(backend, "name", type(backend).__name__)
     raise InteractiveUnsupportedError(f"the {name} backend cannot run interactive processes "
                                       "(host, podman and docker can)")
+
+
+@runtime_checkable
+class Branching(Protocol):
+    """A session's files as a snapshot in this user's store (``backends/snapshots/``), put
+    back in place, or given to a new backend of the same kind and options."""
+
+    async def snapshot_files(self, root: str, label: str | None, session: str,
+                             limit: int) -> Any:
+        """The tree below ``root`` as a new snapshot (a ``toolseam.Snapshot``): files,
+        directories and symlinks; fifos, sockets and devices are listed in ``left_out``.
+
+        Raises:
+            CouldNotRunError: past ``limit`` file bytes, or the sandbox is gone; nothing kept.
+        """
+
+    async def restore_files(self, root: str, snapshot_id: str) -> Any:
+        """Make the tree below ``root`` exactly the snapshot's, writing nothing outside it.
+
+        Raises:
+            ConfigurationError: no such snapshot in this user's store.
+            CouldNotRunError: a stored entry does not match its digest (nothing changed).
+        """
+
+    def branch_backend(self, workspace: str) -> Any:
+        """A new backend (not open) of this one's kind and options, working in
+        ``workspace`` (a ``BuiltinExec``)."""
+
+
+def branching(backend: object) -> Branching:
+    """``backend`` as ``Branching``; a ``ConfigurationError`` naming it when it has none."""
+    if supports(backend, Branching):
+        return backend  # type: ignore[return-value]
+    name = getattr(backend, "name", type(backend).__name__)
+    raise ConfigurationError(f"snapshot: the {name} backend cannot snapshot, restore or fork "
+                             "a session's files (the host backend can)")

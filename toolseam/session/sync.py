@@ -15,19 +15,22 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..builtins import OutputEvent, ToolResult
 from ..policy.readscope import Approver
 from ..policy.settings import Settings
 from ..policy.shells import ShellChoice
-from ..seam.errors import SessionClosedError
+from ..seam.errors import CouldNotRunError, SessionClosedError
 from ..seam.handle import SessionHandle
-from ..seam.models import SandboxInfo
+from ..seam.models import SandboxInfo, SyncReport
 from ..seam.protocol import BuiltinExec
 from .declarations import Format
 from .lifetime import Lifetime
 from .toolkit import HostTool, Toolkit
+
+if TYPE_CHECKING:
+    from ..backends.snapshots import RestoreResult, Snapshot
 
 T = TypeVar("T")
 
@@ -59,6 +62,7 @@ class SyncToolkit:
             ``settings.orphan_timeout_s``.
         backend_options: keyword arguments for the backend class when ``backend`` is a name.
         interactive_tools: add the model tools ``exec_command`` and ``write_stdin``.
+        snapshot: open the session from this ``Snapshot`` (or its id): docs/branching.md.
     """
 
     def __init__(
@@ -80,6 +84,7 @@ class SyncToolkit:
         lifetime: Lifetime | None = None,
         backend_options: Mapping[str, Any] | None = None,
         interactive_tools: bool = False,
+        snapshot: Snapshot | str | None = None,
     ) -> None:
         args = (backend,)
         kwargs: dict[str, Any] = {
@@ -88,7 +93,8 @@ class SyncToolkit:
             "raise_could_not_run": raise_could_not_run, "env": env, "env_extra": env_extra,
             "on_output": on_output, "session_id": session_id, "approver": approver,
             "shell_id_persisted": shell_id_persisted, "lifetime": lifetime,
-            "backend_options": backend_options, "interactive_tools": interactive_tools}
+            "backend_options": backend_options, "interactive_tools": interactive_tools,
+            "snapshot": snapshot}
         self._start_loop()
         try:
             # built on the loop's thread: whatever it binds to a loop binds to ours
@@ -103,6 +109,30 @@ class SyncToolkit:
                                         daemon=True)
         self._thread.start()
         self._closed = False
+        self._owns_loop = True
+
+    # --- branches (docs/branching.md): Toolkit's, blocking ---------------------------------
+    def snapshot(self, label: str | None = None) -> Snapshot:
+        return self._run(self.toolkit.snapshot(label))
+
+    def restore(self, snapshot: Snapshot | str) -> RestoreResult:
+        return self._run(self.toolkit.restore(snapshot))
+
+    def keep(self) -> SyncReport:
+        return self._run(self.toolkit.keep())
+
+    def fork(self, n: int) -> list[SyncToolkit | CouldNotRunError]:
+        """``Toolkit.fork``; the children run on this object's background thread, so close
+        them before this one."""
+        return [child if isinstance(child, CouldNotRunError) else self._on_our_loop(child)
+                for child in self._run(self.toolkit.fork(n))]
+
+    def _on_our_loop(self, toolkit: Toolkit) -> SyncToolkit:
+        sync = SyncToolkit.__new__(SyncToolkit)
+        sync._loop, sync._thread, sync._closed, sync._owns_loop = (self._loop, self._thread,
+                                                                    False, False)
+        sync.toolkit = toolkit
+        return sync
 
     # --- sessions that outlive their client (docs/sessions.md) ---------------------------
     @property
@@ -176,6 +206,8 @@ class SyncToolkit:
 
     def _stop(self) -> None:
         self._closed = True
+        if not self._owns_loop:  # a fork's child: the loop is its parent's
+            return
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         if not self._thread.is_alive():

@@ -43,12 +43,14 @@ from ..seam.handle import SessionHandle
 from ..seam.models import PathRef, SandboxInfo, SyncReport
 from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from . import durable
+from .branching import Branches
 from .declarations import Format, declare
 from .lifetime import Ephemeral, Lifetime, lifetime_for
 from .path_sides import missing_in_sandbox_hint, side
 from .raw import RawSandbox
 
 if TYPE_CHECKING:
+    from ..backends.snapshots import RestoreResult, Snapshot
     from ..egress.audit import EgressEvent
     from ..egress.session import SessionEgress
 
@@ -129,6 +131,9 @@ class Toolkit:
             (e.g. ``{"rootless": True, "image": ...}`` for podman).
         interactive_tools: add the model tools ``exec_command`` and ``write_stdin`` (a command
             on a terminal, typed into over several calls: docs/tools.md); off by default.
+        snapshot: open the session from this ``Snapshot`` (or its id): the base dir is made
+            the snapshot's tree at open — a private directory of its own when ``backend`` is
+            a name and no ``base_dir`` is given (docs/branching.md).
 
     After ``open()``: ``base_dir`` is the absolute base dir, ``info`` the ``SandboxInfo``
     (``local``, ``pid_namespace`` …); ``sandbox`` is the raw API for the host's own commands and
@@ -154,6 +159,7 @@ class Toolkit:
         lifetime: Lifetime | None = None,
         backend_options: Mapping[str, Any] | None = None,
         interactive_tools: bool = False,
+        snapshot: Snapshot | str | None = None,
     ) -> None:
         if settings is None:
             settings = Settings()
@@ -174,6 +180,13 @@ class Toolkit:
         self.session_id = session_id or uuid.uuid4().hex[:8]
         self.confine = confine_to_base_dir
         self.shell_id_persisted = shell_id_persisted
+        # what a fork's children get too (branching.py)
+        self._branches = Branches(snapshot, {
+            "confine_to_base_dir": confine_to_base_dir, "settings": settings, "tools": tools,
+            "host_tools": host_tools, "raise_could_not_run": raise_could_not_run, "env": env,
+            "env_extra": env_extra, "on_output": on_output, "approver": approver,
+            "shell_id_persisted": shell_id_persisted, "interactive_tools": interactive_tools})
+        base_dir = self._branches.base_dir_for(base_dir, isinstance(backend, str))
         if isinstance(backend, str):
             backend = backend_for(backend, base_dir, self.settings.limits, backend_options or {},
                                   self.settings.pull)
@@ -240,6 +253,13 @@ class Toolkit:
             base = posixpath.join(info.workspace, base)
         await self._check_base_dir(base, info)
         self.base_dir = base
+        try:
+            await self._branches.opened(self, base)  # from a snapshot: its tree, now
+        except BaseException:
+            self._closed = True
+            await asyncio.shield(self.backend.close())
+            await self._branches.closed()
+            raise
         source = self._env_source
         if source is None:
             source = os.environ if info.base_env is None else info.base_env
@@ -334,6 +354,7 @@ class Toolkit:
                 await self._egress.close()  # every tunnel ends; new connections are refused
         finally:
             await self.backend.close()
+            await self._branches.closed()  # a branch's private workspace (branching.py)
         failure = (self.backend.copy_back_error if isinstance(self.backend, WorkspaceTransfer)
                    else None)
         if failure is not None:  # the container is kept; say so rather than lose the work
@@ -367,6 +388,28 @@ class Toolkit:
     def enabled_builtins(self) -> list[str]:
         """The builtins this session answers (``tools`` may turn some off)."""
         return sorted(self._builtins)
+
+    # --- branches (branching.py, docs/branching.md) ----------------------------------------
+    async def snapshot(self, label: str | None = None) -> Snapshot:
+        """The session's files now, kept in this user's store (processes are not: see
+        ``Snapshot.processes``). The session goes on."""
+        return await self._branches.snapshot(self, label)
+
+    async def restore(self, snapshot: Snapshot | str) -> RestoreResult:
+        """Make the session's files exactly the snapshot's; running jobs are ended first
+        (``ended_jobs``)."""
+        return await self._branches.restore(self, snapshot)
+
+    async def fork(self, n: int) -> list[Toolkit | CouldNotRunError]:
+        """``n`` (1 to 64) new open sessions of this backend's kind and options, each from this
+        session's files now, each in a workspace of its own; one that could not start is a
+        ``CouldNotRunError`` in its place."""
+        return await self._branches.fork(self, n)
+
+    async def keep(self) -> SyncReport:
+        """Bring this fork's workspace home to the parent's base dir, by the copy-back rule
+        (all or nothing; a path both changed keeps the parent's, the branch's beside it)."""
+        return await self._branches.keep(self)
 
     # --- sessions that outlive their client (durable.py, docs/sessions.md) ----------------
     @property

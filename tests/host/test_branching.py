@@ -1,0 +1,283 @@
+"""Branching sessions on the host backend (issue 48): snapshot, restore, fork, keep, a session
+opened from a snapshot, the sync API and the CLI — each against real files and processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolseam import (
+    ConfigurationError,
+    CouldNotRunError,
+    HostBackend,
+    Settings,
+    Snapshot,
+    SyncToolkit,
+    Toolkit,
+)
+from toolseam.frontends.cli import main as cli_main
+
+from ..support.trees import describe
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test has a store of its own (TOOLSEAM_SNAPSHOTS)."""
+    root = tmp_path / "store"
+    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))
+    return root
+
+
+def _home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "src" / "pkg").mkdir(parents=True)
+    (home / "src" / "pkg" / "mod.py").write_text("x = 1\n")
+    (home / "README").write_text("readme\n")
+    (home / "empty").mkdir()
+    (home / "run.sh").write_text("#!/bin/sh\n")
+    (home / "run.sh").chmod(0o750)
+    (home / "link").symlink_to("src/pkg/mod.py")
+    return home
+
+
+async def _bash(tk: Toolkit, command: str) -> str:
+    result = await tk.call("bash", {"command": command})
+    assert result.metadata.get("exitCode") == 0, result.output
+    return result.output
+
+
+async def test_restore_brings_back_exactly_the_snapshot(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    async with Toolkit("host", base_dir=home) as tk:
+        before = describe(home)
+        snap = await tk.snapshot("clean")
+        assert (snap.label, snap.backend, snap.session) == ("clean", "host", tk.session_id)
+        assert snap.processes == "not carried"
+        await _bash(tk, "rm -rf src empty; echo changed > README; chmod 600 run.sh; "
+                        "ln -sfn README link; mkdir -p new/deep; echo n > new/deep/f")
+        result = await tk.restore(snap)
+        assert describe(home) == before
+        assert result.snapshot == snap.id and result.ended_jobs == []
+        assert result.removed >= 1 and result.written >= 2
+
+
+async def test_restore_ends_running_jobs_and_says_which(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    settings = Settings(timeout_policy="detach", default_timeout_ms=300)
+    async with Toolkit("host", base_dir=home, settings=settings) as tk:
+        snap = await tk.snapshot()
+        started = await tk.call("bash", {"command": "echo running > marker; sleep 60"})
+        job = started.metadata["jobId"]
+        result = await tk.restore(snap)
+        assert result.ended_jobs == [job]
+        assert not (home / "marker").exists()
+        listed = await tk.call("bash", {"jobs": True})
+        assert "\tkilled\t" in listed.output
+
+
+async def test_a_second_snapshot_and_a_restore_cost_what_changed(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    (home / "big").write_bytes(os.urandom(1 << 20))
+    async with Toolkit("host", base_dir=home) as tk:
+        first = await tk.snapshot()
+        assert first.size_bytes >= 1 << 20
+        (home / "README").write_text("one change\n")
+        second = await tk.snapshot()
+        assert second.size_bytes == len("one change\n")
+        (home / "README").write_text("another\n")
+        result = await tk.restore(first)
+        assert (result.written, result.removed) == (1, 0)
+        assert (home / "README").read_text() == "readme\n"
+
+
+async def test_fork_children_are_independent_and_leave_nothing(tmp_path: Path,
+                                                               store: Path) -> None:
+    home = _home(tmp_path)
+    async with Toolkit("host", base_dir=home) as tk:
+        children = await tk.fork(3)
+        assert all(isinstance(c, Toolkit) for c in children)
+        kids = [c for c in children if isinstance(c, Toolkit)]
+        try:
+            dirs = {k.base_dir for k in kids}
+            assert len(dirs) == 3 and str(home) not in dirs
+            for number, kid in enumerate(kids):
+                assert describe(kid.base_dir) == describe(home)
+                await _bash(kid, f"echo {number} > README; touch only-{number}")
+            await _bash(tk, "echo parent > README")
+            for number, kid in enumerate(kids):
+                assert (Path(kid.base_dir) / "README").read_text() == f"{number}\n"
+                assert sorted(p.name for p in Path(kid.base_dir).glob("only-*")) == [
+                    f"only-{number}"]
+            assert (home / "README").read_text() == "parent\n"
+            assert not list(home.glob("only-*"))
+        finally:
+            for kid in kids:
+                await kid.close()
+        assert not any(os.path.exists(d) for d in dirs)
+        assert list((store / "branches").iterdir()) == []
+
+
+async def test_fork_refuses_a_count_outside_1_to_64(tmp_path: Path) -> None:
+    async with Toolkit("host", base_dir=_home(tmp_path)) as tk:
+        for n in (0, 65, -1, True, 2.0):
+            with pytest.raises(ConfigurationError, match="from 1 to 64"):
+                await tk.fork(n)  # type: ignore[arg-type]
+
+
+class _HalfBrokenHost(HostBackend):
+    """Its even-numbered branches get an interpreter that does not exist: a real failed start."""
+
+    made = 0
+
+    def branch_backend(self, workspace: str) -> HostBackend:
+        _HalfBrokenHost.made += 1
+        python = "/nonexistent/python" if self.made % 2 == 0 else None
+        return HostBackend(workspace, python=python)
+
+
+async def test_a_child_that_cannot_start_is_an_error_in_its_place(tmp_path: Path,
+                                                                  store: Path) -> None:
+    home = _home(tmp_path)
+    async with Toolkit(_HalfBrokenHost(str(home)), base_dir=home) as tk:
+        children = await tk.fork(4)
+        failed = [c for c in children if isinstance(c, CouldNotRunError)]
+        started = [c for c in children if isinstance(c, Toolkit)]
+        assert len(failed) == 2 and len(started) == 2
+        for kid in started:
+            assert "readme" in await _bash(kid, "cat README")
+            await kid.close()
+    assert list((store / "branches").iterdir()) == []
+
+
+async def test_keep_brings_the_winner_home_and_the_others_leave_it_alone(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    async with Toolkit("host", base_dir=home) as tk:
+        winner, loser = await tk.fork(2)
+        assert isinstance(winner, Toolkit) and isinstance(loser, Toolkit)
+        await _bash(winner, "echo won > README; rm run.sh; mkdir -p out; echo r > out/result")
+        await _bash(loser, "echo lost > README; rm -rf src")
+        report = await winner.keep()
+        assert sorted(report.added) == ["out", "out/result"]
+        assert report.modified == ["README"] and report.deleted == ["run.sh"]
+        await loser.close()
+        await winner.close()
+        assert (home / "README").read_text() == "won\n"
+        assert (home / "out" / "result").read_text() == "r\n"
+        assert (home / "src" / "pkg" / "mod.py").exists() and not (home / "run.sh").exists()
+
+
+async def test_keep_follows_the_conflict_rule(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    async with Toolkit("host", base_dir=home) as tk:
+        (child,) = await tk.fork(1)
+        assert isinstance(child, Toolkit)
+        await _bash(child, "echo branch > README")
+        (home / "README").write_text("home changed it\n")
+        report = await child.keep()
+        await child.close()
+    assert report.conflicts == ["README"]
+    assert (home / "README").read_text() == "home changed it\n"
+    assert (home / "README.toolseam-conflict").read_text() == "branch\n"
+
+
+async def test_keep_is_only_for_a_fork(tmp_path: Path) -> None:
+    async with Toolkit("host", base_dir=_home(tmp_path)) as tk:
+        with pytest.raises(ConfigurationError, match="fork"):
+            await tk.keep()
+
+
+async def test_a_session_opened_from_a_snapshot_works_in_its_own_dir(tmp_path: Path,
+                                                                      store: Path) -> None:
+    home = _home(tmp_path)
+    async with Toolkit("host", base_dir=home) as tk:
+        snap = await tk.snapshot()
+    async with Toolkit("host", snapshot=snap.id) as fresh:
+        assert fresh.base_dir != str(home) and Path(fresh.base_dir).parent == store / "branches"
+        assert describe(fresh.base_dir) == describe(home)
+        private = fresh.base_dir
+    assert not os.path.exists(private)
+    # closing never deletes a snapshot; another process finds it by id
+    code = ("import sys, toolseam; s = toolseam.Snapshot.load(sys.argv[1]); "
+            "print(s.model_dump_json())")
+    out = subprocess.run([sys.executable, "-c", code, snap.id], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert Snapshot.model_validate_json(out) == snap
+
+
+async def test_a_snapshot_restored_into_a_given_base_dir(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    async with Toolkit("host", base_dir=home) as tk:
+        snap = await tk.snapshot()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "stale").write_text("goes\n")
+    async with Toolkit("host", base_dir=other, snapshot=snap):
+        assert describe(other) == describe(home)
+
+
+async def test_an_unknown_snapshot_is_a_configuration_error(tmp_path: Path) -> None:
+    async with Toolkit("host", base_dir=_home(tmp_path)) as tk:
+        for wrong in ("0" * 20, "../../etc/passwd", "x"):
+            with pytest.raises(ConfigurationError):
+                await tk.restore(wrong)
+    with pytest.raises(ConfigurationError):
+        Toolkit("host", snapshot="f" * 20)
+
+
+def test_the_sync_toolkit_branches_too(tmp_path: Path) -> None:
+    home = _home(tmp_path)
+    with SyncToolkit("host", base_dir=home) as tk:
+        snap = tk.snapshot("sync")
+        (home / "README").write_text("changed\n")
+        assert tk.restore(snap).written == 1
+        (child,) = tk.fork(1)
+        assert isinstance(child, SyncToolkit)
+        child.call("write", {"file_path": "from-child.txt", "content": "c\n"})
+        assert child.keep().added == ["from-child.txt"]
+        child.close()
+        assert tk.call("bash", {"command": "cat from-child.txt"}).output.strip() == "c"
+    assert (home / "from-child.txt").read_text() == "c\n"
+
+
+async def test_the_cli_lists_removes_and_prunes_and_leaves_nothing(
+        tmp_path: Path, store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = _home(tmp_path)
+    async with Toolkit("host", base_dir=home) as tk:
+        first = await tk.snapshot("first")
+        (home / "README").write_text("second\n")
+        second = await tk.snapshot("second")
+    assert await asyncio.to_thread(cli_main, ["snapshots", "list"]) == 0
+    listed = capsys.readouterr().out
+    assert first.id in listed and second.id in listed and "first" in listed
+    assert cli_main(["snapshots", "rm", first.id]) == 0
+    assert Snapshot.load(second.id) == second
+    assert cli_main(["snapshots", "prune", "--older-than", "1h"]) == 0
+    assert "removed 0" in capsys.readouterr().out.splitlines()[-1]
+    assert cli_main(["snapshots", "prune", "--older-than", "0s"]) == 0
+    assert list((store / "manifests").iterdir()) == []
+    assert list((store / "objects").iterdir()) == []
+    assert cli_main(["snapshots", "prune", "--older-than", "soon"]) == 2
+    assert "not a duration" in capsys.readouterr().err
+
+
+def test_the_snapshot_model_round_trips_as_json() -> None:
+    snap = Snapshot(id="a" * 20, label=None, created="2026-12-06T00:00:00Z", size_bytes=0,
+                    backend="host", session="s", files=0, left_out=[])
+    assert Snapshot.model_validate(json.loads(snap.model_dump_json())) == snap
+
+
+async def test_snapshots_are_listed_and_deleted_from_python(tmp_path: Path, store: Path) -> None:
+    async with Toolkit("host", base_dir=_home(tmp_path)) as tk:
+        snap = await tk.snapshot("py")
+    assert [s.id for s in Snapshot.all()] == [snap.id]
+    snap.delete()
+    assert Snapshot.all() == []
+    assert list((store / "objects").iterdir()) == []
+    with pytest.raises(ConfigurationError, match="no snapshot"):
+        Snapshot.load(snap.id)

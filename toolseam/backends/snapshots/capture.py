@@ -1,0 +1,152 @@
+"""Taking a snapshot of a directory on this machine: a walk that never follows a link (every
+directory opened ``O_NOFOLLOW`` below its parent's descriptor), each file's bytes into the
+store — unless the same file was stored by this session's previous snapshot: a file whose
+(inode, size, mtime, ctime) is what it was then keeps its digest, so a snapshot costs what
+changed. ctime is in the key because a command can set mtime back; it cannot set ctime.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ...seam.errors import CouldNotRunError
+from .manifest import KEPT_MODE_BITS, WORKING_PREFIXES, Entry
+from .store import SnapshotStore
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+StatKey = tuple[int, int, int, int]
+
+
+def stat_key(st: os.stat_result) -> StatKey:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+@dataclass
+class Known:
+    """What this session last knew of its root: a file's stat key → its digest, by name, and
+    the snapshot they came from (while its manifest is in the store, so are its objects)."""
+
+    files: dict[str, tuple[StatKey, str]] = field(default_factory=dict)
+    source: str | None = None
+
+    def digest(self, path: str, st: os.stat_result) -> str | None:
+        seen = self.files.get(path)
+        return seen[1] if seen is not None and seen[0] == stat_key(st) else None
+
+
+@dataclass
+class Walked:
+    path: str
+    name: str  # below parent_fd
+    parent_fd: int
+    st: os.stat_result
+
+
+def walk(root_fd: int) -> Iterator[Walked]:
+    """Every name below ``root_fd``, parents before children, in name order; a directory's
+    descriptor is open while its entries are yielded. Names toolseam works with are skipped."""
+    stack: list[tuple[str, int]] = [("", os.dup(root_fd))]
+    try:
+        while stack:
+            rel, fd = stack.pop()
+            try:
+                children = []
+                with os.scandir(fd) as entries:
+                    names = sorted(e.name for e in entries)
+                for name in names:
+                    if name.startswith(WORKING_PREFIXES):
+                        continue
+                    try:
+                        st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    except FileNotFoundError:
+                        continue  # gone meanwhile
+                    path = f"{rel}/{name}" if rel else name
+                    yield Walked(path, name, fd, st)
+                    if stat.S_ISDIR(st.st_mode):
+                        children.append((path, name))
+                for path, name in reversed(children):
+                    try:
+                        stack.append((path, os.open(name, _DIR_FLAGS, dir_fd=fd)))
+                    except OSError:
+                        continue  # replaced by a link or removed since: not below us now
+            finally:
+                os.close(fd)
+    finally:
+        for _, fd in stack:
+            os.close(fd)
+
+
+@dataclass
+class Captured:
+    entries: list[Entry]
+    added_bytes: int
+    left_out: list[str]
+    known: Known
+
+
+def capture(root: str, store: SnapshotStore, known: Known, limit: int) -> Captured:
+    """The tree below ``root`` into ``store``. ``limit``: the most file bytes a snapshot may
+    hold (a sparse 10 GB file a command made must not fill this machine's disk) — past it,
+    a ``SnapshotLimitError`` and nothing of this snapshot is named by any manifest."""
+    entries: list[Entry] = []
+    left_out: list[str] = []
+    now = Known()
+    added = total = 0
+    # the source snapshot's manifest still there: every object it names is (store.py's lock)
+    trusted = known.source is not None and store.has_snapshot(known.source)
+    root_fd = os.open(root, _DIR_FLAGS)
+    try:
+        for item in walk(root_fd):
+            st = item.st
+            mode = stat.S_IMODE(st.st_mode) & KEPT_MODE_BITS
+            if stat.S_ISDIR(st.st_mode):
+                entries.append(Entry(item.path, "dir", mode, "", 0, st.st_mtime_ns))
+            elif stat.S_ISLNK(st.st_mode):
+                target = os.fsdecode(os.readlink(item.name, dir_fd=item.parent_fd))
+                # size and time: the copy-back rule's stamp of a link (keep())
+                entries.append(Entry(item.path, "link", 0, target, st.st_size, st.st_mtime_ns))
+            elif stat.S_ISREG(st.st_mode):
+                total += st.st_size
+                if total > limit:
+                    raise SnapshotLimitError(item.path, limit)
+                digest = known.digest(item.path, st)
+                if digest is None or not (trusted or store.has(digest)):
+                    digest, grew, st = _store_file(item, store)
+                    added += grew
+                now.files[item.path] = (stat_key(st), digest)
+                entries.append(Entry(item.path, "file", mode, digest, st.st_size,
+                                     st.st_mtime_ns))
+            else:
+                left_out.append(item.path)
+    finally:
+        os.close(root_fd)
+    return Captured(entries, added, left_out, now)
+
+
+def _store_file(item: Walked, store: SnapshotStore) -> tuple[str, int, os.stat_result]:
+    fd = os.open(item.name, _FILE_FLAGS, dir_fd=item.parent_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # swapped for a fifo or device since the stat
+            raise SnapshotRaceError(item.path)
+        digest, grew = store.ingest(fd)
+        return digest, grew, st
+    finally:
+        os.close(fd)
+
+
+class SnapshotLimitError(CouldNotRunError):
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"the snapshot would hold more than {limit} bytes of files (at "
+                         f"{path!r}); nothing was kept — remove it, or raise the limit "
+                         "(Toolkit.snapshot(limit=...))", retryable=False)
+
+
+class SnapshotRaceError(CouldNotRunError):
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path!r} changed kind while the snapshot was taken; nothing was "
+                         "kept", retryable=True)

@@ -1,0 +1,73 @@
+"""``keep()``: a branch's workspace brought home to the directory it was forked from, by the
+copy-back rule every container's workspace comes home by (``containers/workspace_sync/``):
+all or nothing, a path both sides changed keeps the home's version with the branch's beside
+it, every rule of the host boundary. The baseline is the snapshot the branch started from,
+so what the home changed since the fork is known as the home's own."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tarfile
+import tempfile
+from typing import IO
+
+from ...seam.models import SyncReport
+from ..containers.workspace_sync.policy import Entry as CopyEntry
+from ..containers.workspace_sync.policy import policy_mode
+from ..containers.workspace_sync.tar_sync import WorkspaceCopy
+from .capture import walk
+from .manifest import Manifest
+
+_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def baseline_copy(home: str, start: Manifest) -> WorkspaceCopy:
+    """A copy-back of ``home`` whose baseline is the snapshot a branch started from."""
+    copy = WorkspaceCopy(home)
+    for entry in start.entries:
+        stamp = (entry.size, entry.mtime_ns)
+        if entry.kind == "file":
+            copy.baseline[entry.path] = CopyEntry("file", policy_mode(entry.mode), entry.digest,
+                                                  entry.size, stamp)
+        elif entry.kind == "dir":
+            copy.baseline[entry.path] = CopyEntry("dir", policy_mode(entry.mode), "",
+                                                  host_stamp=stamp)
+        else:
+            copy.baseline[entry.path] = CopyEntry("link", 0, entry.digest, host_stamp=stamp)
+    return copy
+
+
+def bring_home(branch_root: str, copy: WorkspaceCopy) -> SyncReport:
+    """The branch's tree as the archive a copy-back reads, applied to the copy's home."""
+    with tempfile.TemporaryFile(prefix="toolseam-keep-") as archive:
+        _pack(branch_root, archive)
+        archive.seek(0)
+        return copy.apply(archive, source=f"the branch's workspace {branch_root}")
+
+
+def _pack(root: str, out: IO[bytes]) -> None:
+    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            top = tarfile.TarInfo("workspace")
+            top.type, top.mode = tarfile.DIRTYPE, 0o755
+            tar.addfile(top)
+            for item in walk(root_fd):
+                info = tarfile.TarInfo(f"workspace/{item.path}")
+                info.mode, info.mtime = stat.S_IMODE(item.st.st_mode), int(item.st.st_mtime)
+                if stat.S_ISDIR(item.st.st_mode):
+                    info.type = tarfile.DIRTYPE
+                    tar.addfile(info)
+                elif stat.S_ISLNK(item.st.st_mode):
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = os.fsdecode(os.readlink(item.name, dir_fd=item.parent_fd))
+                    tar.addfile(info)
+                elif stat.S_ISREG(item.st.st_mode):
+                    fd = os.open(item.name, _FILE_FLAGS, dir_fd=item.parent_fd)
+                    with os.fdopen(fd, "rb") as source:
+                        info.size = os.fstat(fd).st_size
+                        if stat.S_ISREG(os.fstat(fd).st_mode):
+                            tar.addfile(info, source)
+    finally:
+        os.close(root_fd)

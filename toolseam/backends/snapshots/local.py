@@ -1,0 +1,85 @@
+"""Snapshots of a backend whose files are on this machine (the host backend): the
+``Branching`` capability (``seam/capabilities.py``) over ``capture`` and ``apply``, and the
+private workspaces a branch works in."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import time
+from pathlib import Path
+
+from .apply import Restored, remove_tree_at, restore
+from .capture import Known, capture
+from .manifest import Manifest
+from .snapshot import Snapshot
+from .store import SnapshotStore
+
+DEFAULT_LIMIT = 4 << 30  # file bytes one snapshot may hold
+
+
+class LocalSnapshots:
+    """A mixin for a backend whose ``root`` is a directory here. What it last stored or
+    restored there is remembered (``Known``), so the next snapshot or restore costs what
+    changed."""
+
+    name: str
+    _known_tree: tuple[str, Known] | None = None
+
+    def _known(self, root: str) -> Known:
+        found = self._known_tree
+        return found[1] if found is not None and found[0] == root else Known()
+
+    async def snapshot_files(self, root: str, label: str | None, session: str,
+                             limit: int = DEFAULT_LIMIT) -> Snapshot:
+        return await asyncio.to_thread(self._take, root, label, session, limit)
+
+    def _take(self, root: str, label: str | None, session: str, limit: int) -> Snapshot:
+        store = SnapshotStore()
+        try:
+            with store.lock(exclusive=False):
+                taken = capture(root, store, self._known(root), limit)
+                manifest = Manifest(secrets.token_hex(10), label, time.time(), self.name,
+                                    session, taken.added_bytes, taken.entries, taken.left_out)
+                store.save(manifest)
+        except BaseException:
+            store.remove([])  # what this attempt stored and no snapshot names goes again
+            raise
+        taken.known.source = manifest.id
+        self._known_tree = (root, taken.known)
+        return Snapshot.of(manifest)
+
+    async def restore_files(self, root: str, snapshot_id: str) -> Restored:
+        return await asyncio.to_thread(self._restore, root, snapshot_id)
+
+    def _restore(self, root: str, snapshot_id: str) -> Restored:
+        store = SnapshotStore()
+        with store.lock(exclusive=False):  # its objects stay while they are copied out
+            done = restore(root, store.load(snapshot_id), store, self._known(root))
+        done.known.source = snapshot_id
+        self._known_tree = (root, done.known)
+        return done
+
+
+def branches_root() -> Path:
+    return SnapshotStore().root / "branches"  # made and checked by the store
+
+
+def new_branch_workspace() -> str:
+    """An empty directory only this user can reach, for a session opened from a snapshot."""
+    path = branches_root() / secrets.token_hex(8)
+    os.mkdir(path, 0o700)
+    return str(path)
+
+
+def remove_branch_workspace(path: str) -> None:
+    """Remove a workspace ``new_branch_workspace`` made (never anything else)."""
+    real = Path(path)
+    if real.parent != branches_root():
+        raise ValueError(f"{path} is not a branch workspace")
+    parent_fd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        remove_tree_at(parent_fd, real.name)
+    finally:
+        os.close(parent_fd)

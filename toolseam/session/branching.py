@@ -1,0 +1,135 @@
+"""A session's branches (docs/branching.md): ``snapshot``, ``restore``, ``fork`` and ``keep``
+for ``Toolkit``, over the backend's ``Branching`` capability (``seam/capabilities.py``) and
+the snapshot store (``backends/snapshots/``).
+
+* A session opened from a snapshot without a base dir works in a private directory of its own
+  (``new_branch_workspace``), removed when it closes; with a base dir, that directory is made
+  the snapshot's tree at open.
+* ``fork(n)`` takes a snapshot and opens n sessions of the same backend kind and options from
+  it, each in its own private workspace; each child remembers where it came from, and
+  ``keep()`` brings its workspace home there by the copy-back rule.
+* Processes are never carried: a restore ends the running jobs first and says which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..backends.snapshots import (
+    DEFAULT_LIMIT,
+    RestoreResult,
+    Snapshot,
+    SnapshotStore,
+    new_branch_workspace,
+    remove_branch_workspace,
+)
+from ..backends.snapshots.homecoming import baseline_copy, bring_home
+from ..seam.capabilities import branching
+from ..seam.errors import ConfigurationError, CouldNotRunError
+from ..seam.models import SyncReport
+
+if TYPE_CHECKING:
+    from ..backends.containers.workspace_sync.tar_sync import WorkspaceCopy
+    from .toolkit import Toolkit
+
+MAX_FORK = 64
+
+
+class Branches:
+    """One session's part in branching: where it started, where it goes home, what it owns."""
+
+    def __init__(self, snapshot: Snapshot | str | None, options: Mapping[str, Any]) -> None:
+        if isinstance(snapshot, str):
+            snapshot = Snapshot.load(snapshot)
+        if snapshot is not None and not isinstance(snapshot, Snapshot):
+            raise ConfigurationError("snapshot must be a toolseam.Snapshot or its id, got "
+                                     f"{type(snapshot).__name__}")
+        self.start = snapshot
+        self.options = dict(options)  # the Toolkit arguments a child gets too
+        self.private_workspace: str | None = None
+        self.home: str | None = None  # the parent's base dir, for keep()
+        self._home_copy: WorkspaceCopy | None = None
+
+    def base_dir_for(self, base_dir: str | None, backend_is_named: bool) -> str | None:
+        """A session from a snapshot, on a backend named here and without a base dir, gets a
+        private workspace: restoring into the current directory would wipe it."""
+        if self.start is not None and base_dir is None and backend_is_named:
+            self.private_workspace = base_dir = new_branch_workspace()
+        return base_dir
+
+    async def opened(self, tk: Toolkit, base: str) -> None:
+        """At open: the base dir becomes the start snapshot's tree."""
+        if self.start is not None:
+            await branching(tk.backend).restore_files(base, self.start.id)
+
+    async def closed(self) -> None:
+        if self.private_workspace is not None:
+            await asyncio.to_thread(remove_branch_workspace, self.private_workspace)
+            self.private_workspace = None
+
+    # --- the public verbs -------------------------------------------------------------------
+    async def snapshot(self, tk: Toolkit, label: str | None, limit: int = DEFAULT_LIMIT
+                       ) -> Snapshot:
+        await tk.open()
+        snap: Snapshot = await branching(tk.backend).snapshot_files(
+            tk.base_dir, label, tk.session_id, limit)
+        return snap
+
+    async def restore(self, tk: Toolkit, snapshot: Snapshot | str) -> RestoreResult:
+        chosen = snapshot if isinstance(snapshot, Snapshot) else Snapshot.load(snapshot)
+        await tk.open()
+        capability = branching(tk.backend)
+        SnapshotStore().load(chosen.id)  # a wrong id is said before any job is ended
+        ended = []
+        await tk.services.jobs.refresh()  # jobs that ended on their own are not "ended" here
+        for job in tk.services.jobs.running():
+            await tk.services.jobs.kill(job)
+            ended.append(job.id)
+        done = await capability.restore_files(tk.base_dir, chosen.id)
+        return RestoreResult(snapshot=chosen.id, ended_jobs=ended, written=done.written,
+                             removed=done.removed)
+
+    async def fork(self, tk: Toolkit, n: int) -> list[Toolkit | CouldNotRunError]:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORK:
+            raise ConfigurationError(f"fork: n must be an integer from 1 to {MAX_FORK}, got {n!r}")
+        snap = await self.snapshot(tk, f"fork of {tk.session_id}")
+        capability = branching(tk.backend)
+        return list(await asyncio.gather(*(self._child(tk, capability, snap, number)
+                                           for number in range(1, n + 1))))
+
+    async def _child(self, tk: Toolkit, capability: Any, snap: Snapshot, number: int
+                     ) -> Toolkit | CouldNotRunError:
+        child: Toolkit | None = None
+        try:
+            workspace = new_branch_workspace()
+            try:
+                backend = capability.branch_backend(workspace)
+                child = type(tk)(backend, base_dir=workspace, snapshot=snap,
+                                 session_id=f"{tk.session_id}-{number}", **self.options)
+            except BaseException:
+                remove_branch_workspace(workspace)
+                raise
+            child._branches.private_workspace = workspace
+            child._branches.home = tk.base_dir
+            await child.open()
+            return child
+        except Exception as exc:  # noqa: BLE001 - this child's failure, in its place
+            if child is not None:
+                await asyncio.shield(child.close())
+            if isinstance(exc, CouldNotRunError):
+                return exc
+            failed = CouldNotRunError(f"fork: child {number} could not start: {exc}",
+                                      retryable=False)
+            failed.__cause__ = exc
+            return failed
+
+    async def keep(self, tk: Toolkit) -> SyncReport:
+        if self.home is None or self.start is None:
+            raise ConfigurationError("keep: only a session made by fork() has a home to bring "
+                                     "its workspace to")
+        await tk.open()
+        if self._home_copy is None:
+            self._home_copy = baseline_copy(self.home, SnapshotStore().load(self.start.id))
+        return await asyncio.to_thread(bring_home, tk.base_dir, self._home_copy)
