@@ -1,0 +1,305 @@
+"""Every job under a root of its own: whose process it is, known by construction.
+
+A root is a fork of the agent that makes itself a child subreaper (``PR_SET_CHILD_SUBREAPER``)
+and then starts one job's leader at a time as its child. Whatever the job leaves behind — a
+``setsid`` daemon, a double fork, ``set -m``, ``env -i``, a forged environment — is re-parented
+to the nearest living subreaper above it when its parent dies, and that is the job's root, never
+the agent: **a job's processes are exactly its root's descendants.** Another call's leader, a
+search the agent forked, a terminal, a detached job: none is under this root, so none can be
+taken for this job's leftover, however the calls interleave (decision 345).
+
+The root reaps the leader, tells the agent its status and whether anything is left under it
+(one ``waitid``: no child at all means no process of the job is left), and if something is,
+keeps reaping until nothing is and says so. A root with nothing under it whose job the agent
+has finished waits for the next job: a fork (about a millisecond) is paid only when more jobs
+run at once than ever before in the session. The root is forked on the set-id guard's thread,
+so it and every command it starts carry the guard's filter and Landlock domain; it keeps none
+of the agent's descriptors, dies with the agent (``PR_SET_PDEATHSIG``) and is not dumpable.
+
+Messages are ``marshal``-ed tuples on a ``SOCK_SEQPACKET`` pair (one message a datagram; the
+descriptors a job needs ride on its request). Agent to root: ``(kind, argv, cwd, env, actions,
+options)`` with ``kind`` ``"spawn"`` (posix_spawn file actions, a passed descriptor written as
+``-1 - its index``) or ``"raw"`` (``spawn_as``: stdin, stdout, stderr passed). Root to agent:
+``("pid", pid)`` or ``("error", errno, strerror, in_cwd)``, then ``("exit", status, clean)``,
+then ``("empty",)`` when it was not clean.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import errno
+import functools
+import marshal
+import os
+import select
+import signal
+import socket
+from typing import Any, Protocol
+
+from . import setid_guard, spawn_as, spawning
+from .loop import Loop
+from .reaper import Reaper
+from .spawning import SpawnError
+
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_SMALL = 1 << 16  # a bigger request goes as its size first ("#N"), then itself
+_MAX_FDS = 8
+_ANSWER_WAIT_S = 10.0  # a root that does not answer a start (stopped by a command) is given up
+_libc = ctypes.CDLL(None, use_errno=True)
+ROOT_NAME = "toolseam-job-root"  # a root's command line
+
+
+class Owner(Protocol):
+    """What a root serves: a job or an interactive process."""
+
+    def on_exit(self, status: int, clean: bool = False) -> None:
+        """The leader was reaped; ``clean``: nothing else of it is left."""
+
+    def on_root_lost(self) -> None:
+        """The root died (a command killed it): only the leader's own tree is still known."""
+
+
+class Root:
+    """One root as the agent sees it."""
+
+    def __init__(self, pid: int, sock: socket.socket) -> None:
+        self.pid = pid
+        self.sock = sock
+        self.owner: Owner | None = None  # the job it serves, until that job is finished
+        self.leader = 0
+        self.empty = True  # no process of a job is under it
+        self.idle = False
+        self.alive = True
+
+
+class Roots:
+    """The agent's roots: idle ones kept for the next job."""
+
+    def __init__(self, loop: Loop, reaper: Reaper) -> None:
+        self._loop = loop
+        self._reaper = reaper
+        self._idle: list[Root] = []
+        self.by_pid: dict[int, Root] = {}
+
+    def start(self, kind: str, argv: list[str], cwd: str, env: dict[str, str],
+              actions: list[Any], options: dict[str, Any], fds: list[int], owner: Owner) -> Root:
+        """Start a leader under an idle root (a new one when none is); the root, whose
+        ``leader`` is its pid. Raises SpawnError."""
+        root = self._idle.pop() if self._idle else self._new()
+        root.idle = False
+        message = marshal.dumps((kind, argv, cwd, env, actions, options))
+        try:
+            if len(message) > _SMALL:
+                root.sock.send(b"#%d" % len(message))
+            root.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                           array.array("i", fds))] if fds else [])
+            if not select.select([root.sock], [], [], _ANSWER_WAIT_S)[0]:
+                raise TimeoutError("no answer in time")
+            answer = marshal.loads(root.sock.recv(4096))
+        except (OSError, EOFError, ValueError) as exc:  # the root died or hangs: never reused
+            self._lost(root)
+            raise SpawnError(OSError(errno.ESRCH, f"the job's root process failed: {exc}"),
+                             "") from None
+        if answer[0] != "pid":
+            self._make_idle(root)
+            raise SpawnError(OSError(answer[1], answer[2], cwd if answer[3] else None), cwd)
+        root.leader, root.owner, root.empty = answer[1], owner, False
+        return root
+
+    def release(self, root: Root) -> None:
+        """Its owner is finished: the root serves the next job once nothing is under it."""
+        root.owner = None
+        self._make_idle(root)
+
+    def busy(self) -> list[Root]:
+        """Roots with processes of a job under them (running, or detached ones kept)."""
+        return [root for root in self.by_pid.values() if not root.empty]
+
+    def close(self) -> None:
+        """The agent is ending: idle roots exit at their socket's end, busy ones with it."""
+        for root in list(self.by_pid.values()):
+            self._loop.remove_reader(root.sock.fileno())
+            root.sock.close()
+        self.by_pid.clear()
+        self._idle.clear()
+
+    def _new(self) -> Root:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # a bare descriptor: no object of the agent's that the fork copies may close it there
+        fd = theirs.detach()
+        try:  # forked on the guard's thread: the root carries its filter and domain
+            pid = setid_guard.start_command(functools.partial(_fork, fd, os.getpid()))
+        except OSError as exc:
+            ours.close()
+            raise SpawnError(exc, "") from None
+        finally:
+            os.close(fd)
+        root = self.by_pid[pid] = Root(pid, ours)
+        self._loop.add_reader(ours.fileno(), functools.partial(self._on_message, root))
+        return root
+
+    def _make_idle(self, root: Root) -> None:
+        if root.alive and root.empty and root.owner is None and not root.idle:
+            root.idle = True
+            self._idle.append(root)
+
+    def _on_message(self, root: Root) -> None:
+        while root.alive:
+            try:
+                data = root.sock.recv(64, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost(root)
+                return
+            message = marshal.loads(data)
+            if message[0] == "exit":
+                root.empty = bool(message[2])
+                if root.owner is not None:
+                    root.owner.on_exit(message[1], bool(message[2]))
+            elif message[0] == "empty":
+                root.empty = True
+            self._make_idle(root)
+
+    def _lost(self, root: Root) -> None:
+        """The root died (or stopped answering): its leader, re-parented to the agent, is
+        reaped by the agent's reaper from now on."""
+        root.alive = False
+        if self.by_pid.pop(root.pid, None) is not None:
+            self._loop.remove_reader(root.sock.fileno())
+        root.sock.close()
+        if root in self._idle:
+            self._idle.remove(root)
+        with contextlib.suppress(OSError):
+            os.kill(root.pid, signal.SIGKILL)  # one that stopped answering
+        self._reaper.watch(root.pid)
+        if root.owner is not None and root.leader:
+            self._reaper.watch(root.leader)
+            root.owner.on_root_lost()
+        self._loop.call_later(0.05, self._reaper.reap_all)
+
+
+def _fork(fd: int, agent: int) -> int:
+    pid = os.fork()
+    if pid == 0:  # the root: serve jobs, never return into the agent
+        status = 0
+        try:
+            _become_root(fd, agent)
+            sock = socket.socket(fileno=fd)
+            while _serve_one(sock):
+                pass
+        except BaseException:  # noqa: BLE001 - the root must exit whatever happened
+            status = 1
+        os._exit(status)
+    return pid
+
+
+def _become_root(fd: int, agent: int) -> None:
+    signal.set_wakeup_fd(-1)  # the agent's wakeup pipe and handlers are not the root's
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    setid_guard.forked_from_guard()
+    _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != agent:  # the agent died before the line above
+        os._exit(0)
+    _rename()
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):  # never the agent's channel (a container agent's stdio)
+        os.dup2(null, target, inheritable=False)
+    # nothing of the agent's: its channel, epoll, other jobs' pipes (which must end with them)
+    os.closerange(3, fd)
+    os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+
+
+def _rename() -> None:
+    """Its command line says what it is (``ps``, and whoever counts agents by theirs): the
+    argument area is overwritten through ``/proc/self/mem``, which a process may always do
+    to itself; where it cannot, the root keeps the agent's."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+        name = ROOT_NAME.encode()[: end - start - 1]
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(name + b"\0" * (end - start - len(name)))
+    except (OSError, ValueError, IndexError):
+        pass
+
+
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    data, ancdata, _, _ = sock.recvmsg(_SMALL, socket.CMSG_SPACE(_MAX_FDS * 4))
+    if data[:1] == b"#":
+        data, ancdata, _, _ = sock.recvmsg(int(data[1:]), socket.CMSG_SPACE(_MAX_FDS * 4))
+    fds = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
+def _serve_one(sock: socket.socket) -> bool:
+    """One job: start its leader, reap it, report; then wait until nothing of it is left."""
+    data, fds = _receive(sock)
+    if not data:
+        return False  # the agent closed: no job is under this root
+    kind, argv, cwd, env, actions, options = marshal.loads(data)
+    try:
+        if kind == "raw":
+            leader = spawn_as.start_prepared(argv, cwd, env, fds[0], (fds[1], fds[2]), options)
+        else:
+            leader = spawning.spawn_with(argv, cwd, env, [
+                (a[0], fds[-1 - a[1]], *a[2:]) if a[0] == os.POSIX_SPAWN_DUP2 and a[1] < 0
+                else tuple(a) for a in actions])
+    except SpawnError as exc:
+        answer: tuple[Any, ...] = ("error", exc.errno, exc.strerror, exc.in_cwd)
+    except OSError as exc:
+        answer = ("error", exc.errno or 0, exc.strerror or str(exc),
+                  bool(cwd) and exc.filename == cwd)
+    else:
+        answer = ("pid", leader)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    sock.send(marshal.dumps(answer))
+    if answer[0] != "pid":
+        return True
+    while True:  # orphans of the job that end first are reaped on the way
+        pid, status = os.waitpid(-1, 0)
+        if pid == leader:
+            break
+    clean = not _has_children()
+    sock.send(marshal.dumps(("exit", status, clean)))
+    if not clean:
+        with contextlib.suppress(ChildProcessError):
+            while True:
+                os.waitpid(-1, 0)
+        sock.send(marshal.dumps(("empty",)))
+    return True
+
+
+def _has_children() -> bool:
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True
+
+
+def passed(actions: list[Any]) -> tuple[list[Any], list[int]]:
+    """Spawn actions with each agent descriptor they duplicate written as ``-1 - index`` into
+    the descriptors to pass (a descriptor 0-2 is the child's own, as in ``2>&1``)."""
+    fds: list[int] = []
+    out: list[Any] = []
+    for action in actions:
+        if action[0] == os.POSIX_SPAWN_DUP2 and action[1] > 2:
+            if action[1] not in fds:
+                fds.append(action[1])
+            action = (action[0], -1 - fds.index(action[1]), *action[2:])
+        out.append(tuple(action))
+    return out, fds
