@@ -69,6 +69,7 @@ class Root:
         self.sock = sock
         self.owner: Owner | None = None  # the job it serves, until that job is finished
         self.leader = 0
+        self.reported = False  # the leader's exit was reported
         self.empty = True  # no process of a job is under it
         self.idle = False
         self.alive = True
@@ -87,14 +88,22 @@ class Roots:
               actions: list[Any], options: dict[str, Any], fds: list[int], owner: Owner) -> Root:
         """Start a leader under an idle root (a new one when none is); the root, whose
         ``leader`` is its pid. Raises SpawnError."""
-        root = self._idle.pop() if self._idle else self._new()
-        root.idle = False
         message = marshal.dumps((kind, argv, cwd, env, actions, options))
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        while True:
+            fresh = not self._idle
+            root = self._idle.pop() if self._idle else self._new()
+            root.idle = False
+            try:
+                if len(message) > _SMALL:
+                    root.sock.send(b"#%d" % len(message))
+                root.sock.sendmsg([message], rights)
+                break
+            except OSError as exc:  # it died while idle (`kill -9 -1`): nothing was started
+                self._lost(root)
+                if fresh:
+                    raise SpawnError(exc, "") from None
         try:
-            if len(message) > _SMALL:
-                root.sock.send(b"#%d" % len(message))
-            root.sock.sendmsg([message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                           array.array("i", fds))] if fds else [])
             if not select.select([root.sock], [], [], _ANSWER_WAIT_S)[0]:
                 raise TimeoutError("no answer in time")
             answer = marshal.loads(root.sock.recv(4096))
@@ -105,7 +114,7 @@ class Roots:
         if answer[0] != "pid":
             self._make_idle(root)
             raise SpawnError(OSError(answer[1], answer[2], cwd if answer[3] else None), cwd)
-        root.leader, root.owner, root.empty = answer[1], owner, False
+        root.leader, root.owner, root.empty, root.reported = answer[1], owner, False, False
         return root
 
     def release(self, root: Root) -> None:
@@ -158,7 +167,7 @@ class Roots:
                 return
             message = marshal.loads(data)
             if message[0] == "exit":
-                root.empty = bool(message[2])
+                root.empty, root.reported = bool(message[2]), True
                 if root.owner is not None:
                     root.owner.on_exit(message[1], bool(message[2]))
             elif message[0] == "empty":
@@ -177,8 +186,9 @@ class Roots:
         with contextlib.suppress(OSError):
             os.kill(root.pid, signal.SIGKILL)  # one that stopped answering
         self._reaper.watch(root.pid)
-        if root.owner is not None and root.leader:
-            self._reaper.watch(root.leader)
+        if root.owner is not None:
+            if not root.reported:  # the leader is (or is about to be) the agent's child
+                self._reaper.watch(root.leader)
             root.owner.on_root_lost()
         self._loop.call_later(0.05, self._reaper.reap_all)
 

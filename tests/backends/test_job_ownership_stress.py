@@ -6,10 +6,11 @@ leaving a process behind in each way a command can shed its parent (``setsid``, 
 helpers), with a CPU hog on both cores. Every call:
 
 * says what it did and nothing else: a plain call ends with its own ``end.N`` line (it lived to
-  write it), exit 0, no "left running" note and no ``leftoversKilled`` — so no other call's end
-  killed it or reported it;
-* that left one process behind is told exactly 1 (``leftoversKilled`` and the note): its own
-  end killed its own escapee, no other call did;
+  write it), exit 0 and no ``leftoversKilled`` (the "left running" line a model reads is made
+  from that count alone, ``builtins/bash.py``) — so no other call's end killed it or claimed
+  its process;
+* that left one process behind is told exactly 1: its own end killed its own escapee, no other
+  call did;
 
 and after all of them not one escapee is alive in the sandbox.
 """
@@ -37,12 +38,11 @@ AT_ONCE = 64
 ESCAPES = {  # one process each, outliving the command's shell
     "setsid": "setsid sleep {m}{out} &",
     "double-fork": "(sleep {m}{out} &)",
-    "set-m": "set -m; sleep {m}{out} &",
+    "set-m": "set -m 2>/dev/null; sleep {m}{out} &",
     "env-i": "env -i sleep {m}{out} &",
     "forged-token": "TOOLSEAM_JOB_TOKEN=forged setsid sleep {m}{out} &",
     "setsid-double-fork": "(setsid sleep {m}{out} &)",
 }
-LEFT_NOTE = "left running in the background"
 
 
 class Tally:
@@ -75,7 +75,7 @@ def _escaped(result: ToolResult, number: int, kind: str) -> str | None:
     killed = result.metadata.get("leftoversKilled")
     if result.is_error or not result.output.startswith(f"end.{number}\n"):
         return f"{kind} call {number} did not live to its end: {result.output!r}"
-    if killed != 1 or LEFT_NOTE not in result.output:
+    if killed != 1:
         return f"{kind} call {number} was told {killed} (not 1) of its own: {result.output!r}"
     return None
 
@@ -98,7 +98,7 @@ async def _one_call(tk: Toolkit, tally: Tally, rng: random.Random) -> None:
         kind = rng.choice(sorted(ESCAPES))
         out = rng.choice(["", " >/dev/null 2>&1"])  # holding the output pipe, or not
         marker = f"600.{tally.tag}{number}"
-        command = f"{ESCAPES[kind].format(m=marker, out=out)} {work}; echo end.{number}"
+        command = f"{ESCAPES[kind].format(m=marker, out=out)}\n{work}\necho end.{number}"
         result = await tk.call("bash", {"command": command, "timeout": 60_000})
         tally.count(kind)
         problem = _escaped(result, number, kind)
@@ -163,7 +163,8 @@ def test_no_call_kills_or_claims_another_calls_process(tmp_path: Path) -> None:
             hog.kill()
             hog.wait()
     report = {t.name: t.calls for t in tallies}
-    wrong = {t.name: t.wrong[:5] for t in tallies if t.wrong}
-    assert not wrong, f"seed {seed}: {wrong}; calls {report}"
+    wrong = {t.name: (len(t.wrong), t.wrong[:4]) for t in tallies if t.wrong}
+    if wrong:
+        pytest.fail(f"seed {seed}: {wrong}; calls {report}", pytrace=False)
     for tally in tallies:  # every kind of call ran on every backend
         assert {"plain", "grep", "glob", *ESCAPES} <= set(tally.calls), (tally.name, tally.calls)
