@@ -36,14 +36,18 @@ import os
 import select
 import signal
 import socket
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import setid_guard, spawn_as, spawning
 from .loop import Loop
+from .procscan import process_table
 from .reaper import Reaper
 from .spawning import SpawnError
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_PF_EXITING = 0x4  # /proc/PID/stat's flags
 _SMALL = 1 << 16  # a bigger request goes as its size first ("#N"), then itself
 _MAX_FDS = 8
 _ANSWER_WAIT_S = 10.0  # a root that does not answer a start (stopped by a command) is given up
@@ -72,15 +76,20 @@ class Root:
         self.reported = False  # the leader's exit was reported
         self.empty = True  # no process of a job is under it
         self.idle = False
+        self.suspect = False  # another root died since it went idle: `kill -9 -1` may have hit it
         self.alive = True
 
 
 class Roots:
     """The agent's roots: idle ones kept for the next job."""
 
-    def __init__(self, loop: Loop, reaper: Reaper) -> None:
+    def __init__(self, loop: Loop, reaper: Reaper,
+                 known: Callable[[], set[int]] = set) -> None:
+        """``known``: the agent's children that are not roots (searches, leaders whose root
+        was lost): never taken for a leader whose root died before naming it."""
         self._loop = loop
         self._reaper = reaper
+        self._known = known
         self._idle: list[Root] = []
         self.by_pid: dict[int, Root] = {}
 
@@ -90,10 +99,15 @@ class Roots:
         ``leader`` is its pid. Raises SpawnError."""
         message = marshal.dumps((kind, argv, cwd, env, actions, options))
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))] if fds else []
+        since = _now_ticks()  # before the leader can exist
         while True:
             fresh = not self._idle
             root = self._idle.pop() if self._idle else self._new()
             root.idle = False
+            if root.suspect and _dying(root.pid):  # killed while idle: never asked to start
+                self._lost(root)
+                continue
+            root.suspect = False
             try:
                 if len(message) > _SMALL:
                     root.sock.send(b"#%d" % len(message))
@@ -104,18 +118,37 @@ class Roots:
                 if fresh:
                     raise SpawnError(exc, "") from None
         try:
-            if not select.select([root.sock], [], [], _ANSWER_WAIT_S)[0]:
+            answered = select.poll()  # poll, not select: a root's descriptor may be past 1023
+            answered.register(root.sock, select.POLLIN)
+            if not answered.poll(_ANSWER_WAIT_S * 1000):
                 raise TimeoutError("no answer in time")
             answer = marshal.loads(root.sock.recv(4096))
         except (OSError, EOFError, ValueError) as exc:  # the root died or hangs: never reused
             self._lost(root)
-            raise SpawnError(OSError(errno.ESRCH, f"the job's root process failed: {exc}"),
-                             "") from None
+            leader = self._orphaned_leader(since)
+            if leader is None:
+                raise SpawnError(OSError(errno.ESRCH, f"the job's root process failed: {exc}"),
+                                 "") from None
+            # the command killed its root at once (`kill -9 -1`): it runs, now the agent's
+            # child, and is this job's leader with its root lost
+            self._reaper.watch(leader)
+            root.leader, root.owner, root.empty = leader, owner, False
+            return root
         if answer[0] != "pid":
             self._make_idle(root)
             raise SpawnError(OSError(answer[1], answer[2], cwd if answer[3] else None), cwd)
         root.leader, root.owner, root.empty, root.reported = answer[1], owner, False, False
         return root
+
+    def _orphaned_leader(self, since: int) -> int | None:
+        """The one child of the agent, started since ``since``, that is no root and nothing
+        the agent knows: a leader whose root died before it answered."""
+        me = os.getpid()
+        known = set(self.by_pid) | self._known()
+        found = [pid for pid, (ppid, state, started) in process_table().items()
+                 if ppid == me and pid not in known and started >= since
+                 and state not in ("Z", "X")]
+        return found[0] if len(found) == 1 else None
 
     def release(self, root: Root) -> None:
         """Its owner is finished: the root serves the next job once nothing is under it."""
@@ -176,7 +209,11 @@ class Roots:
 
     def _lost(self, root: Root) -> None:
         """The root died (or stopped answering): its leader, re-parented to the agent, is
-        reaped by the agent's reaper from now on."""
+        reaped by the agent's reaper from now on. What killed it may have killed the idle
+        ones too (``kill -9 -1``), whose sockets close only once their exit has torn a copy
+        of the agent down: each is checked before its next job."""
+        for idle in self._idle:
+            idle.suspect = True
         root.alive = False
         if self.by_pid.pop(root.pid, None) is not None:
             self._loop.remove_reader(root.sock.fileno())
@@ -191,6 +228,29 @@ class Roots:
                 self._reaper.watch(root.leader)
             root.owner.on_root_lost()
         self._loop.call_later(0.05, self._reaper.reap_all)
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _now_ticks() -> int:
+    """The clock /proc keeps start times in (ticks since boot), rounded down."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS)
+
+
+def _dying(pid: int) -> bool:
+    """Whether a root is gone, a zombie, exiting (``PF_EXITING``), or has a SIGKILL pending."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+    except OSError:
+        return True
+    if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
+        return True
+    pending = int(status.get(b"SigPnd", b"0"), 16) | int(status.get(b"ShdPnd", b"0"), 16)
+    return bool(pending >> (signal.SIGKILL - 1) & 1)
 
 
 def _fork(fd: int, agent: int) -> int:
@@ -250,6 +310,8 @@ def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+    for fd in fds:  # as the agent's are: a command gets them only where an action puts them
+        os.set_inheritable(fd, False)
     return data, list(fds)
 
 

@@ -93,7 +93,7 @@ class Job:
                 os.close(fd)
             raise
         self.pid = self.root.leader
-        self._root_lost = False
+        self._root_lost = not self.root.alive  # killed by the command as it started
         # The agent holds the pipes' write ends until the root reports the leader's exit: the
         # command's end is ONE wakeup (that report), not one per pipe's EOF and one for the
         # exit — those came in two or three wakeups, each paying the loop on cold caches.

@@ -100,6 +100,7 @@ class PtyProc:
             self.root = roots.start("spawn", self.argv, str(spec.get("cwd") or "/"), env,
                                     actions, {}, fds, self)
             self.pid = self.root.leader
+            self._root_lost = not self.root.alive
         except BaseException:
             for fd in {self._reader, self._writer}:
                 os.close(fd)

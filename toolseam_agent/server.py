@@ -89,7 +89,8 @@ class Agent(PtyOps):
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
-        self.roots = Roots(self.loop, self.reaper)  # one per running job (jobroot.py)
+        self.roots = Roots(self.loop, self.reaper,  # one per running job (jobroot.py)
+                           lambda: set(self.searchers) | set(self.leaders) | set(self.ptys.by_pid))
         self.ptys = PtyTable(self.loop, self.roots)  # interactive processes (pty_ops.py)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda *_: self.shut_down())
