@@ -125,7 +125,10 @@ class Roots:
             answer = marshal.loads(root.sock.recv(4096))
         except (OSError, EOFError, ValueError) as exc:  # the root died or hangs: never reused
             self._lost(root)
-            leader = self._orphaned_leader(since)
+            with contextlib.suppress(ChildProcessError):  # its children are re-parented only
+                os.waitpid(root.pid, 0)  # at the end of its exit, after its socket closed
+            self._reaper.reaped(root.pid)
+            leader = self._orphaned_leader(since, root.pid)
             if leader is None:
                 raise SpawnError(OSError(errno.ESRCH, f"the job's root process failed: {exc}"),
                                  "") from None
@@ -140,14 +143,14 @@ class Roots:
         root.leader, root.owner, root.empty, root.reported = answer[1], owner, False, False
         return root
 
-    def _orphaned_leader(self, since: int) -> int | None:
+    def _orphaned_leader(self, since: int, dead_root: int) -> int | None:
         """The one child of the agent, started since ``since``, that is no root and nothing
-        the agent knows: a leader whose root died before it answered."""
+        the agent knows: a leader whose root (``dead_root``) died before it answered (it may
+        have ended already: a zombie's status is the job's too)."""
         me = os.getpid()
-        known = set(self.by_pid) | self._known()
-        found = [pid for pid, (ppid, state, started) in process_table().items()
-                 if ppid == me and pid not in known and started >= since
-                 and state not in ("Z", "X")]
+        known = set(self.by_pid) | self._known() | {dead_root}
+        found = [pid for pid, (ppid, _, started) in process_table().items()
+                 if ppid == me and pid not in known and started >= since]  # zombies too
         return found[0] if len(found) == 1 else None
 
     def release(self, root: Root) -> None:
