@@ -128,9 +128,25 @@ def flat_loop(fd: int) -> None:
 
 
 def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """The supervisor's own CPU: the process and its job roots (decision 345: live children
+    that start the commands; their commands' CPU, in a root's reaped-children figure, is not)."""
+    ticks = 0
+    for one in [pid, *_children(pid)]:
+        try:
+            with open(f"/proc/{one}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(child) for child in children.read().split()]
+    except OSError:
+        return []
 
 
 def _agent_at(revision: str, into: str) -> list[str]:
@@ -141,7 +157,7 @@ def _agent_at(revision: str, into: str) -> list[str]:
                              capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", into], input=archive, check=True)
     with open(os.path.join(into, "__main__.py"), "w") as main_py:
-        main_py.write("from toolseam_agent.server import main\n\nmain()\n")
+        main_py.write("from toolseam_agent.main import main\n\nmain()\n")
     return [sys.executable, *agent_command(into)]
 
 

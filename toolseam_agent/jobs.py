@@ -9,64 +9,39 @@ is sent (after the leader dies its children are re-parented and the tree is gone
 When the leader exits on its own, whatever it left behind — a ``cmd &`` holding the output pipe,
 a ``setsid`` daemon — is killed the same way after a short drain window: a call owns every
 process it started, and a command that must outlive its call belongs in a detached job.
+Every process of a job is under its root (``jobroot.py``), so "every process of the job" is
+that root's descendants: no other job's process is ever among them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import itertools
 import os
-import secrets
 import select
-import shutil
 import signal
 import time
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import spawn_as
 from .capture import OutputCapture
+from .jobroot import Roots, passed
 from .loop import Loop, Timer
-from .procscan import TOKEN_VAR, JobMark, is_alive, job_members, now_ticks
-from .procscan import orphans_come_here as _orphans_come_here
-from .reaper import Reaper
-from .setid_guard import start_command
+from .procscan import descendants, signal_if_same
+from .spawning import SpawnError, spawn, spawn_with
 from .wire import output_event
+
+__all__ = ["HELD_WRITERS", "Job", "SpawnError", "spawn", "spawn_with"]
 
 KILL_GRACE_S = 2.0
 KILL_POLL_S = 0.01
 DRAIN_S = 0.2  # how long output pipes may stay open after the leader exited
 KILL_GIVE_UP_S = 2.0  # after SIGKILL: a process still there is unkillable (D state)
 
-# emit(event) sends an event line to the host; owner tracks leaders for orphan attribution
+# emit(event) sends an event line to the host
 Emit = Callable[[Mapping[str, Any]], None]
-
-
-class SpawnError(Exception):
-    def __init__(self, exc: OSError, cwd: str) -> None:
-        super().__init__(str(exc))
-        self.errno = exc.errno or 0
-        self.in_cwd = bool(cwd) and exc.filename == cwd
-        self.strerror = exc.strerror or str(exc)
-
-
-_cwd: str | None = None  # where the agent's main thread is; file ops never use the cwd
-# Job tokens: random per agent (unique among agents on one machine, which matters where orphans
-# go to init and every process is asked for its token), then a counter — no syscall per job.
-_TOKEN_PREFIX = secrets.token_hex(8)
-_job_numbers = itertools.count(1)
-
-
-def new_token() -> str:
-    """A job token no other job of any agent here has (``procscan.TOKEN_VAR``)."""
-    return f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
-
-
-# Every signal back to its default in the command. Without this the agent's own dispositions
-# leak in: Python ignores SIGPIPE and SIGXFSZ, so `yes | head -1` printed "Broken pipe". Naming
-# them all is also cheaper: glibc then sets each once instead of querying and setting each.
-_DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 
 
 # The pipes' write ends the agent holds for running jobs (``Job._writers``): a forked search
@@ -74,54 +49,14 @@ _DEFAULT_SIGNALS = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.S
 HELD_WRITERS: set[int] = set()
 
 
-def spawn(argv: list[str], cwd: str, env: dict[str, str], writers: tuple[int, int]) -> int:
-    """Start ``argv`` as a session leader with stdin /dev/null and stdout/stderr on the pipes'
-    write ends ``writers`` (the caller's to close); its pid.
-
-    ``posix_spawn`` (a vfork-style clone) rather than ``subprocess.Popen``: it is measurably
-    cheaper per command, and this is the hot path of every bash call. It has no chdir action in
-    Python, so the agent's main thread changes into the job's directory first — safe because
-    every file operation here uses absolute paths or dir fds, never the cwd.
-    """
-    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_DUP2, writers[0], 1), (os.POSIX_SPAWN_DUP2, writers[1], 2)]
-    return spawn_with(argv, cwd, env, actions)
-
-
-def spawn_with(argv: list[str], cwd: str, env: dict[str, str], actions: list[Any]) -> int:
-    """``spawn`` with the caller's file actions for the descriptors 0-2 (an interactive
-    process's terminal: ``pty_procs.py``) — the same guard thread, signals and session."""
-    program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH")) or argv[0]
-    global _cwd
-    if cwd != _cwd:  # the agent stays where the last job ran: most calls share one cwd
-        try:
-            os.chdir(cwd)
-        except OSError as exc:
-            _cwd = None
-            raise SpawnError(exc, cwd) from None
-        _cwd = cwd
-    try:
-        # on the set-id guard's thread in a container (setid_guard): it carries the filter
-        return start_command(lambda: os.posix_spawn(
-            program, argv, env, file_actions=actions, setsid=True,
-            setsigdef=_DEFAULT_SIGNALS, setsigmask=()))
-    except OSError as exc:
-        raise SpawnError(exc, "") from None
-
-
 class Job:
     def __init__(self, loop: Loop, job_id: str, spec: dict[str, Any], env: dict[str, str],
-                 reaper: Reaper, emit: Emit, others: Callable[[], list[JobMark]],
-                 helpers: Callable[[], set[int]], on_done: Callable[[Job], None]) -> None:
-        """Spawn the job's command. ``env`` is the session's environment dict, which this job
-        may change: its token is set in it (spawns are one at a time, on one thread).
+                 roots: Roots, emit: Emit, on_done: Callable[[Job], None]) -> None:
+        """Spawn the job's command under a root of its own (``jobroot.py``).
 
         Little comes before the spawn: this is the start of every bash call's critical path."""
-        self.token = f"{_TOKEN_PREFIX}-{next(_job_numbers)}"
-        env[TOKEN_VAR] = self.token
         self.argv = argv = [str(a) for a in spec["argv"]]
         cwd = spec.get("cwd") or "/"
-        started = now_ticks()  # before the fork: every process of the job starts at or after it
         self.loop = loop
         # The pipes are watched BEFORE the spawn: epoll then reports them readable in the order
         # the command wrote them (one already readable when registered would go in registration
@@ -132,39 +67,39 @@ class Job:
         for fd in (out_r, err_r):
             os.set_blocking(fd, False)
             loop.add_reader(fd, functools.partial(self._on_readable, fd))
-        raw = bool(spec.get("stdin_file") or spec.get("user") is not None)  # spawn_as.py
+        self.exit_status: int | None = None
+        self._clean = False
+        self._roots = roots
         try:
-            if raw:
-                from .spawn_as import spawn_job
+            if spec.get("stdin_file") or spec.get("user") is not None:  # spawn_as.py
                 try:
-                    self.pid = spawn_job(argv, cwd, env, spec, (out_w, err_w))
+                    stdin, options, env = spawn_as.prepare(env, spec)
                 except OSError as exc:
                     raise SpawnError(exc, cwd) from None
+                try:
+                    self.root = roots.start("raw", argv, cwd, env, [], options,
+                                            [stdin, out_w, err_w], self)
+                finally:
+                    os.close(stdin)
             else:
-                self.pid = spawn(argv, cwd, env, (out_w, err_w))
+                actions, fds = passed(
+                    [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                     (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, err_w, 2)])
+                self.root = roots.start("spawn", argv, cwd, env, actions, {}, fds, self)
         except BaseException:
             for fd in (out_r, err_r):
                 loop.remove_reader(fd)
             for fd in (out_r, err_r, out_w, err_w):
                 os.close(fd)
             raise
-        # Where the leader's exit comes by pidfd, the agent holds the pipes' write ends until
-        # then: the command's end is ONE wakeup (the pidfd), not one per pipe's EOF and one for
-        # the exit — those came in two or three wakeups, each paying the loop on cold caches.
-        self._writers: tuple[int, ...] = ()
+        self.pid = self.root.leader
+        self._root_lost = not self.root.alive  # killed by the command as it started
+        # The agent holds the pipes' write ends until the root reports the leader's exit: the
+        # command's end is ONE wakeup (that report), not one per pipe's EOF and one for the
+        # exit — those came in two or three wakeups, each paying the loop on cold caches.
+        self._writers: tuple[int, ...] = (out_w, err_w)
+        HELD_WRITERS.update(self._writers)
         self._release_due = False
-        self._reaper = reaper
-        watched = reaper.watch(self.pid)
-        if reaper.by_pidfd and not watched:
-            # nothing tells the loop of this leader's exit (pidfd mode, no pidfd to be had):
-            # the job looks for it itself, every 10 ms while it runs
-            loop.call_later(KILL_POLL_S, self._poll_exit)
-        if watched and not raw:
-            self._writers = (out_w, err_w)
-            HELD_WRITERS.update(self._writers)
-        else:  # the pipes' EOF says when the leader is done (SIGCHLD mode; a raw exec)
-            os.close(out_w)
-            os.close(err_w)
         self._t0 = time.monotonic()
         self.started = time.time()
         # The OOM counter's "before" is read just after the spawn: no command can have run
@@ -172,8 +107,6 @@ class Job:
         self._oom_before = oom_counters()
         self.id = job_id
         self.emit = emit
-        self._others = others
-        self._helpers = helpers
         self._on_done = on_done
         self.stream = bool(spec.get("stream", False))
         # a raw exec may ask that what the command leaves running outlive it (pydantic-ai's
@@ -182,11 +115,9 @@ class Job:
         self.keep_detached = bool(spec.get("keep_detached", False))
         self.detached_kept = False
         self.grace_s = float(spec.get("grace_ms", KILL_GRACE_S * 1000)) / 1000
-        self.mark = JobMark(self.pid, started, f"{TOKEN_VAR}={self.token}".encode())
         self._output_limit = int(spec.get("output_limit") or 1 << 20)
         self.capture: OutputCapture | None = None  # made at the first byte: most commands write none
         self.state = "running"  # running -> killing -> done
-        self.exit_status: int | None = None
         self.timed_out = False
         self.killed = False
         self.killed_tree: bool | None = None
@@ -199,8 +130,7 @@ class Job:
         deadline_ms = spec.get("deadline_ms")
         if deadline_ms is not None:
             self._deadlines.add(self, self._t0 + float(deadline_ms) / 1000)
-        self._seen: set[int] = set()
-        self._signalled: set[int] = set()
+        self._signalled: set[tuple[int, int]] = set()
         self._kill_started = 0.0
         self._kill_sent: float | None = None
 
@@ -269,17 +199,21 @@ class Job:
                     self._close_pipe(fd)
 
     # --- lifecycle ----------------------------------------------------------------------
-    def on_exit(self, status: int) -> None:
-        """The leader was reaped."""
+    def on_exit(self, status: int, clean: bool = False) -> None:
+        """The leader was reaped (by its root; by the agent when the root was lost).
+        ``clean``: nothing else of the job was left under its root."""
         self.exit_status = status
+        self._clean = clean
         self._check_finished()
 
+    def on_root_lost(self) -> None:
+        """A command killed this job's root: from now on the leader is the agent's child (its
+        exit comes through ``on_exit``), and only the leader's own tree is known to be the
+        job's — what had been re-parented to the root is the agent's, ended at its close."""
+        self._root_lost = True
+
     def _check_finished(self) -> None:
-        if self.state != "running":
-            return
-        if self.exit_status is None and not self._pipes:
-            self._reap_leader()
-        if self.exit_status is None:
+        if self.state != "running" or self.exit_status is None:
             return
         if self._writers:
             # At the end of this loop pass: output that came in the same wakeup as the exit is
@@ -292,55 +226,30 @@ class Job:
             if self._drain_timer is None:
                 self._drain_timer = self.loop.call_later(DRAIN_S, lambda: self.kill("leftover"))
             return
-        if _orphans_come_here() and not self._others() and not self._helpers() \
-                and not self._children_left():
-            self._finish(True)  # no child at all: nothing can be left over (the cheap common case)
+        if self._clean:
+            self._finish(True)  # nothing under the root: the cheap common case, no /proc scan
         elif self._members():
             self.kill("leftover")
         else:
             self._finish(True)
-
-    def _reap_leader(self) -> None:
-        """Both pipes closed: the leader has most likely exited. Reaping it here, not at the
-        SIGCHLD that follows, answers one loop pass sooner on every short command."""
-        try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == self.pid:
-            self._reaper.reaped(pid)
-            self.exit_status = status
-
-    def _poll_exit(self) -> None:
-        if self.state != "running" or self.exit_status is not None:
-            return
-        self._reap_leader()
-        if self.exit_status is None:
-            self.loop.call_later(KILL_POLL_S, self._poll_exit)
-        else:
-            self._check_finished()
-
-    def _children_left(self) -> bool:
-        """Whether the agent still has a child — living, or a zombie no pass has reaped yet
-        (in pidfd mode an orphan's exit wakes nobody: ``reaper.py``)."""
-        if not _has_children():
-            return False
-        self._reaper.reap_all()
-        return _has_children()
 
     def _on_deadline(self) -> None:
         if self.state == "running":
             self.timed_out = True
             self.kill("timeout")
 
-    def _members(self) -> set[int]:
-        leader = self.pid if self.exit_status is None else None
-        found = job_members(self.mark, leader is not None, self._others(), self._helpers())
+    def _members(self) -> dict[int, int]:
+        """pid -> start ticks of the job's live processes: everything under its root."""
+        if self._root_lost:
+            found = descendants(self.pid, with_top=True) if self.exit_status is None else {}
+        else:
+            found = descendants(self.root.pid)
         if self.keep_detached:
-            kept = {pid for pid in found if _session_of(pid) not in (self.pid, None)}
+            kept = [pid for pid in found if _session_of(pid) not in (self.pid, None)]
             if kept:
                 self.detached_kept = True
-            found -= kept
+            for pid in kept:
+                del found[pid]
         return found
 
     def kill(self, reason: str) -> None:
@@ -354,31 +263,35 @@ class Job:
         self.state = "killing"
         self.kill_reason = reason
         self.killed = reason in ("kill", "shutdown")
-        self._seen = self._members()  # snapshot BEFORE the first signal
+        members = self._members()  # snapshot BEFORE the first signal
         if reason == "leftover":
-            self.leftovers = len(self._seen)
+            self.leftovers = len(members)
         self._kill_started = time.monotonic()
-        self._signal(self._seen, signal.SIGTERM)
+        self._signal(members, signal.SIGTERM)
         self.loop.call_later(0, self._poll_kill)
 
-    def _signal(self, pids: set[int], sig: signal.Signals) -> None:
-        if sig == signal.SIGTERM:
-            with contextlib.suppress(OSError):  # the group too: members forked between scans
-                os.killpg(self.pid, sig)
-        for pid in pids:
+    def _signal(self, members: dict[int, int], sig: signal.Signals) -> None:
+        if sig == signal.SIGTERM and self.exit_status is None:
+            # the group too (members forked between scans), only while the leader is unreaped:
+            # after, its pid may name another job's group
             with contextlib.suppress(OSError):
-                os.kill(pid, sig)
-            self._signalled.add(pid)
+                os.killpg(self.pid, sig)
+        for pid, started in members.items():
+            signal_if_same(pid, started, sig)
+            self._signalled.add((pid, started))
 
     def _poll_kill(self) -> None:
-        current = self._members() | {p for p in self._seen if is_alive(p)}
-        self._seen |= current
+        current = self._members()
         now = time.monotonic()
         if not current:
-            self._finish(True)
-            return
-        if self._kill_sent is None:
-            self._signal(current - self._signalled, signal.SIGTERM)
+            if self.exit_status is not None or self._root_lost or now - self._kill_started \
+                    >= self.grace_s + KILL_GIVE_UP_S:
+                self._finish(True)
+                return
+            # the leader is gone; its status is on its way from the root
+        elif self._kill_sent is None:
+            self._signal({p: t for p, t in current.items() if (p, t) not in self._signalled},
+                         signal.SIGTERM)
             if now - self._kill_started >= self.grace_s:
                 self._signal(current, signal.SIGKILL)
                 self._kill_sent = now
@@ -394,14 +307,13 @@ class Job:
         self.ended = time.monotonic()
         if self.kill_reason:
             self.killed_tree = tree_gone
-            self._reaper.reap_all()  # the killed processes' zombies
-        self._reaper.reaped(self.pid)  # an unkillable leader is not watched past its job
         if self._writers:  # killed before its leader was reaped
             self._release_writers()
         self._deadlines.discard(self)
         if self._drain_timer is not None:
             self._drain_timer.cancel()
         self._drain_pipes()
+        self._roots.release(self.root)
         self._on_done(self)
         status = self.status()
         for answer, timer in self.waiters:
@@ -550,19 +462,6 @@ def _oom_kill_count(counters: bytes) -> int:
             except ValueError:
                 return 0
     return 0
-
-
-def _has_children() -> bool:
-    """Whether this process has any child, living or not yet reaped (one syscall).
-
-    After the leader is reaped, every process it left behind was re-parented to this agent (a
-    subreaper), so "no children" proves there are no leftovers without reading /proc.
-    """
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
 
 
 def _readable_now(fd: int) -> bool:

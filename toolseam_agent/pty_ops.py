@@ -26,11 +26,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .jobroot import Roots
 from .jobs import SpawnError
 from .loop import Loop
-from .procscan import JobMark
 from .pty_procs import PtyError, PtyProc, size_of
-from .reaper import Reaper
 from .wire import ErrorKind
 
 MAX_LIVE = 64  # running at once; the 65th start is refused
@@ -43,18 +42,12 @@ _POLL_S = 0.01
 class PtyTable:
     """The agent's interactive processes by number."""
 
-    def __init__(self, loop: Loop, reaper: Reaper, job_marks: Callable[[], list[JobMark]],
-                 helpers: Callable[[], set[int]]) -> None:
-        """``job_marks``: the running jobs'; ``helpers``: the agent's own children (searches),
-        never a process's."""
-        self.loop, self.reaper, self._job_marks, self._helpers = loop, reaper, job_marks, helpers
+    def __init__(self, loop: Loop, roots: Roots) -> None:
+        """``roots``: the agent's job roots (``jobroot.py``); each process gets one."""
+        self.loop, self._roots = loop, roots
         self.procs: dict[int, PtyProc] = {}
         self.by_pid: dict[int, PtyProc] = {}
         self._next = 0
-
-    def marks(self, but: int | None = None) -> list[JobMark]:
-        """The running processes' marks: the other jobs' orphans are never theirs."""
-        return [p.mark for p in self.by_pid.values() if p.id != but]
 
     def running(self) -> int:
         return len(self.by_pid)
@@ -65,9 +58,7 @@ class PtyTable:
                            "most a session may have; terminate one first")
         self._next += 1
         number = self._next
-        proc = PtyProc(self.loop, number, spec, env, self.reaper,
-                       lambda: self._job_marks() + self.marks(but=number), self._helpers,
-                       self._exited)
+        proc = PtyProc(self.loop, number, spec, env, self._roots, self._exited)
         self.procs[number] = proc
         self.by_pid[proc.pid] = proc
         return proc
@@ -111,8 +102,6 @@ class PtyTable:
             left = proc.members()
             waited = time.monotonic() - began
             if (not left and proc.exit_status is not None) or waited > HANGUP_GRACE_S + GIVE_UP_S:
-                if proc.exit_status is None:
-                    self.reaper.reap_all()
                 self.procs.pop(proc.id, None)
                 self.by_pid.pop(proc.pid, None)
                 result: dict[str, Any] = {"killed_tree": not left}

@@ -1,9 +1,10 @@
 """One interactive process: a command on a terminal (or on pipes) that the host writes to and
 reads from over many calls — a REPL, a password prompt, a full-screen program.
 
-Started through the same path as every job (``jobs.spawn_with``: the set-id guard's thread and
-its Landlock domain, default signals, a session of its own, the session's scrubbed environment,
-a job token): a command on a terminal gets nothing a bash command does not. The agent keeps the
+Started through the same path as every job (under a root of its own, ``jobroot.py``, with
+``spawning.spawn_with``: the set-id guard's thread and its Landlock domain, default signals, a
+session of its own, the session's scrubbed environment): a command on a terminal gets nothing a
+bash command does not, and what it starts is exactly its root's descendants. The agent keeps the
 terminal's master end (close-on-exec: no command inherits it); the child opens the slave by its
 path after ``setsid``, which makes it the child's controlling terminal, so Ctrl-C (``\\x03``)
 and a hang-up reach its foreground process group as on a real terminal.
@@ -26,10 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .jobs import new_token, spawn_with
+from .jobroot import Roots, passed
 from .loop import Loop, Timer
-from .procscan import TOKEN_VAR, JobMark, job_members, now_ticks
-from .reaper import Reaper
+from .procscan import descendants, signal_if_same
 from .wire import ErrorKind
 
 BUFFER_BYTES = 1 << 20  # output kept per process between reads (the oldest is dropped)
@@ -88,18 +88,19 @@ class PtyProc:
     """One interactive process: its terminal, its unread output, its end."""
 
     def __init__(self, loop: Loop, number: int, spec: dict[str, Any], env: dict[str, str],
-                 reaper: Reaper, others: Callable[[], list[JobMark]],
-                 helpers: Callable[[], set[int]], on_exited: Callable[[PtyProc], None]) -> None:
-        self.loop, self.id, self._others, self._on_exited = loop, number, others, on_exited
-        self._helpers = helpers
+                 roots: Roots, on_exited: Callable[[PtyProc], None]) -> None:
+        self.loop, self.id, self._roots, self._on_exited = loop, number, roots, on_exited
         self.argv = [str(a) for a in spec["argv"]]
         self.tty = bool(spec.get("tty", True))
-        token = new_token()
-        started = now_ticks()  # before the fork: every process of it starts at or after it
+        self.exit_status: int | None = None
+        self._root_lost = False
         actions, self._reader, self._writer, theirs = _stdio(self.tty, *size_of(spec))
         try:
-            self.pid = spawn_with(self.argv, str(spec.get("cwd") or "/"),
-                                  {**env, TOKEN_VAR: token}, actions)
+            actions, fds = passed(actions)
+            self.root = roots.start("spawn", self.argv, str(spec.get("cwd") or "/"), env,
+                                    actions, {}, fds, self)
+            self.pid = self.root.leader
+            self._root_lost = not self.root.alive
         except BaseException:
             for fd in {self._reader, self._writer}:
                 os.close(fd)
@@ -107,14 +108,12 @@ class PtyProc:
         finally:
             for fd in theirs:
                 os.close(fd)
-        self.mark = JobMark(self.pid, started, f"{TOKEN_VAR}={token}".encode())
         for fd in {self._reader, self._writer}:
             os.set_blocking(fd, False)
         loop.add_reader(self._reader, self._on_readable)
         self.started = time.time()
         self.buffer = bytearray()
         self.dropped = 0  # bytes dropped since the last read
-        self.exit_status: int | None = None
         self.state = "running"  # running -> ending (the leader exited) -> exited
         self._eof = False
         self._waiter: tuple[Answer, int, Timer] | None = None
@@ -122,8 +121,6 @@ class PtyProc:
         self._write_answers: list[Answer] = []
         self._write_timer: Timer | None = None
         self._drain: Timer | None = None
-        if not reaper.watch(self.pid):  # SIGCHLD mode reaps it too; this is the sure way
-            loop.call_later(POLL_S, self._poll_exit)
 
     # --- output -----------------------------------------------------------------------------
     def _on_readable(self) -> None:
@@ -220,8 +217,12 @@ class PtyProc:
             set_size(self._reader, rows, cols)  # the kernel sends SIGWINCH to its foreground
 
     # --- the end ----------------------------------------------------------------------------
-    def on_exit(self, status: int) -> None:
-        """The leader was reaped."""
+    def on_root_lost(self) -> None:
+        """A command killed its root: only the leader's own tree is known to be its now."""
+        self._root_lost = True
+
+    def on_exit(self, status: int, clean: bool = False) -> None:
+        """The leader was reaped (by its root; by the agent when the root was lost)."""
         if self.exit_status is not None:
             return
         self.exit_status = status
@@ -231,16 +232,6 @@ class PtyProc:
             self.close()
         else:
             self._drain = self.loop.call_later(DRAIN_S, self._end_leftovers)
-
-    def _poll_exit(self) -> None:
-        if self.exit_status is not None:
-            return
-        with contextlib.suppress(ChildProcessError):
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid == self.pid:
-                self.on_exit(status)
-                return
-        self.loop.call_later(POLL_S, self._poll_exit)
 
     def _end_leftovers(self) -> None:
         """The leader is gone and something still holds its terminal: kill it, keep what
@@ -267,20 +258,23 @@ class PtyProc:
         for fd in {self._reader, self._writer}:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        self._roots.release(self.root)
         self._on_exited(self)
         if self._waiter is not None:
             self.loop.call_soon(self._answer_waiter)
 
-    def members(self) -> set[int]:
-        """Its live processes: the leader's tree and its orphans (``procscan.py``)."""
-        return job_members(self.mark, self.exit_status is None, self._others(), self._helpers())
+    def members(self) -> dict[int, int]:
+        """pid -> start ticks of its live processes: everything under its root."""
+        if self._root_lost:
+            return descendants(self.pid, with_top=True) if self.exit_status is None else {}
+        return descendants(self.root.pid)
 
     def signal_all(self, sig: int) -> None:
-        with contextlib.suppress(OSError):  # the group first: members forked between scans
-            os.killpg(self.pid, sig)
-        for pid in self.members():
-            with contextlib.suppress(OSError):
-                os.kill(pid, sig)
+        if self.exit_status is None:  # the group first (members forked between scans), only
+            with contextlib.suppress(OSError):  # while the leader's pid cannot be another's
+                os.killpg(self.pid, sig)
+        for pid, started in self.members().items():
+            signal_if_same(pid, started, sig)
 
     def status(self) -> dict[str, Any]:
         return {"pty": self.id, "pid": self.pid, "argv": self.argv, "started": self.started,

@@ -9,7 +9,6 @@ started outlives its host; each job's own deadline is enforced here too, not by 
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 import select
 import signal
@@ -36,9 +35,9 @@ from . import (
     wire,
 )
 from .errors import FsError
+from .jobroot import Roots
 from .jobs import Job, SpawnError
 from .loop import Loop
-from .procscan import JobMark
 from .pty_ops import PtyOps, PtyTable
 from .reaper import Reaper
 from .searcher import Search
@@ -71,8 +70,7 @@ class Agent(PtyOps):
         self.infd, self.outfd = infd, outfd
         self.jobs: dict[str, Job] = {}
         self.leaders: dict[int, Job] = {}
-        self.searchers: set[int] = set()  # search processes: the agent's, never a job's
-        self.detached_marks: list[JobMark] = []  # jobs whose setsid processes were kept
+        self.searchers: set[int] = set()  # search processes: the agent's, never in a job
         self._next_job = 0
         # Environments by the host's id: a session sends its (often 2 KiB) environment once,
         # then names it. A few are kept, so a host alternating two environments stays cheap.
@@ -91,10 +89,9 @@ class Agent(PtyOps):
         self.subreaper = procscan.become_subreaper()
         procscan.guard_own_descriptors()
         self.reaper = Reaper(self.loop, self._exited)
-        self.ptys = PtyTable(self.loop, self.reaper,  # interactive processes (pty_ops.py)
-                             lambda: [job.mark for job in self.leaders.values()]
-                             + self.detached_marks,
-                             lambda: self.searchers)
+        self.roots = Roots(self.loop, self.reaper,  # one per running job (jobroot.py)
+                           lambda: set(self.searchers) | set(self.leaders) | set(self.ptys.by_pid))
+        self.ptys = PtyTable(self.loop, self.roots)  # interactive processes (pty_ops.py)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
             signal.signal(sig, lambda *_: self.shut_down())
         os.set_blocking(infd, False)
@@ -250,9 +247,10 @@ class Agent(PtyOps):
                                               bool(request.get("resolv_conf")), lane))
 
     def _job_of(self, pid: int) -> str | None:
-        """The job a process belongs to: the nearest job leader among its ancestors (called
-        from a tunnel's thread: reads a snapshot of the leaders)."""
+        """The job a process belongs to: the nearest job leader or root among its ancestors
+        (called from a tunnel's thread: reads a snapshot of the leaders)."""
         leaders = dict(self.leaders)
+        leaders.update({job.root.pid: job for job in list(leaders.values())})
         seen = 0
         current: int | None = pid
         while current is not None and current > 1 and seen < 64:
@@ -282,12 +280,7 @@ class Agent(PtyOps):
             self._fail(rid, ErrorKind.PROTOCOL, f"bad spec: {exc}")
             return
         try:
-            job = Job(self.loop, job_id, spec, env, self.reaper, self.send,
-                      # every other job, terminal and detached job's processes is a rival:
-                      # one that started in this job's clock tick is not taken for its orphan
-                      lambda: [j.mark for j in self.leaders.values() if j.id != job_id]
-                      + self.ptys.marks() + self.detached_marks,
-                      lambda: self.searchers, self._job_done)
+            job = Job(self.loop, job_id, spec, env, self.roots, self.send, self._job_done)
         except SpawnError as exc:
             self._fail(rid, ErrorKind.SPAWN, exc.strerror, errno=exc.errno, in_cwd=exc.in_cwd)
             return
@@ -304,7 +297,7 @@ class Agent(PtyOps):
 
     def _env_of(self, spec: dict[str, Any]) -> dict[str, str]:
         """The spec's environment: given inline, or named by an id sent before. The dict is
-        the job's to change (``Job`` sets its token in it), so one kept by id is reused."""
+        kept as it is: jobs do not change it."""
         env_id = spec.get("env_id")
         if env_id is None:
             return {str(k): str(v) for k, v in (spec.get("env") or {}).items()}
@@ -369,8 +362,6 @@ class Agent(PtyOps):
     # --- lifecycle ----------------------------------------------------------------------
     def _job_done(self, job: Job) -> None:
         self.leaders.pop(job.pid, None)
-        if job.detached_kept:  # its setsid processes live on: the session's close ends them
-            self.detached_marks.append(job.mark)
         if self._closing and not self.leaders:
             self.loop.running = False
 
@@ -391,16 +382,16 @@ class Agent(PtyOps):
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
             job.kill("shutdown")
-        others = [job.mark for job in running]
-        for mark in self.detached_marks:
-            for pid in procscan.job_members(mark, False, others, set(self.searchers)):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+        for root in self.roots.busy():
+            if root.owner is None:  # a finished job's kept detached processes
+                for pid, started in procscan.descendants(root.pid).items():
+                    procscan.signal_if_same(pid, started, signal.SIGKILL)
         if not self.leaders:
             self.loop.running = False
 
     def run(self) -> None:
         self.loop.run()
+        self.roots.close()
         self._pool.shutdown(wait=True)
 
 

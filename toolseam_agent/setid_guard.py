@@ -272,8 +272,20 @@ def _the_guard() -> Guard | None:
     return _guard
 
 
+_forked_from_guard = False
+
+
+def forked_from_guard() -> None:
+    """This process was forked on the guard's thread (a job's root, ``jobroot.py``): its one
+    thread carries the filter and the domain already, so commands are started right here."""
+    global _forked_from_guard
+    _forked_from_guard = True
+
+
 def start_command(start: Callable[[], T]) -> T:
     """Call ``start`` (a spawn) where the agent's mode says: the guard's thread, or here."""
+    if _forked_from_guard:
+        return start()
     guard = _the_guard()
     return start() if guard is None else guard.run(start)
 

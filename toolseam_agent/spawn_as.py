@@ -1,6 +1,6 @@
 """Starting a job with stdin from a file and/or as another user: the raw exec API's jobs.
 
-The bash tool's jobs take ``jobs.spawn``'s posix_spawn fast path (stdin ``/dev/null``, the
+The bash tool's jobs take ``spawning.spawn``'s posix_spawn fast path (stdin ``/dev/null``, the
 agent's own user). A raw exec may bring stdin — the host writes it to a file in the sandbox
 first, the job reads it from there, and the file is unlinked as soon as the job holds it open,
 so a 50 MiB stdin never sits in the agent's memory or in a pipe the agent must feed — and a
@@ -71,16 +71,12 @@ def resolve_user(user: str) -> tuple[int, int, list[int], dict[str, str]] | None
     return target
 
 
-def spawn_job(argv: list[str], cwd: str, env: dict[str, str], spec: dict[str, Any],
-              writers: tuple[int, int]) -> int:
-    """Like ``jobs.spawn``: a session leader with stdout/stderr on the pipes' write ends
-    ``writers`` (the caller's to close); stdin is
-    ``spec["stdin_file"]`` (unlinked once open) or /dev/null, the user ``spec["user"]``.
+def prepare(env: dict[str, str], spec: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """In the agent: stdin (``spec["stdin_file"]``, unlinked once open, or /dev/null), the user
+    switch as ``Popen`` options, and the environment with the user's HOME/USER/LOGNAME.
 
-    Raises OSError; ``filename == cwd`` when the working directory is what failed.
+    Raises OSError (an unknown user, a user switch this sandbox cannot make).
     """
-    import subprocess  # only raw execs pay for the import
-
     stdin_file = spec.get("stdin_file")
     try:
         target = resolve_user(str(spec["user"])) if spec.get("user") is not None else None
@@ -95,16 +91,22 @@ def spawn_job(argv: list[str], cwd: str, env: dict[str, str], spec: dict[str, An
         given = set(spec.get("env_given") or ())  # variables the caller set win over passwd
         env = {**env, **{k: v for k, v in names.items() if k not in given}}
         options = {"user": uid, "group": gid, "extra_groups": groups}
+    return stdin, options, env
+
+
+def start_prepared(argv: list[str], cwd: str, env: dict[str, str], stdin: int,
+                   writers: tuple[int, int], options: dict[str, Any]) -> int:
+    """In the job's root: a session leader with ``prepare``'s stdin, user and environment,
+    stdout/stderr on ``writers``. Raises OSError; ``filename == cwd`` when the working
+    directory is what failed."""
+    import subprocess  # only raw execs pay for the import
+
     program = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=env.get("PATH")) or argv[0]
-    try:
-        # on the set-id guard's thread where the agent has one (setid_guard): it carries the filter
-        process = start_command(lambda: subprocess.Popen(
-            argv, executable=program, stdin=stdin, stdout=writers[0], stderr=writers[1], cwd=cwd,
-            env=env, start_new_session=True, restore_signals=True, close_fds=True, **options))
-    finally:
-        os.close(stdin)
-    # The agent reaps its children itself (waitpid(-1)); a returncode keeps Popen's own
+    # on the set-id guard's thread where the agent has one (setid_guard): it carries the filter
+    process = start_command(lambda: subprocess.Popen(
+        argv, executable=program, stdin=stdin, stdout=writers[0], stderr=writers[1], cwd=cwd,
+        env=env, start_new_session=True, restore_signals=True, close_fds=True, **options))
+    # The root reaps its children itself (waitpid(-1)); a returncode keeps Popen's own
     # reaping (__del__, _cleanup at the next Popen) away from this pid, whose status is the job's.
     process.returncode = 0
     return process.pid
-

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from toolseam_agent import jobs
+from toolseam_agent.jobroot import Roots
 from toolseam_agent.loop import Loop
 from toolseam_agent.reaper import Reaper
 
@@ -49,17 +50,9 @@ def test_finished_jobs_leave_no_timers_behind() -> None:
     """200 short jobs with a two-minute deadline: the loop holds one timer, not 200."""
     loop = Loop()
     done: list[Any] = []
-    running: dict[int, jobs.Job] = {}
+    roots = Roots(loop, Reaper(loop, lambda _pid, _status: None, signals=False))
 
-    def exited(pid: int, status: int) -> None:
-        job = running.pop(pid, None)
-        if job is not None:
-            job.on_exit(status)
-
-    reaper = Reaper(loop, exited, signals=False)
-
-    def reap() -> None:  # the agent's SIGCHLD handling, by polling (pidfds, where they work)
-        reaper.reap_all()
+    def reap() -> None:  # each job's exit comes from its root (jobroot.py) on the loop
         if len(done) < 200:
             loop.call_later(0.001, reap)
         else:
@@ -68,9 +61,7 @@ def test_finished_jobs_leave_no_timers_behind() -> None:
     spec = {"argv": ["/bin/sh", "-c", "true"], "cwd": "/", "deadline_ms": 120_000}
     env = {"PATH": os.defpath}
     for number in range(200):
-        job = jobs.Job(loop, f"j{number}", spec, env, reaper, lambda _event: None, list, set,
-                       done.append)
-        running[job.pid] = job
+        jobs.Job(loop, f"j{number}", spec, env, roots, lambda _event: None, done.append)
     loop.call_later(0, reap)
     loop.run()
     assert len(done) == 200

@@ -1,7 +1,8 @@
 """What a ``keep_detached`` exec leaves running is no later command's leftover: a command that
 starts in the same clock tick as such a process must not take it for its own orphan and kill
 it when it ends. The clock is pinned here (every job "starts" at tick 0), so the same-tick case
-the tick's 10 ms make rare is the only case."""
+the tick's 10 ms made rare for the old start-time attribution is the only case; with a root per
+job (decision 345) the kept process is under the first job's root, never the later one's."""
 
 from __future__ import annotations
 

@@ -465,8 +465,9 @@ class HostileContract(_Bound):
                                         "(TOOLSEAM_JOB_TOKEN=forged setsid sleep {m} &)"])
     async def test_a_process_that_sheds_its_marks_dies_with_its_call(
             self, sandbox: Sandbox, escape: str) -> None:
-        """Job tracking rests on what the kernel keeps (start times, parentage), not on an
-        environment variable a command can drop — also while another job runs."""
+        """Job tracking rests on what the kernel keeps (parentage: each job's root, a
+        subreaper), not on an environment variable a command can drop — also while another
+        job runs."""
         tk = await self._toolkit(sandbox, timeout_policy="detach", default_timeout_ms=200)
         other = await tk.call("bash", {"command": "sleep 30"})
         assert other.metadata["detached"] is True
