@@ -191,6 +191,7 @@ class Job:
         self.killed = False
         self.killed_tree: bool | None = None
         self.kill_reason = ""
+        self.usage: Any = None  # the leader's resource.struct_rusage once reaped
         self.leftovers = 0
         self.ended: float | None = None
         self.waiters: list[tuple[Callable[[dict[str, Any]], None], Timer | None]] = []
@@ -269,9 +270,10 @@ class Job:
                     self._close_pipe(fd)
 
     # --- lifecycle ----------------------------------------------------------------------
-    def on_exit(self, status: int) -> None:
-        """The leader was reaped."""
+    def on_exit(self, status: int, usage: Any = None) -> None:
+        """The leader was reaped (``usage``: its ``wait4`` resource usage)."""
         self.exit_status = status
+        self.usage = usage
         self._check_finished()
 
     def _check_finished(self) -> None:
@@ -304,12 +306,13 @@ class Job:
         """Both pipes closed: the leader has most likely exited. Reaping it here, not at the
         SIGCHLD that follows, answers one loop pass sooner on every short command."""
         try:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            pid, status, usage = os.wait4(self.pid, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == self.pid:
             self._reaper.reaped(pid)
             self.exit_status = status
+            self.usage = usage
 
     def _poll_exit(self) -> None:
         if self.state != "running" or self.exit_status is not None:
@@ -353,7 +356,7 @@ class Job:
             return
         self.state = "killing"
         self.kill_reason = reason
-        self.killed = reason in ("kill", "shutdown")
+        self.killed = reason in ("kill", "shutdown", "stopped")
         self._seen = self._members()  # snapshot BEFORE the first signal
         if reason == "leftover":
             self.leftovers = len(self._seen)
@@ -443,6 +446,11 @@ class Job:
             result["leftovers_killed"] = self.leftovers
         if self.state == "done" and self._oom_killed():
             result["oom_killed"] = True
+        if self.kill_reason == "stopped":
+            result["sandbox_stopping"] = True
+        if self.usage is not None:  # the leader and every descendant it waited for
+            result["cpu_seconds"] = round(self.usage.ru_utime + self.usage.ru_stime, 6)
+            result["memory_peak_bytes"] = self.usage.ru_maxrss * 1024  # Linux: KiB
         if self.capture is not None:
             self.capture.add_snapshot(result)
         return result

@@ -75,7 +75,8 @@ class HostBackend(DurableMethods, ComposedBackend):
 
     def _agent(self) -> AgentChannel:
         if self.agent.channel is None:
-            raise CouldNotRunError("the host agent is not running", retryable=True)
+            raise CouldNotRunError("the host agent is not running", retryable=True,
+                                   cause="sandbox_lost")
         return self.agent.channel
 
     async def open(self) -> SandboxInfo:
@@ -108,7 +109,7 @@ class HostBackend(DurableMethods, ComposedBackend):
                 raise CouldNotRunError(
                     "network 'egress': the host agent could not lock its namespace or hide "
                     f"/run from commands ({detail}); refusing to run them unconfined",
-                    retryable=False)
+                    retryable=False, cause="refused")
             if namespace and hello.get("proc_locked") is False:
                 _log.warning("host agent: no user namespace could be had, so a command running "
                              "as root can unmount /proc and see this process: %s",
@@ -119,7 +120,8 @@ class HostBackend(DurableMethods, ComposedBackend):
         if self.network == "egress":
             failure += ("; network 'egress' needs a user, pid and network namespace for the "
                         "agent (unshare), which this host does not allow")
-        raise CouldNotRunError(f"cannot start the host agent: {failure}", retryable=False)
+        raise CouldNotRunError(f"cannot start the host agent: {failure}", retryable=False,
+                               cause="agent_failed")
 
     async def close(self) -> None:
         if self._closed:

@@ -69,7 +69,7 @@ class ToolResult(BaseModel):
 def could_not_run_result(tool: str, exc: CouldNotRunError) -> ToolResult:
     """CONTRACT §2: the sandbox failed, not the command — a result the model can read."""
     return error(f"{tool}: could not run: {exc.reason}", failure="could_not_run",
-                 reason=exc.reason, retryable=exc.retryable)
+                 reason=exc.reason, retryable=exc.retryable, cause=exc.cause)
 
 
 def ok(output: str, **metadata: Any) -> ToolResult:
