@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
+from .observability import SessionReport, instrument, trace_parent, uninstrument
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
@@ -48,8 +49,10 @@ __all__ = [
     "ConfigurationError", "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool",
     "InteractiveLimitError", "InteractiveUnsupportedError",
     "OutputEvent", "ProcessExitedError", "PtyOutput", "ReadQuestion", "SandboxLimits",
-    "SandboxPool", "SessionClosedError", "SessionHandle", "Settings", "ShellChangedError",
+    "SandboxPool", "SessionClosedError", "SessionHandle", "SessionReport", "Settings",
+    "ShellChangedError",
     "ShellNotFound", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownProcessError", "UnknownShellError",
-    "UnknownToolError", "__version__", "create_backend", "load_settings", "parse_settings",
+    "UnknownToolError", "__version__", "create_backend", "instrument", "load_settings",
+    "parse_settings", "trace_parent", "uninstrument",
 ]

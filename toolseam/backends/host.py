@@ -29,6 +29,7 @@ import sys
 from collections import deque
 from typing import Any
 
+from ..seam.capabilities import SandboxUsage
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.handle import SessionHandle
 from ..seam.models import SandboxInfo, SyncReport
@@ -38,6 +39,7 @@ from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
 from .composed import AlwaysThere, ComposedBackend
 from .host_durable import DurableHostAgent
+from .host_usage import tree_usage
 
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
@@ -78,6 +80,12 @@ class HostBackend(DurableMethods, ComposedBackend):
             raise CouldNotRunError("the host agent is not running", retryable=True,
                                    cause="sandbox_lost")
         return self.agent.channel
+
+    async def resource_usage(self) -> SandboxUsage:
+        """``seam.capabilities.ResourceUsage``: the agent's process tree (``host_usage.py``)."""
+        if self._info is None or self._closed:
+            return SandboxUsage()
+        return tree_usage(self.agent.launcher_pid)
 
     async def open(self) -> SandboxInfo:
         self._check_open()

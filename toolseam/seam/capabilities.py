@@ -11,6 +11,9 @@ and anyio's backends do the same).
   (``tools.sandbox.expose``): every backend whose commands an agent runs.
 * ``InteractiveProcesses`` — programs on a terminal, written to and read over many calls
   (``interactive.py``): every backend whose commands an agent runs.
+* ``ResourceUsage`` — what the whole sandbox has used (CPU, memory, processes), measured by
+  its engine's cgroup statistics or, on the host, the agent's process tree: the container
+  backends and the host backend.
 """
 
 from __future__ import annotations
@@ -209,3 +212,27 @@ def interactive_processes(backend: object) -> InteractiveProcesses:
     name = getattr(backend, "name", type(backend).__name__)
     raise InteractiveUnsupportedError(f"the {name} backend cannot run interactive processes "
                                       "(host, podman and docker can)")
+
+
+@dataclass(frozen=True)
+class SandboxUsage:
+    """What a sandbox has used so far, each figure None where it cannot be measured (rootless
+    podman on cgroups v1 has no cgroup of its own) — never a guess."""
+
+    cpu_seconds: float | None = None
+    """CPU time of every process of the sandbox, those ended included."""
+    memory_bytes: int | None = None
+    """Memory in use now."""
+    memory_peak_bytes: int | None = None
+    """The most memory in use at once since the sandbox started."""
+    pids: int | None = None
+    """Processes now."""
+
+
+@runtime_checkable
+class ResourceUsage(Protocol):
+    """A backend that can measure its whole sandbox (``toolseam.observability`` asks it at
+    close, ``toolseam ps`` and the metrics while it runs)."""
+
+    async def resource_usage(self) -> SandboxUsage:
+        """The sandbox's usage now; every field None when it is not open or not measurable."""
