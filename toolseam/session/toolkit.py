@@ -236,7 +236,7 @@ class Toolkit:
             return self.info
         with self._observer.lifecycle("open"):
             info = await self._open()
-        self._observer.opened_on(self.backend)
+            self._observer.opened_on(self.backend)
         return info
 
     async def _open(self) -> SandboxInfo:
