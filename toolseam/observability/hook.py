@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -106,3 +107,25 @@ class SessionObserver:
             if self.telemetry is not None and self.opened:
                 self.telemetry.session_closed(self)
         return self.report
+
+
+@contextlib.contextmanager
+def pool_claim(pool_id: str, ready: int) -> Iterator[None]:
+    """A pool handing out a sandbox: a ``toolseam pool claim`` span, the claims counter and
+    the claim latency histogram (nothing when telemetry is off). ``ready``: warm sandboxes
+    the pool held when asked."""
+    telemetry = config.active()
+    if telemetry is None:
+        yield
+        return
+    attributes = {"toolseam.pool.id": pool_id, "toolseam.pool.ready": ready}
+    started = time.perf_counter()
+    outcome = "raised"
+    try:
+        with telemetry.lifecycle_span("pool claim", attributes):
+            yield
+        outcome = "ok"
+    finally:
+        point = {"toolseam.outcome": outcome}
+        telemetry.pool_claims.add(1, point)
+        telemetry.pool_claim_duration.record(time.perf_counter() - started, point)

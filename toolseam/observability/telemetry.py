@@ -210,19 +210,23 @@ class Telemetry:
     @contextlib.contextmanager
     def lifecycle(self, observer: SessionObserver, step: str,
                   attributes: Mapping[str, Any]) -> Iterator[None]:
+        with self.lifecycle_span(step, {**observer.attributes, **attributes}) as span:
+            yield
+            span.set_attributes(observer.attributes)  # what the step found out (an open's)
+
+    @contextlib.contextmanager
+    def lifecycle_span(self, step: str, attributes: Mapping[str, Any]) -> Iterator[Any]:
+        """``toolseam {step}``; a failure's cause (or type) is its ``error.type``."""
         with self.tracer.start_as_current_span(
-                f"toolseam {step}", kind=SpanKind.INTERNAL,
-                attributes={**observer.attributes, **attributes},
+                f"toolseam {step}", kind=SpanKind.INTERNAL, attributes=attributes,
                 record_exception=False, set_status_on_exception=False) as span:
             try:
-                yield
+                yield span
             except BaseException as exc:
                 cause = getattr(exc, "cause", None)
                 span.set_attribute(ERROR_TYPE, cause or type(exc).__qualname__)
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
                 raise
-            finally:  # what the step found out (an open: the kind, image and node)
-                span.set_attributes(observer.attributes)
 
     def session_opened(self, observer: SessionObserver) -> None:
         self.sessions_open.add(1, {"toolseam.backend": observer.backend})
