@@ -39,7 +39,7 @@ from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
 from .composed import AlwaysThere, ComposedBackend
 from .host_durable import DurableHostAgent
-from .host_usage import tree_usage
+from .host_usage import kill_tree, tree_usage
 
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
@@ -86,6 +86,11 @@ class HostBackend(DurableMethods, ComposedBackend):
         if self._info is None or self._closed:
             return SandboxUsage()
         return tree_usage(self.agent.launcher_pid)
+
+    def kill_sandbox(self) -> None:
+        """``seam.capabilities.SandboxKill``: SIGKILL to the agent's whole process tree."""
+        if self._info is not None and not self._closed:
+            kill_tree(self.agent.launcher_pid)
 
     async def open(self) -> SandboxInfo:
         self._check_open()

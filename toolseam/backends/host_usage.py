@@ -10,6 +10,8 @@ peak of the whole tree is not measurable this way: None, never a sum of per-proc
 
 from __future__ import annotations
 
+import contextlib
+
 import psutil
 
 from ..seam.capabilities import SandboxUsage
@@ -36,3 +38,18 @@ def tree_usage(root_pid: int | None) -> SandboxUsage:
         rss += memory
         alive += 1
     return SandboxUsage(cpu_seconds=cpu, memory_bytes=rss, pids=alive)
+
+
+def kill_tree(root_pid: int | None) -> None:
+    """SIGKILL ``root_pid`` and everything below it, the leaves' parents first stopped from
+    starting more (the root is killed first: an agent that could respawn is gone)."""
+    if root_pid is None:
+        return
+    try:
+        root = psutil.Process(root_pid)
+        below = root.children(recursive=True)
+    except psutil.Error:
+        return
+    for process in [root, *below]:
+        with contextlib.suppress(psutil.Error):
+            process.kill()

@@ -24,6 +24,8 @@ from ..seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
 from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
+from .metrics_server import add_parser as add_metrics_parser
+from .ps import add_parser as add_ps_parser
 from .recover import add_parser as add_recover_parser
 from .recover import run as run_recover
 
@@ -328,6 +330,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(jobs, files and approvals shared); default: one per client")
     _session_options(mcp)
     add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
+    add_ps_parser(commands)  # toolseam ps: live sessions (observability, issue 49)
+    add_metrics_parser(commands)  # toolseam metrics: their Prometheus endpoint
     return parser
 
 
@@ -359,6 +363,8 @@ def _main(argv: list[str] | None) -> int:
             return _mcp(args)
         if args.command == "recover":
             return run_recover(args)
+        if getattr(args, "handler", None) is not None:  # a subcommand in its own module
+            return int(args.handler(args))
         return asyncio.run(_serve(args))
     except HostError as exc:
         print(f"toolseam: {exc}", file=sys.stderr)

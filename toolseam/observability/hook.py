@@ -6,6 +6,7 @@ lifecycle steps; without telemetry it only counts, and ``opentelemetry`` is neve
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -17,6 +18,7 @@ from ..builtins import CallContext, ToolResult
 from ..seam.capabilities import ResourceUsage, SandboxUsage
 from ..seam.errors import CouldNotRunError, HostError
 from . import config
+from .live import LIVE, LiveSession
 from .meter import SessionMeter
 from .report import SessionReport
 
@@ -76,7 +78,7 @@ class SessionObserver:
         with self.telemetry.lifecycle(self, step, attributes):
             yield
 
-    def opened_on(self, backend: object) -> None:
+    def opened_on(self, backend: object, durable: bool = False) -> None:
         """What the open found out: the backend's kind, its image and node (span attributes)."""
         name = str(getattr(backend, "name", self.backend))
         with contextlib.suppress(HostError):
@@ -90,8 +92,13 @@ class SessionObserver:
         if isinstance(node, str):
             self.attributes["toolseam.node"] = node
         self.opened = True
+        LIVE.add(LiveSession(self, backend, asyncio.get_running_loop(), durable))
         if self.telemetry is not None:
             self.telemetry.session_opened(self)
+
+    def left(self) -> None:
+        """This process no longer holds the session (closed, or detached)."""
+        LIVE.remove(self.session_id)
 
     async def sample(self, backend: object) -> None:
         """The sandbox's usage, just before it goes (its cgroup disappears with it)."""
@@ -102,6 +109,7 @@ class SessionObserver:
     def closed(self) -> SessionReport:
         """The session's report, made once and logged."""
         if self.report is None:
+            self.left()
             self.report = self.meter.report(self.session_id, self.backend, self.usage)
             _log.info("%s", self.report.summary(), extra={"toolseam_report": self.report})
             if self.telemetry is not None and self.opened:

@@ -11,6 +11,8 @@ and anyio's backends do the same).
   (``tools.sandbox.expose``): every backend whose commands an agent runs.
 * ``InteractiveProcesses`` — programs on a terminal, written to and read over many calls
   (``interactive.py``): every backend whose commands an agent runs.
+* ``SandboxKill`` — end the sandbox from outside its session, from any thread
+  (``toolseam ps --kill``): the container backends and the host backend.
 * ``ResourceUsage`` — what the whole sandbox has used (CPU, memory, processes), measured by
   its engine's cgroup statistics or, on the host, the agent's process tree: the container
   backends and the host backend.
@@ -236,3 +238,12 @@ class ResourceUsage(Protocol):
 
     async def resource_usage(self) -> SandboxUsage:
         """The sandbox's usage now; every field None when it is not open or not measurable."""
+
+
+@runtime_checkable
+class SandboxKill(Protocol):
+    """A sandbox an operator can end from outside its session (``toolseam ps --kill``)."""
+
+    def kill_sandbox(self) -> None:
+        """End the sandbox and every process it holds now, from any thread, without waiting
+        for the session's event loop; the session's calls then fail as ``sandbox_lost``."""

@@ -236,7 +236,7 @@ class Toolkit:
             return self.info
         with self._observer.lifecycle("open"):
             info = await self._open()
-            self._observer.opened_on(self.backend)
+            self._observer.opened_on(self.backend, not isinstance(self._lifetime, Ephemeral))
         return info
 
     async def _open(self) -> SandboxInfo:
@@ -422,6 +422,7 @@ class Toolkit:
         self._same_loop()
         handle = self.handle
         self._closed = True
+        self._observer.left()
         await self._lifetime.detach(self)
         return handle
 

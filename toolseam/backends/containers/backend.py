@@ -96,6 +96,13 @@ class ContainerBackend(DurableMethods, ComposedBackend):
             return NOT_MEASURED
         return usage_from_stats(stats)
 
+    def kill_sandbox(self) -> None:
+        """``seam.capabilities.SandboxKill``: the engine removes the container (its pid
+        namespace goes with it); the session finds it gone at its next answer."""
+        container = self.sandbox.container
+        if container is not None and not self._closed:
+            self.sandbox.engine.remove(container)
+
     @property
     def copy_back_error(self) -> CouldNotRunError | None:
         """Set when close could not bring the sandbox's changes home (the container is kept)."""
