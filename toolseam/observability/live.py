@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.staging import user_dir
 from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage
+from ..seam.errors import CouldNotRunError
 
 if TYPE_CHECKING:
     from .hook import SessionObserver
 
 _USAGE_WAIT_S = 2.0
+_KILL_WAIT_S = 30.0  # an engine removing a container can take a while
 
 
 def live_dir() -> Path:
@@ -93,6 +95,8 @@ class _Handler(socketserver.StreamRequestHandler):
             answer = self.server.table.answer(request)
         except (ValueError, TypeError, AttributeError) as exc:
             answer = {"error": f"bad request: {exc}"}
+        except Exception as exc:  # noqa: BLE001 - an engine's failure is the answer, said
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
         self.wfile.write(json.dumps(answer).encode() + b"\n")
 
 
@@ -205,6 +209,13 @@ def live_sessions() -> list[dict[str, Any]]:
 
 def kill_session(session_id: str) -> bool:
     """End the sandbox of session ``session_id`` with everything in it; False when no process
-    of this user holds such a session."""
-    return any(answer.get("killed") for answer in
-               ask_every_process({"op": "kill", "id": session_id}))
+    of this user holds such a session. Raises ``CouldNotRunError`` when its owner could not
+    end it (the engine refused, say)."""
+    answers = ask_every_process({"op": "kill", "id": session_id}, timeout_s=_KILL_WAIT_S)
+    if any(answer.get("killed") for answer in answers):
+        return True
+    failed = [a["error"] for a in answers if a.get("error") not in (None, "no such session")]
+    if failed:
+        raise CouldNotRunError(f"session {session_id}: {failed[0]}", retryable=True,
+                               cause="engine_error")
+    return False
