@@ -24,7 +24,6 @@ from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import (
     GEN_AI_TOOL_CALL_ID,
     GEN_AI_TOOL_CALL_RESULT,
     GEN_AI_TOOL_NAME,
-    GEN_AI_TOOL_TYPE,
 )
 from opentelemetry.semconv._incubating.attributes.process_attributes import (
     PROCESS_EXECUTABLE_NAME,
@@ -130,7 +129,7 @@ class Telemetry:
     async def traced_call(self, observer: SessionObserver, name: str, ctx: CallContext | None,
                           args: Any, run: Awaitable[ToolResult]) -> ToolResult:
         attributes = {GEN_AI_OPERATION_NAME: EXECUTE_TOOL, GEN_AI_TOOL_NAME: name,
-                      GEN_AI_TOOL_TYPE: "function", **observer.attributes}
+                      **observer.attributes}
         if ctx is not None:
             attributes[GEN_AI_TOOL_CALL_ID] = ctx.call_id
         if self.record_content:
@@ -138,59 +137,63 @@ class Telemetry:
         started = time.perf_counter()
         outcome: Outcome = "raised"
         kind: str | None = None
-        with self.tracer.start_as_current_span(
-                f"{EXECUTE_TOOL} {name}", kind=SpanKind.INTERNAL, attributes=attributes,
-                record_exception=False, set_status_on_exception=False) as span:
-            try:
-                result = await run
-            except CouldNotRunError as exc:
-                outcome, kind = "could_not_run", exc.cause
-                span.set_status(Status(StatusCode.ERROR, exc.reason))
-                raise
-            except BaseException as exc:
-                kind = type(exc).__qualname__
-                span.set_status(Status(StatusCode.ERROR, str(exc)))
-                raise
-            else:
-                outcome, kind = outcome_of(result), error_type(result)
-                if kind is not None:
-                    span.set_status(Status(StatusCode.ERROR))
-                if self.record_content:
-                    span.set_attribute(GEN_AI_TOOL_CALL_RESULT,
-                                       self._content(observer, result.output))
-                job = ctx.extra.get("job") if ctx is not None else None
-                if job is not None:
-                    self._process_span(job, ctx, observer)
-                return result
-            finally:
-                if kind is not None:
-                    span.set_attribute(ERROR_TYPE, kind)
-                observer.meter.record(outcome, ctx)
-                point = {GEN_AI_TOOL_NAME: name, "toolseam.backend": observer.backend,
-                         "toolseam.outcome": outcome}
-                if kind is not None:
-                    point[ERROR_TYPE] = kind
-                self.duration.record(time.perf_counter() - started, point)
+        # start_span and a context token, not start_as_current_span: its two generator-based
+        # context managers cost a few µs on every call
+        span = self.tracer.start_span(f"{EXECUTE_TOOL} {name}", kind=SpanKind.INTERNAL,
+                                      attributes=attributes)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            result = await run
+        except CouldNotRunError as exc:
+            outcome, kind = "could_not_run", exc.cause
+            span.set_status(Status(StatusCode.ERROR, exc.reason))
+            raise
+        except BaseException as exc:
+            kind = type(exc).__qualname__
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+            raise
+        else:
+            outcome, kind = outcome_of(result), error_type(result)
+            if kind is not None:
+                span.set_status(Status(StatusCode.ERROR))
+            if self.record_content:
+                span.set_attribute(GEN_AI_TOOL_CALL_RESULT,
+                                   self._content(observer, result.output))
+            job = ctx.extra.get("job") if ctx is not None else None
+            if job is not None:
+                self._process_span(job, ctx, span)
+            return result
+        finally:
+            otel_context.detach(token)
+            if kind is not None:
+                span.set_attribute(ERROR_TYPE, kind)
+            span.end()
+            observer.meter.record(outcome, ctx)
+            point = {GEN_AI_TOOL_NAME: name, "toolseam.backend": observer.backend,
+                     "toolseam.outcome": outcome}
+            if kind is not None:
+                point[ERROR_TYPE] = kind
+            self.duration.record(time.perf_counter() - started, point)
 
-    def _process_span(self, job: JobStatus, ctx: CallContext | None,
-                      observer: SessionObserver) -> None:
+    def _process_span(self, job: JobStatus, ctx: CallContext | None, parent: Any) -> None:
         """The command, per the CLI conventions: a child of the call's span, at the times the
         sandbox reported (it started before the answer came)."""
         executable = "sh"
         if ctx is not None:
             with contextlib.suppress(Exception):  # no shell resolved: the default stays
                 executable = os.path.basename(ctx.services.shell.argv[0])
+        # the session's attributes are the parent's: each one more costs every call
         attributes: dict[str, Any] = {
             PROCESS_EXECUTABLE_NAME: executable, PROCESS_PID: job.pid,
             "toolseam.process.timed_out": job.timed_out,
-            "toolseam.process.detached": job.state == "running",
-            "toolseam.process.killed": job.killed, **observer.attributes}
+            "toolseam.process.detached": job.state == "running"}
         if job.exit_code is not None:
             attributes[PROCESS_EXIT_CODE] = job.exit_code
-        if job.cpu_seconds is not None:
-            attributes["toolseam.process.cpu_time"] = job.cpu_seconds
+        if job.killed:
+            attributes["toolseam.process.killed"] = True
         start_ns = int(job.started * 1e9)
-        span = self.tracer.start_span(executable, kind=SpanKind.INTERNAL, attributes=attributes,
+        span = self.tracer.start_span(executable, trace.set_span_in_context(parent),
+                                      kind=SpanKind.INTERNAL, attributes=attributes,
                                       start_time=start_ns)
         if job.timed_out or (job.exit_code not in (0, None)):
             span.set_attribute(ERROR_TYPE, "timeout" if job.timed_out else str(job.exit_code))
