@@ -11,7 +11,8 @@ import os
 import stat
 from pathlib import Path
 
-from ..seam.errors import ConfigurationError
+from .._extras import install_hint
+from ..seam.errors import BackendUnavailable, ConfigurationError
 
 MIN_TOKEN_CHARS = 32
 
@@ -47,7 +48,11 @@ def read_token(path: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     token = read_token(args.token_file)
-    from ..observability.prometheus import make_server  # the otel extra: loaded only here
+    try:
+        from ..observability.prometheus import make_server  # the otel extra: loaded only here
+    except ImportError as exc:
+        raise BackendUnavailable(f"toolseam metrics needs the otel extra ({exc.name} is "
+                                 f"missing): {install_hint('otel')}") from None
 
     server = make_server(args.listen, token)
     host, port = server.server_address[:2]

@@ -18,6 +18,8 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .._extras import install_hint
+
 if TYPE_CHECKING:
     from .telemetry import Telemetry
 
@@ -79,7 +81,7 @@ def _from_environment() -> Telemetry | None:
         if not _warned:
             _warned.append(True)
             _log.warning("OTEL_EXPORTER_OTLP_ENDPOINT is set but toolseam's 'otel' extra is "
-                         "not installed (pip install 'toolseam[otel]'): no telemetry")
+                         "not installed (%s): no telemetry", install_hint("otel"))
         return None
     tracer_provider, meter_provider = otlp_providers()
     return Telemetry(tracer_provider, meter_provider, False, 4096)
