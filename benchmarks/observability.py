@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,11 +33,21 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 import toolseam
-from tests.support.otlp_receiver import otlp_receiver
 from toolseam import Toolkit, ToolResult
 from toolseam.builtins import CallContext
 from toolseam.observability import SessionObserver
 from toolseam.seam.models import JobStatus
+
+_RECEIVER = """
+import signal, sys, threading
+from tests.support.otlp_receiver import otlp_receiver
+done = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: done.set())
+with otlp_receiver() as r:
+    print(r.endpoint, r.token, flush=True)
+    done.wait()
+    print(len(r.spans), flush=True)
+"""
 
 
 async def block(base: str, calls: int) -> list[float]:
@@ -93,13 +104,19 @@ def main() -> None:
     base = tempfile.mkdtemp()
     off: list[float] = []
     traced: list[float] = []
-    with otlp_receiver() as receiver:
+    # the receiver in a process of its own, as a collector is: its decoding is not the calls'
+    receiver = subprocess.Popen([sys.executable, "-c", _RECEIVER], stdout=subprocess.PIPE,
+                                text=True, cwd=Path(__file__).resolve().parents[1])
+    assert receiver.stdout is not None
+    endpoint, token = receiver.stdout.readline().split()
+    headers = {"authorization": f"Bearer {token}"}
+    try:
         tracer_provider = TracerProvider()
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
-            endpoint=f"{receiver.endpoint}/v1/traces", headers=receiver.headers)))
+            endpoint=f"{endpoint}/v1/traces", headers=headers)))
         meter_provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(
-            OTLPMetricExporter(endpoint=f"{receiver.endpoint}/v1/metrics",
-                               headers=receiver.headers), export_interval_millis=1000)])
+            OTLPMetricExporter(endpoint=f"{endpoint}/v1/metrics",
+                               headers=headers), export_interval_millis=1000)])
         for _ in range(args.rounds):
             toolseam.uninstrument()
             off += asyncio.run(block(base, args.calls))
@@ -111,7 +128,11 @@ def main() -> None:
         hook = asyncio.run(hook_alone(100_000))
         tracer_provider.shutdown()
         meter_provider.shutdown()
-        spans = len(receiver.spans)
+    finally:
+        receiver.stdin = None
+        receiver.terminate()
+        spans_line = receiver.communicate(timeout=30)[0].strip()
+    spans = int(spans_line) if spans_line.isdigit() else -1
     p_off, p_traced = statistics.median(off), statistics.median(traced)
     print(f"bash true, host, {args.rounds} x {args.calls} calls each, alternated:")
     print(f"  off     p50 {p_off * 1e6:8.0f} µs")

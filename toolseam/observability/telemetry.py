@@ -117,8 +117,6 @@ class Telemetry:
         self.pool_claim_duration = meter.create_histogram(
             "toolseam.pool.claim.duration", unit="s",
             description="From asking a pool for a sandbox to having it.")
-        self.pool_size = meter.create_up_down_counter(
-            "toolseam.pool.size", unit="{sandbox}", description="Warm sandboxes pools hold.")
 
     def shutdown(self) -> None:
         for provider in (self.tracer_provider, self.meter_provider):
