@@ -5,7 +5,6 @@ container, and its owner â€” in another process, in the middle of ``sleep 30`` â
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,9 @@ def test_ps_kill_ends_a_container_session(engine: str, workspace: Path) -> None:
         row = rows[held.session_id]
         assert row["backend"] == engine and row["image"]
         assert row["cpu_seconds"] is not None and row["memory_bytes"]
-        started = time.monotonic()
         killed = run("ps", "--kill", held.session_id)
         assert killed.returncode == 0, killed.stderr
-        assert held.outcome(timeout=30) == {"cause": "sandbox_lost"}
-        assert time.monotonic() - started < 25
+        # not {"result": "ran"}: the 30 s command did not end by itself
+        assert held.outcome(timeout=60) == {"cause": "sandbox_lost"}
     finally:
         held.stop()

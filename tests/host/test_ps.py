@@ -67,11 +67,10 @@ def test_ps_lists_the_session_and_kill_ends_it(held: Held) -> None:
     assert row["cpu_seconds"] is not None and row["memory_bytes"] > 0
     table = run("ps")
     assert held.session_id in table.stdout and "BACKEND" in table.stdout
-    started = time.monotonic()
     killed = run("ps", "--kill", held.session_id)
     assert killed.returncode == 0, killed.stderr
-    assert held.outcome(timeout=20) == {"cause": "sandbox_lost"}
-    assert time.monotonic() - started < 15  # not the 30 s of the command
+    # not {"result": "ran"}: the 30 s command did not end by itself, its sandbox was ended
+    assert held.outcome(timeout=60) == {"cause": "sandbox_lost"}
     assert held.session_id not in {r["id"] for r in json.loads(run("ps", "--json").stdout)}
 
 
