@@ -186,3 +186,19 @@ def test_configured_by_the_standard_environment(tmp_path: Path) -> None:
     (bash,) = receiver.named("execute_tool bash")
     assert bash.resource["service.name"] == "my-agent"
     assert {"toolseam open", "toolseam close"} <= {s.name for s in receiver.spans}
+
+
+async def test_an_attach_is_a_span_and_its_session_goes_on(tmp_path: Path,
+                                                           traced: Traced) -> None:
+    tk = Toolkit("host", base_dir=str(tmp_path), settings={"orphan_timeout_s": 30})
+    await tk.call("bash", {"command": "true"})
+    handle = await tk.detach()
+    back = await Toolkit.attach(handle)
+    await back.call("bash", {"command": "true"})
+    report = await back.close()
+    assert report.calls == {"ok": 1}
+    traced.flush()
+    traced.receiver.wait_for(lambda r: bool(r.named("toolseam attach"))
+                             and len(r.named("execute_tool bash")) == 2)
+    (attach,) = traced.receiver.named("toolseam attach")
+    assert attach.status_code != ERROR

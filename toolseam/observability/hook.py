@@ -137,3 +137,15 @@ def pool_claim(pool_id: str, ready: int) -> Iterator[None]:
         point = {"toolseam.outcome": outcome}
         telemetry.pool_claims.add(1, point)
         telemetry.pool_claim_duration.record(time.perf_counter() - started, point)
+
+
+@contextlib.contextmanager
+def session_step(step: str) -> Iterator[None]:
+    """A span for a step that is not yet any one session's (an attach, before the toolkit
+    exists); nothing when telemetry is off."""
+    telemetry = config.active()
+    if telemetry is None:
+        yield
+        return
+    with telemetry.lifecycle_span(step, {}):
+        yield

@@ -170,7 +170,7 @@ class SyncToolkit:
         """Close the session (see ``Toolkit.close``); returns what it used."""
         if self._closed:
             report = self.toolkit.report
-            assert report is not None  # made by the close that set _closed (or the stop)
+            assert report is not None  # the toolkit closed or detached with this object
             return report
         try:
             return self._run(self.toolkit.close())

@@ -29,6 +29,7 @@ from ..builtins import (
     remove_spills,
 )
 from ..observability import SessionObserver, SessionReport
+from ..observability.hook import session_step
 from ..policy.environment import command_environment
 from ..policy.readscope import Approver, ReadScope
 from ..policy.session import Session
@@ -330,8 +331,9 @@ class Toolkit:
 
     @property
     def report(self) -> SessionReport | None:
-        """What the session used (``SessionReport``), once it is closed."""
-        return self._observer.report if self._closed else None
+        """What the session used (``SessionReport``), once it is closed (or detached: this
+        client's part)."""
+        return self._observer.closed() if self._closed else None
 
     def _secrets(self) -> list[str]:
         """The egress credentials' values: never in a span's recorded content."""
@@ -433,7 +435,8 @@ class Toolkit:
         fix (``on_output``, ``approver``, ``host_tools``, ``raise_could_not_run``,
         ``backend_options``). Raises ``AttachError`` (its ``reason`` says why) and stops
         nothing when it cannot attach."""
-        return await durable.attach(cls, handle, options)
+        with session_step("attach"):
+            return await durable.attach(cls, handle, options)
 
     async def __aenter__(self) -> Toolkit:
         await self.open()
