@@ -7,6 +7,7 @@ from .backends import BACKENDS, create_backend
 from .backends.host import HostBackend
 from .backends.snapshots import RestoreResult, Snapshot
 from .builtins import BUILTIN_NAMES, OutputEvent, ToolResult
+from .observability import SessionReport, instrument, trace_parent, uninstrument
 from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
@@ -48,9 +49,10 @@ __all__ = [
     "BACKENDS", "BUILTIN_NAMES", "AttachError", "BackendUnavailable", "BuiltinExec",
     "ConfigurationError", "CouldNotRunError", "FileOpError", "HostBackend", "HostError", "HostTool",
     "InteractiveLimitError", "InteractiveUnsupportedError",
-    "OutputEvent", "ProcessExitedError", "PtyOutput", "ReadQuestion", "RestoreResult", "SandboxLimits",
-    "SandboxPool", "SessionClosedError", "SessionHandle", "Settings", "ShellChangedError",
-    "ShellNotFound", "Snapshot", "SyncToolkit",
+    "OutputEvent", "ProcessExitedError", "PtyOutput", "ReadQuestion", "RestoreResult",
+    "SandboxLimits", "SandboxPool", "SessionClosedError", "SessionHandle", "SessionReport",
+    "Settings", "ShellChangedError", "ShellNotFound", "Snapshot", "SyncToolkit",
     "ToolResult", "Toolkit", "ToolseamError", "UnknownProcessError", "UnknownShellError",
-    "UnknownToolError", "__version__", "create_backend", "load_settings", "parse_settings",
+    "UnknownToolError", "__version__", "create_backend", "instrument", "load_settings",
+    "parse_settings", "trace_parent", "uninstrument",
 ]

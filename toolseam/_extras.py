@@ -19,6 +19,9 @@ _FALLBACK = {
     "mcp": ["mcp>=2.3,<3", "mcp-types>=2.3,<3", "uvicorn>=0.31"],
     "egress": ["cryptography>=42"],
     "ray": ["ray[default]>=2.60"],
+    "otel": ["opentelemetry-api>=1.45,<2", "opentelemetry-sdk>=1.45,<2",
+             "opentelemetry-exporter-otlp-proto-http>=1.45,<2",
+             "opentelemetry-exporter-prometheus>=0.66b0", "prometheus-client>=0.20"],
 }
 
 

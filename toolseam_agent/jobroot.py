@@ -54,8 +54,10 @@ _ANSWER_WAIT_S = 10.0  # a root that does not answer a start (stopped by a comma
 class Owner(Protocol):
     """What a root serves: a job or an interactive process."""
 
-    def on_exit(self, status: int, clean: bool = False) -> None:
-        """The leader was reaped; ``clean``: nothing else of it is left."""
+    def on_exit(self, status: int, clean: bool = False,
+                usage: tuple[float, int] | None = None) -> None:
+        """The leader was reaped; ``clean``: nothing else of it is left; ``usage``: its CPU
+        seconds and peak RSS in KiB."""
 
     def on_root_lost(self) -> None:
         """The root died (a command killed it): only the leader's own tree is still known."""
@@ -201,7 +203,7 @@ class Roots:
             if message[0] == "exit":
                 root.empty, root.reported = bool(message[2]), True
                 if root.owner is not None:
-                    root.owner.on_exit(message[1], bool(message[2]))
+                    root.owner.on_exit(message[1], bool(message[2]), (message[3], message[4]))
             elif message[0] == "empty":
                 root.empty = True
             self._make_idle(root)

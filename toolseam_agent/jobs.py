@@ -122,6 +122,7 @@ class Job:
         self.killed = False
         self.killed_tree: bool | None = None
         self.kill_reason = ""
+        self.usage: tuple[float, int] | None = None  # on_exit's: CPU seconds, peak RSS KiB
         self.leftovers = 0
         self.ended: float | None = None
         self.waiters: list[tuple[Callable[[dict[str, Any]], None], Timer | None]] = []
@@ -199,11 +200,14 @@ class Job:
                     self._close_pipe(fd)
 
     # --- lifecycle ----------------------------------------------------------------------
-    def on_exit(self, status: int, clean: bool = False) -> None:
+    def on_exit(self, status: int, clean: bool = False,
+                usage: tuple[float, int] | None = None) -> None:
         """The leader was reaped (by its root; by the agent when the root was lost).
-        ``clean``: nothing else of the job was left under its root."""
+        ``clean``: nothing else of the job was left under its root. ``usage``: the leader's
+        ``wait4`` figures, CPU seconds and peak RSS in KiB (itself and what it waited for)."""
         self.exit_status = status
         self._clean = clean
+        self.usage = usage
         self._check_finished()
 
     def on_root_lost(self) -> None:
@@ -262,7 +266,7 @@ class Job:
             return
         self.state = "killing"
         self.kill_reason = reason
-        self.killed = reason in ("kill", "shutdown")
+        self.killed = reason in ("kill", "shutdown", "stopped")
         members = self._members()  # snapshot BEFORE the first signal
         if reason == "leftover":
             self.leftovers = len(members)
@@ -355,6 +359,11 @@ class Job:
             result["leftovers_killed"] = self.leftovers
         if self.state == "done" and self._oom_killed():
             result["oom_killed"] = True
+        if self.kill_reason == "stopped":
+            result["sandbox_stopping"] = True
+        if self.usage is not None:  # the leader and every descendant it waited for
+            result["cpu_seconds"] = round(self.usage[0], 6)
+            result["memory_peak_bytes"] = self.usage[1] * 1024  # Linux: KiB
         if self.capture is not None:
             self.capture.add_snapshot(result)
         return result

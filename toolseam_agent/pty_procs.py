@@ -221,7 +221,8 @@ class PtyProc:
         """A command killed its root: only the leader's own tree is known to be its now."""
         self._root_lost = True
 
-    def on_exit(self, status: int, clean: bool = False) -> None:
+    def on_exit(self, status: int, clean: bool = False,
+                usage: tuple[float, int] | None = None) -> None:
         """The leader was reaped (by its root; by the agent when the root was lost)."""
         if self.exit_status is not None:
             return

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
+from typing import Any
 
 from .loop import Loop
 
@@ -55,6 +56,7 @@ class Reaper:
         the agent's main thread. Without it, only watched children are reaped by pidfd."""
         self._loop = loop
         self._on_exit = on_exit
+        self.last_usage: Any = None  # resource.struct_rusage of the child reaped last
         self._pidfds: dict[int, int] = {}
         self.by_pidfd = _pidfds_work()
         if signals:
@@ -101,8 +103,8 @@ class Reaper:
     def reap_all(self) -> None:
         """Reap every child that has exited, telling ``on_exit`` of each."""
         while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+            try:  # wait4: the same reap, with the child's resource usage (a job's accounting)
+                pid, status, self.last_usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:

@@ -117,11 +117,12 @@ def _serve_one(sock: socket.socket) -> bool:
     if answer[0] != "pid":
         return True
     while True:  # orphans of the job that end first are reaped on the way
-        pid, status = os.waitpid(-1, 0)
+        pid, status, used = os.wait4(-1, 0)  # wait4: the leader's figures, for its status
         if pid == leader:
             break
     clean = not _has_children()
-    sock.send(marshal.dumps(("exit", status, clean)))
+    sock.send(marshal.dumps(("exit", status, clean, used.ru_utime + used.ru_stime,
+                             used.ru_maxrss)))
     if not clean:
         with contextlib.suppress(ChildProcessError):
             while True:

@@ -93,7 +93,7 @@ class Agent(PtyOps):
                            lambda: set(self.searchers) | set(self.leaders) | set(self.ptys.by_pid))
         self.ptys = PtyTable(self.loop, self.roots)  # interactive processes (pty_ops.py)
         for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
-            signal.signal(sig, lambda *_: self.shut_down())
+            signal.signal(sig, lambda *_: self.shut_down(stopped=True))
         os.set_blocking(infd, False)
         self.loop.add_reader(infd, self._on_input)
 
@@ -369,19 +369,24 @@ class Agent(PtyOps):
         """A child was reaped (``reaper.py``): a job's leader, a search or an orphan."""
         job = self.leaders.get(pid)
         if job is not None:
-            job.on_exit(status)
+            used = self.reaper.last_usage  # its root was lost: the agent reaped it
+            job.on_exit(status, usage=None if used is None
+                        else (used.ru_utime + used.ru_stime, used.ru_maxrss))
         elif self.ptys.by_pid:
             self.ptys.on_exit(pid, status)
 
-    def shut_down(self) -> None:
-        """Kill every job; the loop stops once none is left."""
+    def shut_down(self, stopped: bool = False) -> None:
+        """Kill every job; the loop stops once none is left. ``stopped``: a signal asked it,
+        not the host — the sandbox is being stopped or removed from outside, and each job's
+        status says so (``sandbox_stopping``), so the host tells a sandbox that died from a
+        command that failed."""
         self._closing = True
         self.ports.close()
         self.tunnels.close()
         self.ptys.kill_all()
         running = [job for job in self.jobs.values() if job.state != "done"]
         for job in running:
-            job.kill("shutdown")
+            job.kill("stopped" if stopped else "shutdown")
         for root in self.roots.busy():
             if root.owner is None:  # a finished job's kept detached processes
                 for pid, started in procscan.descendants(root.pid).items():

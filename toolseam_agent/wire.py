@@ -59,7 +59,8 @@ def dumps(message: Any) -> str:
     return json.dumps(message, separators=(",", ":"))
 
 
-PROTOCOL_VERSION = 2  # 2: a job status leaves out the fields at their STATUS_DEFAULTS
+PROTOCOL_VERSION = 3  # 2: a job status leaves out the fields at their STATUS_DEFAULTS
+# 3: a job status may carry sandbox_stopping, cpu_seconds and memory_peak_bytes
 
 # --- operations -----------------------------------------------------------------------------
 HELLO, START, WAIT, KILL, RELEASE, SHUTDOWN = "hello", "start", "wait", "kill", "release", "shutdown"
@@ -194,7 +195,8 @@ STATUS_DEFAULTS: dict[str, Any] = {
     "exit_code": None, "timed_out": False, "killed": False, "killed_tree": None,
     "leftovers_killed": 0, "oom_killed": False, "chunks": (), "stdout_bytes": 0,
     "stderr_bytes": 0, "stdout_truncated": False, "stderr_truncated": False, "stdout_lines": 0,
-    "stderr_lines": 0}
+    "stderr_lines": 0, "sandbox_stopping": False, "cpu_seconds": None,
+    "memory_peak_bytes": None}
 
 
 def answer(rid: Any, result: dict[str, Any]) -> Answer:

@@ -62,8 +62,10 @@ def test_output_keeps_its_order_across_streams(agent: RawAgent) -> None:
 
 def test_a_quiet_command_answers_with_defaults_left_out(agent: RawAgent) -> None:
     status = agent.run("true")
-    assert set(status) == {"job", "pid", "state", "started", "duration_ms", "exit_code"}
-    assert status["exit_code"] == 0
+    # protocol 3: what the command used (wait4) is measured, so it is always said
+    assert set(status) == {"job", "pid", "state", "started", "duration_ms", "exit_code",
+                           "cpu_seconds", "memory_peak_bytes"}
+    assert status["exit_code"] == 0 and status["memory_peak_bytes"] > 0
 
 
 def test_more_than_a_pipe_holds(agent: RawAgent) -> None:

@@ -233,7 +233,7 @@ async def test_could_not_run_reaches_the_model_or_the_host() -> None:
         result = await tk.call("read", {"path": "x"})
         assert result.is_error and result.metadata == {
             "failure": "could_not_run", "reason": "engine unreachable at unix:///nope",
-            "retryable": True}
+            "retryable": True, "cause": "other"}
         assert result.output == "read: could not run: engine unreachable at unix:///nope"
         backend.fail_with = None
     backend = FakeBackend()

@@ -126,7 +126,7 @@ class ComposedBackend(AgentInteractive):
             raise CouldNotRunError(
                 f"network 'egress': the {self.name} sandbox sees the network interfaces {seen}, "
                 "not loopback alone, so commands could go around the proxy; refusing to start "
-                "(docs/network.md)", retryable=False)
+                "(docs/network.md)", retryable=False, cause="refused")
         channel.carry_tunnels(TunnelMux(serve, channel.send_frame, channel.send_data, ports_for))
         # Where the agent shares this kernel, connections come whole (agentlink/fd_lane.py);
         # the frames stay for the rest (an engine's attach stream, an agent without the lane).
@@ -173,10 +173,24 @@ class ComposedBackend(AgentInteractive):
         session can succeed again, so every one says so, not retryable — a host starts a new
         session (on the same workspace) rather than retrying into a dead one."""
         if self._over is None:
+            # a workspace replaced under a bind mount keeps its own cause; the rest is a
+            # sandbox that died (an RL trainer drops such a rollout rather than score it)
+            cause = why.cause if why.cause in ("workspace_changed", "refused") else "sandbox_lost"
             self._over = CouldNotRunError(
                 f"{why.reason}; this session is over (its sandbox is gone): start a new one",
-                retryable=False)
+                retryable=False, cause=cause)
         return self._over
+
+    def _job_answer(self, status: JobStatus) -> JobStatus:
+        """A job the agent killed because a signal told it to stop (its container stopped or
+        removed from outside) did not fail: its sandbox died. Podman sends the agent SIGTERM
+        first, and the job's "exit -15" looked like an ordinary result."""
+        if status.sandbox_stopping:
+            raise self._session_over(CouldNotRunError(
+                f"the {self.name} sandbox was stopped from outside while job {status.job} ran "
+                "(its agent was told to stop and killed the job)", retryable=False,
+                cause="sandbox_lost"))
+        return status
 
     async def _run(self, call: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         self._check_open()
@@ -203,13 +217,13 @@ class ComposedBackend(AgentInteractive):
         if self._info is None:  # opened on first use; once open, straight on (every bash call)
             self._check_open()
             await self.open()
-        return await self._run(self._exec.start, request, on_output)
+        return self._job_answer(await self._run(self._exec.start, request, on_output))
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:
-        return await self._run(self._exec.wait, job, wait_ms)
+        return self._job_answer(await self._run(self._exec.wait, job, wait_ms))
 
     async def kill(self, job: str) -> JobStatus:
-        return await self._run(self._exec.kill, job)
+        return self._job_answer(await self._run(self._exec.kill, job))
 
     async def release(self, job: str) -> None:
         if not self._closed:

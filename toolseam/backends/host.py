@@ -29,6 +29,7 @@ import sys
 from collections import deque
 from typing import Any
 
+from ..seam.capabilities import SandboxUsage
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.handle import SessionHandle
 from ..seam.models import SandboxInfo, SyncReport
@@ -38,6 +39,7 @@ from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
 from .composed import AlwaysThere, ComposedBackend
 from .host_durable import DurableHostAgent
+from .host_usage import kill_tree, tree_usage
 from .snapshots import LocalSnapshots
 
 _log = logging.getLogger("toolseam")
@@ -76,8 +78,20 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
 
     def _agent(self) -> AgentChannel:
         if self.agent.channel is None:
-            raise CouldNotRunError("the host agent is not running", retryable=True)
+            raise CouldNotRunError("the host agent is not running", retryable=True,
+                                   cause="sandbox_lost")
         return self.agent.channel
+
+    async def resource_usage(self) -> SandboxUsage:
+        """``seam.capabilities.ResourceUsage``: the agent's process tree (``host_usage.py``)."""
+        if self._info is None or self._closed:
+            return SandboxUsage()
+        return tree_usage(self.agent.launcher_pid)
+
+    def kill_sandbox(self) -> None:
+        """``seam.capabilities.SandboxKill``: SIGKILL to the agent's whole process tree."""
+        if self._info is not None and not self._closed:
+            kill_tree(self.agent.launcher_pid)
 
     async def open(self) -> SandboxInfo:
         self._check_open()
@@ -109,7 +123,7 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
                 raise CouldNotRunError(
                     "network 'egress': the host agent could not lock its namespace or hide "
                     f"/run from commands ({detail}); refusing to run them unconfined",
-                    retryable=False)
+                    retryable=False, cause="refused")
             if namespace and hello.get("proc_locked") is False:
                 _log.warning("host agent: no user namespace could be had, so a command running "
                              "as root can unmount /proc and see this process: %s",
@@ -120,7 +134,8 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
         if self.network == "egress":
             failure += ("; network 'egress' needs a user, pid and network namespace for the "
                         "agent (unshare), which this host does not allow")
-        raise CouldNotRunError(f"cannot start the host agent: {failure}", retryable=False)
+        raise CouldNotRunError(f"cannot start the host agent: {failure}", retryable=False,
+                               cause="agent_failed")
 
     async def close(self) -> None:
         if self._closed:

@@ -19,7 +19,7 @@ from ..policy.refusal import Refusal
 from ..policy.settings import Settings
 from ..policy.shells import ShellChoice
 from ..seam.errors import CouldNotRunError, FileOpError
-from ..seam.models import PathRef
+from ..seam.models import JobStatus, PathRef
 from ..seam.protocol import BuiltinExec
 
 
@@ -69,7 +69,7 @@ class ToolResult(BaseModel):
 def could_not_run_result(tool: str, exc: CouldNotRunError) -> ToolResult:
     """CONTRACT §2: the sandbox failed, not the command — a result the model can read."""
     return error(f"{tool}: could not run: {exc.reason}", failure="could_not_run",
-                 reason=exc.reason, retryable=exc.retryable)
+                 reason=exc.reason, retryable=exc.retryable, cause=exc.cause)
 
 
 def ok(output: str, **metadata: Any) -> ToolResult:
@@ -129,6 +129,16 @@ class CallContext:
             refuse_reserved_names(path)
         # Plain construction: pydantic-core checks three fields faster than model_construct.
         return PathRef(base=self.base_dir, path=path or ".", confine=self.confine)
+
+    def note_written(self, changes: int) -> None:
+        """Bytes of file content this call wrote into the sandbox (the session's accounting,
+        ``toolseam.observability``)."""
+        self.extra["bytes_written"] = self.extra.get("bytes_written", 0) + changes
+
+    def note_job(self, status: JobStatus) -> None:
+        """The job this call ran, as it ended or was last seen (accounting and the command's
+        span read it)."""
+        self.extra["job"] = status
 
     def absolute(self, path: str) -> str:
         """The path as the sandbox sees it, relative ones against the base dir (lexical)."""

@@ -86,6 +86,7 @@ class ApplyPatch(Builtin[ApplyPatchInput]):
         change = [item for f in files.values() if (item := _change(f)) is not None]
         if change:
             await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine, ops=change))
+            ctx.note_written(sum(len(op.data) for op in change if isinstance(op, WriteOp)))
         n = len(ops)
         return ok(f"Applied patch: {n} file operation{'' if n == 1 else 's'}", **counts)
 

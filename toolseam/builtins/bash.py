@@ -280,6 +280,7 @@ async def _for_model(result: ToolResult, status: JobStatus, ctx: CallContext,
                      timeout_ms: int | None = None) -> ToolResult:
     """What the model is told beyond ``output``: where the capture dropped text, what ended the
     command, and — when the text must be cut to the budget — a spill file with all of it."""
+    ctx.note_job(status)
     hints = result.model_hints
     hints.budget = ctx.services.settings.model_output_chars
     out = status.output

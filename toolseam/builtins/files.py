@@ -392,6 +392,7 @@ class Write(Builtin[WriteInput]):
                 return error(f"write: {args.path} already exists and was not read in this "
                              "session; read it first, then write")
         result = await ctx.backend.write(ref, data, keep_bom=True)
+        ctx.note_written(len(data))
         _seen(ctx, args.path)  # the model knows what it wrote
         return ok(f"Wrote {len(data)} bytes to {args.path}", bytes=len(data), created=result.created)
 
@@ -464,6 +465,7 @@ class Edit(Builtin[EditInput]):
         expect = hashlib.sha256(raw.data).hexdigest()
         await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine,
                                            ops=[WriteOp(path=p, data=data, expect=expect)]))
+        ctx.note_written(len(data))
         _seen(ctx, p)
         n = len(chosen)
         return ok(f"Edited {p} ({n} replacement{'' if n == 1 else 's'})", replacements=n)
@@ -483,6 +485,7 @@ class Edit(Builtin[EditInput]):
         if existing.kind == "missing":
             await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine, ops=[
                 WriteOp(path=args.path, data=data, expect="absent")]))
+            ctx.note_written(len(data))
             _seen(ctx, args.path)
             return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0, created=True)
         services = ctx.services
@@ -494,6 +497,7 @@ class Edit(Builtin[EditInput]):
         data = bom + data.removeprefix(BOM.encode()) if bom else data
         await ctx.backend.commit(ChangeSet(base=ctx.base_dir, confine=ctx.confine, ops=[
             WriteOp(path=args.path, data=data, expect=hashlib.sha256(raw.data).hexdigest())]))
+        ctx.note_written(len(data))
         _seen(ctx, args.path)
         if not raw.data.removeprefix(bom):
             return ok(f"Created {args.path} ({len(data)} bytes)", replacements=0, created=False)

@@ -25,6 +25,8 @@ from ..seam.handle import SessionHandle
 from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
 from .cli_terms import in_cli_terms
+from .metrics_server import add_parser as add_metrics_parser
+from .ps import add_parser as add_ps_parser
 from .recover import add_parser as add_recover_parser
 from .recover import run as run_recover
 from .snapshots import add_parser as add_snapshots_parser
@@ -350,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
     _session_options(mcp)
     add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
     add_snapshots_parser(commands)  # toolseam snapshots: list | rm | prune
+    add_ps_parser(commands)  # toolseam ps: live sessions (observability, issue 49)
+    add_metrics_parser(commands)  # toolseam metrics: their Prometheus endpoint
     return parser
 
 
@@ -383,6 +387,8 @@ def _main(argv: list[str] | None) -> int:
             return run_recover(args)
         if args.command == "snapshots":
             return run_snapshots(args)
+        if getattr(args, "handler", None) is not None:  # a subcommand in its own module
+            return int(args.handler(args))
         return asyncio.run(_serve(args))
     except HostError as exc:
         print(f"toolseam: {in_cli_terms(str(exc))}", file=sys.stderr)

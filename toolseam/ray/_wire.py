@@ -12,6 +12,7 @@ import pickle
 from typing import Any
 
 from ..seam import errors
+from ..seam.models import COULD_NOT_RUN_CAUSES, CouldNotRunCause
 from .codec import dumps, loads
 
 Answer = tuple[Any, ...]
@@ -52,7 +53,7 @@ def unpack_answer(payload: bytes) -> Answer:
 def encode(exc: BaseException) -> Answer:
     """A seam exception as plain values; anything else is a could-not-run naming it."""
     if isinstance(exc, errors.CouldNotRunError):
-        return ("err", "could_not_run", exc.reason, exc.retryable)
+        return ("err", "could_not_run", exc.reason, exc.retryable, exc.cause)
     if isinstance(exc, errors.FileOpError):
         return ("err", "file_op", exc.code, exc.path, exc.detail)
     if isinstance(exc, errors.HostError):
@@ -73,4 +74,6 @@ def decode(answer: Answer, where: str) -> Any:
         if not (isinstance(cls, type) and issubclass(cls, errors.HostError)):
             cls = errors.HostError
         raise cls(answer[3])
-    raise errors.CouldNotRunError(f"{where}: {answer[2]}", retryable=bool(answer[3]))
+    cause: CouldNotRunCause = answer[4] if len(answer) > 4 and answer[4] in COULD_NOT_RUN_CAUSES else "other"
+    raise errors.CouldNotRunError(f"{where}: {answer[2]}", retryable=bool(answer[3]),
+                                  cause=cause)

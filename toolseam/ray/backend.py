@@ -225,7 +225,8 @@ class RayBackend:
         except CouldNotRunError as failure:
             self._copy_back_error = failure
         except Exception as exc:  # noqa: BLE001 - close never raises; Toolkit.close reports
-            self._copy_back_error = CouldNotRunError(f"{self.where}: {exc}", retryable=False)
+            self._copy_back_error = CouldNotRunError(f"{self.where}: {exc}", retryable=False,
+                                                     cause="copy_back_failed")
 
     async def open_egress(self, serve: Serve, ca_pem: str | None,
                           ports_for: Any = None) -> dict[str, object]:
@@ -270,7 +271,7 @@ class RayBackend:
             self._over = CouldNotRunError(
                 f"{self.where} was lost ({type(exc).__name__}); the call may have run "
                 "there; this session is over (its sandbox went with the node): start a "
-                "new one", retryable=False)
+                "new one", retryable=False, cause="sandbox_lost")
             cluster.forget_actor(self.node_id or "", lost=_node_died(exc))
         return self._over
 

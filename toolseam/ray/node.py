@@ -187,7 +187,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
             info = await backend.open()
         except CouldNotRunError as exc:
             shutil.rmtree(root, ignore_errors=True)
-            return encode(CouldNotRunError(f"{self.where}: {exc.reason}", exc.retryable))
+            return encode(CouldNotRunError(f"{self.where}: {exc.reason}", exc.retryable,
+                                           exc.cause))
         except Exception as exc:  # noqa: BLE001 - every failure is an answer, never a Ray error
             shutil.rmtree(root, ignore_errors=True)
             return encode(exc)
@@ -342,7 +343,8 @@ class NodeSessions(ShapedSandboxes, NodePools):
             await session.backend.close()
             failure = getattr(session.backend, "copy_back_error", None)
             if failure is not None:
-                return encode(CouldNotRunError(f"{self.where}: {failure.reason}", False))
+                return encode(CouldNotRunError(f"{self.where}: {failure.reason}", False,
+                                               "copy_back_failed"))
             if bring_back:
                 return ("ok", await asyncio.to_thread(_pack, session.workspace))
             return ("ok", None)

@@ -13,6 +13,11 @@ and anyio's backends do the same).
   (``interactive.py``): every backend whose commands an agent runs.
 * ``Branching`` — the session's files kept as a snapshot, restored in place, or opened as new
   sessions of the same kind (docs/branching.md): the host backend.
+* ``SandboxKill`` — end the sandbox from outside its session, from any thread
+  (``toolseam ps --kill``): the container backends and the host backend.
+* ``ResourceUsage`` — what the whole sandbox has used (CPU, memory, processes), measured by
+  its engine's cgroup statistics or, on the host, the agent's process tree: the container
+  backends and the host backend.
 """
 
 from __future__ import annotations
@@ -248,3 +253,36 @@ def branching(backend: object) -> Branching:
     name = getattr(backend, "name", type(backend).__name__)
     raise ConfigurationError(f"snapshot: the {name} backend cannot snapshot, restore or fork "
                              "a session's files (the host backend can)")
+
+
+@dataclass(frozen=True)
+class SandboxUsage:
+    """What a sandbox has used so far, each figure None where it cannot be measured (rootless
+    podman on cgroups v1 has no cgroup of its own) — never a guess."""
+
+    cpu_seconds: float | None = None
+    """CPU time of every process of the sandbox, those ended included."""
+    memory_bytes: int | None = None
+    """Memory in use now."""
+    memory_peak_bytes: int | None = None
+    """The most memory in use at once since the sandbox started."""
+    pids: int | None = None
+    """Processes now."""
+
+
+@runtime_checkable
+class ResourceUsage(Protocol):
+    """A backend that can measure its whole sandbox (``toolseam.observability`` asks it at
+    close, ``toolseam ps`` and the metrics while it runs)."""
+
+    async def resource_usage(self) -> SandboxUsage:
+        """The sandbox's usage now; every field None when it is not open or not measurable."""
+
+
+@runtime_checkable
+class SandboxKill(Protocol):
+    """A sandbox an operator can end from outside its session (``toolseam ps --kill``)."""
+
+    def kill_sandbox(self) -> None:
+        """End the sandbox and every process it holds now, from any thread, without waiting
+        for the session's event loop; the session's calls then fail as ``sandbox_lost``."""

@@ -10,7 +10,8 @@
     │   ├── BackendUnavailable    unknown backend name, or its extra is not installed
     │   └── SessionClosedError    the toolkit or backend was used after close
     ├── CouldNotRunError          the sandbox could not run the operation at all; carries a
-    │                             ``CouldNotRun`` outcome (``reason``, ``retryable``)
+    │                             ``CouldNotRun`` outcome (``reason``, ``retryable``,
+    │                             ``cause``: one of a closed set, e.g. ``sandbox_lost``)
     └── FileOpError               a file operation failed in a way the MODEL can act on
                                   (not found, outside the base dir, not UTF-8 …); builtins turn
                                   it into a tool result, never let it reach the host
@@ -21,7 +22,7 @@ exception anywhere: it is a normal result (``JobStatus``).
 
 from __future__ import annotations
 
-from .models import CouldNotRun
+from .models import CouldNotRun, CouldNotRunCause
 
 
 class ToolseamError(Exception):
@@ -65,9 +66,9 @@ class SessionClosedError(HostError):
 class CouldNotRunError(ToolseamError):
     """The sandbox could not run the operation (engine down, image missing, agent crashed …)."""
 
-    def __init__(self, reason: str, retryable: bool) -> None:
+    def __init__(self, reason: str, retryable: bool, cause: CouldNotRunCause = "other") -> None:
         super().__init__(reason)
-        self.outcome = CouldNotRun(reason=reason, retryable=retryable)
+        self.outcome = CouldNotRun(reason=reason, retryable=retryable, cause=cause)
 
     @property
     def reason(self) -> str:
@@ -76,6 +77,12 @@ class CouldNotRunError(ToolseamError):
     @property
     def retryable(self) -> bool:
         return self.outcome.retryable
+
+    @property
+    def cause(self) -> CouldNotRunCause:
+        """Why, as one of ``seam.models.CouldNotRunCause`` (``"sandbox_lost"``: the sandbox
+        died under the call, not the command)."""
+        return self.outcome.cause
 
 
 class FileOpError(ToolseamError):

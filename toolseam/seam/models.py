@@ -17,12 +17,32 @@ class _Wire(BaseModel):
 
 
 # --- outcomes -------------------------------------------------------------------------------
+CouldNotRunCause = Literal[
+    "sandbox_lost",       # the sandbox died under the call: removed, stopped, OOM-killed whole,
+                          # its agent killed, its engine's node or Ray node gone
+    "engine_unreachable", # no connection to the engine (or the cluster); the sandbox may live
+    "image_missing",      # the image is not there and could not be pulled
+    "agent_failed",       # the agent could not start, speaks another protocol, or faulted
+    "refused",            # the sandbox would not be what was asked (limits, network, guard)
+    "workspace_changed",  # the bind-mounted base dir was renamed, removed or replaced
+    "copy_back_failed",   # the sandbox's changes could not come home (its container is kept)
+    "busy",               # the channel stayed full, a pool had nothing to hand out
+    "engine_error",       # the engine refused or failed a request for another reason
+    "other",              # none of the above (spawn failures, host OS errors)
+]
+"""Why an operation could not run, as a closed set a program can filter on (an RL trainer drops
+a rollout whose sandbox died, ``sandbox_lost``, rather than scoring it); the ``reason`` says it in
+words."""
+COULD_NOT_RUN_CAUSES: tuple[str, ...] = CouldNotRunCause.__args__  # type: ignore[attr-defined]
+
+
 class CouldNotRun(_Wire):
     """The operation never ran: the sandbox or its engine failed, not the command."""
 
     outcome: Literal["could_not_run"] = "could_not_run"
     reason: str = Field(description="What failed, in words a host can log and a model can read.")
     retryable: bool = Field(description="True when the same request may succeed elsewhere or later.")
+    cause: CouldNotRunCause = Field("other", description="Why, as one of a closed set.")
 
 
 # --- exec part ------------------------------------------------------------------------------
@@ -100,6 +120,15 @@ class JobStatus(_Wire):
     stderr_lines: int | None = Field(None, description="Line breaks the stream wrote in all.")
     gaps: list[CaptureGap] = Field(
         default_factory=list, description="Where the capture dropped the middle of a stream.")
+    sandbox_stopping: bool = Field(
+        False, description="The agent killed the job because its sandbox was being stopped "
+        "from outside (SIGTERM to the agent): the job did not fail, its sandbox died.")
+    cpu_seconds: float | None = Field(
+        None, description="CPU time (user + system) of the job's processes that were reaped; "
+        "None where the backend cannot measure it.")
+    memory_peak_bytes: int | None = Field(
+        None, description="Peak resident memory of the job's largest reaped process; None "
+        "where the backend cannot measure it.")
 
     @property
     def output(self) -> str:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..backends.containers.pool.warm import ContainerPool
+from ..observability.hook import pool_claim
 from ..policy.limits import SandboxLimits
 from ..policy.settings import Settings, parse_settings
 from ..seam.errors import ConfigurationError
@@ -37,6 +38,7 @@ class SandboxPool(ContainerPool):
             raise ConfigurationError(
                 "settings.limits differ from the pool's: a pooled sandbox's limits are fixed "
                 "when it starts; give them to the pool (SandboxPool(..., limits=...))")
-        return await open_toolkit(await self.backend(base_dir), settings=settings,
-                                  **toolkit_kwargs)
+        with pool_claim(self.pool_id, self.ready_count):
+            backend = await self.backend(base_dir)
+        return await open_toolkit(backend, settings=settings, **toolkit_kwargs)
 

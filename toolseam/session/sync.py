@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..builtins import OutputEvent, ToolResult
+from ..observability import SessionReport
 from ..policy.readscope import Approver
 from ..policy.settings import Settings
 from ..policy.shells import ShellChoice
@@ -195,11 +196,14 @@ class SyncToolkit:
     def tool_names(self) -> list[str]:
         return self.toolkit.tool_names
 
-    def close(self) -> None:
+    def close(self) -> SessionReport:
+        """Close the session (see ``Toolkit.close``); returns what it used."""
         if self._closed:
-            return
+            report = self.toolkit.report
+            assert report is not None  # the toolkit closed or detached with this object
+            return report
         try:
-            self._run(self.toolkit.close())
+            return self._run(self.toolkit.close())
         finally:
             self._closed = True
             self._stop()

@@ -20,6 +20,7 @@ from .. import stdio_wire
 from ..backends import backend_for
 from ..builtins import (
     BUILTIN_NAMES,
+    Builtin,
     CallContext,
     OutputEvent,
     ToolResult,
@@ -27,6 +28,8 @@ from ..builtins import (
     could_not_run_result,
     remove_spills,
 )
+from ..observability import SessionObserver, SessionReport
+from ..observability.hook import session_step
 from ..policy.environment import command_environment
 from ..policy.readscope import Approver, ReadScope
 from ..policy.session import Session
@@ -219,6 +222,8 @@ class Toolkit:
         # ends with its client, or outlives it (lifetime.py, docs/sessions.md): chosen once
         self._lifetime: Lifetime = lifetime or lifetime_for(self.settings)
         self.adopted_jobs: list[int] = []  # jobs an attach found running outside the table
+        # accounting, spans and metrics (toolseam/observability): close returns its report
+        self._observer = SessionObserver(self.session_id, self.backend.name, self._secrets)
 
     def _same_loop(self) -> None:
         """Refuse a second event loop with a sentence saying what to do: the agent channel,
@@ -243,6 +248,12 @@ class Toolkit:
         self._same_loop()
         if self.info is not None:
             return self.info
+        with self._observer.lifecycle("open"):
+            info = await self._open()
+            self._observer.opened_on(self.backend, not isinstance(self._lifetime, Ephemeral))
+        return info
+
+    async def _open(self) -> SandboxInfo:
         self._check_network()
         self._lifetime.before_open(self.backend)
         info = await self.backend.open()
@@ -297,6 +308,7 @@ class Toolkit:
         from ..egress.session import SessionEgress  # loaded only for egress sessions
 
         def on_event(event: EgressEvent) -> None:
+            self._observer.egress(event)
             if self.on_egress is not None:
                 self.on_egress(event)
 
@@ -337,14 +349,33 @@ class Toolkit:
         found = await self.backend.stat(PathRef(base="/", path=path, confine=False))
         return found.kind == "file" and found.executable
 
-    async def close(self) -> None:
+    @property
+    def report(self) -> SessionReport | None:
+        """What the session used (``SessionReport``), once it is closed (or detached: this
+        client's part)."""
+        return self._observer.closed() if self._closed else None
+
+    def _secrets(self) -> list[str]:
+        """The egress credentials' values: never in a span's recorded content."""
+        return [] if self._egress is None else self._egress.proxy.policy.secret_values()
+
+    async def close(self) -> SessionReport:
         """Kill every job and close the backend: no process of this session is left. A sandbox
         working on a copy brings its changes home first; if they cannot come home, its
-        container is kept and this raises ``CouldNotRunError`` saying where they are."""
+        container is kept and this raises ``CouldNotRunError`` saying where they are.
+        Returns (and logs) what the session used: a ``SessionReport``."""
         if self._closed:
-            return
+            return self._observer.closed()
         if self.info is not None:
             self._same_loop()
+        try:
+            with self._observer.lifecycle("close"):
+                await self._close()
+        finally:
+            report = self._observer.closed()
+        return report
+
+    async def _close(self) -> None:
         self._closed = True
         try:
             if self.info is not None:
@@ -352,6 +383,7 @@ class Toolkit:
                 await self.services.jobs.close()
             if self._egress is not None:
                 await self._egress.close()  # every tunnel ends; new connections are refused
+            await self._observer.sample(self.backend)  # its cgroup goes with it
         finally:
             await self.backend.close()
             await self._branches.closed()  # a branch's private workspace (branching.py)
@@ -372,7 +404,8 @@ class Toolkit:
         shares no filesystem works on a copy (copy mode); elsewhere this changes nothing.
         Close does it too."""
         await self.open()
-        return await self._transfer().sync()
+        with self._observer.lifecycle("copy_back"):
+            return await self._transfer().sync()
 
     async def upload(self, local: str, dest: str) -> None:
         """A host file or directory into the sandbox's workspace as ``dest`` (a step's input)."""
@@ -434,6 +467,7 @@ class Toolkit:
         self._same_loop()
         handle = self.handle
         self._closed = True
+        self._observer.left()
         await self._lifetime.detach(self)
         return handle
 
@@ -444,7 +478,8 @@ class Toolkit:
         fix (``on_output``, ``approver``, ``host_tools``, ``raise_could_not_run``,
         ``backend_options``). Raises ``AttachError`` (its ``reason`` says why) and stops
         nothing when it cannot attach."""
-        return await durable.attach(cls, handle, options)
+        with session_step("attach"):
+            return await durable.attach(cls, handle, options)
 
     async def __aenter__(self) -> Toolkit:
         await self.open()
@@ -499,7 +534,7 @@ class Toolkit:
             self._same_loop()
         host_tool = self._host_tools.get(name)
         if host_tool is not None:
-            return await host_tool.execute(args)
+            return await self._observer.call(name, None, args, host_tool.execute(args))
         tool = self._builtins.get(name)
         if tool is None:
             raise UnknownToolError(f"unknown tool {name!r}; enabled: {', '.join(self.tool_names)}")
@@ -513,6 +548,11 @@ class Toolkit:
         ctx = CallContext(self.backend, self.base_dir, self.confine, self.session_id,
                           call_id or f"call-{next(self._call_ids)}", self.services,
                           on_output or self.on_output)
+        result = await self._observer.call(name, ctx, args, self._run_builtin(tool, args, ctx))
+        await self._lifetime.changed(self)
+        return result
+
+    async def _run_builtin(self, tool: Builtin[Any], args: Any, ctx: CallContext) -> ToolResult:
         if self._egress is None:
             result = await tool(args, ctx)
         else:
@@ -530,7 +570,6 @@ class Toolkit:
                                                                 "egress": made}})
                 # The model reads why a connection failed, not only the client's "403".
                 result.model_hints.notes.extend(self._egress.notes(made, result.output))
-        await self._lifetime.changed(self)
         return result
 
     async def call_stream(self, name: str, args: Any, *, call_id: str | None = None

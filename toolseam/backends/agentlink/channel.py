@@ -34,7 +34,7 @@ from toolseam_agent.wire import dumps as wire_dumps
 from toolseam_agent.wire import loads as wire_loads
 
 from ...seam.errors import CouldNotRunError
-from ...seam.models import JobStatus, OutputChunk
+from ...seam.models import CouldNotRunCause, JobStatus, OutputChunk
 from ...seam.protocol import OutputCallback
 from .errors import map_agent_error
 from .fd_lane import FdLane
@@ -234,7 +234,8 @@ class AgentChannel(asyncio.BufferedProtocol):
             await asyncio.sleep(_PASSING_WAIT_S)
         else:
             raise CouldNotRunError(f"the channel to the sandbox agent at {self.endpoint} stayed "
-                                   "full: a descriptor could not be sent", retryable=True)
+                                   "full: a descriptor could not be sent", retryable=True,
+                                   cause="busy")
         # From here to the write, nothing else may be written: no await.
         line = payload + b"\n" if self._seal is None else self._seal.seal(payload) + b"\n"
         raw = self._transport.get_extra_info("socket")
@@ -249,7 +250,8 @@ class AgentChannel(asyncio.BufferedProtocol):
                     if not select.select([], [sock], [], _PASSING_WAIT_S * _PASSING_TRIES)[1]:
                         raise CouldNotRunError(
                             f"the channel to the sandbox agent at {self.endpoint} stayed full: "
-                            "a descriptor could not be sent", retryable=True) from None
+                            "a descriptor could not be sent", retryable=True,
+                            cause="busy") from None
         if sent < len(line):
             self._transport.write(line[sent:])
 
@@ -288,11 +290,12 @@ class AgentChannel(asyncio.BufferedProtocol):
         except SealError as exc:
             self.tampered = True  # the engine's state cannot explain it: say what it was
             self._die(f"a line from the session at {self.endpoint} did not hold its seal ({exc}): "
-                      "something between this client and the agent changed the stream")
+                      "something between this client and the agent changed the stream", "other")
             assert self._transport is not None
             self._transport.abort()
         except (ValueError, KeyError, TypeError, AttributeError, FrameError) as exc:  # not ours
-            self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}")
+            self._die(f"the sandbox agent at {self.endpoint} broke the protocol: {exc}",
+                      "agent_failed")
             assert self._transport is not None
             self._transport.abort()
 
@@ -354,13 +357,15 @@ class AgentChannel(asyncio.BufferedProtocol):
             raise CouldNotRunError(
                 f"the sandbox agent at {self.endpoint} speaks protocol {theirs!r}, this toolseam "
                 f"speaks protocol {PROTOCOL_VERSION}: stage the agent of this toolseam version",
-                retryable=False)
+                retryable=False, cause="agent_failed")
         return answer
 
-    def _die(self, reason: str) -> None:
+    def _die(self, reason: str, cause: CouldNotRunCause = "sandbox_lost") -> None:
+        """The channel ended: by default because its agent did (a sandbox that is gone; a
+        liveness that knows better, a copy-mode drop, says so in ``explain``)."""
         self._data.clear()  # tunnel data never sent: its connections end with the channel
         if self.death is None:
-            self.death = CouldNotRunError(reason, retryable=True)
+            self.death = CouldNotRunError(reason, retryable=True, cause=cause)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(self.death)

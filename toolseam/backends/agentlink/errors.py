@@ -43,7 +43,8 @@ def map_agent_error(error: Mapping[str, Any]) -> Exception:
         return ProcessExitedError(message)
     if kind == ErrorKind.ATTACH:  # a durable session lost this call's answer with a connection
         return CouldNotRunError(message, retryable=False)
-    return CouldNotRunError(f"sandbox agent fault: {message}", retryable=True)
+    return CouldNotRunError(f"sandbox agent fault: {message}", retryable=True,
+                            cause="agent_failed")
 
 
 def from_fs_error(exc: FsError) -> Exception:

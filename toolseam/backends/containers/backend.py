@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from ...policy.environment import CONTAINER_BASE_ENV
-from ...seam.capabilities import ShellAccess
+from ...seam.capabilities import SandboxUsage, ShellAccess
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...seam.handle import SessionHandle
 from ...seam.models import SandboxInfo, SyncReport
@@ -22,13 +22,14 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
-from .engine.protocol import GO_MODE_SYMLINK, Engine
+from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .labels import POOL_LABEL, WORKSPACE
 from .modes.bind import BindMode
 from .modes.copy import CopyMode
 from .modes.durable import DurableMode, durable_mode
 from .options import DEFAULT_IMAGE, ContainerOptions
 from .sandbox import ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
+from .usage import NOT_MEASURED, usage_from_stats
 
 __all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
 
@@ -82,6 +83,25 @@ class ContainerBackend(DurableMethods, ComposedBackend):
         if channel is None:
             raise CouldNotRunError(f"the {self.name} sandbox is not running", retryable=True)
         return channel
+
+    async def resource_usage(self) -> SandboxUsage:
+        """``seam.capabilities.ResourceUsage``: the container's cgroup, as its engine reports
+        it (``usage.py``); nothing measured before the start or after the end."""
+        container = self.sandbox.container
+        if container is None or self._closed:
+            return NOT_MEASURED
+        try:
+            stats = await in_engine_thread(lambda: self.sandbox.engine.stats(container))
+        except CouldNotRunError:
+            return NOT_MEASURED
+        return usage_from_stats(stats)
+
+    def kill_sandbox(self) -> None:
+        """``seam.capabilities.SandboxKill``: the engine removes the container (its pid
+        namespace goes with it); the session finds it gone at its next answer."""
+        container = self.sandbox.container
+        if container is not None and not self._closed:
+            self.sandbox.engine.remove(container)
 
     @property
     def copy_back_error(self) -> CouldNotRunError | None:

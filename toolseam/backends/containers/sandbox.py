@@ -35,6 +35,7 @@ from ..agentlink.channel import AgentChannel
 from ..composed import Liveness
 from .bundle.foreign_arch import select_bundle
 from .bundle.staged import stage_bundle
+from .engine.errors import EngineNotFound
 from .engine.protocol import ContainerSpec, ContainerState, Engine, Hardening, in_engine_thread
 from .engine.pull import PullCallback, PullPolicy
 from .host_dirs import check_workspace
@@ -44,6 +45,8 @@ from .labels import OWNER_LABEL, SESSION_LABEL, WORKSPACE, owner_label
 WorkspaceMode = Literal["auto", "bind", "copy"]
 WORKSPACE_MODES: tuple[WorkspaceMode, ...] = ("auto", "bind", "copy")
 _CONNECT_TIMEOUT_S = 15.0
+REMOVED = "removed"  # ContainerState.status of a container the engine no longer knows
+_SETTLE_S = 5.0  # how long a container whose agent died may still be reported running
 
 T = TypeVar("T")
 _ENGINE_ARCH: dict[str, str] = {}
@@ -56,7 +59,7 @@ async def adopt_running(sandbox: ContainerSandbox, container: str) -> None:
     sandbox.container = container
     state = await sandbox.state()
     where = f"the {sandbox.engine_name} engine at {sandbox.engine.endpoint}"
-    if state is None:
+    if state is None or state.status == REMOVED:
         raise AttachError("gone", f"{where} has no container {container[:12]}: the session "
                           "ended (closed, or orphaned past its orphan_timeout_s)")
     if not state.running:
@@ -76,7 +79,8 @@ def check_unix_endpoint(engine_name: str, endpoint: str) -> None:
     except OSError as exc:
         raise CouldNotRunError(f"{engine_name} engine unreachable at {endpoint}: "
                                f"{exc.strerror or exc}{_root_rootless_hint(engine_name, path)}",
-                               retryable=True) from None
+                               retryable=True,
+                               cause="engine_unreachable") from None
     finally:
         probe.close()
 
@@ -233,7 +237,7 @@ class ContainerSandbox:
             raise CouldNotRunError(
                 f"image {self.image!r} is not present on the {self.engine_name} engine at "
                 f"{self.engine.endpoint} (pull policy: never); {self._how_to_load()}",
-                retryable=False)
+                retryable=False, cause="image_missing")
         try:
             await self._call(lambda: self.engine.pull(self.image, self.registry_auth,
                                                       self.on_pull_progress))
@@ -244,7 +248,8 @@ class ContainerSandbox:
             raise CouldNotRunError(
                 f"image {self.image!r} is not present on the {self.engine_name} engine at "
                 f"{self.engine.endpoint}, and pulling it failed ({exc}); "
-                f"{self._how_to_load()}", retryable=exc.retryable) from None
+                f"{self._how_to_load()}", retryable=exc.retryable,
+                cause="image_missing") from None
 
     def _how_to_load(self) -> str:
         """What a user without a registry does: load or build the image into this engine."""
@@ -272,13 +277,18 @@ class ContainerSandbox:
             raise CouldNotRunError(
                 f"the {self.engine_name} engine at {self.engine.endpoint} did not apply the "
                 f"limits {', '.join(missing)} (rootless podman ignores resource limits on "
-                "cgroups v1); refusing an unlimited sandbox", retryable=False)
+                "cgroups v1); refusing an unlimited sandbox", retryable=False, cause="refused")
 
     async def state(self) -> ContainerState | None:
+        """The container's state; ``status`` "removed" when the engine no longer knows it,
+        None when the engine could not be asked."""
         if self.container is None:
             return None
         try:
             return await self._call(lambda: self.engine.state(self.container or ""))
+        except EngineNotFound:  # removed from outside: as dead as a stopped one
+            return ContainerState(running=False, exit_code=None, oom_killed=False,
+                                  status=REMOVED)
         except CouldNotRunError:
             return None
 
@@ -288,9 +298,14 @@ class ContainerSandbox:
         — unless the channel ended on a line that did not hold its seal: that is what happened."""
         if failure is not None and self.channel is not None and self.channel.tampered:
             return failure
-        state = await self.state()
+        state = await (self.state() if starting else self._settled_state())
         if state is None:
-            return failure or CouldNotRunError("the sandbox container is gone", retryable=True)
+            return failure or CouldNotRunError("the sandbox container is gone", retryable=True,
+                                               cause="sandbox_lost")
+        if state.status == REMOVED:
+            return CouldNotRunError(f"the sandbox container {self.container} was removed from "
+                                    f"the {self.engine_name} engine", retryable=True,
+                                    cause="sandbox_lost")
         logs = ""
         with contextlib.suppress(CouldNotRunError):
             logs = (await self._call(lambda: self.engine.logs(self.container or ""))).strip()
@@ -299,22 +314,34 @@ class ContainerSandbox:
         if state.running:
             detail = f": {logs.splitlines()[-1]}" if logs else ""
             return CouldNotRunError(f"the sandbox agent crashed; its container still runs{detail}",
-                                    retryable=True)
+                                    retryable=True, cause="agent_failed")
         reason = None if starting else self.mode.exit_reason(state.exit_code)
         if reason is not None:
-            return CouldNotRunError(reason, retryable=False)
+            return CouldNotRunError(reason, retryable=False, cause="sandbox_lost")
         if starting and state.exit_code not in (137, None):
             # The agent brings its own runtime: an exit at start is the agent's own failure
             # (an image for another CPU architecture, a kernel without what it needs).
             detail = logs.splitlines()[-1] if logs else f"exit code {state.exit_code}"
             return CouldNotRunError(f"the sandbox agent could not start in image {self.image!r}: "
-                                    f"{detail}", retryable=False)
+                                    f"{detail}", retryable=False, cause="agent_failed")
         if state.oom_killed or state.exit_code == 137:
             # podman 4.3 reports OOMKilled=false for a real OOM kill: exit 137 says SIGKILL.
             return CouldNotRunError("the sandbox container was killed (out of memory or SIGKILL, "
-                                    "exit 137)", retryable=True)
+                                    "exit 137)", retryable=True, cause="sandbox_lost")
         return CouldNotRunError(f"the sandbox container exited (code {state.exit_code}, "
-                                f"{state.status})", retryable=True)
+                                f"{state.status})", retryable=True, cause="sandbox_lost")
+
+    async def _settled_state(self) -> ContainerState | None:
+        """The container's state once it is not mid-way through ending. The agent is the
+        container's first process: when its channel died, the engine may still report the
+        container running for a moment while it stops or removes it (docker's ``rm -f`` did,
+        and the reason said "its container still runs") — so ask again, a bounded while."""
+        state = await self.state()
+        deadline = time.monotonic() + _SETTLE_S
+        while state is not None and state.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+            state = await self.state()
+        return state
 
     async def remove_orphans(self) -> list[str]:
         """The janitor (``janitor.py``): containers, volumes and host directories whose owner

@@ -20,19 +20,24 @@ from dataclasses import dataclass
 import requests
 
 from ....seam.errors import CouldNotRunError
+from ....seam.models import CouldNotRunCause
 
 
 class EngineError(CouldNotRunError):
     """An engine call failed."""
 
     retryable_by_default = True
+    cause_by_default: CouldNotRunCause = "engine_error"
 
     def __init__(self, reason: str) -> None:
-        super().__init__(reason, retryable=self.retryable_by_default)
+        super().__init__(reason, retryable=self.retryable_by_default,
+                         cause=self.cause_by_default)
 
 
 class EngineUnreachable(EngineError):
     """No connection to the engine."""
+
+    cause_by_default: CouldNotRunCause = "engine_unreachable"
 
 
 class EngineNotFound(EngineError):

@@ -66,7 +66,7 @@ def pull_failure(engine: str, image: str, message: str) -> CouldNotRunError:
     permanent = any(words in text for words in _PERMANENT)
     return CouldNotRunError(
         f"{engine} could not pull {image!r} from {registry_of(image)}: {message.strip()}",
-        retryable=not permanent)
+        retryable=not permanent, cause="image_missing" if permanent else "engine_unreachable")
 
 
 def progress_of(image: str, event: dict[str, Any]) -> PullProgress:

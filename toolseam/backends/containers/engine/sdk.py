@@ -138,6 +138,17 @@ class SdkEngine:
     def host_config(self, container: str) -> dict[str, Any]:
         return dict(self._do(lambda c: self.dialect.inspect_container(c, container))["HostConfig"])
 
+    def stats(self, container: str) -> dict[str, Any]:
+        """One sample of the container's cgroup statistics (the compatible REST call, the same
+        on docker and podman; ``one-shot``: no second sample waited for)."""
+        def sample(client: Any) -> dict[str, Any]:
+            answer = self.dialect.request(client, "GET", f"/containers/{container}/stats",
+                                          params={"stream": False, "one-shot": True})
+            answer.raise_for_status()
+            return dict(answer.json())
+
+        return self._do(sample)
+
     def logs(self, container: str) -> str:
         return self._do(lambda c: self.dialect.logs(c, container)).decode("utf-8", "replace")
 

@@ -46,7 +46,8 @@ class BindLiveness:
         started = self._mode.workspace_id
         if started is not None and identity(self._sandbox.workspace) != started:
             raise CouldNotRunError(f"the workspace {self._sandbox.workspace} was renamed, removed "
-                                   "or replaced since the sandbox started", retryable=False)
+                                   "or replaced since the sandbox started", retryable=False,
+                                   cause="workspace_changed")
 
     async def reconnect(self) -> CouldNotRunError | None:
         return None  # a unix socket on this machine does not drop while the agent lives

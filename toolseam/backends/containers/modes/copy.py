@@ -41,7 +41,7 @@ from ..labels import (
     WORKSPACE,
 )
 from ..options import SetidFiles
-from ..sandbox import ContainerSandbox
+from ..sandbox import REMOVED, ContainerSandbox
 from ..workspace_sync.tar_sync import WorkspaceCopy
 
 
@@ -207,10 +207,10 @@ class CopyMode:
         if state is None:
             return CouldNotRunError(f"lost the connection to {where} ({failure.reason}); the "
                                     "sandbox may still run: the next call reconnects",
-                                    retryable=True)
+                                    retryable=True, cause="engine_unreachable")
         return CouldNotRunError(f"the connection to the sandbox through {where} dropped during "
                                 f"the call ({failure.reason}); the next call reconnects",
-                                retryable=True)
+                                retryable=True, cause="engine_unreachable")
 
     async def reattach(self, sandbox: ContainerSandbox) -> None:
         """A new attach stream to the same agent (jobs kept running meanwhile)."""
@@ -288,7 +288,8 @@ class CopyMode:
                 f"{type(exc).__name__}: {exc}"
             self.copy_back_error = CouldNotRunError(
                 f"the sandbox's changes were not copied back to {sandbox.workspace}: "
-                f"{reason}. {await self._keep(sandbox)}", retryable=False)
+                f"{reason}. {await self._keep(sandbox)}", retryable=False,
+                cause="copy_back_failed")
             sandbox.container = self.workspace_volume = self.copy = None
 
     async def clean_up(self, sandbox: ContainerSandbox) -> None:
@@ -311,6 +312,10 @@ class CopyMode:
         except CouldNotRunError as exc:
             kept = (f"not removed, but could not be marked kept ({exc.reason}): the next "
                     "session's janitor may remove them, recover now")
+        state = await sandbox.state()
+        if state is not None and state.status == REMOVED:  # removed from outside: no recover
+            return (f"The container {container[:12]} was removed from the engine under the "
+                    f"session; its workspace volume {volume} is {kept} (the files are in it)")
         command = recover_command(sandbox.engine_name, sandbox.engine.endpoint, container)
         return (f"The container {container[:12]} and its workspace volume are {kept}. Recover "
                 f"the work with: {command} --to DIR   (then: {command} --remove)")

@@ -167,6 +167,11 @@ class ContainerPool:
                 self._top_up()
                 await self._changed.wait()
 
+    @property
+    def ready_count(self) -> int:
+        """Warm sandboxes waiting to be handed out now."""
+        return len(self._ready)
+
     def _full(self) -> bool:
         if self.refill:
             return len(self._ready) >= self.size

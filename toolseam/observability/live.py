@@ -1,0 +1,221 @@
+"""Every live session of this process, answerable to ``toolseam ps`` and ``toolseam metrics``
+of the same user: one unix socket per process (``<staging root>/live/<pid>.sock``, in a 0700
+directory, mode 0600, each peer's uid checked with ``SO_PEERCRED``), served by a thread — so a
+session whose event loop is busy or hung is still listed and can still be killed.
+
+A request is one JSON line: ``{"op": "list"}`` answers each session's row (its usage asked of
+its own loop, two seconds at most); ``{"op": "kill", "id": ID}`` ends that sandbox with
+everything in it (``seam.capabilities.SandboxKill``), and its owner's calls then fail as
+``sandbox_lost``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import json
+import os
+import socket
+import socketserver
+import struct
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..backends.staging import user_dir
+from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage
+from ..seam.errors import CouldNotRunError
+
+if TYPE_CHECKING:
+    from .hook import SessionObserver
+
+_USAGE_WAIT_S = 2.0
+_KILL_WAIT_S = 30.0  # an engine removing a container can take a while
+
+
+def live_dir() -> Path:
+    """This user's directory of live-session sockets (0700)."""
+    path = user_dir("live")
+    os.chmod(path, 0o700)
+    return path
+
+
+@dataclass
+class LiveSession:
+    observer: SessionObserver
+    backend: object
+    loop: asyncio.AbstractEventLoop
+    durable: bool
+    started: float = field(default_factory=time.time)
+
+    def row(self) -> dict[str, Any]:
+        usage = self._usage()
+        attributes = self.observer.attributes
+        return {"id": self.observer.session_id, "backend": self.observer.backend,
+                "image": attributes.get("container.image.name"),
+                "node": attributes.get("toolseam.node"), "started": self.started,
+                "owner_pid": os.getpid(), "durable": self.durable,
+                "calls": sum(self.observer.meter.calls.values()),
+                "calls_by_outcome": dict(self.observer.meter.calls),
+                "cpu_seconds": usage.cpu_seconds, "memory_bytes": usage.memory_bytes,
+                "pids": usage.pids,
+                "egress": {h: asdict(t) for h, t in self.observer.meter.egress.items()}}
+
+    def _usage(self) -> SandboxUsage:
+        if not isinstance(self.backend, ResourceUsage) or self.loop.is_closed():
+            return SandboxUsage()
+        asked = asyncio.run_coroutine_threadsafe(self.backend.resource_usage(), self.loop)
+        try:
+            return asked.result(_USAGE_WAIT_S)
+        except Exception:  # noqa: BLE001 - a busy or failing session is listed without figures
+            asked.cancel()
+            return SandboxUsage()
+
+    def kill(self) -> bool:
+        if not isinstance(self.backend, SandboxKill):
+            return False
+        self.backend.kill_sandbox()
+        return True
+
+
+class _Handler(socketserver.StreamRequestHandler):
+    server: _Server
+
+    def handle(self) -> None:
+        creds = self.request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                        struct.calcsize("3i"))
+        _, uid, _ = struct.unpack("3i", creds)
+        if uid != os.geteuid():  # the directory is 0700 already; a second lock
+            return
+        try:
+            request = json.loads(self.rfile.readline(4096))
+            answer = self.server.table.answer(request)
+        except (ValueError, TypeError, AttributeError) as exc:
+            answer = {"error": f"bad request: {exc}"}
+        except Exception as exc:  # noqa: BLE001 - an engine's failure is the answer, said
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        self.wfile.write(json.dumps(answer).encode() + b"\n")
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    table: LiveTable
+
+
+class LiveTable:
+    """This process's live sessions and the socket that answers for them."""
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, LiveSession] = {}
+        self._lock = threading.Lock()
+        self._server: _Server | None = None
+        self.path: Path | None = None
+
+    def add(self, session: LiveSession) -> None:
+        with self._lock:
+            self._sessions[session.observer.session_id] = session
+            if self._server is None or self._pid != os.getpid():
+                self._serve()
+
+    def remove(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+    def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            sessions = list(self._sessions.values())
+        if request.get("op") == "list":
+            return {"sessions": [s.row() for s in sessions]}
+        if request.get("op") == "kill":
+            found = [s for s in sessions if s.observer.session_id == request.get("id")]
+            if not found:
+                return {"killed": False, "error": "no such session"}
+            return {"killed": found[0].kill()}
+        return {"error": "unknown op"}
+
+    def _serve(self) -> None:
+        self._pid = os.getpid()
+        path = live_dir() / f"{self._pid}.sock"
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()  # a socket of an earlier process with this pid
+        old = os.umask(0o177)
+        try:
+            server = _Server(str(path), _Handler)
+        finally:
+            os.umask(old)
+        server.table = self
+        self._server, self.path = server, path
+        atexit.register(_unlink, path, self._pid)
+        threading.Thread(target=server.serve_forever, name="toolseam-live", daemon=True).start()
+
+
+def _unlink(path: Path, pid: int) -> None:
+    if os.getpid() == pid:  # a forked child leaves its parent's socket alone
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+LIVE = LiveTable()
+
+
+# --- the other side: toolseam ps and toolseam metrics ---------------------------------------
+def ask_every_process(request: dict[str, Any], timeout_s: float = 5.0) -> list[dict[str, Any]]:
+    """``request`` to every process of this user that holds live sessions; each answer once.
+    A socket whose process has ended is removed."""
+    answers = []
+    for path in sorted(live_dir().glob("*.sock")):
+        answer = _ask(path, request, timeout_s)
+        if answer is not None:
+            answers.append(answer)
+    return answers
+
+
+def _ask(path: Path, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
+        peer.settimeout(timeout_s)
+        try:
+            peer.connect(str(path))
+            peer.sendall(json.dumps(request).encode() + b"\n")
+            with peer.makefile("rb") as lines:
+                answer: dict[str, Any] = json.loads(lines.readline() or b"null") or {}
+                return answer
+        except (ConnectionRefusedError, FileNotFoundError):
+            if not _alive(path.stem):  # its process ended without removing it (killed)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            return None
+        except (OSError, ValueError):
+            return None
+
+
+def _alive(pid_text: str) -> bool:
+    try:
+        os.kill(int(pid_text), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def live_sessions() -> list[dict[str, Any]]:
+    """Every live session of this user on this machine, a row each."""
+    return [row for answer in ask_every_process({"op": "list"})
+            for row in answer.get("sessions", [])]
+
+
+def kill_session(session_id: str) -> bool:
+    """End the sandbox of session ``session_id`` with everything in it; False when no process
+    of this user holds such a session. Raises ``CouldNotRunError`` when its owner could not
+    end it (the engine refused, say)."""
+    answers = ask_every_process({"op": "kill", "id": session_id}, timeout_s=_KILL_WAIT_S)
+    if any(answer.get("killed") for answer in answers):
+        return True
+    failed = [a["error"] for a in answers if a.get("error") not in (None, "no such session")]
+    if failed:
+        raise CouldNotRunError(f"session {session_id}: {failed[0]}", retryable=True,
+                               cause="engine_error")
+    return False
