@@ -108,6 +108,34 @@ def _serves_until_stopped(example: DocExample, command: list[str], cwd: Path,
                 server.communicate()
 
 
+# every pty_read returns one byte: each prompt arrives split across reads, deterministically
+ONE_BYTE_READS = """from toolseam.session.raw import RawSandbox
+whole_read = RawSandbox.pty_read
+async def one_byte_read(self, pty, *, yield_ms=1000, max_bytes=1 << 20):
+    return await whole_read(self, pty, yield_ms=yield_ms, max_bytes=1)
+RawSandbox.pty_read = one_byte_read
+"""
+
+
+def test_the_terminal_example_waits_for_a_prompt_split_across_reads(tmp_path: Path) -> None:
+    """Issue 45: the interactive-process example of docs/raw-sandbox.md looked for ``>>> `` in
+    the latest read only, so a prompt split across two reads (``42\\r\\n>``, ``>> ``) was never
+    seen and it polled empty reads forever (3 of 44 fresh runs hung). Here every read is one
+    byte — the real host backend's output, only cut up — and the example must still finish."""
+    example = next(e for e in page_examples(ROOT / "docs" / "raw-sandbox.md")
+                   if "pty_start" in e.code)
+    (tmp_path / "example.py").write_text(example.code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    try:
+        done = subprocess.run([sys.executable, "-c", ONE_BYTE_READS + RUNNER, "example.py"],
+                              cwd=tmp_path, env=env, input="", capture_output=True, text=True,
+                              timeout=90)
+    except subprocess.TimeoutExpired as hung:
+        pytest.fail(f"{example.where} still waits after 90 s on one-byte reads: {hung.stdout!r}")
+    assert done.returncode == 0, f"{example.where} failed:\n{done.stdout}\n{done.stderr}"
+    assert "42 seen" in done.stdout
+
+
 def test_skipped_examples_say_why_and_are_few() -> None:
     skipped = [e for e in EXAMPLES if e.skip]
     print(f"\n{len(skipped)} of {len(EXAMPLES)} examples are not run here:")

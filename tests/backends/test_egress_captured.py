@@ -16,8 +16,9 @@ import re
 import shlex
 import shutil
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,7 @@ from toolseam.policy.limits import SandboxLimits
 from ..support.egress_servers import Seen, UpstreamCA, make_bare_repo, make_test_ca, web_server
 from ..support.engines import backend, remove_shared, shared_dir
 from ..support.tcp_upstreams import Sshd, echo_server, redis, sshd
+from ..support.timing import patience
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -112,9 +114,14 @@ class Box:
                               f"{shlex.quote(json.dumps(args))}")
         return json.loads(out.strip().splitlines()[-1])
 
-    async def settled(self, count: int) -> list[EgressEvent]:
-        for _ in range(200):
-            if len(self.tk.egress_log()) >= count:
+    async def settled(self, count: int,
+                      until: Callable[[list[EgressEvent]], bool] | None = None) -> list[EgressEvent]:
+        """The audit once it holds ``count`` events (and ``until`` holds of it, when given): an
+        event is written when its connection ends, which under load comes seconds later."""
+        deadline = time.monotonic() + patience(30)
+        while time.monotonic() < deadline:
+            log = self.tk.egress_log()
+            if len(log) >= count and (until is None or until(log)):
                 break
             await asyncio.sleep(0.05)
         return self.tk.egress_log()
@@ -233,7 +240,11 @@ async def test_a_placeholder_of_the_tokens_shape_is_swapped_for_the_bound_host_o
                            send=f"GET /?t={placeholder} HTTP/1.0\r\nHost: web.test\r\n\r\n")
     assert raw["ok"] and raw["got"] == "", raw  # captured plain TCP: cut, nothing answered
     assert len(upstreams.web_seen.paths) == seen
-    events = (await box.settled(before + 2))[before:]
+    def refused(log: list[EgressEvent]) -> set[str]:
+        return {e.host for e in log[before:] if not e.allowed}
+
+    # both refusals, not "two more events": the direct call's own event may land after `before`
+    events = (await box.settled(before + 2, lambda log: len(refused(log)) >= 2))[before:]
     refusals = [e for e in events if not e.allowed]
     assert {e.host for e in refusals} == {"elsewhere.test", "web.test"}
     assert all("placeholder" in e.reason and e.status == 403 for e in refusals), refusals

@@ -59,13 +59,14 @@ async def session(engine: str, workspace: Path) -> AsyncIterator[RawSandbox]:
         yield tools.sandbox
 
 
-async def read_until(sandbox: RawSandbox, pty: int, pattern: bytes, timeout_s: float = 20
-                     ) -> bytes:
-    """Output until ``pattern`` is in it (or the process ends, or the time is up)."""
+async def read_until(sandbox: RawSandbox, pty: int, pattern: bytes, timeout_s: float = 20,
+                     max_bytes: int = 1 << 20) -> bytes:
+    """Output until ``pattern`` is in it (or the process ends, or the time is up). A read takes
+    what the terminal had, so output stops anywhere: wait for exactly what is asserted next."""
     seen = b""
     deadline = time.monotonic() + timeout_s
     while pattern not in seen and time.monotonic() < deadline:
-        got = await sandbox.pty_read(pty, yield_ms=500)
+        got = await sandbox.pty_read(pty, yield_ms=500, max_bytes=max_bytes)
         seen += got.data
         if got.exited:
             break
@@ -86,14 +87,27 @@ async def read_to_exit(sandbox: RawSandbox, pty: int, timeout_s: float = 20
 
 
 async def test_a_python_repl_over_several_calls(session: RawSandbox) -> None:
+    await _a_python_repl_over_several_calls(session)
+
+
+async def test_a_python_repl_read_one_byte_at_a_time(workspace: Path) -> None:
+    """Issue 45: the REPL test read until ``answer 42`` and then asserted ``answer 42\\r\\n``,
+    which a read that ended between the two broke (a CI run on the host). One-byte reads end
+    between every two bytes, so a test that asserts more than it waited for fails here."""
+    async with _toolkit("host", workspace) as tools:
+        await _a_python_repl_over_several_calls(tools.sandbox, max_bytes=1)
+
+
+async def _a_python_repl_over_several_calls(session: RawSandbox, max_bytes: int = 1 << 20
+                                            ) -> None:
     repl = await session.pty_start(["python3", "-q"])
-    await read_until(session, repl, b">>> ")
+    await read_until(session, repl, b">>> ", max_bytes=max_bytes)
     await session.pty_write(repl, "x = 6 * 7\n")
-    await read_until(session, repl, b">>> ")
+    await read_until(session, repl, b">>> ", max_bytes=max_bytes)
     await session.pty_write(repl, "print('answer', x)\n")
-    assert b"answer 42\r\n" in await read_until(session, repl, b"answer 42")
+    await read_until(session, repl, b"\r\nanswer 42\r\n", max_bytes=max_bytes)
     await session.pty_write(repl, "import os, sys; print(os.isatty(0), sys.stdin.isatty())\n")
-    await read_until(session, repl, b"True True")
+    await read_until(session, repl, b"True True", max_bytes=max_bytes)
     await session.pty_write(repl, "raise SystemExit(7)\n")
     _, code = await read_to_exit(session, repl)
     assert code == 7

@@ -112,15 +112,15 @@ def test_a_deadline_kills_the_whole_job(agent: RawAgent) -> None:
 def test_a_job_ends_on_time_while_a_search_runs(agent: RawAgent, tmp_path: Path) -> None:
     """A search is a forked copy of the agent: in pidfd mode it must not keep a running job's
     pipe open (it closes the write ends the agent holds), or that job would wait out the drain
-    window and be reported as having left something behind."""
+    window and be reported as having left something behind. What says so is the status (a
+    drain that ends in a kill sets ``killed_tree``), not the time: a bound of 0.45 s failed
+    under load (issue 45)."""
     (tmp_path / "f.txt").write_text("a" * 45 + "b\n")
-    started = time.monotonic()
     job = agent.start("sleep 0.3; echo done")  # its pipes exist when the search child forks
     search = agent.send("grep", args={"base": str(tmp_path), "path": str(tmp_path),
                                       "confine": False, "pattern": "(a|aa)+$",
                                       "deadline_ms": 3000})  # backtracks until its deadline
     status = agent.answer(job)["result"]
-    assert time.monotonic() - started < 0.45, status
     assert "killed_tree" not in status and "leftovers_killed" not in status
     assert status["chunks"] == [["stdout", "done\n"]]
     answer = agent.answer(search)

@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from ..support.mcp import TOOLSEAM, free_port, start_http, stop
+from ..support.timing import patience
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -74,8 +75,8 @@ async def test_a_configured_token_is_required_on_every_request(tmp_path: Path, s
 def run_mcp(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run([*TOOLSEAM, "mcp", *args], stdin=subprocess.DEVNULL,
-                              capture_output=True, text=True, timeout=20, env=env)
-    except subprocess.TimeoutExpired:
+                              capture_output=True, text=True, timeout=patience(90), env=env)
+    except subprocess.TimeoutExpired:  # a refusal is an exit; only a server that started waits
         pytest.fail(f"toolseam mcp {' '.join(args)} started instead of refusing")
 
 

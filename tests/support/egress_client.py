@@ -188,13 +188,15 @@ def probe(tcp_port: int, udp_port: int, addresses: list[str],
 
 def loop(seconds: float, marker: str, allowed: str, refused: str) -> dict[str, Any]:
     """Open connections to the proxy as fast as possible: allowed and refused CONNECTs,
-    garbage, requests cut mid-head, sockets dropped at once. Writes ``marker`` once going."""
+    garbage, requests cut mid-head, sockets dropped at once. Writes ``marker`` once going; stops
+    when ``marker.stop`` exists (the test's own calls are done), or after ``seconds``."""
     end = time.monotonic() + seconds
+    stop = marker + ".stop"
     counts = {"opened": 0, "errors": 0}
     lock = threading.Lock()
 
     def worker(kind: int) -> None:
-        while time.monotonic() < end:
+        while time.monotonic() < end and not os.path.exists(stop):
             try:
                 sock = socket.create_connection(_proxy(), timeout=10)
                 with sock:

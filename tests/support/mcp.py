@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from .cli import TOOLSEAM
+from .timing import patience
 
 
 def stdio_params(work: Path, *extra: str, confine: bool = True) -> StdioServerParameters:
@@ -51,7 +52,7 @@ def start_http(work: Path, log: Path, *extra: str, env: dict[str, str] | None = 
         process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", f"127.0.0.1:{port}", "--base-dir",
                                     str(work), *(["--confine"] if confine else []), *extra],
                                    stdout=subprocess.DEVNULL, stderr=out, env=env)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + patience(90)  # the import alone took 26 s under load
     while time.monotonic() < deadline:
         said = log.read_text()
         if "listening on" in said:

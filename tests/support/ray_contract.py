@@ -16,7 +16,8 @@ import pytest
 
 from toolseam.ray import RayBackend
 from toolseam.seam.protocol import BuiltinExec
-from toolseam.testing.contract import FileContract, RawContract, Sandbox
+from toolseam.testing.contract import RawContract, Sandbox
+from toolseam.testing.read_grids import read_page_mismatch, read_window_mismatch
 
 from .contract_bindings import CopyModeBinding
 from .ray_cluster import RayTestCluster, resource
@@ -40,16 +41,17 @@ class RayBinding(CopyModeBinding):
         return RayBackend()
 
 
-# The two grids of the file part (84 of the suite's cases) test the node's agent reading a
+# The two grids of the file part (84 reads, one sandbox) test the node's agent reading a
 # file, the same code on every engine: one node runs each grid whole, the others one point of it.
 async def _one_read_window(self: Any, sandbox: Sandbox) -> None:
-    await FileContract.test_read_window_is_a_slice_of_split_lines(
-        self, sandbox, "a\r\nb\r\n", (2, 5))
+    await sandbox.put({"f.txt": b"a\r\nb\r\n"})
+    assert await read_window_mismatch(sandbox.backend, sandbox.ref("f.txt"), "a\r\nb\r\n",
+                                      (2, 5)) is None
 
 
 async def _one_read_page(self: Any, sandbox: Sandbox) -> None:
-    await FileContract.test_read_page_is_a_slice_of_lines(
-        self, sandbox, "x\n\n\ny", 2, 5)
+    await sandbox.put({"f.txt": b"x\n\n\ny"})
+    assert await read_page_mismatch(sandbox.backend, sandbox.ref("f.txt"), "x\n\n\ny", 2, 5) is None
 
 
 class RaySubsetBinding(RayBinding):

@@ -55,6 +55,14 @@ from toolseam.seam import (
 from toolseam.session.raw import FileLimitError, RawSandbox, UnknownUserError, UserUnsupportedError
 
 from .hostile import ORDERS, HostileBackend
+from .read_grids import (
+    PAGE_CONTENTS,
+    PAGES,
+    WINDOW_CONTENTS,
+    WINDOWS,
+    read_page_mismatch,
+    read_window_mismatch,
+)
 
 
 @dataclass
@@ -109,12 +117,6 @@ class _Bound:
             await backend.close()
 
 
-def _oracle_window(text: str, offset: int | None, limit: int | None) -> str:
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    start = (offset or 1) - 1
-    return "\n".join(lines[start : None if limit is None else start + limit])
-
-
 class FileContract(_Bound):
     async def test_write_creates_parents_and_reads_back(self, sandbox: Sandbox) -> None:
         first = await sandbox.backend.write(sandbox.ref("a/b/c.txt"), "héllo\n".encode())
@@ -132,17 +134,16 @@ class FileContract(_Bound):
         assert (await sandbox.backend.read_bytes(sandbox.ref("big.bin"))).data == data
         assert (await sandbox.backend.read_text(sandbox.ref("big.txt"))).text == text
 
-    @pytest.mark.parametrize("content", ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "x\ry\n\n"])
-    @pytest.mark.parametrize("window", [(None, None), (1, 1), (2, 1), (2, 5), (3, 1), (5, 2),
-                                        (None, 0), (1, None)])
-    async def test_read_window_is_a_slice_of_split_lines(
-            self, sandbox: Sandbox, content: str, window: tuple[int | None, int | None]) -> None:
-        await sandbox.put({"f.txt": content.encode()})
-        got = await sandbox.backend.read_text(sandbox.ref("f.txt"), *window)
-        expected = _oracle_window(content, *window) if window != (None, None) else \
-            content.replace("\r\n", "\n").replace("\r", "\n")
-        assert got.text == expected
-        assert got.size == len(content.encode())
+    async def test_read_window_is_a_slice_of_split_lines(self, sandbox: Sandbox) -> None:
+        """Every window of every content (``read_grids``), all in this one sandbox."""
+        await sandbox.put({f"w{i}.txt": c.encode() for i, c in enumerate(WINDOW_CONTENTS)})
+        wrong = []
+        for i, content in enumerate(WINDOW_CONTENTS):
+            for window in WINDOWS:
+                found = await read_window_mismatch(sandbox.backend, sandbox.ref(f"w{i}.txt"),
+                                                   content, window)
+                wrong += [found] if found else []
+        assert wrong == []
 
     @pytest.mark.parametrize(("setup", "path", "code"), [
         ({}, "missing.txt", "not_found"),
@@ -157,27 +158,16 @@ class FileContract(_Bound):
             await sandbox.backend.read_text(sandbox.ref(path), refuse_above_bytes=50)
         assert caught.value.code == code
 
-    @pytest.mark.parametrize("content", ["", "a", "a\n", "a\nb", "a\r\nb\r\n", "x\n\n\ny"])
-    @pytest.mark.parametrize(("offset", "limit"), [(1, 2000), (1, 1), (2, 1), (2, 5), (3, 2),
-                                                   (1, 0)])
-    async def test_read_page_is_a_slice_of_lines(self, sandbox: Sandbox, content: str,
-                                                 offset: int, limit: int) -> None:
-        await sandbox.put({"f.txt": content.encode()})
-        lines = content.replace("\r\n", "\n").split("\n")
-        if lines[-1] == "":
-            lines.pop()
-        request = PageRequest(offset=offset, limit=limit)
-        if offset > len(lines) and not (offset == 1 and not lines):
-            with pytest.raises(FileOpError) as caught:
-                await sandbox.backend.read_page(sandbox.ref("f.txt"), request)
-            assert (caught.value.code, caught.value.detail) == ("past_end", str(len(lines)))
-            return
-        page = await sandbox.backend.read_page(sandbox.ref("f.txt"), request)
-        assert page.lines == lines[offset - 1 : offset - 1 + limit]
-        more = offset - 1 + limit < len(lines)
-        assert page.next == (offset + limit if more else None)
-        assert page.total == (None if more else len(lines))
-        assert page.size == len(content.encode())
+    async def test_read_page_is_a_slice_of_lines(self, sandbox: Sandbox) -> None:
+        """Every page of every content (``read_grids``), all in this one sandbox."""
+        await sandbox.put({f"p{i}.txt": c.encode() for i, c in enumerate(PAGE_CONTENTS)})
+        wrong = []
+        for i, content in enumerate(PAGE_CONTENTS):
+            for offset, limit in PAGES:
+                found = await read_page_mismatch(sandbox.backend, sandbox.ref(f"p{i}.txt"),
+                                                 content, offset, limit)
+                wrong += [found] if found else []
+        assert wrong == []
 
     async def test_read_page_bounds_lines_and_bytes(self, sandbox: Sandbox) -> None:
         """A long line is cut and the rest skipped; a page stops at its byte budget."""
