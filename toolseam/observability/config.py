@@ -65,6 +65,23 @@ def active() -> Telemetry | None:
     return None
 
 
+def share_with_libraries() -> None:
+    """For toolseam's own programs (``toolseam mcp``): the tracer provider toolseam made from
+    the environment becomes OpenTelemetry's global one, when the process has none, so the spans
+    libraries make through the global API join the same export. The MCP SDK's is a
+    ``tools/call {name}`` server span, a child of the client's ``params._meta.traceparent``;
+    with it recorded, each ``execute_tool`` span is its child (decision 385). Without it the
+    SDK's span is a non-recording one that only carries the client's context along."""
+    telemetry = active()
+    if telemetry is None:
+        return
+    from opentelemetry import trace  # loaded already: telemetry is on
+
+    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and \
+            not isinstance(telemetry.tracer_provider, trace.NoOpTracerProvider):
+        trace.set_tracer_provider(telemetry.tracer_provider)
+
+
 def _global_provider_set() -> bool:
     """Whether the application set a tracer or meter provider of its own (a library that
     merely imports the API leaves the proxies, and then nothing is recorded anyway)."""

@@ -41,6 +41,7 @@ except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installe
 
 from ... import __version__
 from ...builtins import OutputEvent, ToolResult
+from ...observability.config import share_with_libraries
 from ...policy.readscope import Answer
 from ...seam.errors import HostError
 from ...session.toolkit import Toolkit
@@ -318,6 +319,7 @@ async def _log(ctx: ServerRequestContext[Any, Any], data: Any, logger: str) -> N
 def build_server(factory: ToolkitFactory, approvals: bool = False, shared: bool = False,
                  one_client: bool = False) -> tuple[Server[Any], McpTools]:
     tools = McpTools(factory, approvals, shared, one_client)
+    share_with_libraries()  # the SDK's tools/call span: the client's traceparent its parent
     with warnings.catch_warnings():
         # logging/setLevel is deprecated by 2026-07-28 but is how 2025-11-25 clients opt in to
         # the log notifications this server sends; declaring it is what the protocol asks.
