@@ -1,15 +1,25 @@
 """Observability of ``toolseam mcp --http`` as a process (issue 49): a client's
 ``params._meta.traceparent`` is the parent of the MCP SDK's ``tools/call {name}`` server span,
 whose child is the call's ``execute_tool`` span — received by the test's OTLP receiver from the
-server's own exporter, configured the standard way."""
+server's own exporter, configured the standard way; and ``GET /metrics`` behind the server's
+bearer token, with this server's sessions and its calls' duration histogram."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import time
+from collections import Counter
 from pathlib import Path
 
-from ..support.mcp import connect, start_http, stop
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from toolseam import Toolkit
+
+from ..support.mcp import GENERATED, connect, start_http, stop
 from ..support.otlp_receiver import otlp_receiver
+from ..support.timing import patience
 
 
 async def test_an_mcp_clients_traceparent_is_the_parent_of_the_call(tmp_path: Path) -> None:
@@ -39,3 +49,58 @@ async def test_an_mcp_clients_traceparent_is_the_parent_of_the_call(tmp_path: Pa
     assert (tools[1].trace_id, tools[1].parent_id) == (calls[1].trace_id, calls[1].span_id)
     assert tools[1].attributes["error.type"] == "exit_code"
     assert receiver.refused == 0
+
+
+def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    declared = Counter(line.split()[2] for line in text.splitlines() if line.startswith("# TYPE"))
+    assert [name for name, n in declared.items() if n > 1] == []  # Prometheus refuses those
+    return {family.name: [(sample.name, sample.labels, sample.value) for sample in family.samples]
+            for family in text_string_to_metric_families(text)}
+
+
+async def _scraped_once_calls_show(http: httpx.AsyncClient, metrics: str, token: dict[str, str]
+                                   ) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    """A scrape reads the sessions at most once a second: the calls show on a later one."""
+    deadline = time.monotonic() + patience(30)
+    while True:
+        families = _families((await http.get(metrics, headers=token)).text)
+        if sum(value for *_, value in families.get("toolseam_session_calls", [])) >= 2:
+            return families
+        assert time.monotonic() < deadline, f"no session's calls in {families}"
+        await asyncio.sleep(0.2)
+
+
+async def test_metrics_want_the_token_and_show_the_calls(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log", env=env)
+    metrics = url.removesuffix("/mcp") + "/metrics"
+    token = {"Authorization": f"Bearer {GENERATED[url]}"}
+    try:
+        async with httpx.AsyncClient(timeout=30) as http, \
+                Toolkit("host", base_dir=str(tmp_path)) as elsewhere:
+            await elsewhere.call("bash", {"command": "true"})  # a session of another process
+            for refused in ({}, {"Authorization": "Bearer " + "0" * 64},
+                            {"Authorization": GENERATED[url]}):
+                answer = await http.get(metrics, headers=refused)
+                assert answer.status_code == 401, answer.text
+                assert answer.headers["www-authenticate"].startswith("Bearer")
+                assert "toolseam" not in answer.text
+            before = await http.get(metrics, headers=token)
+            assert before.status_code == 200, before.text
+            assert before.headers["content-type"].startswith("text/plain")
+            assert "gen_ai_execute_tool_duration_seconds" not in _families(before.text)
+            async with connect(url) as client:
+                await client.call_tool("bash", {"command": "exit 3"})
+                await client.call_tool("write", {"path": "w.txt", "content": "x"})
+                after = await _scraped_once_calls_show(http, metrics, token)
+            assert (await http.post(metrics, headers=token)).status_code == 405
+    finally:
+        stop(process)
+    counts = {(labels["gen_ai_tool_name"], labels["toolseam_outcome"]): value
+              for name, labels, value in after["gen_ai_execute_tool_duration_seconds"]
+              if name.endswith("_count") and labels["toolseam_backend"] == "host"}
+    assert counts.get(("bash", "error")) == 1 and counts.get(("write", "ok")) == 1
+    sessions = {labels["session_id"] for _, labels, _ in after["toolseam_session_calls"]}
+    assert len(sessions) == 1 and elsewhere.session_id not in sessions  # this server's own
+    (opened,) = after["toolseam_sessions_open"]  # the sessions' own family, not the process's too
+    assert (opened[1]["toolseam_backend"], opened[2]) == ("host", 1.0)

@@ -48,11 +48,16 @@ def uninstrument() -> None:
         made.shutdown()
 
 
+def disabled() -> bool:
+    """``OTEL_SDK_DISABLED=true``: no telemetry at all, whatever else is set."""
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
 def active() -> Telemetry | None:
     """The telemetry sessions opened now report to; None: off, at no cost."""
     if "explicit" in _chosen:
         return _chosen["explicit"]
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if disabled():
         return None
     if any(os.environ.get(name) for name in _ENDPOINTS):
         if "env" not in _chosen:

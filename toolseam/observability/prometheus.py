@@ -1,6 +1,7 @@
 """The live sessions' figures for Prometheus, through the OpenTelemetry SDK's Prometheus reader
 (the ``otel`` extra): observable instruments whose callbacks read every live session of this
-user (``live.py``) once per scrape, and a ``/metrics`` HTTP endpoint that wants a bearer token."""
+user (``live.py``) — or of one process, for ``toolseam mcp --http`` — once per scrape, and a
+``/metrics`` HTTP endpoint that wants a bearer token."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import hmac
 import http.server
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 from ..seam.errors import ConfigurationError
 from .live import live_sessions
@@ -25,7 +28,9 @@ _FRESH_S = 1.0  # one pass over the sessions serves every instrument of a scrape
 class SessionGauges:
     """Observable instruments whose callbacks read the live sessions (once per scrape)."""
 
-    def __init__(self, provider: MeterProvider) -> None:
+    def __init__(self, provider: MeterProvider,
+                 source: Callable[[], list[dict[str, Any]]] = live_sessions) -> None:
+        self._source = source
         self._rows: list[dict[str, Any]] = []
         self._at = 0.0
         self._lock = threading.Lock()
@@ -54,7 +59,7 @@ class SessionGauges:
     def rows(self) -> list[dict[str, Any]]:
         with self._lock:
             if time.monotonic() - self._at > _FRESH_S:
-                self._rows, self._at = live_sessions(), time.monotonic()
+                self._rows, self._at = self._source(), time.monotonic()
             return self._rows
 
     @staticmethod
@@ -91,13 +96,38 @@ class SessionGauges:
         return observe
 
 
+def sessions_registry(source: Callable[[], list[dict[str, Any]]] = live_sessions
+                      ) -> CollectorRegistry:
+    """A registry whose scrape reads the sessions ``source`` lists (every live one of this
+    user unless told otherwise)."""
+    registry = CollectorRegistry()
+    SessionGauges(MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)]),
+                  source)
+    return registry
+
+
+class OneFamilyPerName(Collector):
+    """Several registries as one exposition, a name's first family kept: the sessions' gauges
+    and a process's own instruments both have ``toolseam_sessions_open`` (and ``target_info``),
+    and Prometheus rejects a scrape that names a family twice."""
+
+    def __init__(self, *registries: CollectorRegistry) -> None:
+        self._registries = registries
+
+    def collect(self) -> Iterator[Metric]:
+        seen: set[str] = set()
+        for registry in self._registries:
+            for family in registry.collect():
+                if family.name not in seen:
+                    seen.add(family.name)
+                    yield family
+
+
 def make_server(listen: str, token: str) -> http.server.ThreadingHTTPServer:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
         raise ConfigurationError(f"--listen {listen!r}: give HOST:PORT")
-    registry = CollectorRegistry()
-    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
-    SessionGauges(provider)
+    registry = sessions_registry()
     expected = f"Bearer {token}".encode()
 
     class Handler(http.server.BaseHTTPRequestHandler):

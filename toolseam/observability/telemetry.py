@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import context as otel_context
@@ -48,10 +48,11 @@ DURATION = "gen_ai.execute_tool.duration"  # GenAI conventions: the tool call's 
 SCOPE = "toolseam"
 
 
-def otlp_providers() -> tuple[Any, Any]:
+def otlp_providers(metric_readers: Sequence[Any] = ()) -> tuple[Any, Any]:
     """SDK providers exporting over OTLP/HTTP, configured by the standard variables
     (``OTEL_EXPORTER_OTLP_ENDPOINT``, ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``);
-    traces and metrics each only where an endpoint says where they go."""
+    traces and metrics each only where an endpoint says where they go. ``metric_readers``
+    (a Prometheus reader) read the metrics too, endpoint or not."""
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
@@ -66,9 +67,11 @@ def otlp_providers() -> tuple[Any, Any]:
     if common or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         tracer_provider = TracerProvider(resource=resource)
         tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    readers = list(metric_readers)
     if common or os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):
-        meter_provider = MeterProvider(resource=resource, metric_readers=[
-            PeriodicExportingMetricReader(OTLPMetricExporter())])
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    if readers:
+        meter_provider = MeterProvider(resource=resource, metric_readers=readers)
     return tracer_provider or trace.NoOpTracerProvider(), \
         meter_provider or metrics.NoOpMeterProvider()
 

@@ -7,7 +7,8 @@ user reaches ``127.0.0.1``. So a TCP listener, loopback included, always wants a
 on loopback, when none is given, one generated into an owner-only file whose path the start-up
 line names (``listen.py``). A non-loopback address without the operator's own token is refused at
 start. ``unix:PATH`` serves on a unix socket of mode 0600 instead, where the file mode is the
-check. The SDK's own hooks do the token work: a ``TokenVerifier`` behind its
+check. ``GET /metrics`` (Prometheus, ``metrics.py``) wants the same token. The SDK's own hooks
+do the token work: a ``TokenVerifier`` behind its
 ``BearerAuthBackend`` and ``RequireAuthMiddleware`` (decisions 59, 60, 330). The SDK's
 Host/Origin checks (DNS rebinding) stay on for every loopback address.
 """
@@ -35,6 +36,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from ...seam.errors import ConfigurationError
 from ...session.toolkit import Toolkit
 from .listen import TcpAddress, UnixAddress, generate_token_file, listen_tcp, listen_unix, remove_socket
+from .metrics import ServerMetrics
 from .server import McpTools, build_server
 
 TOKEN_ENV = "TOOLSEAM_MCP_TOKEN"
@@ -151,6 +153,7 @@ def serve_http(factory: Callable[[], Toolkit], address: TcpAddress | UnixAddress
             f"refusing --http {address.host}:{address.port}: not a loopback address, and anyone "
             "who reaches it could run commands here; set a bearer token (--auth-token-file PATH "
             f"or {TOKEN_ENV}), or listen on 127.0.0.1 or unix:PATH")
+    metrics = ServerMetrics()  # first: it instruments the process the sessions report to
     server, tools = build_server(factory, approvals, shared)
     generated: Path | None = None
     checks: TransportSecuritySettings | None
@@ -171,7 +174,8 @@ def serve_http(factory: Callable[[], Toolkit], address: TcpAddress | UnixAddress
                 raise ConfigurationError(f"--http {address.host}:{address.port}: no token given "
                                          f"and none could be generated: {exc}") from None
             tokens = [token]
-    app_options: dict[str, Any] = {"host": host, "transport_security": checks}
+    app_options: dict[str, Any] = {"host": host, "transport_security": checks,
+                                   "custom_starlette_routes": [metrics.route()]}
     if tokens:  # the SDK wants an issuer; with no OAuth server and no resource URL it is never shown
         app_options.update(token_verifier=StaticToken(*tokens),
                            auth=AuthSettings(issuer_url=bound if bound.startswith("http")
@@ -198,6 +202,7 @@ def serve_http(factory: Callable[[], Toolkit], address: TcpAddress | UnixAddress
         asyncio.run(run())
     finally:
         signal.signal(signal.SIGTERM, previous)
+        metrics.close()
         sock.close()
         if isinstance(address, UnixAddress):
             remove_socket(address.path)
