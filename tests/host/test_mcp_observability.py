@@ -7,7 +7,11 @@ bearer token, with this server's sessions and its calls' duration histogram."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
+import shutil
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -17,8 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from toolseam import Toolkit
 
-from ..support.mcp import GENERATED, connect, start_http, stop
+from ..support.mcp import GENERATED, connect, free_port, start_http, stop
 from ..support.otlp_receiver import otlp_receiver
+from ..support.promql import query
 from ..support.timing import patience
 
 
@@ -53,7 +58,7 @@ async def test_an_mcp_clients_traceparent_is_the_parent_of_the_call(tmp_path: Pa
 
 def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
     declared = Counter(line.split()[2] for line in text.splitlines() if line.startswith("# TYPE"))
-    assert [name for name, n in declared.items() if n > 1] == []  # Prometheus refuses those
+    assert [name for name, n in declared.items() if n > 1] == []  # one TYPE line per name
     return {family.name: [(sample.name, sample.labels, sample.value) for sample in family.samples]
             for family in text_string_to_metric_families(text)}
 
@@ -104,3 +109,50 @@ async def test_metrics_want_the_token_and_show_the_calls(tmp_path: Path) -> None
     assert len(sessions) == 1 and elsewhere.session_id not in sessions  # this server's own
     (opened,) = after["toolseam_sessions_open"]  # the sessions' own family, not the process's too
     assert (opened[1]["toolseam_backend"], opened[2]) == ("host", 1.0)
+
+
+async def test_prometheus_scrapes_the_mcp_server_with_its_token(tmp_path: Path) -> None:
+    """Debian's Prometheus scrapes ``/metrics`` with the token from a ``credentials_file``
+    (and is refused without it), and the calls' histogram answers PromQL."""
+    prometheus = shutil.which("prometheus")
+    assert prometheus, "prometheus is not installed: run scripts/setup-prometheus.sh"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    url, process = start_http(tmp_path, tmp_path.parent / f"{tmp_path.name}.log", env=env)
+    target = url.removesuffix("/mcp").removeprefix("http://")
+    token = tmp_path.parent / f"{tmp_path.name}.token"
+    token.write_text(GENERATED[url] + "\n")
+    token.chmod(0o600)
+    web = free_port()
+    config = tmp_path.parent / f"{tmp_path.name}-prometheus.yml"
+    config.write_text(json.dumps({  # YAML is a superset of JSON
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+        "scrape_configs": [
+            {"job_name": "toolseam-mcp", "static_configs": [{"targets": [target]}],
+             "authorization": {"type": "Bearer", "credentials_file": str(token)}},
+            {"job_name": "no-token", "static_configs": [{"targets": [target]}]}]}))
+    scraper = subprocess.Popen(
+        [prometheus, f"--config.file={config}",
+         f"--storage.tsdb.path={tmp_path.parent / f'{tmp_path.name}-tsdb'}",
+         f"--web.listen-address=127.0.0.1:{web}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with connect(url) as client:
+            await client.call_tool("bash", {"command": "true"})
+            count = 'gen_ai_execute_tool_duration_seconds_count{gen_ai_tool_name="bash"}'
+            deadline = time.monotonic() + patience(90)
+            while True:
+                with contextlib.suppress(OSError):  # not listening yet
+                    found = query(web, count)
+                    if found and query(web, 'up{job="no-token"}'):
+                        break
+                assert time.monotonic() < deadline, "prometheus never scraped the MCP server"
+                await asyncio.sleep(0.5)
+        scraped, refused = query(web, 'up{job="toolseam-mcp"}'), query(web, 'up{job="no-token"}')
+    finally:
+        scraper.terminate()
+        scraper.wait(30)
+        stop(process)
+    assert [float(r["value"][1]) for r in found] == [1.0]
+    assert found[0]["metric"]["toolseam_outcome"] == "ok"
+    assert [r["value"][1] for r in scraped] == ["1"]
+    assert [r["value"][1] for r in refused] == ["0"]  # 401 without the token

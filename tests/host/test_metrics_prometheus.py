@@ -11,14 +11,12 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from ..support.promql import query
 from .test_ps import REPO, Held
 
 
@@ -47,14 +45,6 @@ def metrics_endpoint(tmp_path: Path) -> Iterator[tuple[int, Path]]:
         server.stdout.close()
 
 
-def _query(port: int, promql: str) -> list[dict[str, Any]]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    with urllib.request.urlopen(url, timeout=10) as answer:
-        body = json.load(answer)
-    assert body["status"] == "success", body
-    return body["data"]["result"]  # type: ignore[no-any-return]
-
-
 def test_prometheus_scrapes_the_sessions_and_answers_promql(
         tmp_path: Path, metrics_endpoint: tuple[int, Path]) -> None:
     prometheus = shutil.which("prometheus")
@@ -80,8 +70,8 @@ def test_prometheus_scrapes_the_sessions_and_answers_promql(
         deadline = time.monotonic() + 90
         while True:
             try:
-                found = _query(web, pids)
-                if found and _query(web, 'up{job="no-token"}'):
+                found = query(web, pids)
+                if found and query(web, 'up{job="no-token"}'):
                     break
             except OSError:
                 pass  # not listening yet
@@ -89,15 +79,15 @@ def test_prometheus_scrapes_the_sessions_and_answers_promql(
             time.sleep(0.5)
         assert float(found[0]["value"][1]) >= 1
         assert found[0]["metric"]["toolseam_backend"] == "host"
-        (cpu,) = _query(web, f'toolseam_session_cpu_time_seconds_total{{session_id='
-                             f'"{held.session_id}"}}')
+        (cpu,) = query(web, f'toolseam_session_cpu_time_seconds_total{{session_id='
+                            f'"{held.session_id}"}}')
         assert float(cpu["value"][1]) > 0
-        opened = _query(web, 'sum by (toolseam_backend) (toolseam_sessions_open)')
+        opened = query(web, 'sum by (toolseam_backend) (toolseam_sessions_open)')
         assert any(r["metric"]["toolseam_backend"] == "host" and float(r["value"][1]) >= 1
                    for r in opened)
-        (refused,) = _query(web, 'up{job="no-token"}')
+        (refused,) = query(web, 'up{job="no-token"}')
         assert refused["value"][1] == "0"  # a scrape without the token gets 401
-        (scraped,) = _query(web, 'up{job="toolseam"}')
+        (scraped,) = query(web, 'up{job="toolseam"}')
         assert scraped["value"][1] == "1"
     finally:
         server.terminate()

@@ -109,7 +109,7 @@ def sessions_registry(source: Callable[[], list[dict[str, Any]]] = live_sessions
 class OneFamilyPerName(Collector):
     """Several registries as one exposition, a name's first family kept: the sessions' gauges
     and a process's own instruments both have ``toolseam_sessions_open`` (and ``target_info``),
-    and Prometheus rejects a scrape that names a family twice."""
+    and the text format allows one family (one ``# TYPE`` line) per name."""
 
     def __init__(self, *registries: CollectorRegistry) -> None:
         self._registries = registries
