@@ -17,10 +17,13 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from toolseam import Toolkit
 
+from ..support.cli import TOOLSEAM
 from ..support.mcp import GENERATED, connect, free_port, start_http, stop
 from ..support.otlp_receiver import otlp_receiver
 from ..support.promql import query
@@ -156,3 +159,29 @@ async def test_prometheus_scrapes_the_mcp_server_with_its_token(tmp_path: Path) 
     assert found[0]["metric"]["toolseam_outcome"] == "ok"
     assert [r["value"][1] for r in scraped] == ["1"]
     assert [r["value"][1] for r in refused] == ["0"]  # 401 without the token
+
+
+async def test_a_unix_socket_without_a_token_serves_no_metrics(tmp_path: Path) -> None:
+    """The socket's mode admits its owner to /mcp; /metrics wants a token all the same."""
+    where = tmp_path / "mcp.sock"
+    log = tmp_path.parent / f"{tmp_path.name}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen([*TOOLSEAM, "mcp", "--http", f"unix:{where}", "--base-dir",
+                                    str(tmp_path)], stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + patience(90)
+        while "listening" not in log.read_text():
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            await asyncio.sleep(0.1)
+        transport = httpx.AsyncHTTPTransport(uds=str(where))
+        async with httpx.AsyncClient(transport=transport, timeout=30) as http:
+            answer = await http.get("http://localhost/metrics")
+            async with Client(streamable_http_client("http://localhost/mcp",
+                                                     http_client=http)) as owner:
+                called = await owner.call_tool("bash", {"command": "true"})
+            again = await http.get("http://localhost/metrics")
+    finally:
+        stop(process)
+    assert not called.is_error  # the owner reaches /mcp
+    assert [answer.status_code, again.status_code] == [401, 401]
+    assert "toolseam" not in again.text
