@@ -72,6 +72,13 @@ class Agent(PtyOps):
         self.leaders: dict[int, Job] = {}
         self.searchers: set[int] = set()  # search processes: the agent's, never in a job
         self._next_job = 0
+        # Which client connection is attached (a durable agent counts them, session_socket.py);
+        # each forget-start in flight: rid -> the connection waiting for it; and the ones
+        # answered while their client was gone: rid -> job id. Such a job is kept until an
+        # attach shows whether its starter took that answer (issue 45).
+        self.connection_number = 0
+        self.start_connection: dict[Any, int] = {}
+        self.forget_on_delivery: dict[Any, str] = {}
         # Environments by the host's id: a session sends its (often 2 KiB) environment once,
         # then names it. A few are kept, so a host alternating two environments stays cheap.
         self._envs: OrderedDict[int, dict[str, str]] = OrderedDict()
@@ -287,10 +294,16 @@ class Agent(PtyOps):
         self.jobs[job_id] = job
         self.leaders[job.pid] = job
         forget = bool(request.get("forget"))
+        if forget:
+            self.start_connection[rid] = self.connection_number
 
         def answer(status: dict[str, Any]) -> None:
+            connection = self.start_connection.pop(rid, None)
             if forget and status["state"] == "exited":
-                self.jobs.pop(job_id, None)  # saves the host a release round trip
+                if connection == self.connection_number:
+                    self.jobs.pop(job_id, None)  # saves the host a release round trip
+                else:  # its client left: another may attach and adopt it; keep it till then
+                    self.forget_on_delivery[rid] = job_id
             self._answer(rid, status)
 
         job.add_waiter(answer, _seconds(request.get("wait_ms")))

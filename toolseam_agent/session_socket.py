@@ -239,6 +239,11 @@ class DurableAgent(Agent):
             self._passing.forget()  # the last connection's number may be this one's
         self._splitter.reset()
         self._splitter.tag_len = TAG_LEN  # every frame from here on is sealed too
+        self.connection_number += 1
+        for pending_rid in pending:  # a start still in flight has its client back
+            if pending_rid in self.start_connection:
+                self.start_connection[pending_rid] = self.connection_number
+        self._forget_delivered(pending)
         self._answer(rid, {"state": self._state, "next_id": self._max_rid + 1,
                            "jobs": [{"job": job.id, "argv": job.argv, "pid": job.pid,
                                      "started": job.started,
@@ -261,6 +266,17 @@ class DurableAgent(Agent):
             except frames.FrameError:
                 items = [b"not a frame"]  # fails its seal below: the connection ends
             self._lines(items)
+
+    def _forget_delivered(self, pending: list[Any]) -> None:
+        """A forget-start answered (exited) while its client was gone: if this attach names
+        it, its client takes that answer now, and the job goes as the start asked; if not, the
+        client that started it is gone for good and the job stays listed, so the attaching one
+        can take it over and read how it ended (issue 45)."""
+        for pending_rid in pending:
+            job_id = self.forget_on_delivery.get(pending_rid)
+            if job_id is not None and pending_rid in self._kept:
+                self.jobs.pop(job_id, None)
+        self.forget_on_delivery.clear()
 
     def _lines(self, items: list[bytes | frames.Frame]) -> None:
         """Every line and data frame of an attached connection is sealed: one that does not
@@ -292,6 +308,7 @@ class DurableAgent(Agent):
             self._seal = self._unseal = None
             self.infd = self.outfd = self._idle_fd
             self._passing.forget()
+        self.connection_number += 1  # answers from now on find their client gone
         self.ports.end_all()  # exposed ports are the client's: their connections go with it
         if conn is not None:
             conn.close()

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from toolseam.backends.agentlink.durable import DurableChannel
 from ..support.engines import LOCAL_BACKENDS, REMOTE_ENGINES, backend, endpoint
 from ..support.processes import host_survivors
 from ..support.sessions import attach_options
+from ..support.timing import patience
 
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS = LOCAL_BACKENDS
@@ -401,3 +403,42 @@ async def test_another_sessions_janitor_spares_a_closing_copy(engine: str, works
         assert _left_of(engine_, tk.handle) == ([], [])
     finally:
         engine_.close()
+
+
+async def test_a_job_that_ends_while_no_client_is_attached_is_kept_for_the_next(
+        tmp_path: Path) -> None:
+    """A call in flight when its client detached, whose command ends before anyone attaches:
+    the agent keeps the job (its start asked to be forgotten, but the client that asked is
+    gone), so the attaching client takes it over, reads how it ended and closes cleanly. Before
+    the fix the agent forgot it at its end: the attach found no job, or (had the attach come
+    first) the close's kill raised ``no job`` — issue 45's two durable flakes. Both orders fail
+    without the fix and pass with it; the command waits for a file the test makes."""
+    tk = _toolkit("host", tmp_path)
+    await tk.open()
+    tag = f"ends-alone-{uuid.uuid4().hex}"
+    command = f": {tag}; echo begun; while [ ! -e go ]; do sleep 0.02; done; echo ended"
+    call = asyncio.ensure_future(tk.call("bash", {"command": command}))
+    await _until(lambda: call.done() or bool(host_survivors(tag)))
+    assert not call.done(), call.result()
+    handle = await tk.detach()
+    await asyncio.gather(call, return_exceptions=True)  # fails with the channel
+    (tmp_path / "go").touch()
+    await _until(lambda: not host_survivors(tag))  # ended, with no client there to be told
+    again = await Toolkit.attach(handle, **attach_options("host"))  # type: ignore[arg-type]
+    try:
+        assert again.adopted_jobs == [1]  # before the fix: [] (the agent had forgotten it)
+        done = await again.call("bash", {"wait": 1, "timeout": 10_000})
+        assert done.output == "begun\nended\n"
+        listed = await again.call("bash", {"jobs": True})
+        assert [(j["id"], j["state"]) for j in listed.metadata["jobs"]] == [(1, "exited")]
+    finally:
+        await again.close()  # before the fix, in the other order: UnknownJobError
+    assert not _engine_has(handle)
+
+
+async def _until(condition: Callable[[], bool], limit_s: float = 60) -> None:
+    """Wait for ``condition``; the limit only stops a hang."""
+    deadline = time.monotonic() + patience(limit_s)
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.02)

@@ -5,9 +5,12 @@ short is said; the connection's abort ends a relay that waits; a TLS stream is n
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import os
+import socket
 import ssl
+import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +22,7 @@ from hypothesis import strategies as st
 from toolseam.egress import splice
 
 from ..support.egress_servers import make_test_ca
+from ..support.timing import patience
 
 
 @asynccontextmanager
@@ -117,3 +121,39 @@ async def test_a_tls_stream_is_never_spliced(tmp_path: Path) -> None:
         tls.transport.abort()
         (await done).transport.abort()
     server.close()
+
+
+def test_a_relay_that_ends_after_its_loop_closed_still_closes_its_sockets() -> None:
+    """The relay's thread closes its duplicates itself: closed by a callback on the loop, they
+    stayed open when the loop had closed first (a session's or a test's end) and were left to
+    the garbage collector — a ``ResourceWarning: unclosed socket`` from a finishing thread
+    (issue 45). Here the sink's peer sees the end once the thread is done, loop or no loop."""
+    source, source_peer = socket.socketpair()
+    sink, sink_peer = socket.socketpair()
+    loop = asyncio.new_event_loop()
+
+    async def begin() -> tuple[asyncio.Task[None], list[asyncio.StreamWriter], threading.Thread]:
+        src_r, src_w = await asyncio.open_connection(sock=source)
+        _, dst_w = await asyncio.open_connection(sock=sink)
+        before = set(threading.enumerate())
+        task = asyncio.ensure_future(splice.relay(src_r, src_w, dst_w, lambda _n: None, None, []))
+        while not (started := [t for t in set(threading.enumerate()) - before
+                               if t.name == "egress-splice"]):
+            await asyncio.sleep(0.01)
+        return task, [src_w, dst_w], started[0]
+
+    task, writers, thread = loop.run_until_complete(begin())
+    for writer in writers:  # the transports let their sockets go; the relay's duplicates stay
+        writer.transport.abort()
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()  # the loop goes before the relay's end can reach it
+    source_peer.close()  # the source ends: the thread finishes
+    thread.join(patience(30))
+    assert not thread.is_alive()
+    sink_peer.settimeout(patience(10))
+    try:
+        assert sink_peer.recv(1) == b""  # before the fix: timed out (a duplicate was open)
+    finally:
+        sink_peer.close()
+        del task  # pending on a closed loop: only the collector ends it
+        gc.collect()

@@ -43,6 +43,10 @@ class EgressProxy:
         self._active: set[Connection] = set()
         self._closed = False
         self._refused_names: set[str] = set()  # audited once each
+        # Plain CONNECT tunnels made so far, counted when made: an attempt's event is recorded
+        # when its connection ends, which can be after the call that made it has its result
+        # (the gateway-CA hint needs to know a tunnel was made; issue 45).
+        self.tunnels_made = 0
         self.call_of: Callable[[str], str | None] = lambda _job: None  # a job → its tool call
 
     def ca_bundle_pem(self, roots: Iterable[str] = ()) -> str:
@@ -197,6 +201,7 @@ class EgressProxy:
         writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
         await writer.drain()
         if not intercept:
+            self.tunnels_made += 1
             await tunnel(connection, event, reader, writer, upstream,
                          self.policy.foreign_placeholders(event.host))
             return

@@ -78,10 +78,12 @@ def _fix_for(record: dict[str, Any], authority: str) -> str:
     return ""
 
 
-def refusal_notes(made: list[dict[str, Any]], output: str, policy: EgressPolicy) -> list[str]:
+def refusal_notes(made: list[dict[str, Any]], output: str, policy: EgressPolicy,
+                  tunnel_made: bool = False) -> list[str]:
     """What the model is told about one call's egress: one line per host refused or not
     reached (host, reason, the setting that would allow it), and a hint naming
-    ``egress_trust_host_cas`` when a tunnel was made and the output shows an untrusted CA."""
+    ``egress_trust_host_cas`` when a tunnel was made (``tunnel_made``: counted when made, its
+    event may not be in ``made`` yet) and the output shows an untrusted CA."""
     lines: dict[str, str] = {}
     for record in made:
         status = int(record.get("status") or 0)
@@ -103,8 +105,8 @@ def refusal_notes(made: list[dict[str, Any]], output: str, policy: EgressPolicy)
     if len(lines) > NOTES_KEPT:
         notes.append(f"[egress: {len(lines) - NOTES_KEPT} more hosts refused; "
                      "metadata.egress lists them]")
-    tunnelled = any(r.get("allowed") and r.get("kind") == "connect" and not r.get("intercepted")
-                    for r in made)
+    tunnelled = tunnel_made or any(
+        r.get("allowed") and r.get("kind") == "connect" and not r.get("intercepted") for r in made)
     if tunnelled and _UNTRUSTED_CA.search(output):
         if policy.egress_trust_host_cas:
             notes.append("[egress: a TLS certificate was not trusted inside the sandbox although "
@@ -116,6 +118,14 @@ def refusal_notes(made: list[dict[str, Any]], output: str, policy: EgressPolicy)
                          "egress_trust_host_cas = true (and egress_ca_file = its PEM, if the host's "
                          "store lacks it)]")
     return notes
+
+
+@dataclasses.dataclass(frozen=True)
+class EgressMark:
+    """Where a call began: the audit's event count and the proxy's tunnel count."""
+
+    events: int
+    tunnels: int
 
 
 def event_record(event: EgressEvent) -> dict[str, Any]:
@@ -191,17 +201,20 @@ class SessionEgress:
     def events(self) -> list[EgressEvent]:
         return self.proxy.events()
 
-    def mark(self) -> int:
-        """Where the log stands now: ``since(mark)`` is what happened after (O(1): a call's
-        cost does not grow with the session's history)."""
-        return self.proxy.event_count
+    def mark(self) -> EgressMark:
+        """Where the log and the tunnel count stand now: ``since(mark)`` is what happened
+        after (O(1): a call's cost does not grow with the session's history)."""
+        return EgressMark(self.proxy.event_count, self.proxy.tunnels_made)
 
-    def since(self, mark: int) -> list[dict[str, Any]]:
-        return [event_record(e) for e in self.proxy.events_since(mark)]
+    def since(self, mark: EgressMark) -> list[dict[str, Any]]:
+        return [event_record(e) for e in self.proxy.events_since(mark.events)]
 
-    def notes(self, made: list[dict[str, Any]], output: str) -> list[str]:
-        """The lines the model reads after a call's text about its refused connections."""
-        return refusal_notes(made, output, self.proxy.policy)
+    def notes(self, made: list[dict[str, Any]], output: str, mark: EgressMark) -> list[str]:
+        """The lines the model reads after a call's text about its refused connections; a
+        tunnel made since ``mark`` counts even while it is still open (its event comes at its
+        close)."""
+        return refusal_notes(made, output, self.proxy.policy,
+                             tunnel_made=self.proxy.tunnels_made > mark.tunnels)
 
     async def close(self) -> None:
         await self.proxy.close()

@@ -72,19 +72,23 @@ async def relay(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
     await _drained(sink)
     # Duplicates the relay owns: the transports' own close does not end what a duplicate
     # holds, so an abort shuts the sockets themselves (the peers see the end too).
+    # The thread closes them itself when it is done: closed from the loop instead, they leaked
+    # (a ResourceWarning from the finishing thread) whenever the loop had closed before the
+    # thread's end reached it — at a test's or a session's end (issue 45). The lock keeps a
+    # shutdown from meeting a close half-way (a descriptor number reused meanwhile).
     ends = (socket.socket(fileno=os.dup(src)), socket.socket(fileno=os.dup(dst)))
+    ends_lock = threading.Lock()
 
     def shut() -> None:
-        for end in ends:
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
+        with ends_lock:
+            for end in ends:
+                with contextlib.suppress(OSError):
+                    end.shutdown(socket.SHUT_RDWR)
 
     loop = asyncio.get_running_loop()
     moved: asyncio.Future[int | None] = loop.create_future()
 
     def settle(outcome: int | BaseException | None) -> None:
-        for end in ends:  # the thread is done with them
-            end.close()
         if not moved.done():
             if isinstance(outcome, BaseException):
                 moved.set_exception(outcome)
@@ -97,6 +101,9 @@ async def relay(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
             outcome = _move(ends[0].fileno(), ends[1].fileno(), remaining, count)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
             outcome = exc
+        with ends_lock:  # done with them
+            for end in ends:
+                end.close()
         with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits any more
             loop.call_soon_threadsafe(settle, outcome)
 

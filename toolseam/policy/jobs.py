@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ..seam.errors import CouldNotRunError
+from ..seam.errors import CouldNotRunError, UnknownJobError
 from ..seam.models import JobStatus
 from ..seam.protocol import BuiltinExec
 
@@ -113,6 +113,10 @@ class JobRegistry:
     async def _kill(self, job: TrackedJob) -> JobStatus | None:
         try:
             status = await self._backend.kill(job.backend_job)
+        except UnknownJobError:  # the sandbox no longer knows it: it is gone, as asked
+            if job.state == "running":
+                job.state = "exited"
+            return None
         except CouldNotRunError:
             job.state = "killed"
             return None
@@ -142,7 +146,7 @@ class JobRegistry:
         async with self._lock:
             await asyncio.gather(*(self._kill(j) for j in self.running()))
             for job in self.all():
-                with contextlib.suppress(CouldNotRunError):
+                with contextlib.suppress(CouldNotRunError, UnknownJobError):
                     await self._backend.release(job.backend_job)
 
 

@@ -63,6 +63,12 @@ class SessionClosedError(HostError):
     code = "SESSION_CLOSED"
 
 
+class UnknownJobError(HostError):
+    """The sandbox holds no job by that id (it ended and was forgotten, or never was)."""
+
+    code = "UNKNOWN_JOB"
+
+
 class CouldNotRunError(ToolseamError):
     """The sandbox could not run the operation (engine down, image missing, agent crashed …)."""
 

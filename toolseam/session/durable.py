@@ -52,15 +52,22 @@ def session_state(tk: Toolkit) -> dict[str, Any]:
 
 
 def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
-    """Put the saved state back; jobs the agent runs that the table lacks (a call in flight
-    when the client died) are taken over as kept jobs. Returns their ids."""
+    """Put the saved state back; jobs the agent holds that the table lacks (a call in flight
+    when the client died or detached) are taken over as kept jobs — one that ended while no
+    client was attached too, so its output is not lost (issue 45). Returns their ids."""
     tk.services.restore(state["session"])
     table = tk.services.jobs
     known = {j.backend_job for j in table.all()}
-    return [table.take_over(found["job"], str((found.get("argv") or [""])[-1]),
-                            int(found.get("pid", 0)), float(found.get("started", 0.0))).id
-            for found in agent_jobs
-            if found["job"] not in known and found.get("state") == "running"]
+    taken = []
+    for found in agent_jobs:
+        if found["job"] in known:
+            continue
+        job = table.take_over(found["job"], str((found.get("argv") or [""])[-1]),
+                              int(found.get("pid", 0)), float(found.get("started", 0.0)))
+        if found.get("state") != "running":
+            job.state = "exited"
+        taken.append(job.id)
+    return taken
 
 
 def toolkit_options(state: dict[str, Any], handle: SessionHandle) -> dict[str, Any]:

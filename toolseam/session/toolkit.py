@@ -568,8 +568,9 @@ class Toolkit:
             if made:
                 result = result.model_copy(update={"metadata": {**result.metadata,
                                                                 "egress": made}})
-                # The model reads why a connection failed, not only the client's "403".
-                result.model_hints.notes.extend(self._egress.notes(made, result.output))
+            # The model reads why a connection failed, not only the client's "403" (a tunnel
+            # still open counts: its event comes when it closes).
+            result.model_hints.notes.extend(self._egress.notes(made, result.output, mark))
         return result
 
     async def call_stream(self, name: str, args: Any, *, call_id: str | None = None

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..policy.environment import CONTAINER_BASE_ENV
-from ..seam.errors import CouldNotRunError, FileOpError, HostError, SessionClosedError
+from ..seam.errors import CouldNotRunError, FileOpError, HostError, SessionClosedError, UnknownJobError
 from ..seam.models import (
     ByteContent,
     ChangeSet,
@@ -338,7 +338,7 @@ class FakeBackend:
     def _job(self, job_id: str) -> _Job:
         job = self._jobs.get(job_id)
         if job is None:
-            raise HostError(f"no job {job_id!r}")
+            raise UnknownJobError(f"no job {job_id!r}")
         return job
 
     async def wait(self, job: str, wait_ms: int | None) -> JobStatus:

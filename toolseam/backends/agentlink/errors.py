@@ -13,14 +13,10 @@ from typing import Any
 from toolseam_agent.errors import FsError
 from toolseam_agent.wire import ErrorKind
 
-from ...seam.errors import CouldNotRunError, FileOpError, HostError
+from ...seam.errors import CouldNotRunError, FileOpError, UnknownJobError
 from ...seam.interactive import InteractiveLimitError, ProcessExitedError
 
 SPAWN_FAILED = "could not start the command:"  # the reason's start for a spawn error
-
-
-class UnknownJobError(HostError):
-    code = "UNKNOWN_JOB"
 
 
 def map_agent_error(error: Mapping[str, Any]) -> Exception:

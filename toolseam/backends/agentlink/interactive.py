@@ -14,10 +14,9 @@ from typing import Any, ParamSpec, TypeVar
 
 from toolseam_agent import wire
 
-from ...seam.errors import FileOpError
+from ...seam.errors import FileOpError, UnknownJobError
 from ...seam.interactive import PtyOutput, PtyProcess, UnknownProcessError
 from .channel import AgentChannel
-from .errors import UnknownJobError
 
 T = TypeVar("T")
 P = ParamSpec("P")
