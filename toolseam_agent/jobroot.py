@@ -107,9 +107,12 @@ class Roots:
                 continue
             root.suspect = False
             try:
-                if len(message) > SMALL:
+                if len(message) > SMALL:  # a big command: its size, then pieces
                     root.sock.send(b"#%d" % len(message))
-                root.sock.sendmsg([message], rights)
+                    for at in range(0, len(message) - SMALL, SMALL):
+                        root.sock.send(message[at:at + SMALL])
+                    message = message[(len(message) - 1) // SMALL * SMALL:]
+                root.sock.sendmsg([message], rights)  # the descriptors ride on the last one
                 break
             except OSError as exc:  # it died while idle (`kill -9 -1`): nothing was started
                 self._lost(root)

@@ -22,7 +22,7 @@ from . import setid_guard, spawn_as, spawning
 from .spawning import SpawnError
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
-SMALL = 1 << 16  # a bigger request goes as its size first ("#N"), then itself
+SMALL = 1 << 16  # a bigger request goes as its size first ("#N"), then in pieces of this size
 _MAX_FDS = 8
 _libc = ctypes.CDLL(None, use_errno=True)
 ROOT_NAME = "toolseam-job-root"  # a root's command line
@@ -80,7 +80,14 @@ def _rename() -> None:
 def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
     data, ancdata, _, _ = sock.recvmsg(SMALL, socket.CMSG_SPACE(_MAX_FDS * 4))
     if data[:1] == b"#":
-        data, ancdata, _, _ = sock.recvmsg(int(data[1:]), socket.CMSG_SPACE(_MAX_FDS * 4))
+        # a big command comes in pieces of SMALL: one datagram cannot be larger than the
+        # socket's send buffer (about 200 KiB), and a command line may be megabytes
+        size, pieces = int(data[1:]), []
+        while size > 0:
+            data, ancdata, _, _ = sock.recvmsg(SMALL, socket.CMSG_SPACE(_MAX_FDS * 4))
+            pieces.append(data)
+            size -= len(data)
+        data = b"".join(pieces)
     fds = array.array("i")
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
