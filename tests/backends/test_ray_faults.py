@@ -21,6 +21,7 @@ from toolseam.ray import RayBackend
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.timing import patience
 
 pytestmark = RAY_TESTS
 
@@ -71,7 +72,9 @@ async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
         began = time.monotonic()
         with pytest.raises(CouldNotRunError) as caught:
             await RayBackend(resources=resource("noengine"), address=ray_cluster.address).open()
-        assert time.monotonic() - began < 10
+        # a net for a hang (an engine that never answers), not a speed: the node was just
+        # added, and its actor's worker took 13 s to start under a CPU hog on both cores
+        assert time.monotonic() - began < patience(30)
         assert "node noengine" in caught.value.reason and missing in caught.value.reason
     finally:
         await asyncio.to_thread(ray_cluster.kill_node, "noengine")
