@@ -34,6 +34,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from ..seam.errors import ConfigurationError
+
 MANIFEST = "MANIFEST.sha256"  # sha256sum's format: "<hex>  <relative path>"
 _ROOT_MODE = 0o711
 _log = logging.getLogger("toolseam")
@@ -68,6 +70,23 @@ def _reachable(path: Path) -> bool:
     """Another user can pass through every directory down to ``path``."""
     real = Path(os.path.realpath(path))
     return all(os.stat(p).st_mode & 0o001 for p in (*real.parents, real) if p.exists())
+
+
+def read_private_text(path: str, where: str) -> str:
+    """A secret's file as text (a token file of ``toolseam mcp`` or ``toolseam metrics``): one
+    only its owner can read or change, or a ``ConfigurationError`` that starts with ``where``
+    (the flag the user wrote) and says what to do."""
+    try:
+        mode = os.stat(path).st_mode
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"{where}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigurationError(f"{where}: not UTF-8 text") from None
+    if mode & 0o077:
+        raise ConfigurationError(f"{where}: other users can read or change it (mode "
+                                 f"{stat.S_IMODE(mode):o}); chmod 600 it")
+    return text
 
 
 def _candidates(uid: int) -> list[Path]:

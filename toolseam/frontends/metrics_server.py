@@ -7,11 +7,9 @@ sends it with ``authorization: {credentials_file: ...}``), on loopback too."""
 from __future__ import annotations
 
 import argparse
-import os
-import stat
-from pathlib import Path
 
 from .._extras import install_hint
+from ..backends.staging import read_private_text
 from ..seam.errors import BackendUnavailable, ConfigurationError
 
 MIN_TOKEN_CHARS = 32
@@ -29,16 +27,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def read_token(path: str) -> str:
     where = f"--token-file {path}"
-    try:
-        mode = os.stat(path).st_mode
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigurationError(f"{where}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigurationError(f"{where}: not UTF-8 text") from None
-    if mode & 0o077:
-        raise ConfigurationError(f"{where}: other users can read or change it (mode "
-                                 f"{stat.S_IMODE(mode):o}); chmod 600 it")
+    token = read_private_text(path, where).strip()
     if len(token) < MIN_TOKEN_CHARS or not token.isprintable() or " " in token:
         raise ConfigurationError(f"{where}: the token must be one line of at least "
                                  f"{MIN_TOKEN_CHARS} printable characters without spaces "

@@ -22,7 +22,6 @@ import hmac
 import ipaddress
 import os
 import signal
-import stat
 import sys
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
@@ -33,6 +32,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
+from ...backends.staging import read_private_text
 from ...seam.errors import ConfigurationError
 from ...session.toolkit import Toolkit
 from .listen import TcpAddress, UnixAddress, generate_token_file, listen_tcp, listen_unix, remove_socket
@@ -59,16 +59,7 @@ def read_tokens(token_file: str | None, environ: MutableMapping[str, str]) -> li
     command inherits it), else none."""
     if token_file:
         source = f"--auth-token-file {token_file}"
-        try:
-            mode = os.stat(token_file).st_mode
-            text = Path(token_file).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigurationError(f"{source}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError:
-            raise ConfigurationError(f"{source}: not UTF-8 text") from None
-        if mode & 0o077:
-            raise ConfigurationError(f"{source}: other users can read or change it (mode "
-                                     f"{stat.S_IMODE(mode):o}); chmod 600 it")
+        text = read_private_text(token_file, source)
         tokens = [line.strip() for line in text.splitlines() if line.strip()] or [""]
     elif TOKEN_ENV in environ:
         source, tokens = TOKEN_ENV, [environ.pop(TOKEN_ENV).strip()]
