@@ -6,7 +6,9 @@ session whose event loop is busy or hung is still listed and can still be killed
 A request is one JSON line: ``{"op": "list"}`` answers each session's row (its usage asked of
 its own loop, two seconds at most); ``{"op": "kill", "id": ID}`` ends that sandbox with
 everything in it (``seam.capabilities.SandboxKill``), and its owner's calls then fail as
-``sandbox_lost``.
+``sandbox_lost``. A kill is answered in two lines — ``{"found": ...}`` at once, then the
+outcome — because an engine under load can take a minute to remove a container, and the
+asker must not read that wait as "no such session".
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ import socketserver
 import struct
 import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from ..backends.staging import user_dir
 from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage
@@ -32,8 +36,11 @@ from ..seam.errors import CouldNotRunError
 if TYPE_CHECKING:
     from .hook import SessionObserver
 
+T = TypeVar("T")
+
 _USAGE_WAIT_S = 2.0
-_KILL_WAIT_S = 30.0  # an engine removing a container can take a while
+_ANSWER_WAIT_S = 10.0  # a process's thread answers a list or "found" at once, even when busy
+_KILL_WAIT_S = 120.0  # an engine removing a container under load can take a minute
 
 
 def live_dir() -> Path:
@@ -92,12 +99,24 @@ class _Handler(socketserver.StreamRequestHandler):
             return
         try:
             request = json.loads(self.rfile.readline(4096))
-            answer = self.server.table.answer(request)
+            if isinstance(request, dict) and request.get("op") == "kill":
+                found = self.server.table.find(request.get("id"))
+                self._send({"found": found is not None})
+                if found is None:
+                    return
+                answer: dict[str, Any] = {"killed": found.kill()}
+            else:
+                answer = self.server.table.answer(request)
         except (ValueError, TypeError, AttributeError) as exc:
             answer = {"error": f"bad request: {exc}"}
         except Exception as exc:  # noqa: BLE001 - an engine's failure is the answer, said
             answer = {"error": f"{type(exc).__name__}: {exc}"}
-        self.wfile.write(json.dumps(answer).encode() + b"\n")
+        self._send(answer)
+
+    def _send(self, answer: dict[str, Any]) -> None:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the asker gave up
+            self.wfile.write(json.dumps(answer).encode() + b"\n")
+            self.wfile.flush()
 
 
 class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
@@ -124,16 +143,25 @@ class LiveTable:
         with self._lock:
             self._sessions.pop(session_id, None)
 
+    def close(self) -> None:
+        """Stop answering (the process-wide table answers until the process exits)."""
+        with self._lock:
+            server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+            _unlink(Path(server.server_address), self._pid)  # type: ignore[arg-type]
+
+    def find(self, session_id: object) -> LiveSession | None:
+        with self._lock:
+            return self._sessions.get(session_id) if isinstance(session_id, str) else None
+
     def answer(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A list request's answer (a kill is answered by the handler, in two lines)."""
         with self._lock:
             sessions = list(self._sessions.values())
         if request.get("op") == "list":
             return {"sessions": [s.row() for s in sessions]}
-        if request.get("op") == "kill":
-            found = [s for s in sessions if s.observer.session_id == request.get("id")]
-            if not found:
-                return {"killed": False, "error": "no such session"}
-            return {"killed": found[0].kill()}
         return {"error": "unknown op"}
 
     def _serve(self) -> None:
@@ -162,33 +190,74 @@ LIVE = LiveTable()
 
 
 # --- the other side: toolseam ps and toolseam metrics ---------------------------------------
-def ask_every_process(request: dict[str, Any], timeout_s: float = 5.0) -> list[dict[str, Any]]:
+def _sockets() -> list[Path]:
+    return sorted(live_dir().glob("*.sock"))
+
+
+def _asked_in_parallel(ask: Callable[[Path], T | None]) -> list[T]:
+    """``ask`` of every process's socket at once: a slow process costs its own wait only."""
+    paths = _sockets()
+    if not paths:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        return [answer for answer in pool.map(ask, paths) if answer is not None]
+
+
+def ask_every_process(request: dict[str, Any], timeout_s: float = _ANSWER_WAIT_S
+                      ) -> list[dict[str, Any]]:
     """``request`` to every process of this user that holds live sessions; each answer once.
     A socket whose process has ended is removed."""
-    answers = []
-    for path in sorted(live_dir().glob("*.sock")):
-        answer = _ask(path, request, timeout_s)
-        if answer is not None:
-            answers.append(answer)
-    return answers
+    def ask(path: Path) -> dict[str, Any] | None:
+        with _connected(path, timeout_s) as peer:
+            if peer is None:
+                return None
+            peer.sendall(json.dumps(request).encode() + b"\n")
+            with peer.makefile("rb") as lines:
+                return _line(lines)
+        return None  # a peer that did not answer in time, or answered garble
+    return _asked_in_parallel(ask)
 
 
-def _ask(path: Path, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
+@contextlib.contextmanager
+def _connected(path: Path, timeout_s: float) -> Iterator[socket.socket | None]:
+    """A connection to one process's socket, or None (with its stale socket removed) when the
+    process is gone; an unanswering or garbled peer also gives None."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as peer:
         peer.settimeout(timeout_s)
         try:
             peer.connect(str(path))
-            peer.sendall(json.dumps(request).encode() + b"\n")
-            with peer.makefile("rb") as lines:
-                answer: dict[str, Any] = json.loads(lines.readline() or b"null") or {}
-                return answer
         except (ConnectionRefusedError, FileNotFoundError):
             if not _alive(path.stem):  # its process ended without removing it (killed)
                 with contextlib.suppress(OSError):
                     path.unlink()
-            return None
+            yield None
+            return
+        except OSError:
+            yield None
+            return
+        try:
+            yield peer
         except (OSError, ValueError):
-            return None
+            return
+
+
+def _line(lines: IO[bytes]) -> dict[str, Any] | None:
+    answer = json.loads(lines.readline(1 << 24) or b"null")
+    return answer if isinstance(answer, dict) else None
+
+
+def _still_held(path: Path, session_id: str) -> bool:
+    """Whether the process of socket ``path`` still lists session ``session_id``."""
+    if not _alive(path.stem):
+        return False
+    with _connected(path, _ANSWER_WAIT_S) as peer:
+        if peer is None:
+            return False
+        peer.sendall(json.dumps({"op": "list"}).encode() + b"\n")
+        with peer.makefile("rb") as lines:
+            answer = _line(lines) or {}
+            return any(row.get("id") == session_id for row in answer.get("sessions", []))
+    return True  # it did not answer in time: not shown to be gone
 
 
 def _alive(pid_text: str) -> bool:
@@ -210,11 +279,35 @@ def live_sessions() -> list[dict[str, Any]]:
 def kill_session(session_id: str) -> bool:
     """End the sandbox of session ``session_id`` with everything in it; False when no process
     of this user holds such a session. Raises ``CouldNotRunError`` when its owner could not
-    end it (the engine refused, say)."""
-    answers = ask_every_process({"op": "kill", "id": session_id}, timeout_s=_KILL_WAIT_S)
+    end it (the engine refused, say) or did not finish in ``_KILL_WAIT_S``."""
+    request = json.dumps({"op": "kill", "id": session_id}).encode() + b"\n"
+
+    def ask(path: Path) -> dict[str, Any] | None:
+        with _connected(path, _ANSWER_WAIT_S) as peer:
+            if peer is None:
+                return None
+            peer.sendall(request)
+            with peer.makefile("rb") as lines:
+                found = _line(lines)
+                if not (found and found.get("found")):
+                    return None
+                peer.settimeout(_KILL_WAIT_S)
+                try:
+                    outcome = _line(lines)
+                    if outcome is None:  # the owner closed without a word: it often exits
+                        # at once when its sandbox is gone, before its answer is written
+                        outcome = ({"error": "its owner closed the connection"}
+                                   if _still_held(path, session_id) else {"killed": True})
+                    return outcome
+                except TimeoutError:
+                    return {"error": f"its owner (pid {path.stem}) had not ended it after "
+                                     f"{_KILL_WAIT_S:.0f} s"}
+        return None
+
+    answers = _asked_in_parallel(ask)
     if any(answer.get("killed") for answer in answers):
         return True
-    failed = [a["error"] for a in answers if a.get("error") not in (None, "no such session")]
+    failed = [str(a["error"]) for a in answers if a.get("error")]
     if failed:
         raise CouldNotRunError(f"session {session_id}: {failed[0]}", retryable=True,
                                cause="engine_error")
