@@ -98,7 +98,12 @@ class NamespaceSlots:
         self.pid = pid
 
     def share(self, directory: str) -> None:
-        self._in_namespace([(directory, directory, MS_BIND), (None, directory, MS_SHARED)])
+        # MS_REC although the directory is new: in a namespace an unprivileged user owns, a
+        # non-recursive bind is refused (EINVAL) when the kernel finds a locked mount below
+        # the source — and mounts propagated in from the host are locked there. CI saw it
+        # twice in a full suite (rootful pools mount beside rootless ones); never here alone.
+        self._in_namespace([(directory, directory, MS_BIND | MS_REC),
+                            (None, directory, MS_SHARED)])
 
     def bind(self, source: str, slot: str) -> None:
         self._in_namespace([(source, slot, MS_BIND | MS_REC)])
