@@ -87,6 +87,9 @@ async def relay(source: asyncio.StreamReader, source_side: asyncio.StreamWriter,
 
     loop = asyncio.get_running_loop()
     moved: asyncio.Future[int | None] = loop.create_future()
+    # a relay cancelled meanwhile (its connection aborted) no longer awaits the outcome: its
+    # failure (a reset peer) is then retrieved here, not logged as "never retrieved"
+    moved.add_done_callback(lambda done: done.cancelled() or done.exception())
 
     def settle(outcome: int | BaseException | None) -> None:
         if not moved.done():
