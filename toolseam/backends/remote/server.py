@@ -118,9 +118,9 @@ class RemoteServer:
             if op.shape == "stream" and emit is not None:
                 return await method(*args, on_output=emit, **kwargs)
             if op.shape == "upload":
-                return await workspace.upload_here(method, self._spool, *args)
+                return await workspace.upload_here(method, self._spool, *args, **kwargs)
             if op.shape == "download":
-                return await workspace.download_here(method, self._spool, *args)
+                return await workspace.download_here(method, self._spool, *args, **kwargs)
             return await method(*args, **kwargs)
         finally:
             if task is not None:
