@@ -5,7 +5,8 @@ hosts as any local backend, through a ``Transport`` (``transport.py``: a unix so
 ``unix.py``, or the in-process loopback)."""
 
 from .client import RemoteBackend
-from .server import HostedSpec, RemoteServer
+from .server import RemoteServer
+from .spec import HostedSpec
 from .transport import LoopbackTransport, Transport, TransportLost
 from .unix import UnixListener, UnixTransport
 

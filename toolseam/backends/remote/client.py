@@ -29,7 +29,7 @@ from ...seam.models import SandboxInfo
 from .. import backend_class
 from ..agentlink.errors import map_seam_error
 from . import ops, workspace
-from .server import HostedSpec
+from .spec import HostedSpec
 from .transport import OnEvent, Transport, TransportLost
 
 

@@ -19,7 +19,7 @@ import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from ...seam.capabilities import supports
 from ...seam.errors import ConfigurationError, HostError
@@ -28,21 +28,10 @@ from .. import create_backend
 from ..agentlink.errors import error_answer
 from . import ops, workspace
 from .handshake import derived_key
+from .spec import HostedSpec
 from .transport import Answer, OnEvent, Request
 
 SESSION_LABEL = b"toolseam remote session key v1"
-
-
-class HostedSpec(BaseModel):
-    """Which backend the server makes for a session: a kind of the name table and its options
-    (plain values: they cross the wire as data)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kind: str = Field(description="A backend name of ``toolseam.backends.KINDS`` (host, podman, "
-                      "docker).")
-    options: dict[str, Any] = Field(default_factory=dict, description="Its keyword options, as "
-                                    "``create_backend`` takes them.")
 
 
 @dataclass
