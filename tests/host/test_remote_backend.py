@@ -14,6 +14,7 @@ import os
 import pickle
 import signal
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -265,3 +266,42 @@ async def test_capabilities_forward_through_the_loopback(tmp_path: Path) -> None
     finally:
         await backend.close()
     assert backend.copy_back_error is None
+
+
+async def test_no_server_is_unreachable_not_lost(tmp_path: Path) -> None:
+    backend = RemoteBackend(transport=UnixTransport(tmp_path / "nobody"),
+                            hosted=HostedSpec(kind="host", options={"workspace": str(tmp_path)}))
+    with pytest.raises(CouldNotRunError) as caught:
+        await backend.open()
+    assert (caught.value.cause, caught.value.retryable) == ("engine_unreachable", True)
+    assert "cannot be reached" in caught.value.reason
+    await backend.close()
+
+
+CLIENT_THAT_DIES = r'''
+import asyncio, os, signal, sys
+from toolseam.backends.remote import HostedSpec, RemoteBackend, UnixTransport
+from toolseam.seam.models import SpawnRequest
+async def main():
+    backend = RemoteBackend(transport=UnixTransport(sys.argv[1]),
+                            hosted=HostedSpec(kind="host", options={"workspace": sys.argv[2]}))
+    await backend.start(SpawnRequest(job="j", argv=["/bin/sh", "-c", "sleep 60 # " + sys.argv[3]],
+                                     cwd=sys.argv[2], env={"PATH": "/usr/bin:/bin"}, wait_ms=0))
+    os.kill(os.getpid(), signal.SIGKILL)
+asyncio.run(main())
+'''
+
+
+async def test_a_client_that_dies_leaves_nothing(server: ServerProcess, tmp_path: Path) -> None:
+    """The server closes the sessions of a connection that ended: a client killed with SIGKILL
+    leaves no command running."""
+    marker = f"remote-orphan-{os.getpid()}"
+    done = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CLIENT_THAT_DIES, str(server.directory), str(tmp_path), marker)
+    assert await done.wait() == -signal.SIGKILL
+    for _ in range(int(patience(10) / 0.05)):
+        if not host_survivors(marker):
+            break
+        await asyncio.sleep(0.05)
+    assert host_survivors(marker) == []
+    assert server.process.poll() is None  # the server itself goes on

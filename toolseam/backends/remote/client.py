@@ -114,6 +114,9 @@ class RemoteBackend:
             answer = await (self.transport.call(request) if on_event is None
                             else self.transport.stream(request, on_event))
         except TransportLost as lost:
+            if not lost.sent and self._info is None:  # never reached: the session never was
+                raise CouldNotRunError(str(lost), retryable=True,
+                                       cause="engine_unreachable") from None
             raise self._lost(lost) from None
         if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ("ok", "err")):
             raise CouldNotRunError(f"{self.transport.where} answered what is not a toolseam "

@@ -23,8 +23,13 @@ OnEvent = Callable[[Any], None]
 
 
 class TransportLost(Exception):
-    """The connection to the server ended with this call in flight (it may have run there) or
-    before it was sent; the message says which server and why."""
+    """The connection to the server ended with this call in flight (it may have run there), or
+    could not be made (``sent`` false: nothing reached the server); the message says which
+    server and why."""
+
+    def __init__(self, message: str, sent: bool = True) -> None:
+        super().__init__(message)
+        self.sent = sent
 
 
 @runtime_checkable

@@ -148,7 +148,7 @@ class UnixTransport:
             if writer is not None:
                 writer.transport.abort()
             raise TransportLost(f"{self.where} cannot be reached "
-                                f"({type(exc).__name__}: {exc})") from None
+                                f"({type(exc).__name__}: {exc})", sent=False) from None
         return StreamLink(reader, writer, self.where)
 
     async def call(self, request: Request) -> Answer:
