@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import http.server
 import os
 import pickle
 import signal
 import stat
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from toolseam import Toolkit
 from toolseam.backends.remote import HostedSpec, LoopbackTransport, RemoteBackend, RemoteServer
 from toolseam.backends.remote.codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
 from toolseam.backends.remote.frames import (
@@ -232,8 +236,8 @@ async def test_a_server_crash_is_sandbox_lost(tmp_path: Path) -> None:
 
 async def test_capabilities_forward_through_the_loopback(tmp_path: Path) -> None:
     """The hosted host backend's workspace transfer and interactive processes, through the
-    in-process transport (both ends through the codec); a row the server's backend does not
-    declare is refused by the server too."""
+    in-process transport (both ends through the codec); a method of the hosted backend that is
+    not a row of the table is refused by the server."""
     workspace, elsewhere = tmp_path / "ws", tmp_path / "here"
     workspace.mkdir()
     elsewhere.mkdir()
@@ -261,8 +265,8 @@ async def test_capabilities_forward_through_the_loopback(tmp_path: Path) -> None
             seen += out.data
             assert not out.exited or b"got it" in seen, seen
         answer = await backend.transport.call((backend.session_id, backend._secret,
-                                               "open_egress", (), {}))
-        assert answer[1]["message"] == "'open_egress' is not a seam operation"
+                                               "kill_sandbox", (), {}))  # the host's, not a row
+        assert answer[1]["message"] == "'kill_sandbox' is not a seam operation"
     finally:
         await backend.close()
     assert backend.copy_back_error is None
@@ -305,3 +309,64 @@ async def test_a_client_that_dies_leaves_nothing(server: ServerProcess, tmp_path
         await asyncio.sleep(0.05)
     assert host_survivors(marker) == []
     assert server.process.poll() is None  # the server itself goes on
+
+
+BIG = bytes(range(256)) * (12 << 10)  # 3 MiB: three credit windows each way
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = BIG if self.path == "/big" else b"hello through the remote server\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:  # the sha256 of what was sent
+        got = self.rfile.read(int(self.headers["Content-Length"]))
+        body = hashlib.sha256(got).hexdigest().encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        return None
+
+
+async def test_egress_is_served_by_the_clients_proxy(server: ServerProcess, tmp_path: Path
+                                                     ) -> None:
+    """The hosted host backend in egress mode: its commands see loopback alone, and their one
+    way out is this process's proxy (its rules and audit), over the remote wire."""
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    port = web.server_address[1]
+    settings = {"limits": {"network": "egress"}, "egress_allow": [f"web.test:{port}"],
+                "egress_resolve": {"web.test": "127.0.0.1"}, "egress_private": True}
+    fetch = ("python3 -c 'import urllib.request as u, sys; "
+             "print(u.urlopen(sys.argv[1]).read().decode(), end=\"\")' ")
+    try:
+        async with Toolkit(server.backend(tmp_path, network="egress"), base_dir=str(tmp_path),
+                           settings=settings) as tools:
+            allowed = await tools.call("bash", {"command": fetch + f"http://web.test:{port}/"})
+            refused = await tools.call("bash", {"command": fetch + f"http://other.test:{port}/"})
+            (tmp_path / "big").write_bytes(BIG)
+            both_ways = await tools.call("bash", {"command": (
+                "python3 -c 'import urllib.request as u, hashlib, sys; "
+                "down = u.urlopen(sys.argv[1] + \"big\").read(); "
+                "up = u.urlopen(sys.argv[1], data=open(\"big\", \"rb\").read()).read(); "
+                "print(hashlib.sha256(down).hexdigest(), up.decode())' ")
+                + f"http://web.test:{port}/"})
+            direct = await tools.call("bash", {"command": "python3 -c 'import socket; "
+                                      f"socket.create_connection((\"127.0.0.1\", {port}), 2)'"})
+            log = [(event.host, event.allowed) for event in tools.egress_log()]
+    finally:
+        web.shutdown()
+        web.server_close()
+    assert allowed.output == "hello through the remote server\n", allowed.output
+    assert refused.is_error and "403" in refused.output
+    digest = hashlib.sha256(BIG).hexdigest()
+    assert both_ways.output == f"{digest} {digest}\n", both_ways.output
+    assert direct.is_error and "Connection refused" in direct.output
+    assert log == [("web.test", True), ("other.test", False), ("web.test", True),
+                   ("web.test", True)], log

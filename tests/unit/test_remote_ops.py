@@ -31,7 +31,8 @@ def _coroutines(protocol: type) -> set[str]:
 def test_every_coroutine_of_the_forwarded_protocols_is_one_row() -> None:
     expected = set().union(*(_coroutines(p) for p in (*ops.REQUIRED, *ops.OPTIONAL)))
     assert [op.name for op in ops.TABLE] == list(ops.BY_NAME) and set(ops.BY_NAME) == expected
-    assert {op.name for op in ops.TABLE if op.shape != "call"} == {"start", "upload", "download"}
+    assert {op.name for op in ops.TABLE if op.shape != "call"} == {"start", "upload", "download",
+                                                                   "open_egress"}
 
 
 async def _unused(*args: object) -> Any:
@@ -40,7 +41,7 @@ async def _unused(*args: object) -> Any:
 
 def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     held = ops.declared_capabilities(HostBackend)
-    assert held == {"WorkspaceTransfer", "InteractiveProcesses"}
+    assert held == {"WorkspaceTransfer", "InteractiveProcesses", "OpensEgress"}
     full, bare = remote_class(held), remote_class(frozenset())
     for name in ops.BY_NAME:
         method = getattr(full, name)
@@ -54,6 +55,7 @@ def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     assert supports(probe, WorkspaceTransfer) and supports(probe, InteractiveProcesses)
     assert isinstance(none, BuiltinExec)
     assert not supports(none, WorkspaceTransfer) and not hasattr(none, "pty_start")
+    assert hasattr(probe, "open_egress") and not hasattr(none, "open_egress")
 
 
 HOST_ERRORS = [found for module in (errors, interactive) for found in vars(module).values()

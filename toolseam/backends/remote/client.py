@@ -29,6 +29,7 @@ from ...seam.models import SandboxInfo
 from .. import backend_class
 from ..agentlink.errors import map_seam_error
 from . import ops, workspace
+from .egress import ClientEgress
 from .spec import HostedSpec
 from .transport import OnEvent, Transport, TransportLost
 
@@ -55,6 +56,9 @@ class RemoteBackend:
         self._closed = False
         self._over: CouldNotRunError | None = None
         self._copy_back_error: CouldNotRunError | None = None
+        self._egress: ClientEgress | None = None
+        network = hosted.options.get("network")  # what the toolkit checks its settings against
+        self.network = network if isinstance(network, str) else None
 
     @property
     def info(self) -> SandboxInfo | None:
@@ -88,6 +92,8 @@ class RemoteBackend:
             return
         self._closed = True
         try:
+            if self._egress is not None:
+                await self._egress.close()
             if self._info is not None and self._over is None:
                 failure = await self._send("close", {})
                 if isinstance(failure, dict):
@@ -148,6 +154,11 @@ class RemoteBackend:
         if op.shape == "upload":
             archive, dest = await workspace.upload_args(arguments["local"], arguments["dest"])
             return await self._send(op.name, {"archive": archive, "dest": dest})
+        if op.shape == "egress":  # the sandbox's connections to this process's proxy
+            if self._egress is None:
+                self._egress = ClientEgress(self._send, arguments["serve"])
+                await asyncio.sleep(0)  # its event stream is asked for before the listener
+            return await self._send(op.name, {"ca_pem": arguments["ca_pem"]})
         if op.shape == "download":
             local = arguments["local"]
             if workspace.exists(local):

@@ -7,11 +7,12 @@ that declares the row's capability (``server.py``).
 A row's ``shape`` says what crosses: ``call`` — the arguments and the result, as values;
 ``stream`` — the same, with the callback's chunks as events (``start``'s ``on_output``);
 ``upload`` / ``download`` — a path of the client's machine, carried as a tar
-(``workspace.py``). A protocol's other members (``WorkspaceTransfer.copy_back_error``) are the
+(``workspace.py``); ``egress`` — the sandbox's connections, served by the client's proxy
+(``egress.py``). A protocol's other members (``WorkspaceTransfer.copy_back_error``) are the
 client's own state.
 
 Not forwarded yet (the hosted backend's own, reachable only where it runs): durable sessions,
-egress, exposed ports, branching, resource usage, kill from outside (docs/architecture.md).
+exposed ports, branching, resource usage, kill from outside (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -23,13 +24,16 @@ from typing import Literal
 
 from ...seam.capabilities import InteractiveProcesses
 from ...seam.protocol import ExecPart, FilePart, WorkspaceTransfer
+from .egress import OpensEgress
 
-Shape = Literal["call", "stream", "upload", "download"]
+Shape = Literal["call", "stream", "upload", "download", "egress"]
 
 # The protocols whose operations cross; the first two are every backend's (BuiltinExec).
 REQUIRED: tuple[type, ...] = (ExecPart, FilePart)
-OPTIONAL: tuple[type, ...] = (WorkspaceTransfer, InteractiveProcesses)
-_SHAPES: dict[str, Shape] = {"start": "stream", "upload": "upload", "download": "download"}
+# ``OpensEgress`` is egress.py's until the seam declares it (issue 47, item 5)
+OPTIONAL: tuple[type, ...] = (WorkspaceTransfer, InteractiveProcesses, OpensEgress)
+_SHAPES: dict[str, Shape] = {"start": "stream", "upload": "upload", "download": "download",
+                             "open_egress": "egress"}
 
 
 @dataclass(frozen=True, slots=True)

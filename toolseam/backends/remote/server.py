@@ -27,6 +27,7 @@ from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from .. import create_backend
 from ..agentlink.errors import error_answer
 from . import ops, workspace
+from .egress import EVENTS, NOT_CAPTURED, SEND, ServerEgress
 from .handshake import derived_key
 from .spec import HostedSpec
 from .transport import Answer, OnEvent, Request
@@ -41,6 +42,7 @@ class _Session:
     owner: object
     capabilities: frozenset[str]
     calls: set[asyncio.Task[Any]] = field(default_factory=set)
+    egress: ServerEgress = field(default_factory=ServerEgress)
 
 
 class RemoteServer:
@@ -66,6 +68,12 @@ class RemoteServer:
             session = self._session(sid, secret)
             if name == "close":
                 return ("ok", await self._close(sid, session))
+            if name == EVENTS:  # the egress shape's event stream (egress.py)
+                await session.egress.events(emit)
+                return ("ok", None)
+            if name == SEND:
+                await session.egress.receive(dict(kwargs["frame"]))
+                return ("ok", None)
             return ("ok", await self._call(session, name, args, kwargs, emit))
         except Exception as exc:  # noqa: BLE001 - every failure is an answer (the one map)
             return ("err", error_answer(exc))
@@ -110,6 +118,9 @@ class RemoteServer:
                 return await workspace.upload_here(method, self._spool, *args, **kwargs)
             if op.shape == "download":
                 return await workspace.download_here(method, self._spool, *args, **kwargs)
+            if op.shape == "egress":  # the client's proxy serves (egress.py); nothing captured
+                where = dict(await method(session.egress.serve, kwargs.get("ca_pem"), None))
+                return {**where, "capture": NOT_CAPTURED}
             return await method(*args, **kwargs)
         finally:
             if task is not None:
@@ -119,6 +130,7 @@ class RemoteServer:
         """End the session; what its backend could not bring home (``copy_back_error``, as an
         error answer), or None."""
         self._sessions.pop(sid, None)
+        session.egress.close()
         await session.backend.close()
         failure = (session.backend.copy_back_error
                    if isinstance(session.backend, WorkspaceTransfer) else None)
@@ -129,6 +141,7 @@ class RemoteServer:
         for sid, session in list(self._sessions.items()):
             if session.owner is owner:
                 self._sessions.pop(sid, None)
+                session.egress.close()
                 for task in list(session.calls):
                     task.cancel()
                 with contextlib.suppress(Exception):
