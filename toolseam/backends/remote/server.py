@@ -51,6 +51,7 @@ class RemoteServer:
 
     def __init__(self, spool: str) -> None:
         self._sessions: dict[str, _Session] = {}
+        self._opening: set[str] = set()
         self._spool = spool  # a private directory for workspace transfers
 
     def _session(self, sid: str, secret: str) -> _Session:
@@ -80,7 +81,7 @@ class RemoteServer:
 
     async def _open(self, sid: str, secret: str, given: object, owner: object
                     ) -> tuple[Any, list[str]]:
-        if sid in self._sessions:
+        if sid in self._sessions or sid in self._opening:
             raise HostError(f"session {sid[:8]}… exists on this server")
         try:
             spec = HostedSpec.model_validate(given)
@@ -91,11 +92,14 @@ class RemoteServer:
         backend = create_backend(spec.kind, **spec.options)
         capabilities = frozenset(name for name, protocol in ops.CAPABILITIES.items()
                                  if supports(backend, protocol))
+        self._opening.add(sid)  # a second open of the id while this one waits is refused
         try:
             info = await backend.open()
         except BaseException:
             await asyncio.shield(backend.close())
             raise
+        finally:
+            self._opening.discard(sid)
         self._sessions[sid] = _Session(derived_key(secret, SESSION_LABEL), backend, owner,
                                        capabilities)
         return info, sorted(capabilities)
