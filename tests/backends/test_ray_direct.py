@@ -17,10 +17,11 @@ from typing import Any
 import pytest
 
 from toolseam import Toolkit
+from toolseam.backends.remote.handshake import nonce, proof
 from toolseam.ray import RayBackend
 from toolseam.ray import cluster as ray_cluster_module
 from toolseam.ray.direct import HELLO, HELLO_TIMEOUT_S
-from toolseam.ray.handshake import nonce, proof, session_key
+from toolseam.ray.handshake import session_key
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource

@@ -1,4 +1,4 @@
-"""The codec of a node's requests and answers (toolseam/ray/codec.py, decisions 312, 336): what
+"""The codec of a node's requests and answers (toolseam/backends/remote/codec.py, decisions 312, 336): what
 crosses is rebuilt as builtin values and the seam's wire models only — never a callable or
 another class, whatever the pickle asks for — and every model is validated again."""
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from toolseam.backends.remote.codec import MAX_REQUEST, dumps, loads
 from toolseam.ray._wire import unpack_answer
-from toolseam.ray.codec import MAX_REQUEST, dumps, loads
 from toolseam.ray.direct import MAX_HELLO, read_frame
 from toolseam.seam.errors import CouldNotRunError, HostError
 from toolseam.seam.models import ChangeSet, JobStatus, PathRef, SpawnRequest, TextContent

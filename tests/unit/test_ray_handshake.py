@@ -1,6 +1,6 @@
 """Both ends of the connections toolseam opens across a Ray cluster prove the shared key before
-either sends anything of value (toolseam/ray/handshake.py, direct.py, egress.py; decision
-337): a listener that merely sits where the other end should be — a crashed driver's port
+either sends anything of value (toolseam/backends/remote/handshake.py, toolseam/ray/direct.py,
+egress.py; decision 337): a listener that merely sits where the other end should be — a crashed driver's port
 bound by someone else, an impostor actor's port — is sent no call, no request and no secret,
 and nothing it answers is taken. Real sockets on 127.0.0.1, no cluster."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from toolseam.ray.codec import MAX_REQUEST
+from toolseam.backends.remote.codec import MAX_REQUEST
 from toolseam.ray.direct import DirectLink, NodeServer
 from toolseam.ray.egress import CallerEnd, NodeRelay
 from toolseam.ray.handshake import session_key

@@ -11,9 +11,9 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+from ..backends.remote.codec import dumps, loads
 from ..seam import errors
 from ..seam.models import COULD_NOT_RUN_CAUSES, CouldNotRunCause
-from .codec import dumps, loads
 
 Answer = tuple[Any, ...]
 

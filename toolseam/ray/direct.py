@@ -33,10 +33,11 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..backends.remote.codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
+from ..backends.remote.handshake import decoy_proof, holds, is_nonce, nonce, proof
 from ..seam.errors import HostError
 from ._wire import Answer, encode
-from .codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
-from .handshake import client_tls, decoy_proof, holds, is_nonce, nonce, proof, server_tls
+from .handshake import client_tls, server_tls
 from .identity import IDENTITY_HELLO, identity_proof
 
 HELLO = b"toolseam-ray-direct-2"

@@ -29,7 +29,8 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .handshake import client_tls, holds, is_nonce, nonce, proof, server_tls
+from ..backends.remote.handshake import holds, is_nonce, nonce, proof
+from .handshake import client_tls, server_tls
 
 HELLO_MAX = 4096  # a handshake line: nonces, proofs and who opened the connection
 HELLO_TIMEOUT_S = 5.0

@@ -28,9 +28,10 @@ import struct
 import time
 from typing import Any
 
+from ..backends.remote.handshake import holds, is_nonce, nonce, proof
 from ..backends.staging import user_dir
 from ..seam.errors import CouldNotRunError
-from .handshake import client_tls, holds, is_nonce, nonce, proof
+from .handshake import client_tls
 
 KEY_VAR = "TOOLSEAM_RAY_CLUSTER_KEY"
 IDENTITY_HELLO = b"toolseam-ray-identity-1"

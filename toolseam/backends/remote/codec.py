@@ -1,6 +1,7 @@
-"""What crosses between a caller and a node actor as bytes, decoded restrictively both ways.
+"""What crosses between a caller and the process hosting its sandbox (a remote server, a Ray
+node actor) as bytes, decoded restrictively both ways.
 
-A request (caller → node) and an answer (node → caller) are pickles, because pickling the
+A request (caller → host) and an answer (host → caller) are pickles, because pickling the
 seam's models costs nothing measurable next to Ray's own serialization (decision 310). They
 are read by ``SeamUnpickler``, which builds builtin values and the seam's wire models only —
 never a callable or another class — on the node (a holder of one session's secret cannot make
@@ -18,13 +19,15 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..seam import models, protocol
+from ...seam import interactive, models, protocol
 
-# The classes a pickle may name: the seam's wire models, and the raw exec API's request.
+# The classes a pickle may name: the seam's wire models (its interactive ones included), and
+# the raw exec API's request.
 _ALLOWED: dict[tuple[str, str], type[BaseModel]] = {
-    **{(models.__name__, name): found for name, found in vars(models).items()
+    **{(module.__name__, name): found for module in (models, interactive)
+       for name, found in vars(module).items()
        if isinstance(found, type) and issubclass(found, BaseModel)
-       and found.__module__ == models.__name__},
+       and found.__module__ == module.__name__},
     (protocol.__name__, "ExecRequest"): protocol.ExecRequest,
 }
 MAX_DEPTH = 64  # a decoded value nested deeper is not one of ours

@@ -1,0 +1,206 @@
+"""``RemoteBackend``: a sandbox hosted by a ``RemoteServer`` elsewhere, reached through a
+``Transport`` (``transport.py``) — a backend below the seam like any other.
+
+Its methods are made from the one table of seam operations (``ops.py``), never written one by
+one: each row becomes a method with the seam protocol's own signature and docstring, which
+binds its arguments, sends them, and raises what the server's answer carries through the one
+error map (``agentlink/errors.py:map_seam_error``). Its capabilities are the hosted backend's:
+the class of each instance is chosen once, at construction, from what the hosted kind declares
+(``ops.declared_capabilities``), and the server confirms them at open — a mismatch is refused,
+never papered over.
+
+A server that goes away (crashed, killed, its machine lost) ends the session: the call in
+flight and every later one raise ``CouldNotRunError(cause="sandbox_lost")`` saying the call
+may have run there. Nothing is retried: a call that ran twice is worse than one that failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import secrets
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ...seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
+from ...seam.models import SandboxInfo
+from .. import backend_class
+from ..agentlink.errors import map_seam_error
+from . import ops, workspace
+from .egress import ClientEgress
+from .spec import HostedSpec
+from .transport import OnEvent, Transport, TransportLost
+
+
+class RemoteBackend:
+    """``RemoteBackend(transport=UnixTransport(directory), hosted=HostedSpec(kind="host",
+    options={"workspace": "/srv/ws"}))``: the hosted backend's sessions, driven from here."""
+
+    name = "remote"
+
+    def __new__(cls, *, transport: Transport, hosted: HostedSpec) -> RemoteBackend:
+        if cls is RemoteBackend:  # the class with the hosted kind's capabilities, chosen once
+            cls = remote_class(ops.declared_capabilities(backend_class(hosted.kind)))
+        return super().__new__(cls)
+
+    capabilities: frozenset[str] = frozenset()
+
+    def __init__(self, *, transport: Transport, hosted: HostedSpec) -> None:
+        self.transport, self.hosted = transport, hosted
+        self.session_id = uuid.uuid4().hex
+        self._secret = secrets.token_urlsafe(32)
+        self._info: SandboxInfo | None = None
+        self._opening = asyncio.Lock()
+        self._closed = False
+        self._over: CouldNotRunError | None = None
+        self._copy_back_error: CouldNotRunError | None = None
+        self._egress: ClientEgress | None = None
+        network = hosted.options.get("network")  # what the toolkit checks its settings against
+        self.network = network if isinstance(network, str) else None
+
+    @property
+    def info(self) -> SandboxInfo | None:
+        return self._info
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def open(self) -> SandboxInfo:
+        """Open the hosted backend's sandbox on the server (idempotent)."""
+        if self._info is not None:
+            return self._info
+        self._check_open()
+        async with self._opening:
+            if self._info is None:
+                info, held = await self._send("open", {"spec": self.hosted.model_dump()})
+                if frozenset(held) != self.capabilities:
+                    await self.close()
+                    raise CouldNotRunError(
+                        f"{self.transport.where}: its {self.hosted.kind} backend has "
+                        f"{sorted(held)}, this client expected {sorted(self.capabilities)} "
+                        "(another toolseam version?)", retryable=False, cause="refused")
+                # paths and processes are this machine's only when the server's are
+                local = info.local and self.transport.same_machine
+                self._info = info.model_copy(update={"local": local})
+        assert self._info is not None
+        return self._info
+
+    async def close(self) -> None:
+        """End the session on the server (its jobs killed, its sandbox down). Idempotent;
+        never raises: what the hosted backend could not bring home is ``copy_back_error``."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._egress is not None:
+                await self._egress.close()
+            if self._info is not None and self._over is None:
+                failure = await self._send("close", {})
+                if isinstance(failure, dict):
+                    found = map_seam_error(failure)
+                    self._copy_back_error = (found if isinstance(found, CouldNotRunError) else
+                                             CouldNotRunError(str(found), retryable=False,
+                                                              cause="copy_back_failed"))
+        except Exception:  # noqa: BLE001 - close never raises; the server ends it anyway
+            pass
+        finally:
+            await self.transport.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("the remote backend was closed")
+
+    # --- one request ---------------------------------------------------------------------
+    async def _send(self, name: str, kwargs: dict[str, Any], on_event: OnEvent | None = None
+                    ) -> Any:
+        if self._over is not None:
+            raise self._over
+        request = (self.session_id, self._secret, name, (), kwargs)
+        try:
+            answer = await (self.transport.call(request) if on_event is None
+                            else self.transport.stream(request, on_event))
+        except TransportLost as lost:
+            if not lost.sent and self._info is None:  # never reached: the session never was
+                raise CouldNotRunError(str(lost), retryable=True,
+                                       cause="engine_unreachable") from None
+            raise self._lost(lost) from None
+        if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ("ok", "err")):
+            raise CouldNotRunError(f"{self.transport.where} answered what is not a toolseam "
+                                   "answer", retryable=False, cause="agent_failed")
+        if answer[0] == "err":
+            raise (map_seam_error(answer[1]) if isinstance(answer[1], dict) else
+                   CouldNotRunError(f"{self.transport.where} answered a malformed error",
+                                    retryable=False, cause="agent_failed"))
+        return answer[1]
+
+    def _lost(self, lost: TransportLost) -> CouldNotRunError:
+        if self._over is None:
+            self._over = CouldNotRunError(
+                f"{lost}; the call may have run there; this session is over (its sandbox went "
+                "with its server): start a new one", retryable=False, cause="sandbox_lost")
+        return self._over
+
+    async def _operate(self, op: ops.SeamOp, arguments: dict[str, Any]) -> Any:
+        """One row of the table, its arguments bound by the protocol's signature."""
+        if op.name == "release" and self._closed:
+            return None  # the session's close released every job
+        self._check_open()
+        if self._info is None:
+            await self.open()
+        if op.shape == "stream":
+            on_output = arguments.pop("on_output", None)
+            wanted = on_output is not None and getattr(arguments.get("request"), "stream", False)
+            return await self._send(op.name, arguments, on_output if wanted else None)
+        if op.shape == "upload":
+            archive, dest = await workspace.upload_args(arguments["local"], arguments["dest"])
+            return await self._send(op.name, {"archive": archive, "dest": dest})
+        if op.shape == "egress":  # the sandbox's connections to this process's proxy
+            if self._egress is None:
+                self._egress = ClientEgress(self._send, arguments["serve"])
+                await asyncio.sleep(0)  # its event stream is asked for before the listener
+            return await self._send(op.name, {"ca_pem": arguments["ca_pem"]})
+        if op.shape == "download":
+            local = arguments["local"]
+            if workspace.exists(local):
+                raise ConfigurationError(f"download: {local} exists")
+            archive = await self._send(op.name, {"src": arguments["src"]})
+            return await workspace.download_result(archive, local)
+        return await self._send(op.name, arguments)
+
+
+Method = Callable[..., Coroutine[Any, Any, Any]]
+
+
+def _forwarder(op: ops.SeamOp) -> Method:
+    """The client's method for one row: the protocol's signature and words, its body one
+    ``_operate``."""
+    declared = getattr(op.capability, op.name)
+    signature = inspect.signature(declared)
+
+    async def forward(self: RemoteBackend, *args: Any, **kwargs: Any) -> Any:
+        arguments = signature.bind(self, *args, **kwargs).arguments
+        arguments.pop("self")
+        return await self._operate(op, arguments)
+
+    forward.__name__, forward.__qualname__ = op.name, f"RemoteBackend.{op.name}"
+    forward.__doc__ = declared.__doc__
+    forward.__signature__ = signature  # type: ignore[attr-defined]
+    return forward
+
+
+def _copy_back_error(self: RemoteBackend) -> CouldNotRunError | None:
+    """What the hosted backend's close could not bring home (WorkspaceTransfer)."""
+    return self._copy_back_error
+
+
+@functools.cache
+def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
+    """The client class for a hosted backend with ``capabilities``: the rows it answers as
+    methods (and a workspace transfer's ``copy_back_error``); one class per set, so a
+    capability is a fact of the class, as ``seam.capabilities.supports`` expects."""
+    members: dict[str, Any] = {op.name: _forwarder(op) for op in ops.ops_for(capabilities)}
+    if "WorkspaceTransfer" in capabilities:
+        members["copy_back_error"] = property(_copy_back_error)
+    members["capabilities"] = capabilities
+    members["__doc__"] = RemoteBackend.__doc__
+    return type("RemoteBackend", (RemoteBackend,), members)

@@ -1,0 +1,83 @@
+"""THE table of seam operations the remote wire carries, derived from the seam's protocols: every
+coroutine method of a forwarded protocol (``seam/protocol.py``, ``seam/capabilities.py``) is a
+row, so a new seam method crosses the wire with no line written here. The client's methods are
+made from these rows (``client.py``) and the server calls only a row's method, on a backend
+that declares the row's capability (``server.py``).
+
+A row's ``shape`` says what crosses: ``call`` — the arguments and the result, as values;
+``stream`` — the same, with the callback's chunks as events (``start``'s ``on_output``);
+``upload`` / ``download`` — a path of the client's machine, carried as a tar
+(``workspace.py``); ``egress`` — the sandbox's connections, served by the client's proxy
+(``egress.py``). A protocol's other members (``WorkspaceTransfer.copy_back_error``) are the
+client's own state.
+
+Not forwarded yet (the hosted backend's own, reachable only where it runs): durable sessions,
+exposed ports, branching, resource usage, kill from outside (docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from ...seam.capabilities import InteractiveProcesses
+from ...seam.protocol import ExecPart, FilePart, WorkspaceTransfer
+from .egress import OpensEgress
+
+Shape = Literal["call", "stream", "upload", "download", "egress"]
+
+# The protocols whose operations cross; the first two are every backend's (BuiltinExec).
+REQUIRED: tuple[type, ...] = (ExecPart, FilePart)
+# ``OpensEgress`` is egress.py's until the seam declares it (issue 47, item 5)
+OPTIONAL: tuple[type, ...] = (WorkspaceTransfer, InteractiveProcesses, OpensEgress)
+_SHAPES: dict[str, Shape] = {"start": "stream", "upload": "upload", "download": "download",
+                             "open_egress": "egress"}
+
+
+@dataclass(frozen=True, slots=True)
+class SeamOp:
+    """One seam operation: its method's name, the protocol that declares it, what crosses."""
+
+    name: str
+    capability: type
+    shape: Shape = "call"
+
+
+def _own_members(protocol: type) -> Iterator[tuple[str, object]]:
+    for name, value in vars(protocol).items():
+        if not name.startswith("_"):
+            yield name, value
+
+
+def protocol_members(protocol: type) -> frozenset[str]:
+    """Every public member a protocol declares (methods, properties, annotated attributes)."""
+    return frozenset(name for name, _ in _own_members(protocol)) | frozenset(
+        name for name in getattr(protocol, "__annotations__", {}) if not name.startswith("_"))
+
+
+def _rows() -> Iterator[SeamOp]:
+    for protocol in (*REQUIRED, *OPTIONAL):
+        for name, value in _own_members(protocol):
+            if inspect.iscoroutinefunction(value):
+                yield SeamOp(name, protocol, _SHAPES.get(name, "call"))
+
+
+TABLE: tuple[SeamOp, ...] = tuple(_rows())
+BY_NAME: dict[str, SeamOp] = {op.name: op for op in TABLE}
+CAPABILITIES: dict[str, type] = {protocol.__name__: protocol for protocol in OPTIONAL}
+
+
+def declared_capabilities(backend_class: type) -> frozenset[str]:
+    """The optional protocols ``backend_class`` declares: every member of each is defined on
+    the class (what ``isinstance`` on a runtime protocol asks of an instance)."""
+    return frozenset(name for name, protocol in CAPABILITIES.items()
+                     if all(hasattr(backend_class, member)
+                            for member in protocol_members(protocol)))
+
+
+def ops_for(capabilities: frozenset[str]) -> tuple[SeamOp, ...]:
+    """The rows a backend with ``capabilities`` answers."""
+    return tuple(op for op in TABLE
+                 if op.capability in REQUIRED or op.capability.__name__ in capabilities)

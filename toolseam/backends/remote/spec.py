@@ -1,0 +1,19 @@
+"""What a client asks a remote server to host: a backend by its kind and options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class HostedSpec(BaseModel):
+    """Which backend the server makes for a session: a kind of the name table and its options
+    (plain values: they cross the wire as data)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = Field(description="A backend name of ``toolseam.backends.KINDS`` (host, podman, "
+                      "docker).")
+    options: dict[str, Any] = Field(default_factory=dict, description="Its keyword options, as "
+                                    "``create_backend`` takes them.")
