@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .. import __version__
-from ..backends import DEFAULT_BACKEND, backend_kind
+from ..backends import BACKENDS, DEFAULT_BACKEND, backend_kind
 from ..policy.settings import Settings, parse_settings, read_settings_data
 from ..seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
@@ -88,7 +88,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _session_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", default="host", choices=("host", "podman", "docker"))
+    parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--base-dir", help="directory relative paths resolve against")
     parser.add_argument("--confine", action="store_true", help="refuse paths outside the base dir")
     parser.add_argument("--config", help="settings file (.toml or .json)")

@@ -23,10 +23,10 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..backends.staging import user_dir
-from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage
+from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage, supports
 from ..seam.errors import CouldNotRunError
 
 if TYPE_CHECKING:
@@ -65,9 +65,10 @@ class LiveSession:
                 "egress": {h: asdict(t) for h, t in self.observer.meter.egress.items()}}
 
     def _usage(self) -> SandboxUsage:
-        if not isinstance(self.backend, ResourceUsage) or self.loop.is_closed():
+        if not supports(self.backend, ResourceUsage) or self.loop.is_closed():
             return SandboxUsage()
-        asked = asyncio.run_coroutine_threadsafe(self.backend.resource_usage(), self.loop)
+        measured = cast(ResourceUsage, self.backend)
+        asked = asyncio.run_coroutine_threadsafe(measured.resource_usage(), self.loop)
         try:
             return asked.result(_USAGE_WAIT_S)
         except Exception:  # noqa: BLE001 - a busy or failing session is listed without figures
@@ -75,9 +76,9 @@ class LiveSession:
             return SandboxUsage()
 
     def kill(self) -> bool:
-        if not isinstance(self.backend, SandboxKill):
+        if not supports(self.backend, SandboxKill):
             return False
-        self.backend.kill_sandbox()
+        cast(SandboxKill, self.backend).kill_sandbox()
         return True
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backends import engine_for
 from ..backends.staging import check_owned, user_dir
 from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
@@ -153,16 +154,12 @@ class NodeSessions(ShapedSandboxes, NodePools):
                                 f"{host}:{self._direct_at[1]}", namespace=KV_NAMESPACE)
 
     def _janitor(self) -> None:
-        if self.config.engine == "host":
+        if not self.config.contained:
             return
         from ..backends.containers.janitor import janitor
-        if self.config.engine == "docker":
-            from ..backends.docker import docker_engine
-            janitor(docker_engine(self.config.options.get("endpoint")))
-        else:
-            from ..backends.podman import podman_engine
-            janitor(podman_engine(self.config.options.get("endpoint"),
-                                  self.config.engine == "podman-rootless"))
+        kind = self.config.kind
+        janitor(engine_for(kind.name, self.config.options.get("endpoint"),
+                           **kind.variant_options(self.config.engine)))
 
     # --- sessions ------------------------------------------------------------------------
     def _session(self, sid: str, secret: str | ProvenKey) -> _Session:

@@ -33,7 +33,7 @@ class NodePools:
     async def pool_start(self, pool_id: str, image: str | None, limits: Any,
                          size: int, refill: bool = True) -> dict[str, Any]:
         """Begin warming ``size`` sandboxes; says whether the image was here already."""
-        if self.config.engine == "host" or pool_id in self._pools:
+        if not self.config.contained or pool_id in self._pools:
             return {"warm": 0, "has_image": True, "where": self.where}
         from ..backends.containers.pool.warm import ContainerPool
 
@@ -62,7 +62,7 @@ class NodePools:
         from .node import _extract, _Session, secret_hash, session_root
 
         pool = self._pools.get(pool_id)
-        if pool is None and self.config.engine != "host":
+        if pool is None and self.config.contained:
             return encode(HostError(f"no pool {pool_id[:8]}… on {self.where}"))
         if sid in self._sessions:
             return encode(HostError(f"session {sid[:8]}… exists on {self.where}"))

@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 from inspect_ai.util import (
     ExecResult,
@@ -44,7 +44,7 @@ from pydantic import BaseModel, ValidationError
 
 from ...backends import backend_for, backend_kind
 from ...policy.settings import Settings, describe_validation_error, parse_settings
-from ...seam.capabilities import EngineShell
+from ...seam.capabilities import EngineShell, supports
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
 from ...session.toolkit import Toolkit
@@ -296,7 +296,8 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
 
     async def connection(self, *, user: str | None = None) -> SandboxConnection:
         backend = self.toolkit.backend
-        access = backend.shell_access(user) if isinstance(backend, EngineShell) else None
+        access = (cast(EngineShell, backend).shell_access(user) if supports(backend, EngineShell)
+                  else None)
         if access is None:
             raise NotImplementedError(f"the {backend.name} backend runs on this machine: cd "
                                       f"{self.workspace}")
