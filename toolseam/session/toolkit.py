@@ -49,6 +49,7 @@ from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from . import durable
 from .branching import Branches
 from .declarations import Format, declare
+from .interactive_tools import interactive_tools as pty_tools
 from .lifetime import Ephemeral, Lifetime, lifetime_for
 from .path_sides import missing_in_sandbox_hint, side
 from .raw import RawSandbox
@@ -205,7 +206,6 @@ class Toolkit:
         self._builtins = enabled
         self._host_tools: dict[str, HostTool] = {}
         if interactive_tools:  # exec_command + write_stdin on a terminal (interactive_tools.py)
-            from .interactive_tools import interactive_tools as pty_tools
             self._host_tools.update(pty_tools(self))
         self._host_tools.update({tool.name: tool for tool in host_tools})
         self.services = Session(self.session_id, backend, self.settings, raise_could_not_run,

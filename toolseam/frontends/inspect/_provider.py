@@ -43,6 +43,8 @@ from inspect_ai.util import (
 from pydantic import BaseModel, ValidationError
 
 from ...backends import backend_for, backend_kind
+from ...backends.containers.engine.attach import TlsFiles
+from ...backends.containers.engine.protocol import Hardening
 from ...policy.settings import Settings, describe_validation_error, parse_settings
 from ...seam.capabilities import EngineShell, supports
 from ...seam.errors import ConfigurationError, CouldNotRunError
@@ -107,8 +109,6 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
             raise ConfigurationError(f"toolseam sandbox config: {', '.join(refused)} apply to a "
                                      "container backend, not host")
         return {}
-    from ...backends.containers.engine.protocol import Hardening
-
     options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace,
                                "hardening": Hardening(read_only_root=config.read_only_root)}
     if config.image is not None:
@@ -118,8 +118,6 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     if config.tls_cert_path is not None:
         if "tls" not in kind.own_options:
             raise ConfigurationError("toolseam sandbox config: tls_cert_path is a docker option")
-        from ...backends.containers.engine.attach import TlsFiles
-
         options["tls"] = TlsFiles.from_dir(config.tls_cert_path)
     if config.rootless:
         if "rootless" not in kind.own_options:
