@@ -37,6 +37,7 @@ from .seam.interactive import (
     UnknownProcessError,
 )
 from .seam.protocol import BuiltinExec
+from .session.options import ToolkitOptions
 from .session.sync import SyncToolkit
 from .session.toolkit import HostTool, Toolkit
 
@@ -52,7 +53,7 @@ __all__ = [
     "OutputEvent", "ProcessExitedError", "PtyOutput", "ReadQuestion", "RestoreResult",
     "SandboxLimits", "SandboxPool", "SessionClosedError", "SessionHandle", "SessionReport",
     "Settings", "ShellChangedError", "ShellNotFound", "Snapshot", "SyncToolkit",
-    "ToolResult", "Toolkit", "ToolseamError", "UnknownProcessError", "UnknownShellError",
+    "ToolResult", "Toolkit", "ToolkitOptions", "ToolseamError", "UnknownProcessError", "UnknownShellError",
     "UnknownToolError", "__version__", "create_backend", "instrument", "load_settings",
     "parse_settings", "trace_parent", "uninstrument",
 ]

@@ -1,7 +1,8 @@
 """The docs name what exists (issue 34): every repository path a page names in backticks
 (``toolseam/…``, ``toolseam_agent/…``, ``tests/…``, ``scripts/…``, ``benchmarks/…``,
 ``images/…``, ``docs/…``) is there — and a test named as ``file::test`` is in that file —, every
-module architecture.md's layout names is in the folder it is listed under, and every entry of
+module architecture.md's layout names is in the folder it is listed under and every module of
+the two packages is named there (issue 47), and every entry of
 docs/decisions.md has a status, a superseded one naming an entry that exists."""
 
 from __future__ import annotations
@@ -79,6 +80,31 @@ def test_every_module_the_layout_names_exists() -> None:
     assert len(named) > 100
     missing = [path for path in named if not (REPO / path).exists()]
     assert not missing, f"docs/architecture.md's layout names what does not exist: {missing}"
+
+
+def unnamed_modules(named: list[str], root: Path) -> list[str]:
+    """Each module of ``toolseam/`` and ``toolseam_agent/`` below ``root`` (a package's
+    ``__init__.py`` aside) that a layout naming ``named`` leaves out."""
+    return [path for top in ("toolseam", "toolseam_agent")
+            for module in sorted((root / top).rglob("*.py")) if module.name != "__init__.py"
+            if (path := str(module.relative_to(root))) not in set(named)]
+
+
+def test_every_module_of_the_packages_is_in_the_layout() -> None:
+    named = layout_modules((REPO / "docs" / "architecture.md").read_text(encoding="utf-8"))
+    missing = unnamed_modules(named, REPO)
+    assert not missing, ("docs/architecture.md's layout leaves out these modules; name each "
+                         f"under its folder's line, with a few words of what it is: {missing}")
+
+
+def test_the_layout_check_sees_a_module_left_out(tmp_path: Path) -> None:
+    for module in ("toolseam/seam/protocol.py", "toolseam/seam/__init__.py",
+                   "toolseam/seam/new.py", "toolseam_agent/main.py"):
+        (tmp_path / module).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / module).touch()
+    named = layout_modules("## Layout\n```\ntoolseam/seam/  protocol.py\n"
+                           "toolseam_agent/  main.py\n```\n")
+    assert unnamed_modules(named, tmp_path) == ["toolseam/seam/new.py"]
 
 
 def test_every_decision_has_a_status_and_a_successor_that_exists() -> None:

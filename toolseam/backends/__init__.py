@@ -14,49 +14,70 @@ import importlib
 import inspect
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, WithJsonSchema
 
 from .._extras import install_hint
 from ..policy.limits import SandboxLimits
+from ..seam.capabilities import DurableSessions, declared_capabilities
 from ..seam.errors import BackendUnavailable, ConfigurationError
-from ..seam.handle import SessionHandle
+from ..seam.handle import AttachError, SessionHandle
 from ..seam.protocol import BuiltinExec
-
-BackendName = Literal["host", "podman", "docker"]
 
 
 @dataclass(frozen=True)
 class BackendKind:
     """What a front end may know of a backend before or without opening it: the ONE table of
     backend names (``KINDS``). Front ends ask it for a fact — are commands contained, which
-    options only this kind takes, the engine's own command line — and never test a name."""
+    options only this kind takes, the engine's own command line — and never test a name; the
+    CLI's choices, the front ends' option models (``KnownBackend``) and ``SessionHandle``'s
+    kind are read from it."""
 
-    name: BackendName
+    name: str
     module: str
     class_name: str
-    extra: str | None  # the pip extra that brings its engine SDK
+    extra: str | None  # the pip extra that brings its engine SDK (or Ray)
     engine_cli: str | None  # the engine's command, pointed at an endpoint (None: no engine)
     own_options: tuple[str, ...] = ()  # keyword options of this kind alone
     engine_function: str | None = None  # in ``module``: the engine client at an endpoint
+    contained: bool = True  # commands run in a sandbox, not directly on this machine
+    local: bool = True  # its sandboxes live on this machine (a Ray node may host them)
+    where: str = ""  # where commands run, as a model is told (``mcp`` instructions)
+    # a name an open backend of this kind reports (``BuiltinExec.name``, a handle's
+    # ``backend``) beyond the kind's own, with the options that make it
+    variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
-    @property
-    def contained(self) -> bool:
-        """Commands run in a container an engine made (not directly on this machine)."""
-        return self.engine_cli is not None
+    def variant_options(self, name: str) -> dict[str, Any]:
+        """The options that make a backend of this kind report ``name`` (none for the kind's
+        own name)."""
+        return dict(self.variants.get(name, {}))
 
 
 KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
-    BackendKind("host", "toolseam.backends.host", "HostBackend", None, None),
+    BackendKind("host", "toolseam.backends.host", "HostBackend", None, None, contained=False,
+                where="directly on this machine"),
     BackendKind("podman", "toolseam.backends.podman", "PodmanBackend", "podman",
-                "podman --url", ("rootless",), "podman_engine"),
+                "podman --url", ("rootless",), "podman_engine", where="a podman container",
+                variants={"podman-rootless": {"rootless": True}}),
     BackendKind("docker", "toolseam.backends.docker", "DockerBackend", "docker",
-                "docker -H", ("tls",), "docker_engine"),
+                "docker -H", ("tls",), "docker_engine", where="a docker container"),
+    # Ray is an extra: its backend module imports Ray only when a session opens
+    BackendKind("ray", "toolseam.ray.backend", "RayBackend", "ray", None,
+                ("resources", "strategy", "address", "node", "orphan_timeout", "direct"),
+                local=False, where="a sandbox on a node of a Ray cluster"),
 )}
-BACKENDS: tuple[BackendName, ...] = tuple(kind.name for kind in KINDS.values())
-DEFAULT_BACKEND: BackendName = "host"
+BACKENDS: tuple[str, ...] = tuple(KINDS)
+DEFAULT_BACKEND = "host"
 # what an open backend calls itself beyond the kind's name (``BuiltinExec.name``)
-_RUNTIME_NAMES = {"podman-rootless": "podman"}
+_RUNTIME_NAMES = {variant: kind.name for kind in KINDS.values() for variant in kind.variants}
+# every name a backend goes by: the kinds' and their variants' (``SessionHandle.backend``)
+BACKEND_NAMES: frozenset[str] = frozenset([*KINDS, *_RUNTIME_NAMES])
+
+
+def _unknown(name: str) -> str:
+    return f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}"
 
 
 def backend_kind(name: str) -> BackendKind:
@@ -65,15 +86,26 @@ def backend_kind(name: str) -> BackendKind:
     the known ones."""
     kind = KINDS.get(_RUNTIME_NAMES.get(name, name))
     if kind is None:
-        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise BackendUnavailable(_unknown(name))
     return kind
+
+
+def _known_backend(name: str) -> str:
+    if name not in KINDS:
+        raise ValueError(_unknown(name))
+    return name
+
+
+# a backend name in a front end's option model: one of the table's, its JSON schema an enum
+KnownBackend = Annotated[str, AfterValidator(_known_backend),
+                         WithJsonSchema({"type": "string", "enum": list(BACKENDS)})]
 
 
 def backend_class(name: str) -> type[BuiltinExec]:
     """The class of a backend by name, its module imported now; a missing extra raises
     ``BackendUnavailable`` naming what to install."""
     if name not in KINDS:
-        raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        raise BackendUnavailable(_unknown(name))
     kind = KINDS[name]
     module_name, class_name, extra = kind.module, kind.class_name, kind.extra
     try:
@@ -101,7 +133,7 @@ def engine_for(name: str, endpoint: str | None, **options: Any) -> Any:
 
 
 def create_backend(name: str, **options: Any) -> BuiltinExec:
-    """A backend instance by name (``host``, ``podman``, ``docker``); an option the backend
+    """A backend instance by name (a row of ``KINDS``); an option the backend
     does not take raises ``ConfigurationError`` naming it and the ones it takes."""
     cls = backend_class(name)
     check_backend_options(name, cls, options)
@@ -143,25 +175,26 @@ def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
                                      "(its one network mode besides the host's is 'egress')")
     else:
         chosen.setdefault("limits", limits)
-        chosen.setdefault("pull", pull)
+        if "pull" in inspect.signature(backend_class(name)).parameters:  # an engine's images
+            chosen.setdefault("pull", pull)
     return create_backend(name, **chosen)
 
 
 def backend_for_handle(handle: SessionHandle, options: dict[str, Any]) -> BuiltinExec:
-    """A backend of the handle's kind, for its workspace and engine (not yet open)."""
-    if handle.backend == "host":
-        host: Any = backend_class("host")
-        if handle.network == "egress":
-            options = {**options, "network": "egress"}
-        return host(handle.workspace, **options)  # type: ignore[no-any-return]
-    name = "docker" if handle.backend == "docker" else "podman"
-    if handle.backend == "podman-rootless":
-        options = {**options, "rootless": True}
-    if handle.network in ("bridge", "egress") and "limits" not in options:
-        options = {**options, "limits": SandboxLimits(network=handle.network)}
-    engine: Any = backend_class(name)
-    return engine(handle.workspace, image=handle.image or "",  # type: ignore[no-any-return]
-                  endpoint=handle.endpoint, workspace_mode=handle.workspace_mode, **options)
+    """A backend of the handle's kind, for its workspace and engine (not yet open): the kind's
+    class reads its own handle back (``from_handle``); a kind that keeps no such session, or a
+    name the table does not know, is ``AttachError("unsupported")``."""
+    try:
+        kind = backend_kind(handle.backend)
+    except BackendUnavailable as exc:
+        raise AttachError("unsupported", f"session handle: {exc}") from None
+    cls = backend_class(kind.name)
+    if DurableSessions not in declared_capabilities(cls):
+        raise AttachError("unsupported", f"the {kind.name} backend keeps no session a handle "
+                          "can attach to")
+    from_handle = cls.from_handle  # type: ignore[attr-defined]
+    made: BuiltinExec = from_handle(handle, {**kind.variant_options(handle.backend), **options})
+    return made
 
 
 _CLASSES = {kind.class_name: name for name, kind in KINDS.items()}
@@ -174,6 +207,7 @@ def __getattr__(attribute: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
 
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "KINDS", "BackendKind",
-           "DockerBackend", "HostBackend", "PodmanBackend",  # the classes: lazy
+__all__ = ["BACKENDS", "BACKEND_NAMES", "DEFAULT_BACKEND", "KINDS", "BackendKind",
+           "DockerBackend", "HostBackend",  # the classes: lazy
+           "KnownBackend", "PodmanBackend", "RayBackend",
            "backend_class", "backend_for", "backend_kind", "create_backend", "engine_for"]

@@ -5,10 +5,11 @@ backend is. A subclass brings its sandbox up and down, and says how to tell it i
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, Protocol, TypeVar
+from typing import ClassVar, ParamSpec, Protocol, TypeVar
 
 from toolseam_agent.wire import EGRESS_LISTEN, HELLO
 
+from ..seam.capabilities import Egress, ExposedPorts, InteractiveProcesses
 from ..seam.errors import CouldNotRunError, SessionClosedError
 from ..seam.models import (
     ByteContent,
@@ -81,6 +82,9 @@ class ComposedBackend(AgentInteractive):
     (``agentlink/interactive.py``)."""
 
     name = "composed"
+    # what every backend whose commands an agent runs has (seam/capabilities.py)
+    capabilities: ClassVar[frozenset[type]] = frozenset({Egress, ExposedPorts,
+                                                         InteractiveProcesses})
     network = "none"  # what commands can reach: "none", "bridge", "egress" (or "host")
     # captured connections: the agent points /etc/resolv.conf at its resolver itself (a
     # container's own file, which an engine may have written with its nameserver whatever

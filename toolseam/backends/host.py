@@ -27,12 +27,19 @@ import shutil
 import socket
 import sys
 from collections import deque
-from typing import Any
+from typing import Any, ClassVar
 
-from ..seam.capabilities import SandboxUsage
+from ..seam.capabilities import (
+    Branching,
+    DurableSessions,
+    ResourceUsage,
+    SandboxKill,
+    SandboxUsage,
+)
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.handle import SessionHandle
 from ..seam.models import SandboxInfo, SyncReport
+from ..seam.protocol import WorkspaceTransfer
 from .agentlink.channel import AgentChannel
 from .agentlink.durable import DurableChannel, DurableMethods, the_durable
 from .agentlink.launch import agent_command, stage_agent
@@ -54,6 +61,8 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
     namespaces: refused at open where the host cannot make them)."""
 
     name = "host"
+    capabilities: ClassVar[frozenset[type]] = ComposedBackend.capabilities | {
+        DurableSessions, Branching, SandboxKill, ResourceUsage, WorkspaceTransfer}
 
     def __init__(self, workspace: str | None = None, *, pid_namespace: bool | None = None,
                  python: str | None = None, network: str = "host") -> None:
@@ -150,6 +159,12 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
             raise ConfigurationError("orphan_timeout_s: this backend is open already; a session "
                                      "that outlives its client starts its own agent")
         self.agent = DurableHostAgent(self.agent.python, secret, orphan_timeout_s, adopt)
+
+    @classmethod
+    def from_handle(cls, handle: SessionHandle, options: dict[str, Any]) -> HostBackend:
+        if handle.network == "egress":
+            options = {**options, "network": "egress"}
+        return cls(handle.workspace, **options)
 
     def durable_channel(self) -> DurableChannel:
         return the_durable(self.agent.channel)

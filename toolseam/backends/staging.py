@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import hashlib
 import logging
 import os
@@ -74,19 +75,38 @@ def _reachable(path: Path) -> bool:
 
 def read_private_text(path: str, where: str) -> str:
     """A secret's file as text (a token file of ``toolseam mcp`` or ``toolseam metrics``): one
-    only its owner can read or change, or a ``ConfigurationError`` that starts with ``where``
-    (the flag the user wrote) and says what to do."""
+    only its owner — this user — can read or change, or a ``ConfigurationError`` that starts
+    with ``where`` (the flag the user wrote) and says what to do.
+
+    The checks are made on the open descriptor the text is read from (``O_NOFOLLOW``,
+    ``fstat``), so a symlink to someone else's file is refused and a file swapped in between a
+    check and the read is never the one read."""
     try:
-        mode = os.stat(path).st_mode
-        text = Path(path).read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ConfigurationError(f"{where}: is a symlink; name the file itself") from None
+        raise ConfigurationError(f"{where}: {exc.strerror or exc}") from None
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):
+            raise ConfigurationError(f"{where}: not a regular file")
+        if found.st_uid != os.geteuid():
+            raise ConfigurationError(f"{where}: owned by uid {found.st_uid}, not this user "
+                                     f"({os.geteuid()}); use a file of your own, mode 600")
+        if found.st_mode & 0o077:
+            raise ConfigurationError(f"{where}: other users can read or change it (mode "
+                                     f"{stat.S_IMODE(found.st_mode):o}); chmod 600 it")
+        with os.fdopen(os.dup(fd), "rb") as file:
+            data = file.read()
     except OSError as exc:
         raise ConfigurationError(f"{where}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ConfigurationError(f"{where}: not UTF-8 text") from None
-    if mode & 0o077:
-        raise ConfigurationError(f"{where}: other users can read or change it (mode "
-                                 f"{stat.S_IMODE(mode):o}); chmod 600 it")
-    return text
 
 
 def _candidates(uid: int) -> list[Path]:

@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
+from ..seam.capabilities import egress as egress_of
 from ..seam.errors import ConfigurationError
 from .audit import EgressEvent
 from .patterns import format_authority, is_host_name, parse_ip
@@ -153,11 +154,7 @@ class SessionEgress:
     @classmethod
     async def start(cls, table: dict[str, Any], backend: object,
                     on_event: Callable[[EgressEvent], None] | None = None) -> SessionEgress:
-        open_egress = getattr(backend, "open_egress", None)
-        if open_egress is None:
-            raise ConfigurationError(
-                f"network 'egress': the {getattr(backend, 'name', type(backend).__name__)} "
-                "backend has no agent channel to carry it")
+        carrier = egress_of(backend)  # refused, naming the backend, where it has no Egress
         try:
             policy = EgressPolicy.from_settings(table)
         except (EgressRuleError, ValueError) as exc:
@@ -167,7 +164,7 @@ class SessionEgress:
             ca_pem = proxy.ca_bundle_pem() if policy.credential_hosts() else None
             if policy.egress_trust_host_cas:  # after the image's roots and the session CA
                 ca_pem = (ca_pem or "") + host_roots_pem(policy.egress_ca_file)
-            where = await open_egress(proxy.handle, ca_pem, proxy.ports_for)
+            where = await carrier.open_egress(proxy.handle, ca_pem, proxy.ports_for)
         except BaseException:
             await proxy.close()
             raise

@@ -18,19 +18,21 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .. import __version__
-from ..backends import DEFAULT_BACKEND, backend_kind
+from ..backends import BACKENDS, DEFAULT_BACKEND, backend_kind
 from ..policy.settings import Settings, parse_settings, read_settings_data
 from ..seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
 from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
 from .cli_terms import in_cli_terms
+from .demo import run_demo
 from .metrics_server import add_parser as add_metrics_parser
 from .ps import add_parser as add_ps_parser
 from .recover import add_parser as add_recover_parser
 from .recover import run as run_recover
 from .snapshots import add_parser as add_snapshots_parser
 from .snapshots import run as run_snapshots
+from .stdio import StdioServer
 
 EXIT_OK, EXIT_TOOL_FAILED, EXIT_USAGE, EXIT_COULD_NOT_RUN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a tool killed by SIGPIPE
@@ -88,7 +90,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _session_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", default="host", choices=("host", "podman", "docker"))
+    parser.add_argument("--backend", default=DEFAULT_BACKEND, choices=BACKENDS)
     parser.add_argument("--base-dir", help="directory relative paths resolve against")
     parser.add_argument("--confine", action="store_true", help="refuse paths outside the base dir")
     parser.add_argument("--config", help="settings file (.toml or .json)")
@@ -239,8 +241,6 @@ def _tools(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    from .stdio import StdioServer
-
     if args.attach:  # the session's own settings, base dir and backend come with it
         given = [flag for flag, value in (("--backend", args.backend != DEFAULT_BACKEND),
                                           ("--base-dir", args.base_dir), ("--config", args.config),
@@ -378,8 +378,6 @@ def _main(argv: list[str] | None) -> int:
         if args.command == "tools":
             return _tools(args)
         if args.command == "demo":
-            from .demo import run_demo
-
             return asyncio.run(run_demo())
         if args.command == "mcp":
             return _mcp(args)

@@ -7,7 +7,7 @@ import argparse
 import contextlib
 import os
 
-from ..backends import engine_for
+from ..backends import KINDS, engine_for
 from ..backends.containers.engine.protocol import Engine
 from ..backends.containers.labels import KEPT_RETENTION_S
 from ..backends.containers.recover import copy_out, find, kept, remove
@@ -21,7 +21,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         f"workspace volume are kept for {KEPT_RETENTION_S // 86400} days. "
         "--list shows them; CONTAINER --to DIR copies the workspace into the new directory "
         "DIR; CONTAINER --remove removes them.")
-    parser.add_argument("--backend", required=True, choices=("docker", "podman"))
+    parser.add_argument("--backend", required=True, choices=[  # the kinds with an engine
+        kind.name for kind in KINDS.values() if kind.engine_function is not None])
     parser.add_argument("--rootless", action="store_true", help="rootless podman")
     parser.add_argument("--endpoint", help="engine URL (default from the environment, as for "
                         "'toolseam call')")

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import posixpath
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from deepagents.backends.protocol import (
     EditResult,
@@ -32,6 +32,7 @@ from deepagents.backends.protocol import (
 from deepagents.backends.sandbox import BaseSandbox
 
 from ..seam.errors import CouldNotRunError
+from ..session.options import ToolkitOptions
 from ..session.raw import ExecResult, FileLimitError
 from ..session.toolkit import Toolkit
 from . import _deepagents_files as files
@@ -67,7 +68,7 @@ class ToolseamSandbox(BaseSandbox):
 
     def __init__(self, backend: str = "host", *, image: str | None = None,
                  workspace: str | None = None, timeout: int = DEFAULT_TIMEOUT_S,
-                 output_limit: int | None = None, **options: Any) -> None:
+                 output_limit: int | None = None, **options: Unpack[ToolkitOptions]) -> None:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         check_choice(backend, image)

@@ -68,7 +68,13 @@ from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from pydantic import ConfigDict, Field, model_validator
 
-from ..backends import backend_class, backend_kind, check_backend_options, create_backend
+from ..backends import (
+    KnownBackend,
+    backend_class,
+    backend_kind,
+    check_backend_options,
+    create_backend,
+)
 from ..seam.capabilities import ExposedPorts, supports, supports_interactive
 from ..seam.errors import ConfigurationError, ToolseamError
 from ..seam.handle import AttachError, SessionHandle
@@ -103,7 +109,7 @@ class ToolseamSandboxClientOptions(BaseSandboxClientOptions):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["toolseam"] = "toolseam"
-    backend: Literal["host", "podman", "docker"] = "host"
+    backend: KnownBackend = "host"
     image: str | None = None
     backend_options: dict[str, Any] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(default_factory=dict)
@@ -136,7 +142,7 @@ class ToolseamSandboxSessionState(SandboxSessionState):
     attach): store a serialised state as you would a credential."""
 
     type: Literal["toolseam"] = "toolseam"
-    backend: Literal["host", "podman", "docker"] = "host"
+    backend: KnownBackend = "host"
     backend_options: dict[str, Any] = Field(default_factory=dict)
     settings: dict[str, Any] = Field(default_factory=dict)
     handle: str | None = None

@@ -19,7 +19,7 @@ import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from pydantic_ai.workspaces import (
     CommandResult,
@@ -34,6 +34,7 @@ from pydantic_ai.workspaces.protocol import validate_timeout
 from ..policy.settings import Settings, parse_settings
 from ..seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
 from ..seam.handle import AttachError
+from ..session.options import ToolkitOptions
 from ..session.raw import ExecResult
 from ..session.toolkit import Toolkit
 from . import _live
@@ -69,7 +70,7 @@ class ToolseamWorkspace:
 
     def __init__(self, backend: str = "host", *, image: str | None = None,
                  workspace: str | None = None, output_limit: int = DEFAULT_OUTPUT_LIMIT,
-                 secret_store: str | Path | None = None, **options: Any) -> None:
+                 secret_store: str | Path | None = None, **options: Unpack[ToolkitOptions]) -> None:
         check_choice(backend, image)  # a wrong name or image is the caller's, said at once
         self._backend, self._image, self._options = backend, image, options
         self._workspace_dir = workspace

@@ -11,11 +11,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..backends import backend_kind
 from ..builtins import CallContext, ToolResult
-from ..seam.capabilities import ResourceUsage, SandboxUsage
+from ..seam.capabilities import ResourceUsage, SandboxUsage, supports
 from ..seam.errors import CouldNotRunError, HostError
 from . import config
 from .live import LIVE, LiveSession
@@ -102,9 +102,9 @@ class SessionObserver:
 
     async def sample(self, backend: object) -> None:
         """The sandbox's usage, just before it goes (its cgroup disappears with it)."""
-        if isinstance(backend, ResourceUsage):
+        if supports(backend, ResourceUsage):
             with contextlib.suppress(Exception):  # accounting never fails a close
-                self.usage = await backend.resource_usage()
+                self.usage = await cast(ResourceUsage, backend).resource_usage()
 
     def closed(self) -> SessionReport:
         """The session's report, made once and logged."""

@@ -27,10 +27,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
 
 from ..backends.staging import user_dir
-from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage
+from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage, supports
 from ..seam.errors import CouldNotRunError
 
 if TYPE_CHECKING:
@@ -72,9 +72,10 @@ class LiveSession:
                 "egress": {h: asdict(t) for h, t in self.observer.meter.egress.items()}}
 
     def _usage(self) -> SandboxUsage:
-        if not isinstance(self.backend, ResourceUsage) or self.loop.is_closed():
+        if not supports(self.backend, ResourceUsage) or self.loop.is_closed():
             return SandboxUsage()
-        asked = asyncio.run_coroutine_threadsafe(self.backend.resource_usage(), self.loop)
+        measured = cast(ResourceUsage, self.backend)
+        asked = asyncio.run_coroutine_threadsafe(measured.resource_usage(), self.loop)
         try:
             return asked.result(_USAGE_WAIT_S)
         except Exception:  # noqa: BLE001 - a busy or failing session is listed without figures
@@ -82,9 +83,9 @@ class LiveSession:
             return SandboxUsage()
 
     def kill(self) -> bool:
-        if not isinstance(self.backend, SandboxKill):
+        if not supports(self.backend, SandboxKill):
             return False
-        self.backend.kill_sandbox()
+        cast(SandboxKill, self.backend).kill_sandbox()
         return True
 
 

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from ..backends.containers.workspace_sync.policy import DEFAULT_COPY_LIMIT
 from ..backends.containers.workspace_sync.tar_sync import WorkspaceCopy
 from ..policy.limits import SandboxLimits
+from ..seam.capabilities import Egress
 from ..seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
 from ..seam.models import (
     ByteContent,
@@ -44,7 +45,7 @@ from ..seam.models import (
     TextPage,
     WriteResult,
 )
-from ..seam.protocol import OutputCallback
+from ..seam.protocol import OutputCallback, WorkspaceTransfer
 from . import cluster
 from ._wire import decode, pack_call, unpack_answer
 from .direct import DirectLink, Dropped
@@ -63,6 +64,7 @@ class RayBackend:
     sandbox on a node of a Ray cluster, run by that node's own engine."""
 
     name = "ray"
+    capabilities = frozenset({Egress, WorkspaceTransfer})  # seam/capabilities.py
     # not seam.capabilities.DurableSessions: a Ray session outlives its driver by its handle
     durable_instead = ("a Ray session outlives its driver by its own handle: "
                        "RayBackend(orphan_timeout=…), backend.handle, RayBackend.attach(handle)")

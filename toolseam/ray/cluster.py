@@ -181,6 +181,9 @@ def node_actor(ray: Any, node_id: str) -> Any:
             return actor
         global _actor_class
         if _actor_class is None:
+            # not at the top: the node side's ref-ahead answers (node_shaped_direct) are the
+            # caller side's Outcome (shaped_direct), which reaches the actor through here — a
+            # circle the Ray wing's split into placement and transport removes (issue 47)
             from .node import NodeSessions
             _actor_class = ray.remote(NodeSessions)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -15,27 +15,33 @@ import asyncio
 import contextlib
 import functools
 import hmac
-import io
 import os
 import shutil
-import tarfile
 import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from ..backends.staging import check_owned, user_dir
+from ..backends import engine_for
+from ..backends.containers.janitor import janitor
 from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
-from ..seam.protocol import BuiltinExec, WorkspaceTransfer
+from ..seam.protocol import WorkspaceTransfer
 from ._wire import Answer, encode, pack_answer, unpack_call
 from .direct import NodeServer
 from .egress import NodeRelay
-from .handshake import session_key
 from .identity import KV_NAMESPACE, kv_key
 from .node_config import NodeConfig
 from .node_pool import NodePools
+from .node_session import (
+    WORKSPACE_DIR,
+    NodeSession,
+    extract_archive,
+    own_workdir,
+    pack_dir,
+    secret_hash,
+    session_root,
+    sweep_dead_roots,
+)
 from .node_shaped import ShapedSandboxes
 from .node_shaped_direct import SHAPED_DIRECT, ProvenKey, key_of
 from .streaming import LIVE_CALLS, LiveStarts
@@ -43,51 +49,6 @@ from .streaming import LIVE_CALLS, LiveStarts
 # The seam's methods a holder may call by name; nothing else of a backend is reachable.
 SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text", "read_page",
                         "list_dir", "read_bytes", "write", "commit", "list_files", "grep"})
-WORKSPACE_DIR = "workspace"  # the first entry of a copy-back archive (workspace_copy.apply)
-
-
-def session_root(workdir: str, sid: str) -> str:
-    """A new private directory for one session, named after this process (its owner)."""
-    return tempfile.mkdtemp(prefix=f"{os.getpid()}-{sid[:8]}-", dir=workdir)
-
-
-def sweep_dead_roots(workdir: str) -> list[str]:
-    """Remove the session directories whose owning node actor is gone (a node killed, a
-    cluster stopped with sessions open): the janitor's rule, for the node's staging dirs.
-    A name without an owner pid is left alone."""
-    import psutil
-
-    removed = []
-    with contextlib.suppress(FileNotFoundError):
-        for name in os.listdir(workdir):
-            pid = name.partition("-")[0]
-            if pid.isdigit() and not psutil.pid_exists(int(pid)):
-                shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
-                removed.append(name)
-    return removed
-
-
-def secret_hash(secret: str) -> bytes:
-    """What the node keeps of a session's secret: the key both ends of its direct connection
-    prove (``handshake.session_key``), a one-way function of the secret."""
-    return session_key(secret)
-
-
-@dataclass
-class _Session:
-    hash: bytes
-    backend: BuiltinExec
-    root: str  # node-local: <root>/workspace is the backend's workspace
-    orphan_timeout: float
-    seen: float = field(default_factory=time.monotonic)
-    calls: int = 0  # in flight: a session busy in a long call is not an orphan
-    toolkit: Any = None  # a Ray-shaped sandbox's (node_shaped.py)
-    workdir: str = ""  # a Ray-shaped sandbox's: where commands start, relative paths from
-    expires: float | None = None  # a Ray-shaped sandbox's ttl_seconds, on the monotonic clock
-
-    @property
-    def workspace(self) -> str:
-        return os.path.join(self.root, WORKSPACE_DIR)
 
 
 class NodeSessions(ShapedSandboxes, NodePools):
@@ -100,7 +61,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         import ray  # only ever made inside a Ray worker
         self.node_id = ray.get_runtime_context().get_node_id()
         self.where = f"node {self.config.name} ({self.node_id[:12]}, {self.config.describe()})"
-        self._sessions: dict[str, _Session] = {}
+        self._sessions: dict[str, NodeSession] = {}
         self._live = LiveStarts()
         self._reaper: asyncio.Task[None] | None = None
         self._direct: NodeServer | None = None
@@ -153,19 +114,14 @@ class NodeSessions(ShapedSandboxes, NodePools):
                                 f"{host}:{self._direct_at[1]}", namespace=KV_NAMESPACE)
 
     def _janitor(self) -> None:
-        if self.config.engine == "host":
+        if not self.config.contained:
             return
-        from ..backends.containers.janitor import janitor
-        if self.config.engine == "docker":
-            from ..backends.docker import docker_engine
-            janitor(docker_engine(self.config.options.get("endpoint")))
-        else:
-            from ..backends.podman import podman_engine
-            janitor(podman_engine(self.config.options.get("endpoint"),
-                                  self.config.engine == "podman-rootless"))
+        kind = self.config.kind
+        janitor(engine_for(kind.name, self.config.options.get("endpoint"),
+                           **kind.variant_options(self.config.engine)))
 
     # --- sessions ------------------------------------------------------------------------
-    def _session(self, sid: str, secret: str | ProvenKey) -> _Session:
+    def _session(self, sid: str, secret: str | ProvenKey) -> NodeSession:
         session = self._sessions.get(sid)
         # the same answer for "no such session" and "not yours": nothing to probe with
         if session is None or not hmac.compare_digest(session.hash, key_of(secret)):
@@ -182,7 +138,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         try:
             os.mkdir(workspace, 0o755)
             if archive:
-                await asyncio.to_thread(_extract, archive, workspace)
+                await asyncio.to_thread(extract_archive, archive, workspace)
             backend = self.config.make(workspace, image, limits)
             info = await backend.open()
         except CouldNotRunError as exc:
@@ -192,7 +148,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         except Exception as exc:  # noqa: BLE001 - every failure is an answer, never a Ray error
             shutil.rmtree(root, ignore_errors=True)
             return encode(exc)
-        self._sessions[sid] = _Session(secret_hash(secret), backend, root, orphan_timeout)
+        self._sessions[sid] = NodeSession(secret_hash(secret), backend, root, orphan_timeout)
         return ("ok", info)
 
     async def egress(self, sid: str, secret: str, caller: tuple[str, int], token: str,
@@ -294,7 +250,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
             session = self._session(sid, secret)
             if isinstance(session.backend, WorkspaceTransfer):
                 await session.backend.sync()
-            return ("ok", await asyncio.to_thread(_pack, session.workspace))
+            return ("ok", await asyncio.to_thread(pack_dir, session.workspace))
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
 
@@ -303,7 +259,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         try:
             session = self._session(sid, secret)
             with tempfile.TemporaryDirectory(dir=self._workdir()) as spool:
-                await asyncio.to_thread(_extract, archive, spool)
+                await asyncio.to_thread(extract_archive, archive, spool)
                 local = os.path.join(spool, "upload")
                 if isinstance(session.backend, WorkspaceTransfer):
                     await session.backend.upload(local, dest)
@@ -326,7 +282,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
                     shutil.copytree(os.path.join(session.workspace, src), local, symlinks=True) \
                         if os.path.isdir(os.path.join(session.workspace, src)) else \
                         shutil.copy2(os.path.join(session.workspace, src), local)
-                return ("ok", await asyncio.to_thread(_pack, local, "download"))
+                return ("ok", await asyncio.to_thread(pack_dir, local, "download"))
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
 
@@ -346,7 +302,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
                 return encode(CouldNotRunError(f"{self.where}: {failure.reason}", False,
                                                "copy_back_failed"))
             if bring_back:
-                return ("ok", await asyncio.to_thread(_pack, session.workspace))
+                return ("ok", await asyncio.to_thread(pack_dir, session.workspace))
             return ("ok", None)
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
@@ -386,28 +342,3 @@ class NodeSessions(ShapedSandboxes, NodePools):
 
     def _workdir(self) -> str:
         return own_workdir(self.config.workdir)
-
-
-def own_workdir(workdir: str) -> str:
-    """The node's staging dir: ``workdir`` (``TOOLSEAM_RAY_WORKDIR``), made 0700 if missing —
-    one another user planted or a symlink is refused (``staging.check_owned``), never used; none
-    given, ``ray`` below this user's staging root (``staging.user_dir``, checked the same way),
-    where no other local user can make the name first."""
-    if not workdir:
-        return str(user_dir("ray"))
-    os.makedirs(workdir, mode=0o700, exist_ok=True)
-    check_owned(Path(workdir), os.geteuid(), exact_owner=True)
-    return workdir
-
-
-def _extract(archive: bytes, dest: str) -> None:
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-        tar.extractall(dest, filter="tar")
-
-
-def _pack(directory: str, arcname: str = WORKSPACE_DIR) -> bytes:
-    """The directory as a tar (symlinks as links, never followed)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(directory, arcname=arcname, recursive=True)
-    return out.getvalue()

@@ -23,10 +23,13 @@ import socket
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..backends import BACKEND_NAMES, BackendKind, backend_class, backend_kind
+from ..backends.containers.engine.attach import TlsFiles
 from ..seam.errors import ConfigurationError
 from ..seam.protocol import BuiltinExec
 
-ENGINES = ("podman-rootless", "podman", "docker", "host")
+# what a node may run its sandboxes on: the backend table's names of local kinds
+ENGINES = tuple(sorted(name for name in BACKEND_NAMES if backend_kind(name).local))
 ALLOW_BRIDGE = "TOOLSEAM_RAY_ALLOW_BRIDGE"
 
 
@@ -57,24 +60,34 @@ class NodeConfig:
                    workdir, env.get(ALLOW_BRIDGE, "") == "1")
 
     @property
+    def kind(self) -> BackendKind:
+        return backend_kind(self.engine)
+
+    @property
+    def contained(self) -> bool:
+        """The node's sandboxes are containers of an engine (not its own processes)."""
+        return self.kind.contained
+
+    @property
     def endpoint(self) -> str:
         return str(self.options.get("endpoint") or "its default endpoint")
 
     def describe(self) -> str:
         """``docker at unix:///var/run/docker.sock`` — for messages."""
-        return "the host backend" if self.engine == "host" else f"{self.engine} at {self.endpoint}"
+        return f"{self.engine} at {self.endpoint}" if self.contained else f"the {self.engine} backend"
 
     def make(self, workspace: str, image: str | None, limits: Any) -> BuiltinExec:
         """A local backend on this node for one session, on ``workspace`` (a node-local dir)."""
-        if self.engine == "host":
+        if not self.contained:
             options = dict(self.options)
             options.pop("image", None)
-            from ..backends.host import HostBackend
-            _check_options(HostBackend, options, self.engine)
-            return HostBackend(workspace, **options)
-        backend_class, options = self.container_factory(image, limits)
-        _check_options(backend_class, options, self.engine)
-        made: BuiltinExec = backend_class(workspace, **options)
+            local: Any = backend_class(self.kind.name)
+            _check_options(local, options, self.engine)
+            made: BuiltinExec = local(workspace, **options)
+            return made
+        container, options = self.container_factory(image, limits)
+        _check_options(container, options, self.engine)
+        made = container(workspace, **options)
         return made
 
     def container_factory(self, image: str | None, limits: Any) -> tuple[Any, dict[str, Any]]:
@@ -93,16 +106,13 @@ class NodeConfig:
         options.setdefault("workspace_mode", "copy")  # the node dir is a staging area only
         if limits is not None:
             options["limits"] = limits
-        if self.engine == "docker":
-            from ..backends.containers.engine.attach import TlsFiles
-            from ..backends.docker import DockerBackend
+        if "tls" in self.kind.own_options:  # its TLS files, named by a directory here
             tls_dir = options.pop("tls_dir", None)
             if tls_dir:
                 options["tls"] = TlsFiles.from_dir(str(tls_dir))
-            return DockerBackend, options
-        from ..backends.podman import PodmanBackend
-        options.setdefault("rootless", self.engine == "podman-rootless")
-        return PodmanBackend, options
+        for option, value in self.kind.variant_options(self.engine).items():
+            options.setdefault(option, value)  # podman-rootless: rootless=True
+        return backend_class(self.kind.name), options
 
 
 def _check_options(backend_class: type, options: dict[str, Any], engine: str) -> None:
@@ -115,7 +125,8 @@ def _check_options(backend_class: type, options: dict[str, Any], engine: str) ->
     wrong = sorted(set(options) - set(taken) - {"tls"})  # tls: made from tls_dir
     if wrong:
         offered = sorted({*taken, "tls_dir"} - {"limits", "workspace_mode", "tls"}
-                         if engine == "docker" else set(taken) - {"limits", "workspace_mode"})
+                         if "tls" in backend_kind(engine).own_options
+                         else set(taken) - {"limits", "workspace_mode"})
         raise ConfigurationError(
             f"TOOLSEAM_RAY_BACKEND_OPTIONS of this node has {', '.join(map(repr, wrong))}, "
             f"which the {engine} backend does not take; it takes: {', '.join(offered)}")

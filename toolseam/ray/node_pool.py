@@ -13,8 +13,10 @@ import os
 import shutil
 from typing import Any
 
+from ..backends.containers.pool.warm import ContainerPool
 from ..seam.errors import CouldNotRunError, HostError
 from ._wire import Answer, encode
+from .node_session import NodeSession, extract_archive, secret_hash, session_root
 
 
 class NodePools:
@@ -33,10 +35,8 @@ class NodePools:
     async def pool_start(self, pool_id: str, image: str | None, limits: Any,
                          size: int, refill: bool = True) -> dict[str, Any]:
         """Begin warming ``size`` sandboxes; says whether the image was here already."""
-        if self.config.engine == "host" or pool_id in self._pools:
+        if not self.config.contained or pool_id in self._pools:
             return {"warm": 0, "has_image": True, "where": self.where}
-        from ..backends.containers.pool.warm import ContainerPool
-
         backend_class, options = self.config.container_factory(image, limits)
         options["workspace_mode"] = "copy"  # the node dir is a staging area only
         pool = ContainerPool(backend_class, size=max(1, size), refill=refill, **options)
@@ -59,10 +59,8 @@ class NodePools:
     async def pool_claim(self, pool_id: str, sid: str, secret: str, archive: bytes | None,
                          orphan_timeout: float, image: str | None, limits: Any) -> Answer:
         """A warm sandbox of the pool with this workspace, as a session of this node."""
-        from .node import _extract, _Session, secret_hash, session_root
-
         pool = self._pools.get(pool_id)
-        if pool is None and self.config.engine != "host":
+        if pool is None and self.config.contained:
             return encode(HostError(f"no pool {pool_id[:8]}… on {self.where}"))
         if sid in self._sessions:
             return encode(HostError(f"session {sid[:8]}… exists on {self.where}"))
@@ -71,7 +69,7 @@ class NodePools:
         try:
             os.mkdir(workspace, 0o755)
             if archive:
-                await asyncio.to_thread(_extract, archive, workspace)
+                await asyncio.to_thread(extract_archive, archive, workspace)
             if pool is None:
                 backend = self.config.make(workspace, image, limits)
                 info = await backend.open()
@@ -84,7 +82,7 @@ class NodePools:
         except Exception as exc:  # noqa: BLE001 - every failure is an answer
             shutil.rmtree(root, ignore_errors=True)
             return encode(exc)
-        self._sessions[sid] = _Session(secret_hash(secret), backend, root, orphan_timeout)
+        self._sessions[sid] = NodeSession(secret_hash(secret), backend, root, orphan_timeout)
         return ("ok", info)
 
     async def pool_close(self, pool_id: str) -> None:

@@ -20,6 +20,8 @@ from collections import OrderedDict
 from typing import Any
 
 from ..seam.errors import CouldNotRunError, HostError
+from ..session.toolkit import Toolkit
+from .node_session import NodeSession, session_root
 from .node_shaped_direct import ProvenKey, ShapedDirectCalls, key_of
 from .shaped_types import (
     ExecResult,
@@ -61,9 +63,6 @@ class ShapedSandboxes(ShapedDirectCalls):
     async def sb_open(self, sid: str, secret: str, image: str | None, limits: Any,
                       env: dict[str, str] | None, workdir: str | None,
                       ttl_seconds: float | None, orphan_timeout: float) -> None:
-        from ..session.toolkit import Toolkit
-        from .node import _Session, session_root
-
         if sid in self._sessions or sid in self._pending:
             raise SandboxCreationError(f"sandbox {sid[:8]}… exists on {self.where}")
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -78,7 +77,7 @@ class ShapedSandboxes(ShapedDirectCalls):
             if workdir:  # commands start there, relative paths are from there
                 workdir = posixpath.join(toolkit.base_dir, workdir)
                 await toolkit.sandbox.exec(["mkdir", "-p", workdir])
-            session = _Session(key_of(secret), backend, root, orphan_timeout)
+            session = NodeSession(key_of(secret), backend, root, orphan_timeout)
             session.toolkit = toolkit
             session.workdir = workdir or toolkit.base_dir
             session.expires = (time.monotonic() + ttl_seconds

@@ -3,6 +3,14 @@
 it is missing, never a test of the backend's class or name (inspect_ai's sandbox environments
 and anyio's backends do the same).
 
+Each backend declares what it has — ``capabilities``, a frozenset of these protocols (and
+``protocol.WorkspaceTransfer``), on its class or, for a wrapper, on the instance — and
+``supports`` reads that declaration alone: a method of the right name is never taken for a
+capability (``tests/unit/test_capabilities.py`` checks each declaration against the methods).
+
+* ``Egress`` — the sandbox's connections carried to this process's egress proxy
+  (``limits.network = "egress"``): every backend whose commands an agent runs, and Ray's.
+
 * ``DurableSessions`` — a sandbox that outlives its client (docs/sessions.md): the host backend
   and the container backends, in both workspace modes.
 * ``EngineShell`` — the engine's own command line for a shell in the sandbox (inspect_ai's
@@ -31,9 +39,30 @@ from .handle import SessionHandle
 from .interactive import InteractiveUnsupportedError, PtyOutput, PtyProcess
 
 
+def declared_capabilities(backend: object) -> frozenset[type]:
+    """What ``backend`` (a backend or its class) declares it has: its ``capabilities``."""
+    declared: object = getattr(backend, "capabilities", frozenset())
+    return declared if isinstance(declared, frozenset) else frozenset()
+
+
+def supports(backend: object, capability: type) -> bool:
+    """Whether ``backend`` has ``capability`` (a protocol of this module, or
+    ``WorkspaceTransfer``): what the backend declares, never a guess from a method name."""
+    return capability in declared_capabilities(backend)
+
+
+def _name(backend: object) -> str:
+    return str(getattr(backend, "name", type(backend).__name__))
+
+
 @runtime_checkable
 class DurableSessions(Protocol):
     """What ``toolseam.session.durable`` needs of a backend to keep a session past its client."""
+
+    @classmethod
+    def from_handle(cls, handle: SessionHandle, options: dict[str, Any]) -> Any:
+        """A backend (not open) for the sandbox ``handle`` names — its own kind's handle, from
+        ``durable_handle`` — with the caller's ``options`` (``backends.backend_for_handle``)."""
 
     def make_durable(self, secret: str, orphan_timeout_s: float,
                      adopt: SessionHandle | None = None) -> None:
@@ -83,19 +112,12 @@ class EngineShell(Protocol):
         """How to open a login shell in the open sandbox (None before open)."""
 
 
-_durable_types: dict[type, bool] = {}  # a Protocol isinstance costs ~16 µs; a class's answer is fixed
-
-
 def durable_sessions(backend: object) -> DurableSessions:
     """``backend`` as a ``DurableSessions``; a ``ConfigurationError`` naming the setting when
     it cannot keep a session past its client."""
-    kind = type(backend)
-    found = _durable_types.get(kind)
-    if found is None:
-        found = _durable_types[kind] = isinstance(backend, DurableSessions)
-    if found:
+    if supports(backend, DurableSessions):
         return backend  # type: ignore[return-value]
-    name = getattr(backend, "name", type(backend).__name__)
+    name = _name(backend)
     # a backend that keeps sessions its own way says how (RayBackend: its handle)
     instead = getattr(backend, "durable_instead", None)
     raise ConfigurationError(f"orphan_timeout_s: the {name} backend cannot keep a session past "
@@ -130,24 +152,35 @@ class ExposedPorts(Protocol):
         """
 
 
-_supported: dict[tuple[type, type], bool] = {}
+@runtime_checkable
+class Egress(Protocol):
+    """The sandbox's outgoing connections carried to this process, where the session's egress
+    proxy (``toolseam.egress``) decides each one; the sandbox itself has loopback alone."""
+
+    async def open_egress(self, serve: Any, ca_pem: str | None,
+                          ports_for: Any = None) -> dict[str, object]:
+        """Start carrying: each connection a command makes to the agent's listener is served
+        here by ``serve``; with ``ports_for``, names resolve to captured addresses. Returns the
+        agent's ``port``, the ``ca_file`` it wrote and ``capture`` (None, or why not).
+
+        Raises:
+            CouldNotRunError: the sandbox sees a network interface besides loopback.
+        """
 
 
-def supports(backend: object, capability: type) -> bool:
-    """Whether ``backend`` has ``capability`` (a protocol of this module): a real answer from
-    the backend's class, never a guess from a method name (cached: a class's answer is fixed)."""
-    key = (type(backend), capability)
-    found = _supported.get(key)
-    if found is None:
-        found = _supported[key] = isinstance(backend, capability)
-    return found
+def egress(backend: object) -> Egress:
+    """``backend`` as ``Egress``; a ``ConfigurationError`` naming it when it has none."""
+    if supports(backend, Egress):
+        return backend  # type: ignore[return-value]
+    raise ConfigurationError(f"network 'egress': the {_name(backend)} backend has no agent "
+                             "channel to carry it")
 
 
 def exposed_ports(backend: object) -> ExposedPorts:
     """``backend`` as ``ExposedPorts``; a ``ConfigurationError`` naming it when it has none."""
     if supports(backend, ExposedPorts):
         return backend  # type: ignore[return-value]
-    name = getattr(backend, "name", type(backend).__name__)
+    name = _name(backend)
     raise ConfigurationError(f"expose: the {name} backend cannot carry a sandbox port here "
                              "(host, podman and docker can)")
 @runtime_checkable
@@ -214,7 +247,7 @@ def interactive_processes(backend: object) -> InteractiveProcesses:
     it has none."""
     if supports_interactive(backend):
         return backend  # type: ignore[return-value]
-    name = getattr(backend, "name", type(backend).__name__)
+    name = _name(backend)
     raise InteractiveUnsupportedError(f"the {name} backend cannot run interactive processes "
                                       "(host, podman and docker can)")
 
@@ -250,7 +283,7 @@ def branching(backend: object) -> Branching:
     """``backend`` as ``Branching``; a ``ConfigurationError`` naming it when it has none."""
     if supports(backend, Branching):
         return backend  # type: ignore[return-value]
-    name = getattr(backend, "name", type(backend).__name__)
+    name = _name(backend)
     raise ConfigurationError(f"snapshot: the {name} backend cannot snapshot, restore or fork "
                              "a session's files (the host backend can)")
 

@@ -41,8 +41,12 @@ class SessionHandle(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: int = Field(HANDLE_VERSION, description="The handle format.")
-    backend: Literal["host", "podman", "podman-rootless", "docker"] = Field(
-        description="Which backend runs the sandbox.")
+    backend: str = Field(
+        pattern=r"^[a-z][a-z0-9-]{0,39}$",
+        description="Which backend runs the sandbox: a name of the backend table "
+        "(``toolseam.backends.KINDS``, a kind's variant such as ``podman-rootless`` included), "
+        "whose class reads the handle back (``from_handle``); checked against the table "
+        "when the handle is used.")
     endpoint: str | None = Field(None, description="The engine's URL; None for the host.")
     socket: str = Field(description="The agent's unix socket on this machine.")
     sandbox: str = Field(description="The sandbox's identity: a container id, or the host "

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ..seam.capabilities import InteractiveProcesses, interactive_processes, supports_interactive
+from ..seam.errors import FileOpError
 from ..seam.interactive import (
     DEFAULT_COLS,
     DEFAULT_ROWS,
@@ -28,6 +29,7 @@ from ..seam.interactive import (
     UnknownProcessError,
 )
 from ..seam.models import MAX_MS
+from .raw_checks import checked_argv, checked_env, os_error
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit
@@ -64,8 +66,7 @@ class InteractiveSandbox:
             InteractiveUnsupportedError: the backend has none.
             CouldNotRunError: it could not be started (a program that is not there, say).
         """
-        from .raw import _checked_argv, checked_env, os_error
-        args = _checked_argv(argv)
+        args = checked_argv(argv)
         extra = checked_env(env)
         _check_size(rows, cols)
         processes = await self._processes()
@@ -73,7 +74,6 @@ class InteractiveSandbox:
         workdir = posixpath.normpath(posixpath.join(tk.base_dir, cwd or "."))
         if "\0" in workdir:
             raise ValueError("cwd must not contain a NUL byte")
-        from ..seam.errors import FileOpError
         # LINES and COLUMNS from the host's environment would win over the terminal's real
         # size in curses and readline programs (and stay wrong after a resize): only the
         # caller's own env may set them

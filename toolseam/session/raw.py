@@ -41,6 +41,7 @@ from ..seam.protocol import ExecRequest
 from . import ports
 from .interactive import InteractiveSandbox, PtyOutput
 from .path_sides import missing_in_sandbox_hint, side
+from .raw_checks import checked_argv, checked_env, os_error
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit
@@ -123,7 +124,7 @@ class RawSandbox(InteractiveSandbox):
             UserUnsupportedError / UnknownUserError: ``user`` cannot be used here.
             CouldNotRunError: the sandbox failed (not the command).
         """
-        args = _checked_argv(argv)
+        args = checked_argv(argv)
         extra = checked_env(env)
         if timeout is not None and not 0 < timeout * 1000 <= MAX_MS:
             raise ValueError(f"timeout must be more than 0 and at most {MAX_MS // 1000} s, "
@@ -293,48 +294,6 @@ class RawSandbox(InteractiveSandbox):
             if found.kind != "missing":
                 seen_other = True
         return False if seen_other else None
-
-
-def checked_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    """``env`` as a dict; a ``ValueError`` naming a variable that cannot be set."""
-    extra = {} if env is None else dict(env)
-    for key, value in extra.items():
-        if not key or "=" in key or "\0" in key or "\0" in value:
-            raise ValueError(f"env: {key!r} is not a valid variable (no '=', no NUL)")
-    return extra
-
-
-def _checked_argv(argv: Sequence[str]) -> list[str]:
-    if isinstance(argv, str | bytes):
-        raise ValueError("argv must be a list of strings, not one string (it is never parsed "
-                         "by a shell: pass [\"sh\", \"-c\", line] for that)")
-    args = list(argv)
-    if not args:
-        raise ValueError("argv must not be empty")
-    for arg in args:
-        if not isinstance(arg, str):
-            raise ValueError(f"argv holds a {type(arg).__name__}, not a string: {arg!r}")
-        if "\0" in arg:
-            raise ValueError("argv must not contain a NUL byte")
-    if not args[0]:
-        raise ValueError("argv[0] must not be empty")
-    return args
-
-
-_OS_ERRORS: dict[str, tuple[type[OSError], int, str]] = {
-    "not_found": (FileNotFoundError, errno.ENOENT, "No such file or directory"),
-    "is_directory": (IsADirectoryError, errno.EISDIR, "Is a directory"),
-    "not_directory": (NotADirectoryError, errno.ENOTDIR, "Not a directory"),
-    "permission": (PermissionError, errno.EACCES, "Permission denied"),
-    "outside_base": (PermissionError, errno.EACCES, "Outside the base directory"),
-}
-
-
-def os_error(exc: FileOpError, path: str) -> OSError:
-    """A file operation's refusal as the builtin ``OSError`` that fits (FileNotFoundError …)."""
-    kind, number, text = _OS_ERRORS.get(exc.code, (OSError, errno.EIO, exc.code))
-    detail = f" ({exc.detail})" if exc.detail and exc.detail != text else ""
-    return kind(number, f"{text}{detail}", path)
 
 
 __all__ = ["ExecResult", "ExposedPort", "FileLimitError", "PtyOutput", "RawSandbox",

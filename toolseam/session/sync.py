@@ -12,23 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
-from ..builtins import OutputEvent, ToolResult
+from ..builtins import ToolResult
 from ..observability import SessionReport
-from ..policy.readscope import Approver
-from ..policy.settings import Settings
 from ..policy.shells import ShellChoice
 from ..seam.errors import CouldNotRunError, SessionClosedError
 from ..seam.handle import SessionHandle
 from ..seam.models import SandboxInfo, SyncReport
 from ..seam.protocol import BuiltinExec
 from .declarations import Format
-from .lifetime import Lifetime
-from .toolkit import HostTool, Toolkit
+from .options import ToolkitOptions
+from .toolkit import Toolkit
 
 if TYPE_CHECKING:
     from ..backends.snapshots import RestoreResult, Snapshot
@@ -40,62 +37,15 @@ class SyncToolkit:
     """``Toolkit``'s constructor and calls, blocking. Use it as a context manager, or call
     ``close()``; closing kills every job and stops the background loop.
 
-    The parameters are ``Toolkit``'s, passed through unchanged (see ``Toolkit`` for the
-    details):
-
-    Args:
-        backend: ``"host"`` (default), ``"podman"``, ``"docker"`` or a backend instance.
-        base_dir: the directory relative paths resolve against; must exist (checked at open).
-        confine_to_base_dir: refuse file-tool paths outside ``base_dir`` (bash is not
-            contained by it: on the host a command reaches what this user can).
-        settings: a ``Settings`` or a mapping of its fields.
-        tools: builtins switched on or off by name, e.g. ``{"bash": False}``.
-        host_tools: the host's own tools (``HostTool``); one named like a builtin replaces it.
-        raise_could_not_run: raise ``CouldNotRunError`` instead of returning a could-not-run
-            result.
-        env: the environment commands start from, before the secret filter.
-        env_extra: variables added for every command, after (and unaffected by) the filter.
-        on_output: called with each live ``OutputEvent`` — on the background thread.
-        session_id: this session's name (in output events, job ids, spill file names).
-        approver: asked before reads outside the read scope (``settings.read_scope``).
-        shell_id_persisted: ``settings.shell_id`` came from an earlier run: fall back if gone.
-        lifetime: how long the sandbox lives (``lifetime.py``); by default chosen from
-            ``settings.orphan_timeout_s``.
-        backend_options: keyword arguments for the backend class when ``backend`` is a name.
-        interactive_tools: add the model tools ``exec_command`` and ``write_stdin``.
-        snapshot: open the session from this ``Snapshot`` (or its id): docs/branching.md.
+    The keyword options are ``Toolkit``'s (``ToolkitOptions``), passed through unchanged; see
+    ``Toolkit`` for what each does. ``backend``: ``"host"`` (default), a name of the backend
+    table (``toolseam.backends.KINDS``) or a backend instance.
     """
 
-    def __init__(
-        self,
-        backend: BuiltinExec | str = "host",
-        *,
-        base_dir: str | os.PathLike[str] | None = None,
-        confine_to_base_dir: bool = False,
-        settings: Settings | Mapping[str, Any] | None = None,
-        tools: Mapping[str, bool] | None = None,
-        host_tools: Sequence[HostTool] = (),
-        raise_could_not_run: bool = False,
-        env: Mapping[str, str] | None = None,
-        env_extra: Mapping[str, str] | None = None,
-        on_output: Callable[[OutputEvent], None] | None = None,
-        session_id: str | None = None,
-        approver: Approver | None = None,
-        shell_id_persisted: bool = False,
-        lifetime: Lifetime | None = None,
-        backend_options: Mapping[str, Any] | None = None,
-        interactive_tools: bool = False,
-        snapshot: Snapshot | str | None = None,
-    ) -> None:
+    def __init__(self, backend: BuiltinExec | str = "host",
+                 **options: Unpack[ToolkitOptions]) -> None:
         args = (backend,)
-        kwargs: dict[str, Any] = {
-            "base_dir": base_dir, "confine_to_base_dir": confine_to_base_dir,
-            "settings": settings, "tools": tools, "host_tools": host_tools,
-            "raise_could_not_run": raise_could_not_run, "env": env, "env_extra": env_extra,
-            "on_output": on_output, "session_id": session_id, "approver": approver,
-            "shell_id_persisted": shell_id_persisted, "lifetime": lifetime,
-            "backend_options": backend_options, "interactive_tools": interactive_tools,
-            "snapshot": snapshot}
+        kwargs: dict[str, Any] = dict(options)
         self._start_loop()
         try:
             # built on the loop's thread: whatever it binds to a loop binds to ours

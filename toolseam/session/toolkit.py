@@ -14,7 +14,7 @@ import os
 import posixpath
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from .. import stdio_wire
 from ..backends import backend_for
@@ -35,6 +35,7 @@ from ..policy.readscope import Approver, ReadScope
 from ..policy.session import Session
 from ..policy.settings import Settings, parse_settings
 from ..policy.shells import ShellChoice, ShellResolver
+from ..seam.capabilities import supports
 from ..seam.errors import (
     ConfigurationError,
     CouldNotRunError,
@@ -48,6 +49,7 @@ from ..seam.protocol import BuiltinExec, WorkspaceTransfer
 from . import durable
 from .branching import Branches
 from .declarations import Format, declare
+from .interactive_tools import interactive_tools as pty_tools
 from .lifetime import Ephemeral, Lifetime, lifetime_for
 from .path_sides import missing_in_sandbox_hint, side
 from .raw import RawSandbox
@@ -204,7 +206,6 @@ class Toolkit:
         self._builtins = enabled
         self._host_tools: dict[str, HostTool] = {}
         if interactive_tools:  # exec_command + write_stdin on a terminal (interactive_tools.py)
-            from .interactive_tools import interactive_tools as pty_tools
             self._host_tools.update(pty_tools(self))
         self._host_tools.update({tool.name: tool for tool in host_tools})
         self.services = Session(self.session_id, backend, self.settings, raise_could_not_run,
@@ -387,17 +388,17 @@ class Toolkit:
         finally:
             await self.backend.close()
             await self._branches.closed()  # a branch's private workspace (branching.py)
-        failure = (self.backend.copy_back_error if isinstance(self.backend, WorkspaceTransfer)
-                   else None)
+        failure = (cast(WorkspaceTransfer, self.backend).copy_back_error
+                   if supports(self.backend, WorkspaceTransfer) else None)
         if failure is not None:  # the container is kept; say so rather than lose the work
             raise failure
 
     # --- files between host and sandbox -------------------------------------------------
     def _transfer(self) -> WorkspaceTransfer:
-        if not isinstance(self.backend, WorkspaceTransfer):
+        if not supports(self.backend, WorkspaceTransfer):
             raise ConfigurationError(f"the {self.backend.name} backend cannot move files "
                                      "between the host and its sandbox")
-        return self.backend
+        return cast(WorkspaceTransfer, self.backend)
 
     async def sync(self) -> SyncReport:
         """Bring the sandbox's changes home to the base dir now. A container on an engine that

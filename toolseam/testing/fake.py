@@ -63,6 +63,7 @@ class _Job:
 
 class FakeBackend:
     name = "fake"
+    capabilities: frozenset[type] = frozenset()  # none of seam/capabilities.py's
 
     def __init__(self, workspace: str = "/workspace", files: dict[str, bytes] | None = None) -> None:
         self.workspace = workspace

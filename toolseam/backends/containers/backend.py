@@ -11,13 +11,22 @@ import shlex
 import tarfile
 import tempfile
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from ...policy.environment import CONTAINER_BASE_ENV
-from ...seam.capabilities import SandboxUsage, ShellAccess
+from ...policy.limits import SandboxLimits
+from ...seam.capabilities import (
+    DurableSessions,
+    EngineShell,
+    ResourceUsage,
+    SandboxKill,
+    SandboxUsage,
+    ShellAccess,
+)
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...seam.handle import SessionHandle
 from ...seam.models import SandboxInfo, SyncReport
+from ...seam.protocol import WorkspaceTransfer
 from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
@@ -46,6 +55,9 @@ MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
 class ContainerBackend(DurableMethods, ComposedBackend):
     """One warm container per session. A configured container backend that cannot start fails
     the session (``CouldNotRunError``); it never falls back to the host."""
+
+    capabilities: ClassVar[frozenset[type]] = ComposedBackend.capabilities | {
+        DurableSessions, EngineShell, SandboxKill, ResourceUsage, WorkspaceTransfer}
 
     agent_writes_resolv_conf = True  # composed.py: a container's own resolv.conf
 
@@ -229,6 +241,18 @@ class ContainerBackend(DurableMethods, ComposedBackend):
         self._durable = durable_mode(self.sandbox.mode, self.options, secret, orphan_timeout_s,
                                      adopt)
         self._compose(self._durable)
+
+    @classmethod
+    def from_handle(cls, handle: SessionHandle, options: dict[str, Any]) -> ContainerBackend:
+        """The engine's kind (``PodmanBackend``, ``DockerBackend``) for the handle's
+        container; ``options`` include the kind's variant's (``rootless``)."""
+        if handle.network in ("bridge", "egress") and "limits" not in options:
+            options = {**options, "limits": SandboxLimits(network=handle.network)}
+        kind: Any = cls  # a subclass: it takes the workspace first, then keywords
+        made: ContainerBackend = kind(handle.workspace, image=handle.image or "",
+                                      endpoint=handle.endpoint,
+                                      workspace_mode=handle.workspace_mode, **options)
+        return made
 
     def durable_channel(self) -> DurableChannel:
         return the_durable(self.sandbox.channel)

@@ -6,6 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ...backends import KnownBackend
 from ...policy.limits import SandboxLimits
 
 
@@ -14,8 +15,9 @@ class ToolseamSandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Literal["host", "podman", "docker"] = Field(
-        "podman", description="Where samples run: a container engine, or this machine (host).")
+    backend: KnownBackend = Field(
+        "podman", description="Where samples run: a name of the backend table (a container "
+        "engine, or this machine: host).")
     image: str | None = Field(
         None, description="Container image; None: toolseam's default (debian:bookworm-slim).")
     rootless: bool = Field(False, description="podman: the unprivileged user's API service.")

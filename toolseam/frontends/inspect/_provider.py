@@ -27,7 +27,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Any, Literal, cast, overload
 
 from inspect_ai.util import (
     ExecResult,
@@ -43,8 +43,10 @@ from inspect_ai.util import (
 from pydantic import BaseModel, ValidationError
 
 from ...backends import backend_for, backend_kind
+from ...backends.containers.engine.attach import TlsFiles
+from ...backends.containers.engine.protocol import Hardening
 from ...policy.settings import Settings, describe_validation_error, parse_settings
-from ...seam.capabilities import EngineShell
+from ...seam.capabilities import EngineShell, supports
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
 from ...session.toolkit import Toolkit
@@ -107,8 +109,6 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
             raise ConfigurationError(f"toolseam sandbox config: {', '.join(refused)} apply to a "
                                      "container backend, not host")
         return {}
-    from ...backends.containers.engine.protocol import Hardening
-
     options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace,
                                "hardening": Hardening(read_only_root=config.read_only_root)}
     if config.image is not None:
@@ -118,8 +118,6 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
     if config.tls_cert_path is not None:
         if "tls" not in kind.own_options:
             raise ConfigurationError("toolseam sandbox config: tls_cert_path is a docker option")
-        from ...backends.containers.engine.attach import TlsFiles
-
         options["tls"] = TlsFiles.from_dir(config.tls_cert_path)
     if config.rootless:
         if "rootless" not in kind.own_options:
@@ -296,7 +294,8 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
 
     async def connection(self, *, user: str | None = None) -> SandboxConnection:
         backend = self.toolkit.backend
-        access = backend.shell_access(user) if isinstance(backend, EngineShell) else None
+        access = (cast(EngineShell, backend).shell_access(user) if supports(backend, EngineShell)
+                  else None)
         if access is None:
             raise NotImplementedError(f"the {backend.name} backend runs on this machine: cd "
                                       f"{self.workspace}")

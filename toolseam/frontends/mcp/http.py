@@ -32,6 +32,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 
+from ..._extras import install_hint
 from ...backends.staging import read_private_text
 from ...seam.errors import ConfigurationError
 from ...session.toolkit import Toolkit
@@ -133,8 +134,6 @@ def serve_http(factory: Callable[[], Toolkit], address: TcpAddress | UnixAddress
     try:
         import uvicorn
     except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
-        from ..._extras import install_hint
-
         raise ConfigurationError(f"--http needs the {exc.name!r} package: "
                                  f"{install_hint('mcp')}") from None
 

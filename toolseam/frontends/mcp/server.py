@@ -79,7 +79,8 @@ def result_to_mcp(result: ToolResult) -> types.CallToolResult:
 def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> str:
     """What the sandbox is, said plainly to the model (the server's instructions)."""
     tools = "The builtin tools of a coding agent (bash, read, write, edit, apply_patch, grep, glob). "
-    contained = backend_kind(toolkit.backend.name).contained
+    kind = backend_kind(toolkit.backend.name)
+    contained = kind.contained
     noun = "sandbox" if contained else "session"  # the host sandboxes nothing
     whose = (f"one {noun} (jobs, read approvals) shared by every client of this server" if shared
              else f"a {noun} of your own (jobs, read approvals)")
@@ -96,8 +97,8 @@ def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> s
         paths = ("Only the file tools are confined to the base directory; bash is not."
                  if toolkit.confine else "Paths are not confined to the base directory.")
         return f"{tools}{where}{paths} You get {whose}."
-    return (f"{tools}They run in a {toolkit.backend.name} container: {whose}; commands reach only "
-            "what the container holds (its workspace, and the network if enabled).")
+    return (f"{tools}They run in {kind.where}: {whose}; commands reach only what the sandbox "
+            "holds (its workspace, and the network if enabled).")
 
 
 _HOST_BASH_NOTE = (" On this server bash runs directly on the host machine as the server's user, "
