@@ -41,7 +41,7 @@ async def _unused(*args: object) -> Any:
 
 def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     held = ops.declared_capabilities(HostBackend)
-    assert held == {"WorkspaceTransfer", "InteractiveProcesses", "OpensEgress"}
+    assert held == {"WorkspaceTransfer", "InteractiveProcesses", "Egress"}
     full, bare = remote_class(held), remote_class(frozenset())
     for name in ops.BY_NAME:
         method = getattr(full, name)

@@ -45,7 +45,8 @@ class RemoteBackend:
             cls = remote_class(ops.declared_capabilities(backend_class(hosted.kind)))
         return super().__new__(cls)
 
-    capabilities: frozenset[str] = frozenset()
+    capabilities: frozenset[type] = frozenset()  # seam.capabilities: what supports() reads
+    capability_names: frozenset[str] = frozenset()  # the same, as the wire names them
 
     def __init__(self, *, transport: Transport, hosted: HostedSpec) -> None:
         self.transport, self.hosted = transport, hosted
@@ -73,11 +74,12 @@ class RemoteBackend:
         async with self._opening:
             if self._info is None:
                 info, held = await self._send("open", {"spec": self.hosted.model_dump()})
-                if frozenset(held) != self.capabilities:
+                if frozenset(held) != self.capability_names:
                     await self.close()
                     raise CouldNotRunError(
                         f"{self.transport.where}: its {self.hosted.kind} backend has "
-                        f"{sorted(held)}, this client expected {sorted(self.capabilities)} "
+                        f"{sorted(held)}, this client expected "
+                        f"{sorted(self.capability_names)} "
                         "(another toolseam version?)", retryable=False, cause="refused")
                 # paths and processes are this machine's only when the server's are
                 local = info.local and self.transport.same_machine
@@ -201,6 +203,7 @@ def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
     members: dict[str, Any] = {op.name: _forwarder(op) for op in ops.ops_for(capabilities)}
     if "WorkspaceTransfer" in capabilities:
         members["copy_back_error"] = property(_copy_back_error)
-    members["capabilities"] = capabilities
+    members["capabilities"] = frozenset(ops.CAPABILITIES[name] for name in capabilities)
+    members["capability_names"] = capabilities
     members["__doc__"] = RemoteBackend.__doc__
     return type("RemoteBackend", (RemoteBackend,), members)

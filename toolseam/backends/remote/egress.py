@@ -18,7 +18,7 @@ import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from toolseam_agent.tunnel import CHUNK, WINDOW
 
@@ -29,17 +29,6 @@ NOT_CAPTURED = ("captured connections are not offered through a remote server: c
                 "honour HTTP(S)_PROXY reach the allowed hosts, others reach nothing")
 EVENTS, SEND = "egress_events", "egress_send"  # the egress shape's own requests
 DATA = "d"  # an event that carries a connection's bytes: (DATA, number, bytes)
-
-
-@runtime_checkable
-class OpensEgress(Protocol):
-    """A backend whose sandbox's connections can be served by a proxy here (the method the
-    egress session looks for; ``composed.ComposedBackend.open_egress`` says what it does)."""
-
-    async def open_egress(self, serve: Any, ca_pem: str | None, ports_for: Any = None
-                          ) -> dict[str, object]:
-        """Egress mode: each connection the sandbox opens to its 127.0.0.1 listener is served
-        by ``serve``; returns the listener's ``port``, the ``ca_file`` and ``capture``."""
 
 
 @dataclass

@@ -22,16 +22,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ...seam.capabilities import InteractiveProcesses
+from ...seam.capabilities import Egress, InteractiveProcesses
+from ...seam.capabilities import declared_capabilities as declared_by
 from ...seam.protocol import ExecPart, FilePart, WorkspaceTransfer
-from .egress import OpensEgress
 
 Shape = Literal["call", "stream", "upload", "download", "egress"]
 
 # The protocols whose operations cross; the first two are every backend's (BuiltinExec).
 REQUIRED: tuple[type, ...] = (ExecPart, FilePart)
-# ``OpensEgress`` is egress.py's until the seam declares it (issue 47, item 5)
-OPTIONAL: tuple[type, ...] = (WorkspaceTransfer, InteractiveProcesses, OpensEgress)
+OPTIONAL: tuple[type, ...] = (WorkspaceTransfer, InteractiveProcesses, Egress)
 _SHAPES: dict[str, Shape] = {"start": "stream", "upload": "upload", "download": "download",
                              "open_egress": "egress"}
 
@@ -69,12 +68,11 @@ BY_NAME: dict[str, SeamOp] = {op.name: op for op in TABLE}
 CAPABILITIES: dict[str, type] = {protocol.__name__: protocol for protocol in OPTIONAL}
 
 
-def declared_capabilities(backend_class: type) -> frozenset[str]:
-    """The optional protocols ``backend_class`` declares: every member of each is defined on
-    the class (what ``isinstance`` on a runtime protocol asks of an instance)."""
-    return frozenset(name for name, protocol in CAPABILITIES.items()
-                     if all(hasattr(backend_class, member)
-                            for member in protocol_members(protocol)))
+def declared_capabilities(backend: object) -> frozenset[str]:
+    """The forwarded optional protocols ``backend`` (a backend or its class) declares, by
+    name (what crosses the wire): its ``capabilities``, never its methods' names."""
+    declared = declared_by(backend)
+    return frozenset(name for name, protocol in CAPABILITIES.items() if protocol in declared)
 
 
 def ops_for(capabilities: frozenset[str]) -> tuple[SeamOp, ...]:

@@ -21,7 +21,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ...seam.capabilities import supports
 from ...seam.errors import ConfigurationError, HostError
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from .. import create_backend
@@ -90,8 +89,7 @@ class RemoteServer:
             raise ConfigurationError(f"hosted: not a backend spec (bad or missing {fields})"
                                      ) from None
         backend = create_backend(spec.kind, **spec.options)
-        capabilities = frozenset(name for name, protocol in ops.CAPABILITIES.items()
-                                 if supports(backend, protocol))
+        capabilities = ops.declared_capabilities(backend)
         self._opening.add(sid)  # a second open of the id while this one waits is refused
         try:
             info = await backend.open()
