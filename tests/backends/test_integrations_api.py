@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import os
 import signal
@@ -205,6 +206,31 @@ def test_ctrl_c_is_one_line(tmp_path: Path) -> None:
     finally:
         _, err = process.communicate(timeout=patience(30))
     assert process.returncode == 130 and err == "toolseam: interrupted\n"
+
+
+def test_ctrl_c_reaches_serve_whichever_thread_the_kernel_picks(tmp_path: Path) -> None:
+    """The kernel gives a process's SIGINT to any of its threads: one given to a thread other
+    than the main one left ``asyncio.run``'s loop asleep until stdin closed (CI, under load).
+    Here each of serve's other threads gets one, by ``tgkill``: each ends it (130) at once."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    process = subprocess.Popen([*TOOLSEAM, "serve", "--stdio", "--base-dir", str(tmp_path)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    try:
+        process.stdin.write('{"id": 1, "tool": "bash", "args": {"command": "true"}}\n')
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 1
+        others = [int(t) for t in os.listdir(f"/proc/{process.pid}/task") if int(t) != process.pid]
+        assert others, "serve has threads besides its main one (the live table's at least)"
+        assert libc.syscall(_SYS_TGKILL, process.pid, others[-1], signal.SIGINT) == 0
+        process.wait(timeout=patience(20))  # stdin still open: only the signal can end it
+    finally:
+        _, err = process.communicate(timeout=patience(30))
+    assert process.returncode == 130 and err == "toolseam: interrupted\n"
+
+
+_SYS_TGKILL = {"x86_64": 234, "aarch64": 131}[os.uname().machine]
 
 
 @pytest.mark.parametrize("attempt", range(3))

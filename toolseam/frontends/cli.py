@@ -9,7 +9,6 @@ quietly, as a tool killed by SIGPIPE. No expected failure prints a traceback.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -26,6 +25,7 @@ from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
 from .cli_terms import in_cli_terms
 from .demo import run_demo
+from .interrupt import run_interruptible
 from .metrics_server import add_parser as add_metrics_parser
 from .ps import add_parser as add_ps_parser
 from .recover import add_parser as add_recover_parser
@@ -300,7 +300,7 @@ def _mcp(args: argparse.Namespace) -> int:
     elif args.auth_token_file:
         raise ConfigurationError("--auth-token-file needs --http (stdio has no network to guard)")
     else:
-        asyncio.run(serve_stdio(factory, approvals=args.approvals, shared=args.shared_sandbox))
+        run_interruptible(serve_stdio(factory, approvals=args.approvals, shared=args.shared_sandbox))
     return EXIT_OK
 
 
@@ -374,11 +374,11 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "call":
-            return asyncio.run(_call(args))
+            return run_interruptible(_call(args))
         if args.command == "tools":
             return _tools(args)
         if args.command == "demo":
-            return asyncio.run(run_demo())
+            return run_interruptible(run_demo())
         if args.command == "mcp":
             return _mcp(args)
         if args.command == "recover":
@@ -387,7 +387,7 @@ def _main(argv: list[str] | None) -> int:
             return run_snapshots(args)
         if getattr(args, "handler", None) is not None:  # a subcommand in its own module
             return int(args.handler(args))
-        return asyncio.run(_serve(args))
+        return run_interruptible(_serve(args))
     except HostError as exc:
         print(f"toolseam: {in_cli_terms(str(exc))}", file=sys.stderr)
         return EXIT_USAGE
