@@ -114,3 +114,21 @@ async def test_a_restored_workspace_stays_writable_by_the_sandbox(engine: str,
         await tk.restore(snap)
         assert await run(tk, "echo two > d/f && echo three > d/g && cat d/f d/g") == \
             "two\nthree\n"
+
+
+@pytest.mark.parametrize(("taken_on", "opened_on"), [("podman-rootless", "docker-remote"),
+                                                    ("podman-remote", "docker")])
+async def test_a_snapshot_opens_a_session_on_another_engine(
+        taken_on: str, opened_on: str, workspace: Path, tmp_path: Path) -> None:
+    """``Toolkit(backend, snapshot=snap)``: the store is this user's, whatever engine took it —
+    bind to copy mode and back."""
+    async with Toolkit(backend(taken_on, str(workspace))) as tk:
+        await run(tk, "mkdir -p a/b && echo deep > a/b/c && ln -s a/b/c top && chmod 640 a/b/c")
+        snap = await tk.snapshot("portable")
+        expected = await describe_inside(tk)
+    other = tmp_path / "other"
+    other.mkdir(mode=0o777)
+    other.chmod(0o777)
+    (other / "stale").write_text("gone after the open\n")
+    async with Toolkit(backend(opened_on, str(other)), snapshot=snap) as fresh:
+        assert await describe_inside(fresh) == expected
