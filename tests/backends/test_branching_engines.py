@@ -132,3 +132,16 @@ async def test_a_snapshot_opens_a_session_on_another_engine(
     (other / "stale").write_text("gone after the open\n")
     async with Toolkit(backend(opened_on, str(other)), snapshot=snap) as fresh:
         assert await describe_inside(fresh) == expected
+
+
+@pytest.mark.parametrize("engine", ["podman-remote", "docker-remote"])
+async def test_a_tree_a_command_locked_is_still_restored(engine: str, workspace: Path) -> None:
+    """Nested directories a command made unenterable or unwritable (the sandbox's root has no
+    CAP_DAC_OVERRIDE) do not stop a copy-mode restore from emptying the workspace."""
+    async with Toolkit(backend(engine, str(workspace))) as tk:
+        await run(tk, "echo kept > kept")
+        snap = await tk.snapshot()
+        await run(tk, "mkdir -p a/b/c && echo x > a/b/c/f && chmod 500 a/b/c && chmod 600 a/b "
+                      "&& chmod 500 a")
+        await tk.restore(snap)
+        assert await run(tk, "ls -A") == "kept\n"

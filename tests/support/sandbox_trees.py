@@ -82,7 +82,7 @@ print(json.dumps(found))
 '''
 
 # Empties the workspace from inside (directories made enterable first: a 0500 one's entries)
-EMPTY = ("find . -mindepth 1 -type d -exec chmod u+rwx {} + ; "
+EMPTY = ("find . -mindepth 1 -type d -exec chmod u+rwx {} ';' ; "
          "find . -mindepth 1 -maxdepth 1 -exec rm -rf {} +")
 
 

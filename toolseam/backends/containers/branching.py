@@ -21,14 +21,13 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
-import shlex
 import tempfile
 from typing import TYPE_CHECKING
 
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SpawnRequest
 from ..snapshots import DEFAULT_LIMIT, LocalSnapshots, Restored, Snapshot, SnapshotStore
-from ..snapshots.archive import capture_archive, directory_modes, restore_archive
+from ..snapshots.archive import capture_archive, finishing_script, restore_archive
 from ..snapshots.capture import Known
 from ..snapshots.local import keep_manifest
 from .labels import WORKSPACE
@@ -40,10 +39,12 @@ if TYPE_CHECKING:
 
 # Run by the agent as the sandbox's root, in /workspace: every name in it goes, links as links
 # (find's default never follows one; rm -rf removes a link, not what it names). Directories
-# are made writable first: the sandbox's root may lack CAP_DAC_OVERRIDE.
-_EMPTY_WORKSPACE = ("cd /workspace && find . -mindepth 1 ; find . -mindepth 1 -type d ! -perm -u=rwx "
-                    "-exec chmod u+rwx -- {} + ; find . -mindepth 1 -maxdepth 1 "
-                    "-exec rm -rf -- {} +")
+# are made enterable first, each as find reaches it (";", not "+": a batch after the walk
+# would come too late for the directories inside one it could not enter) — the sandbox's root
+# may lack CAP_DAC_OVERRIDE. The first find lists what was there (the restore's "removed").
+_EMPTY_WORKSPACE = ("cd /workspace && find . -mindepth 1 ; find . -mindepth 1 -type d "
+                    "! -perm -u=rwx -exec chmod u+rwx -- {} ';' ; find . -mindepth 1 "
+                    "-maxdepth 1 -exec rm -rf -- {} +")
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -83,15 +84,15 @@ class ContainerBranching(LocalSnapshots):
         manifest = store.load(snapshot_id)
         with tempfile.TemporaryFile(prefix="toolseam-restore-") as archive:
             with store.lock(exclusive=False):  # every object is checked before the sandbox
-                files = await asyncio.to_thread(restore_archive, manifest, store, archive)
+                files, late_links = await asyncio.to_thread(restore_archive, manifest, store,
+                                                            archive)
             were = await self._as_root(_EMPTY_WORKSPACE, "empty the workspace")
             archive.seek(0)
             await asyncio.to_thread(engine.put_archive, container, WORKSPACE, archive)
-        modes = directory_modes(manifest)
-        if modes:
-            await self._as_root("cd /workspace && " + " && ".join(
-                f"chmod {mode:o} -- {shlex.quote('./' + path)}" for path, mode in modes),
-                "set the directories' modes")
+        finishing = finishing_script(manifest, late_links)
+        if finishing is not None:
+            await self._as_root(f"cd /workspace && {finishing}",
+                                "make its links and set its directories' modes")
         names = {e.path for e in manifest.entries}
         removed = sum(1 for line in were.splitlines() if line[2:] not in names)
         return Restored(files, removed, Known())

@@ -14,6 +14,8 @@ copy-mode container's workspace, through its engine's archive API (decision 400)
 from __future__ import annotations
 
 import functools
+import os
+import posixpath
 import tarfile
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -82,13 +84,17 @@ def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int) -
     return Captured(entries, added, left_out, Known())
 
 
-def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes]) -> int:
+def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes]
+                    ) -> tuple[int, list[Entry]]:
     """The snapshot's tree as a tar archive of relative names written to ``out``; how many
-    files it holds. Directories are made writable by their owner while they are filled (a
-    tar of a 0500 directory's files would otherwise fail in a sandbox without
-    ``CAP_DAC_OVERRIDE``): their modes come last, as ``toolseam_agent``'s restore sets them."""
+    files it holds, and the links it leaves out: docker refuses to extract a link whose
+    relative target climbs above the directory it extracts into (``../x`` at the top), so
+    those are made afterwards (``late_links``). Directories are made writable by their owner
+    while they are filled (a 0500 directory's files could not be written by a sandbox root
+    without ``CAP_DAC_OVERRIDE``): their modes come last (``late_modes``)."""
     tree = checked_tree(manifest.entries)
     files = 0
+    late: list[Entry] = []
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
             info = tarfile.TarInfo(entry.path)
@@ -99,6 +105,9 @@ def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes]) ->
                 info.mode = entry.mode | 0o700
                 tar.addfile(info)
             elif entry.kind == "link":
+                if _climbs_out(entry.path, entry.digest):
+                    late.append(entry)
+                    continue
                 info.type, info.linkname = tarfile.SYMTYPE, entry.digest
                 tar.addfile(info)
             else:
@@ -108,11 +117,30 @@ def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes]) ->
                     data.seek(0)
                     tar.addfile(info, data)
                 files += 1
-    return files
+    return files, late
 
 
-def directory_modes(manifest: Manifest) -> list[tuple[str, int]]:
-    """The directories whose mode the archive could not give them at once (not owner-rwx),
-    deepest first: set after the archive is in place."""
+def _climbs_out(path: str, target: str) -> bool:
+    """A relative link target that leads above the root the link's path is relative to."""
+    if target.startswith("/"):
+        return False
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    return joined == ".." or joined.startswith("../")
+
+
+def _shell_bytes(text: str) -> str:
+    """``text``'s bytes (names that are not UTF-8 included) as a POSIX shell word that makes
+    them: printf with an octal escape per byte, nothing for the shell to read as syntax."""
+    octal = "".join(f"\\{byte:03o}" for byte in os.fsencode(text))
+    return f'"$(printf \'{octal}\')"'
+
+
+def finishing_script(manifest: Manifest, late_links: list[Entry]) -> str | None:
+    """What a restore through an archive leaves to a command in the sandbox, run in the
+    restored root: the links the archive could not hold, then the modes of directories that
+    are not owner-rwx (deepest first). None when there is nothing."""
+    steps = [f"ln -s -- {_shell_bytes(e.digest)} ./{_shell_bytes(e.path)}" for e in late_links]
     dirs = [e for e in manifest.entries if e.kind == "dir" and e.mode & 0o700 != 0o700]
-    return [(e.path, e.mode) for e in sorted(dirs, key=lambda e: -e.path.count("/"))]
+    steps += [f"chmod {e.mode:o} -- ./{_shell_bytes(e.path)}"
+              for e in sorted(dirs, key=lambda e: -e.path.count("/"))]
+    return " && ".join(steps) or None
