@@ -14,7 +14,7 @@ from toolseam import Snapshot, Toolkit
 from toolseam.backends.containers.labels import SESSION_LABEL
 from toolseam.backends.snapshots import SnapshotCorruptError, SnapshotStore
 
-from ..support.engines import ALL_ENGINES, ENGINES, backend
+from ..support.engines import ALL_ENGINES, ENGINES, IMAGE, backend
 from ..support.sandbox_trees import describe_inside, run
 
 
@@ -145,3 +145,19 @@ async def test_a_tree_a_command_locked_is_still_restored(engine: str, workspace:
                       "&& chmod 500 a")
         await tk.restore(snap)
         assert await run(tk, "ls -A") == "kept\n"
+
+
+@pytest.mark.parametrize("engine", ["podman", "docker"])
+async def test_a_named_engine_opened_from_a_snapshot_works_in_a_private_workspace(
+        engine: str, workspace: Path, store: Path) -> None:
+    """``Toolkit("docker", snapshot=snap)``: the sandbox's ``/workspace`` is a private
+    directory holding the snapshot (the current directory is never restored over), removed at
+    close."""
+    async with Toolkit(backend(engine, str(workspace))) as tk:
+        await run(tk, "echo hi > f")
+        snap = await tk.snapshot()
+    async with Toolkit(engine, snapshot=snap, backend_options={"image": IMAGE}) as fresh:
+        assert fresh.base_dir == "/workspace"
+        assert await run(fresh, "cat f") == "hi\n"
+        assert len(list((store / "branches").iterdir())) == 1
+    assert list((store / "branches").iterdir()) == []

@@ -17,6 +17,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..backends import backend_kind
 from ..backends.snapshots import (
     DEFAULT_LIMIT,
     RestoreResult,
@@ -56,12 +57,18 @@ class Branches:
         self.filled = False  # the backend's workspace holds the start snapshot already (fork)
         self._home_copy: WorkspaceCopy | None = None
 
-    def base_dir_for(self, base_dir: str | None, backend_is_named: bool) -> str | None:
+    def placed(self, name: str, base_dir: str | None, options: Mapping[str, Any]
+               ) -> tuple[str | None, Mapping[str, Any]]:
         """A session from a snapshot, on a backend named here and without a base dir, gets a
-        private workspace: restoring into the current directory would wipe it."""
-        if self.start is not None and base_dir is None and backend_is_named:
-            self.private_workspace = base_dir = new_branch_workspace()
-        return base_dir
+        private workspace (restoring into the current directory would wipe it): the host's
+        base dir, or a container's ``/workspace``. The base dir and backend options to use."""
+        if self.start is None or base_dir is not None or "workspace" in options:
+            return base_dir, options
+        contained = backend_kind(name).contained  # an unknown name: refused before any mkdir
+        self.private_workspace = new_branch_workspace()
+        if contained:
+            return None, {**options, "workspace": self.private_workspace}
+        return self.private_workspace, options
 
     async def opened(self, tk: Toolkit, base: str) -> None:
         """At open: the base dir becomes the start snapshot's tree."""
