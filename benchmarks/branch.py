@@ -1,20 +1,24 @@
-"""Branching sessions (issue 48) on the host backend, in ONE run:
+"""Branching sessions (issue 48), every backend side by side in ONE run:
 
+    set -a; . ./.engines.env; set +a      # engine endpoints (scripts/setup-engines.sh)
     python benchmarks/branch.py [--files 5000] [--mib 200] [--children 8] [--small-mib 20]
+                                [--backends host,podman,podman-rootless,docker,podman-remote,docker-remote]
 
 For a workspace of FILES files holding MIB MiB (random bytes, 20 directories), with a store of
-its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after):
+its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after), on each backend:
 
 * the first ``snapshot()`` (everything stored) and one after a single changed file;
 * ``restore()`` after a single changed file;
 * ``fork(N)``: from the call until every child has answered its first ``bash true``, while the
   parent keeps calling ``bash true`` — the parent's longest call during the fork is reported;
-* the same ``fork(N)`` at ``--small-mib`` (the size dependence);
+* the same ``fork(N)`` at ``--small-mib`` (the size dependence; host only: ``--small-all``
+  for every backend);
 * disk: what N children that each write 1 MiB and take a snapshot add to the store;
-* for scale: N fresh (empty) host sessions opened at once — what starting N agents costs on
-  this machine now, the floor under any fork.
+* for scale: N fresh (empty) sessions of the backend opened at once — what starting N
+  sandboxes costs on this machine now, the floor under any fork.
 
-Container engines are not measured: their snapshots are not built yet (docs/branching.md).
+The local engines run in bind mode, the remote ones (their own mount namespaces, over TCP) in
+copy mode; every fork's children are copy-mode sandboxes (docs/branching.md).
 """
 
 from __future__ import annotations
@@ -29,6 +33,35 @@ import time
 from pathlib import Path
 
 from toolseam import Toolkit
+from toolseam.seam.protocol import BuiltinExec
+
+BACKENDS = ("host", "podman", "podman-rootless", "docker", "podman-remote", "docker-remote")
+
+
+def make_backend(name: str, workspace: str) -> BuiltinExec | str:
+    """The backend ``name`` on ``workspace``, endpoints as the tests take them (.engines.env)."""
+    if name == "host":
+        return "host"
+    from toolseam.backends.containers.engine.attach import TlsFiles
+    from toolseam.backends.docker import DockerBackend
+    from toolseam.backends.podman import PodmanBackend
+
+    image = os.environ["TOOLSEAM_REMOTE_IMAGE" if name.endswith("-remote") else "TOOLSEAM_IMAGE"]
+    if name == "docker":
+        return DockerBackend(workspace, image=image, endpoint=os.environ["TOOLSEAM_DOCKER_URL"])
+    if name == "docker-remote":
+        return DockerBackend(workspace, image=image,
+                             endpoint=os.environ["TOOLSEAM_REMOTE_DOCKER_URL"],
+                             tls=TlsFiles.from_dir(os.environ["TOOLSEAM_REMOTE_DOCKER_CERT_PATH"]))
+    variable = {"podman": "TOOLSEAM_PODMAN_URL", "podman-rootless": "TOOLSEAM_PODMAN_ROOTLESS_URL",
+                "podman-remote": "TOOLSEAM_REMOTE_PODMAN_URL"}[name]
+    return PodmanBackend(workspace, image=image, endpoint=os.environ[variable],
+                         rootless=name == "podman-rootless")
+
+
+def open_toolkit(name: str, workspace: Path) -> Toolkit:
+    backend = make_backend(name, str(workspace))
+    return Toolkit(backend, base_dir=workspace) if backend == "host" else Toolkit(backend)
 
 
 class Clock:
@@ -86,9 +119,10 @@ async def timed_fork(tk: Toolkit, children: int) -> tuple[float, float]:
     return elapsed, longest
 
 
-async def fresh_opens(scratch: Path, children: int) -> float:
+async def fresh_opens(name: str, scratch: Path, children: int) -> float:
     began = time.perf_counter()
-    fresh = [Toolkit("host", base_dir=tempfile.mkdtemp(dir=scratch)) for _ in range(children)]
+    fresh = [open_toolkit(name, shared(scratch, f"fresh-{name}-{n}-{time.monotonic_ns()}"))
+             for n in range(children)]
     await asyncio.gather(*(t.call("bash", {"command": "true"}) for t in fresh))
     elapsed = time.perf_counter() - began
     for tk in fresh:
@@ -96,58 +130,88 @@ async def fresh_opens(scratch: Path, children: int) -> float:
     return elapsed
 
 
+def shared(scratch: Path, name: str) -> Path:
+    """A directory a rootless engine's user can reach and write."""
+    path = scratch / name
+    path.mkdir()
+    path.chmod(0o777)
+    return path
+
+
+async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Path
+                  ) -> dict[str, str]:
+    row: dict[str, str] = {}
+    sizes = (args.mib, args.small_mib) if name == "host" or args.small_all else (args.mib,)
+    for mib in sizes:
+        ws = shared(scratch, f"ws-{name}-{mib}")
+        make_workspace(ws, args.files, mib)
+        for folder in ws.iterdir():  # a rootless engine's root may change them too
+            folder.chmod(0o777)
+            for item in folder.iterdir():
+                item.chmod(0o666)
+        async with open_toolkit(name, ws) as tk:
+            clock = Clock()
+            first = await tk.snapshot()
+            cold = clock.read()
+            forks = [await timed_fork(tk, args.children) for _ in range(args.repeat)]
+            fork_s = statistics.median(f[0] for f in forks)
+            pause = max(f[1] for f in forks)
+            if mib != args.mib:
+                row[f"fork({args.children}) at {mib} MiB"] = f"{fork_s:.2f} s"
+                continue
+            row["first snapshot"] = ms(cold)
+            row[f"fork({args.children}) to every first answer"] = f"{fork_s:.2f} s"
+            row["parent's longest call meanwhile"] = f"{pause * 1000:.0f} ms"
+            snaps, restores = [], []
+            for round_ in range(args.repeat):
+                payload = os.urandom(4096) + bytes([round_])
+                await tk.call("write", {"path": "d00/f00000.bin", "content": payload.hex()})
+                clock = Clock()
+                await tk.snapshot()
+                snaps.append(clock.read())
+                await tk.call("write", {"path": "d00/f00000.bin", "content": "changed again"})
+                clock = Clock()
+                await tk.restore(first)
+                restores.append(clock.read())
+            snaps.sort()
+            restores.sort()
+            row["snapshot after 1 change"] = ms(snaps[len(snaps) // 2])
+            row["restore after 1 change"] = ms(restores[len(restores) // 2])
+            before = store_bytes(store)
+            kids = [k for k in await tk.fork(args.children) if isinstance(k, Toolkit)]
+            for kid in kids:
+                await kid.call("write", {"path": "mine.txt", "content": os.urandom(1 << 19).hex()})
+                await kid.snapshot()
+                await kid.close()
+            grown = store_bytes(store) - before
+            row[f"store growth, {args.children} children x 1 MiB"] = f"{grown / (1 << 20):.1f} MiB"
+        shutil.rmtree(ws, ignore_errors=True)
+    floors = [await fresh_opens(name, scratch, args.children) for _ in range(args.repeat)]
+    row[f"{args.children} fresh sessions (floor)"] = f"{statistics.median(floors):.2f} s"
+    return row
+
+
 async def run(args: argparse.Namespace) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="branch-bench-"))
+    scratch.chmod(0o711)
     store = scratch / "store"
     os.environ["TOOLSEAM_SNAPSHOTS"] = str(store)
+    rows: dict[str, dict[str, str]] = {}
     try:
-        for mib in (args.mib, args.small_mib):
-            ws = scratch / f"ws-{mib}"
-            ws.mkdir()
-            make_workspace(ws, args.files, mib)
-            async with Toolkit("host", base_dir=ws) as tk:
-                clock = Clock()
-                first = await tk.snapshot()
-                cold = clock.read()
-                forks = [await timed_fork(tk, args.children) for _ in range(args.repeat)]
-                fork_s = statistics.median(f[0] for f in forks)
-                pause = max(f[1] for f in forks)
-                print(f"{args.files} files / {mib} MiB: first snapshot {ms(cold)} "
-                      f"({first.size_bytes >> 20} MiB stored); fork({args.children}) to every "
-                      f"child's first answer {fork_s * 1000:.0f} ms (median of {args.repeat}); "
-                      f"parent's longest call meanwhile {pause * 1000:.0f} ms")
-                if mib != args.mib:
-                    continue
-                snaps, restores = [], []
-                for round_ in range(args.repeat):
-                    target = ws / "d00" / "f00000.bin"
-                    target.write_bytes(os.urandom(4096) + bytes([round_]))
-                    clock = Clock()
-                    await tk.snapshot()
-                    snaps.append(clock.read())
-                    target.write_bytes(b"changed again")
-                    clock = Clock()
-                    await tk.restore(first)
-                    restores.append(clock.read())
-                snaps.sort()
-                restores.sort()
-                print(f"  after one changed file: snapshot {ms(snaps[len(snaps) // 2])}, "
-                      f"restore {ms(restores[len(restores) // 2])} (medians)")
-                before = store_bytes(store)
-                kids = [k for k in await tk.fork(args.children) if isinstance(k, Toolkit)]
-                for kid in kids:
-                    Path(kid.base_dir, "mine.bin").write_bytes(os.urandom(1 << 20))
-                    await kid.snapshot()
-                    await kid.close()
-                grown = store_bytes(store) - before
-                print(f"  {args.children} children writing 1 MiB each, each snapshotted: the "
-                      f"store grew {grown / (1 << 20):.1f} MiB")
-            shutil.rmtree(ws)
-        floors = [await fresh_opens(scratch, args.children) for _ in range(args.repeat)]
-        print(f"{args.children} fresh empty sessions to their first answer: "
-              f"{statistics.median(floors) * 1000:.0f} ms (median of {args.repeat})")
+        for name in args.backends.split(","):
+            began = time.perf_counter()
+            rows[name] = await measure(name, args, scratch, store)
+            print(f"{name}: done in {time.perf_counter() - began:.0f} s", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    names = list(rows)
+    print(f"\n{args.files} files / {args.mib} MiB, fork({args.children}), median of "
+          f"{args.repeat}\n")
+    print("| | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    keys = list(dict.fromkeys(k for row in rows.values() for k in row))
+    for key in keys:
+        print(f"| {key} | " + " | ".join(rows[n].get(key, "—") for n in names) + " |")
 
 
 def main() -> None:
@@ -155,8 +219,10 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=5000)
     parser.add_argument("--mib", type=int, default=200)
     parser.add_argument("--small-mib", type=int, default=20)
+    parser.add_argument("--small-all", action="store_true")
     parser.add_argument("--children", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--backends", default=",".join(BACKENDS))
     asyncio.run(run(parser.parse_args()))
 
 

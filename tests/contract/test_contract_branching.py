@@ -22,6 +22,7 @@ from toolseam.testing.contract import (
     Sandbox,
 )
 
+from ..support.engines import backend, shared_dir
 from ..support.processes import host_survivors
 
 
@@ -72,3 +73,23 @@ class TestHostRestoredSession(_Branch, FileContract, ListingContract, HostDirCon
         (host_dir / "link").symlink_to("top")
         await tk.restore(empty)
         return tk.backend, str(host_dir)
+
+
+class TestDockerRemoteRestoredSession(_Branch, FileContract, ExecContract):
+    """A copy-mode sandbox emptied and refilled by a restore (decision 402): the file and exec
+    contracts hold after it. (A container fork's child is an ordinary copy-mode sandbox, which
+    test_contract_containers.py's copy-mode bindings cover.)"""
+
+    engine = "docker-remote"
+
+    def host_root(self, tmp_path: Path) -> Path:
+        return shared_dir()
+
+    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
+        tk = Toolkit(backend(self.engine, str(host_dir)))
+        self.toolkits.append(tk)
+        empty = await tk.snapshot("empty")
+        await tk.call("bash", {"command": "mkdir -p junk/deep && echo x > junk/deep/f && "
+                                          "echo y > top && ln -s top link && chmod 500 junk"})
+        await tk.restore(empty)
+        return tk.backend, "/workspace"

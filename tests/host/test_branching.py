@@ -135,10 +135,12 @@ class _HalfBrokenHost(HostBackend):
 
     made = 0
 
-    def branch_backend(self, workspace: str) -> HostBackend:
+    def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[HostBackend, str]:
         _HalfBrokenHost.made += 1
         python = "/nonexistent/python" if self.made % 2 == 0 else None
-        return HostBackend(workspace, python=python)
+        child = HostBackend(workspace, python=python)
+        child._restore(workspace, snapshot_id)
+        return child, workspace
 
 
 async def test_a_child_that_cannot_start_is_an_error_in_its_place(tmp_path: Path,

@@ -183,9 +183,17 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
         self._closed = True
 
     # --- branches (seam/capabilities.py: Branching; snapshots: backends/snapshots/local.py) --
-    def branch_backend(self, workspace: str) -> HostBackend:
-        return HostBackend(workspace, pid_namespace=self._want_namespace,
-                           python=self.agent.python, network=self.network)
+    def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[HostBackend, str]:
+        child = HostBackend(workspace, pid_namespace=self._want_namespace,
+                            python=self.agent.python, network=self.network)
+        child._restore(workspace, snapshot_id)  # it remembers what it wrote: cost what changed
+        return child, workspace
+
+    def branch_home(self, root: str) -> str:
+        return root
+
+    def home_stamps(self) -> None:
+        return None  # the base dir is the session's files
 
     # --- transfer: the workspace is the host dir itself ----------------------------------
     @property

@@ -20,7 +20,7 @@ capability (``tests/unit/test_capabilities.py`` checks each declaration against 
 * ``InteractiveProcesses`` — programs on a terminal, written to and read over many calls
   (``interactive.py``): every backend whose commands an agent runs.
 * ``Branching`` — the session's files kept as a snapshot, restored in place, or opened as new
-  sessions of the same kind (docs/branching.md): the host backend.
+  sessions of the same kind (docs/branching.md): the host backend and the container backends.
 * ``SandboxKill`` — end the sandbox from outside its session, from any thread
   (``toolseam ps --kill``): the container backends and the host backend.
 * ``ResourceUsage`` — what the whole sandbox has used (CPU, memory, processes), measured by
@@ -274,9 +274,23 @@ class Branching(Protocol):
             CouldNotRunError: a stored entry does not match its digest (nothing changed).
         """
 
-    def branch_backend(self, workspace: str) -> Any:
-        """A new backend (not open) of this one's kind and options, working in
-        ``workspace`` (a ``BuiltinExec``)."""
+    def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[Any, str | None]:
+        """A new backend (a ``BuiltinExec``, not open) of this one's kind and options whose
+        workspace is ``workspace`` — a private directory here, made the snapshot's tree
+        before this returns — and the base dir its session uses (None: the backend's own).
+
+        Raises:
+            CouldNotRunError: a stored entry does not match its digest.
+        """
+
+    def branch_home(self, root: str) -> str:
+        """The directory on this machine a kept branch of the session whose base dir is
+        ``root`` comes home to (``keep()``)."""
+
+    def home_stamps(self) -> dict[str, tuple[int, int] | None] | None:
+        """Each name's (size, mtime_ns) in the home directory when it was last in step with
+        the session's files — a copy's baseline — or None where the home IS the session's
+        files (a snapshot's own sizes and times are the home's then)."""
 
 
 def branching(backend: object) -> Branching:
@@ -285,7 +299,7 @@ def branching(backend: object) -> Branching:
         return backend  # type: ignore[return-value]
     name = _name(backend)
     raise ConfigurationError(f"snapshot: the {name} backend cannot snapshot, restore or fork "
-                             "a session's files (the host backend can)")
+                             "a session's files (the host, podman and docker backends can)")
 
 
 @dataclass(frozen=True)

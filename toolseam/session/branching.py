@@ -14,9 +14,10 @@ the snapshot store (``backends/snapshots/``).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from ..backends import backend_kind
 from ..backends.snapshots import (
     DEFAULT_LIMIT,
     RestoreResult,
@@ -26,9 +27,10 @@ from ..backends.snapshots import (
     remove_branch_workspace,
 )
 from ..backends.snapshots.homecoming import baseline_copy, bring_home
-from ..seam.capabilities import branching
+from ..seam.capabilities import Branching, branching
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.models import SyncReport
+from ..seam.protocol import WorkspaceTransfer
 
 if TYPE_CHECKING:
     from ..backends.containers.workspace_sync.tar_sync import WorkspaceCopy
@@ -49,19 +51,28 @@ class Branches:
         self.start = snapshot
         self.options = dict(options)  # the Toolkit arguments a child gets too
         self.private_workspace: str | None = None
-        self.home: str | None = None  # the parent's base dir, for keep()
+        self.home: str | None = None  # the parent's host dir, for keep()
+        self.home_stamps: Callable[[], dict[str, tuple[int, int] | None] | None] = \
+            lambda: None  # the parent's, for keep(): Branching.home_stamps
+        self.filled = False  # the backend's workspace holds the start snapshot already (fork)
         self._home_copy: WorkspaceCopy | None = None
 
-    def base_dir_for(self, base_dir: str | None, backend_is_named: bool) -> str | None:
+    def placed(self, name: str, base_dir: str | None, options: Mapping[str, Any]
+               ) -> tuple[str | None, Mapping[str, Any]]:
         """A session from a snapshot, on a backend named here and without a base dir, gets a
-        private workspace: restoring into the current directory would wipe it."""
-        if self.start is not None and base_dir is None and backend_is_named:
-            self.private_workspace = base_dir = new_branch_workspace()
-        return base_dir
+        private workspace (restoring into the current directory would wipe it): the host's
+        base dir, or a container's ``/workspace``. The base dir and backend options to use."""
+        if self.start is None or base_dir is not None or "workspace" in options:
+            return base_dir, options
+        contained = backend_kind(name).contained  # an unknown name: refused before any mkdir
+        self.private_workspace = new_branch_workspace()
+        if contained:
+            return None, {**options, "workspace": self.private_workspace}
+        return self.private_workspace, options
 
     async def opened(self, tk: Toolkit, base: str) -> None:
         """At open: the base dir becomes the start snapshot's tree."""
-        if self.start is not None:
+        if self.start is not None and not self.filled:
             await branching(tk.backend).restore_files(base, self.start.id)
 
     async def closed(self) -> None:
@@ -96,23 +107,27 @@ class Branches:
             raise ConfigurationError(f"fork: n must be an integer from 1 to {MAX_FORK}, got {n!r}")
         snap = await self.snapshot(tk, f"fork of {tk.session_id}")
         capability = branching(tk.backend)
-        return list(await asyncio.gather(*(self._child(tk, capability, snap, number)
+        home = capability.branch_home(tk.base_dir)
+        return list(await asyncio.gather(*(self._child(tk, capability, snap, home, number)
                                            for number in range(1, n + 1))))
 
-    async def _child(self, tk: Toolkit, capability: Any, snap: Snapshot, number: int
-                     ) -> Toolkit | CouldNotRunError:
+    async def _child(self, tk: Toolkit, capability: Branching, snap: Snapshot, home: str,
+                     number: int) -> Toolkit | CouldNotRunError:
         child: Toolkit | None = None
         try:
             workspace = new_branch_workspace()
             try:
-                backend = capability.branch_backend(workspace)
-                child = type(tk)(backend, base_dir=workspace, snapshot=snap,
+                backend, base_dir = await asyncio.to_thread(capability.branch_backend,
+                                                            workspace, snap.id)
+                child = type(tk)(backend, base_dir=base_dir, snapshot=snap,
                                  session_id=f"{tk.session_id}-{number}", **self.options)
             except BaseException:
                 remove_branch_workspace(workspace)
                 raise
             child._branches.private_workspace = workspace
-            child._branches.home = tk.base_dir
+            child._branches.filled = True
+            child._branches.home = home
+            child._branches.home_stamps = capability.home_stamps
             await child.open()
             return child
         except Exception as exc:  # noqa: BLE001 - this child's failure, in its place
@@ -126,10 +141,13 @@ class Branches:
             return failed
 
     async def keep(self, tk: Toolkit) -> SyncReport:
-        if self.home is None or self.start is None:
+        if self.home is None or self.start is None or self.private_workspace is None:
             raise ConfigurationError("keep: only a session made by fork() has a home to bring "
                                      "its workspace to")
         await tk.open()
+        if isinstance(tk.backend, WorkspaceTransfer):  # a sandbox's copy to its host dir first
+            await tk.backend.sync()
         if self._home_copy is None:
-            self._home_copy = baseline_copy(self.home, SnapshotStore().load(self.start.id))
-        return await asyncio.to_thread(bring_home, tk.base_dir, self._home_copy)
+            self._home_copy = baseline_copy(self.home, SnapshotStore().load(self.start.id),
+                                            self.home_stamps())
+        return await asyncio.to_thread(bring_home, self.private_workspace, self._home_copy)

@@ -191,9 +191,10 @@ class Toolkit:
             "host_tools": host_tools, "raise_could_not_run": raise_could_not_run, "env": env,
             "env_extra": env_extra, "on_output": on_output, "approver": approver,
             "shell_id_persisted": shell_id_persisted, "interactive_tools": interactive_tools})
-        base_dir = self._branches.base_dir_for(base_dir, isinstance(backend, str))
         if isinstance(backend, str):
-            backend = backend_for(backend, base_dir, self.settings.limits, backend_options or {},
+            base_dir, backend_options = self._branches.placed(backend, base_dir,
+                                                              backend_options or {})
+            backend = backend_for(backend, base_dir, self.settings.limits, backend_options,
                                   self.settings.pull)
         self.backend: BuiltinExec = backend
         self._base_dir_option = base_dir

@@ -5,6 +5,7 @@ agent's exec and file parts, its workspace mode chosen once (``MODES``) from the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import posixpath
 import shlex
@@ -31,7 +32,9 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
+from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
+from .engine.sdk import SdkEngine
 from .labels import POOL_LABEL, WORKSPACE
 from .modes.bind import BindMode
 from .modes.copy import CopyMode
@@ -52,7 +55,7 @@ MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
 }
 
 
-class ContainerBackend(DurableMethods, ComposedBackend):
+class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
     """One warm container per session. A configured container backend that cannot start fails
     the session (``CouldNotRunError``); it never falls back to the host."""
 
@@ -228,6 +231,19 @@ class ContainerBackend(DurableMethods, ComposedBackend):
             return
         self._closed = True
         await self.sandbox.stop()
+
+    # --- branches (seam/capabilities.py: Branching; the snapshots: branching.py) -----------
+    def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[ContainerBackend, None]:
+        """A new sandbox of this engine and these options, in copy mode (decision 401), whose
+        workspace is ``workspace`` made the snapshot's tree first; not open."""
+        self.prefill_branch(workspace, snapshot_id)
+        engine = self._engine
+        assert isinstance(engine, SdkEngine)
+        child = type(self).__new__(type(self))
+        ContainerBackend.__init__(
+            child, SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.name, workspace,
+            dataclasses.replace(self.options, workspace_mode="copy", provisioning=None))
+        return child, None
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     def make_durable(self, secret: str, orphan_timeout_s: float,

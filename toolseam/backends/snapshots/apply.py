@@ -69,7 +69,9 @@ def _split(path: str) -> tuple[str, str]:
     return parent, name
 
 
-def restore(root: str, manifest: Manifest, store: SnapshotStore, known: Known) -> Restored:
+def restore(root: str, manifest: Manifest, store: SnapshotStore, known: Known,
+            owner: int | None = None) -> Restored:
+    """``root`` made the manifest's tree; what is made there is ``owner``'s (None: ours)."""
     tree = checked_tree(manifest.entries)
     root_fd = os.open(root, _DIR_FLAGS)
     dirs = _Dirs(root_fd)
@@ -80,7 +82,7 @@ def restore(root: str, manifest: Manifest, store: SnapshotStore, known: Known) -
         current = {w.path: w.st for w in walk(root_fd)}
         kept = {p for p, st in current.items() if p in tree and _same(tree[p], st, dirs, known)}
         to_write = [e for e in tree.values() if e.kind == "file" and e.path not in kept]
-        staged = _stage(to_write, store, stage_fd)  # nothing has changed before this is done
+        staged = _stage(to_write, store, stage_fd, owner)  # nothing has changed before this is done
         removed = _remove_extra(current, tree, dirs)
         untouched = set()
         for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
@@ -91,7 +93,7 @@ def restore(root: str, manifest: Manifest, store: SnapshotStore, known: Known) -
                 untouched.add(entry.path)  # the walk saw it as the snapshot has it
                 continue
             if not _place(entry, entry.path in kept and entry.path not in removed, dirs, staged,
-                          stage_fd):
+                          stage_fd, owner):
                 untouched.add(entry.path)
         for entry in sorted((e for e in tree.values() if e.kind == "dir"),
                             key=lambda e: -e.path.count("/")):
@@ -128,7 +130,8 @@ def _same(entry: Entry, st: os.stat_result, dirs: _Dirs, known: Known) -> bool:
             and known.digest(entry.path, st) == entry.digest)
 
 
-def _stage(entries: list[Entry], store: SnapshotStore, stage_fd: int) -> dict[str, str]:
+def _stage(entries: list[Entry], store: SnapshotStore, stage_fd: int, owner: int | None
+           ) -> dict[str, str]:
     staged = {}
     for number, entry in enumerate(entries):
         name = str(number)
@@ -136,6 +139,8 @@ def _stage(entries: list[Entry], store: SnapshotStore, stage_fd: int) -> dict[st
                      0o600, dir_fd=stage_fd)
         try:
             store.copy_out(entry.digest, fd)
+            if owner is not None:
+                os.fchown(fd, owner, owner)
             os.fchmod(fd, entry.mode)
             os.utime(fd, ns=(entry.mtime_ns, entry.mtime_ns))
         finally:
@@ -167,7 +172,7 @@ def _remove_extra(current: dict[str, os.stat_result], tree: dict[str, Entry],
 
 
 def _place(entry: Entry, kept: bool, dirs: _Dirs, staged: dict[str, str],
-           stage_fd: int) -> bool:
+           stage_fd: int, owner: int | None) -> bool:
     """Put one entry in place; whether anything at its name changed."""
     parent, name = _split(entry.path)
     parent_fd = dirs.get(parent)
@@ -175,6 +180,8 @@ def _place(entry: Entry, kept: bool, dirs: _Dirs, staged: dict[str, str],
         if not kept:
             with contextlib.suppress(FileExistsError):
                 os.mkdir(name, 0o700, dir_fd=parent_fd)
+            if owner is not None:
+                os.fchown(dirs.get(entry.path), owner, owner)
         os.fchmod(dirs.get(entry.path), 0o700)  # writable while it is filled; its mode last
         return True
     if entry.kind == "link":
@@ -182,6 +189,8 @@ def _place(entry: Entry, kept: bool, dirs: _Dirs, staged: dict[str, str],
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=parent_fd)  # a stale link of another target
             os.symlink(entry.digest, name, dir_fd=parent_fd)
+            if owner is not None:
+                os.chown(name, owner, owner, dir_fd=parent_fd, follow_symlinks=False)
         return not kept
     if entry.path in staged:
         os.rename(staged[entry.path], name, src_dir_fd=stage_fd, dst_dir_fd=parent_fd)

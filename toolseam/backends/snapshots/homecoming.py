@@ -22,11 +22,15 @@ from .manifest import Manifest
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
-def baseline_copy(home: str, start: Manifest) -> WorkspaceCopy:
-    """A copy-back of ``home`` whose baseline is the snapshot a branch started from."""
+def baseline_copy(home: str, start: Manifest,
+                  stamps: dict[str, tuple[int, int] | None] | None = None) -> WorkspaceCopy:
+    """A copy-back of ``home`` whose baseline is the snapshot a branch started from.
+    ``stamps``: the home's own (size, mtime) of each name when it was last in step with the
+    session, where the home is a copy of the session's files (copy mode); None: the
+    snapshot's (the home is the session's files)."""
     copy = WorkspaceCopy(home)
     for entry in start.entries:
-        stamp = (entry.size, entry.mtime_ns)
+        stamp = (entry.size, entry.mtime_ns) if stamps is None else stamps.get(entry.path)
         if entry.kind == "file":
             copy.baseline[entry.path] = CopyEntry("file", policy_mode(entry.mode), entry.digest,
                                                   entry.size, stamp)

@@ -8,10 +8,11 @@ import asyncio
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .apply import Restored, remove_tree_at, restore
-from .capture import Known, capture
+from .capture import Captured, Known, capture
 from .manifest import Manifest
 from .snapshot import Snapshot
 from .store import SnapshotStore
@@ -36,30 +37,45 @@ class LocalSnapshots:
         return await asyncio.to_thread(self._take, root, label, session, limit)
 
     def _take(self, root: str, label: str | None, session: str, limit: int) -> Snapshot:
-        store = SnapshotStore()
-        try:
-            with store.lock(exclusive=False):
-                taken = capture(root, store, self._known(root), limit)
-                manifest = Manifest(secrets.token_hex(10), label, time.time(), self.name,
-                                    session, taken.added_bytes, taken.entries, taken.left_out)
-                store.save(manifest)
-        except BaseException:
-            store.remove([])  # what this attempt stored and no snapshot names goes again
-            raise
-        taken.known.source = manifest.id
-        self._known_tree = (root, taken.known)
+        found: list[Captured] = []
+
+        def take(store: SnapshotStore) -> Captured:
+            found.append(capture(root, store, self._known(root), limit))
+            return found[0]
+        manifest = keep_manifest(take, label, self.name, session)
+        found[0].known.source = manifest.id
+        self._known_tree = (root, found[0].known)
         return Snapshot.of(manifest)
 
     async def restore_files(self, root: str, snapshot_id: str) -> Restored:
         return await asyncio.to_thread(self._restore, root, snapshot_id)
 
-    def _restore(self, root: str, snapshot_id: str) -> Restored:
+    def _restore(self, root: str, snapshot_id: str, owner: int | None = None) -> Restored:
+        """``owner``: the uid what the restore makes is given to (root restoring for a
+        rootless engine's sandbox); None: this process's."""
         store = SnapshotStore()
         with store.lock(exclusive=False):  # its objects stay while they are copied out
-            done = restore(root, store.load(snapshot_id), store, self._known(root))
+            done = restore(root, store.load(snapshot_id), store, self._known(root), owner)
         done.known.source = snapshot_id
         self._known_tree = (root, done.known)
         return done
+
+
+def keep_manifest(take: Callable[[SnapshotStore], Captured], label: str | None, backend: str,
+                  session: str) -> Manifest:
+    """A new snapshot of what ``take`` stores, its manifest saved — or, when ``take`` fails,
+    nothing of it left in the store."""
+    store = SnapshotStore()
+    try:
+        with store.lock(exclusive=False):
+            taken = take(store)
+            manifest = Manifest(secrets.token_hex(10), label, time.time(), backend, session,
+                                taken.added_bytes, taken.entries, taken.left_out)
+            store.save(manifest)
+    except BaseException:
+        store.remove([])  # what this attempt stored and no snapshot names goes again
+        raise
+    return manifest
 
 
 def branches_root() -> Path:

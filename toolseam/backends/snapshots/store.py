@@ -22,7 +22,7 @@ import re
 import stat
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ...seam.errors import ConfigurationError
@@ -86,11 +86,16 @@ class SnapshotStore:
     def ingest(self, source_fd: int) -> tuple[str, int]:
         """The bytes readable from ``source_fd`` into the store; their digest and how many
         bytes the store grew by (0 when it had them already)."""
+        return self.ingest_from(lambda: os.read(source_fd, CHUNK))
+
+    def ingest_from(self, read: Callable[[], bytes]) -> tuple[str, int]:
+        """``ingest`` of what ``read`` returns until it returns nothing (a member of an engine's
+        archive, say)."""
         digest = hashlib.sha256()
         fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
         try:
             size = 0
-            while chunk := os.read(source_fd, CHUNK):
+            while chunk := read():
                 digest.update(chunk)
                 os.write(fd, chunk)  # a regular file takes all of it (or raises)
                 size += len(chunk)

@@ -1,0 +1,146 @@
+"""Snapshots of a tree this process cannot open, only read and write as a tar archive: a
+copy-mode container's workspace, through its engine's archive API (decision 400).
+
+* ``capture_archive`` reads the engine's archive of the workspace as a stream: each member's
+  name is checked as a manifest's is (``manifest.check_name``), files go into the store as they
+  pass, set-id bits are dropped, a hard link names the bytes of the file it links to, fifos
+  and devices are left out, and the size limit is checked on each header before its bytes are
+  read (a sparse 10 GB file never reaches the disk).
+* ``restore_archive`` is the other way: the manifest, checked whole, as a tar of relative
+  names, parents first, each object's bytes checked against its digest as they are copied in
+  (a tampered object stops the restore before the sandbox is touched).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import posixpath
+import tarfile
+import tempfile
+from collections.abc import Iterable, Iterator
+from typing import IO
+
+from .capture import Captured, Known, SnapshotLimitError
+from .manifest import KEPT_MODE_BITS, WORKING_PREFIXES, Entry, Manifest, check_name, checked_tree
+from .store import CHUNK, SnapshotStore
+
+
+class _Chunks:
+    """An iterator of byte chunks as the file object ``tarfile``'s stream mode reads."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._left = b""
+
+    def read(self, size: int = -1) -> bytes:
+        while size < 0 or len(self._left) < size:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            self._left += chunk
+        if size < 0:
+            size = len(self._left)
+        out, self._left = self._left[:size], self._left[size:]
+        return out
+
+
+def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int) -> Captured:
+    """The tree an engine's archive of one directory holds (its first name component is that
+    directory and is dropped) into ``store``."""
+    entries: list[Entry] = []
+    left_out: list[str] = []
+    digests: dict[str, str] = {}  # a file's name in the archive -> its digest, for hard links
+    added = total = 0
+    with tarfile.open(fileobj=_Chunks(chunks), mode="r|") as tar:  # type: ignore[call-overload]
+        for member in tar:
+            path = member.name.partition("/")[2].rstrip("/")
+            if not path or path.split("/")[0].startswith(WORKING_PREFIXES):
+                continue
+            check_name(path)
+            mode = member.mode & KEPT_MODE_BITS
+            mtime_ns = int(member.mtime * 1_000_000_000)
+            if member.isdir():
+                entries.append(Entry(path, "dir", mode, "", 0, mtime_ns))
+            elif member.issym():
+                entries.append(Entry(path, "link", 0, member.linkname, len(member.linkname),
+                                     mtime_ns))
+            elif member.isreg():
+                total += member.size
+                if total > limit:
+                    raise SnapshotLimitError(path, limit)
+                source = tar.extractfile(member)
+                assert source is not None
+                digest, grew = store.ingest_from(functools.partial(source.read, CHUNK))
+                added += grew
+                digests[member.name] = digest
+                entries.append(Entry(path, "file", mode, digest, member.size, mtime_ns))
+            elif member.islnk() and member.linkname in digests:
+                entries.append(Entry(path, "file", mode, digests[member.linkname],
+                                     member.size, mtime_ns))
+            else:
+                left_out.append(path)
+    checked_tree(entries)  # every name below a directory of the same archive
+    return Captured(entries, added, left_out, Known())
+
+
+def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes]
+                    ) -> tuple[int, list[Entry]]:
+    """The snapshot's tree as a tar archive of relative names written to ``out``; how many
+    files it holds, and the links it leaves out: docker refuses to extract a link whose
+    relative target climbs above the directory it extracts into (``../x`` at the top), so
+    those are made afterwards (``late_links``). Directories are made writable by their owner
+    while they are filled (a 0500 directory's files could not be written by a sandbox root
+    without ``CAP_DAC_OVERRIDE``): their modes come last (``late_modes``)."""
+    tree = checked_tree(manifest.entries)
+    files = 0
+    late: list[Entry] = []
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
+            info = tarfile.TarInfo(entry.path)
+            info.mtime = entry.mtime_ns / 1_000_000_000
+            info.mode = entry.mode
+            if entry.kind == "dir":
+                info.type = tarfile.DIRTYPE
+                info.mode = entry.mode | 0o700
+                tar.addfile(info)
+            elif entry.kind == "link":
+                if _climbs_out(entry.path, entry.digest):
+                    late.append(entry)
+                    continue
+                info.type, info.linkname = tarfile.SYMTYPE, entry.digest
+                tar.addfile(info)
+            else:
+                with tempfile.TemporaryFile(prefix="toolseam-restore-") as data:
+                    store.copy_out(entry.digest, data.fileno())  # checked as it is copied
+                    info.size = data.tell()
+                    data.seek(0)
+                    tar.addfile(info, data)
+                files += 1
+    return files, late
+
+
+def _climbs_out(path: str, target: str) -> bool:
+    """A relative link target that leads above the root the link's path is relative to."""
+    if target.startswith("/"):
+        return False
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+    return joined == ".." or joined.startswith("../")
+
+
+def _shell_bytes(text: str) -> str:
+    """``text``'s bytes (names that are not UTF-8 included) as a POSIX shell word that makes
+    them: printf with an octal escape per byte, nothing for the shell to read as syntax."""
+    octal = "".join(f"\\{byte:03o}" for byte in os.fsencode(text))
+    return f'"$(printf \'{octal}\')"'
+
+
+def finishing_script(manifest: Manifest, late_links: list[Entry]) -> str | None:
+    """What a restore through an archive leaves to a command in the sandbox, run in the
+    restored root: the links the archive could not hold, then the modes of directories that
+    are not owner-rwx (deepest first). None when there is nothing."""
+    steps = [f"ln -s -- {_shell_bytes(e.digest)} ./{_shell_bytes(e.path)}" for e in late_links]
+    dirs = [e for e in manifest.entries if e.kind == "dir" and e.mode & 0o700 != 0o700]
+    steps += [f"chmod {e.mode:o} -- ./{_shell_bytes(e.path)}"
+              for e in sorted(dirs, key=lambda e: -e.path.count("/"))]
+    return " && ".join(steps) or None
