@@ -69,10 +69,10 @@ def test_what_each_backend_declares() -> None:
     assert table == {
         "host": agent | {"DurableSessions", "Branching", "SandboxKill", "ResourceUsage",
                          "WorkspaceTransfer"},
-        "podman": agent | {"DurableSessions", "EngineShell", "SandboxKill", "ResourceUsage",
-                           "WorkspaceTransfer"},
-        "docker": agent | {"DurableSessions", "EngineShell", "SandboxKill", "ResourceUsage",
-                           "WorkspaceTransfer"},
+        "podman": agent | {"DurableSessions", "Branching", "EngineShell", "SandboxKill",
+                         "ResourceUsage", "WorkspaceTransfer"},
+        "docker": agent | {"DurableSessions", "Branching", "EngineShell", "SandboxKill",
+                         "ResourceUsage", "WorkspaceTransfer"},
         "ray": {"Egress", "WorkspaceTransfer"},
     }
 

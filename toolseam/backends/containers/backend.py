@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal
 from ...policy.environment import CONTAINER_BASE_ENV
 from ...policy.limits import SandboxLimits
 from ...seam.capabilities import (
+    Branching,
     DurableSessions,
     EngineShell,
     ResourceUsage,
@@ -60,7 +61,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
     the session (``CouldNotRunError``); it never falls back to the host."""
 
     capabilities: ClassVar[frozenset[type]] = ComposedBackend.capabilities | {
-        DurableSessions, EngineShell, SandboxKill, ResourceUsage, WorkspaceTransfer}
+        DurableSessions, Branching, EngineShell, SandboxKill, ResourceUsage, WorkspaceTransfer}
 
     agent_writes_resolv_conf = True  # composed.py: a container's own resolv.conf
 
