@@ -33,10 +33,11 @@ from opentelemetry.semconv._incubating.attributes.process_attributes import (
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..builtins import CallContext, ToolResult
 from ..seam.errors import CouldNotRunError
-from ..seam.models import JobStatus
+from ..seam.models import JobStatus, TraceContext
 from .outcomes import Outcome, error_type, outcome_of
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 EXECUTE_TOOL = "execute_tool"
 DURATION = "gen_ai.execute_tool.duration"  # GenAI conventions: the tool call's duration
 SCOPE = "toolseam"
+_W3C = TraceContextTextMapPropagator()  # only the trace context crosses, never baggage
 
 
 def otlp_providers(metric_readers: Sequence[Any] = ()) -> tuple[Any, Any]:
@@ -241,12 +243,51 @@ class Telemetry:
             self.session_cpu.add(observer.usage.cpu_seconds,
                                  {"toolseam.backend": observer.backend})
 
+    # --- across machines (a Ray node) ------------------------------------------------------
+    def context_out(self) -> TraceContext | None:
+        """The current span's W3C trace context, for the place a call goes on to; None when
+        there is no span (nothing to continue)."""
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        parent = carrier.get("traceparent")
+        if parent is None:
+            return None
+        # made here from the SDK's own formatting: validating it again costs every call
+        return TraceContext.model_construct(traceparent=parent,
+                                            tracestate=carrier.get("tracestate") or None)
+
+    @contextlib.contextmanager
+    def continued(self, came: TraceContext, name: str,
+                  attributes: Mapping[str, Any]) -> Iterator[Any]:
+        """A SERVER span for work done here on behalf of a caller elsewhere, a child of the
+        caller's span (``came``); spans started inside are its children."""
+        carrier = {"traceparent": came.traceparent}
+        if came.tracestate:
+            carrier["tracestate"] = came.tracestate
+        parent = _W3C.extract(carrier)
+        span = self.tracer.start_span(name, parent, kind=SpanKind.SERVER, attributes=attributes)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        try:
+            yield span
+        except BaseException as exc:
+            failed(span, getattr(exc, "cause", None) or type(exc).__qualname__, str(exc))
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
+
     def egress(self, observer: SessionObserver, event: EgressEvent) -> None:
         point = {SERVER_ADDRESS: event.host, "toolseam.backend": observer.backend}
         self.egress_connections.add(1, point)
         self.egress_bytes.add(event.bytes_up + event.bytes_down, point)
         if not event.allowed:
             self.egress_refused.add(1, point)
+
+
+def failed(span: Any, kind: str, description: str | None = None) -> None:
+    """``span`` ended in failure: ``error.type`` and an error status."""
+    span.set_attribute(ERROR_TYPE, kind)
+    span.set_status(Status(StatusCode.ERROR, description))
 
 
 def _as_text(args: Any) -> str:
