@@ -96,6 +96,22 @@ async def test_direct_a_calls_trace_context_reaches_the_node_with_it() -> None:
         server.close()
 
 
+async def test_direct_a_call_that_breaks_on_the_node_is_answered_not_left_waiting() -> None:
+    async def broken(sid: str, method: str, args: tuple[Any, ...],
+                     trace: TraceContext | None) -> tuple[Any, ...]:
+        raise TypeError("broken")
+    server = NodeServer(broken, {"s1": session_key(SECRET)}.get)
+    await server.start("127.0.0.1")
+    try:
+        link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
+        assert link is not None
+        answer = await asyncio.wait_for(link.call("stat", ()), 10)
+        assert answer[0] == "err" and "TypeError: broken" in answer[2]
+        link.close()
+    finally:
+        server.close()
+
+
 async def test_direct_a_port_that_cannot_prove_the_key_is_sent_no_call() -> None:
     """An impostor's port (or one another local user bound): it gets a hello with a nonce —
     not the secret, not the key — and is never sent a call."""

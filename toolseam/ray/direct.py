@@ -155,7 +155,10 @@ class NodeServer:
 
     async def _answer(self, writer: asyncio.StreamWriter, req: int, sid: str,
                       method: str, args: tuple[Any, ...], trace: TraceContext | None) -> None:
-        answer = await self._call(sid, method, args, trace)
+        try:
+            answer = await self._call(sid, method, args, trace)
+        except Exception as exc:  # noqa: BLE001 - a call that broke is an answer, never a hang
+            answer = encode(exc)
         if not writer.is_closing():
             writer.write(frame(dumps((req, answer))))
             with contextlib.suppress(ConnectionError):
