@@ -159,10 +159,10 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         # with the right secret: a crafted pickle is refused, a non-seam name is an error
         reader, writer = await hello(sid, backend.handle.rsplit(":", 1)[1].encode())
         assert (await answer_or_eof(reader)) == ("ok", None)
-        writer.write(framed(pickle.dumps((1, "close", ()))))
+        writer.write(framed(pickle.dumps((1, "close", (), None))))
         req, refused = await answer_or_eof(reader)
         assert req == 1 and refused[0] == "err" and "not a seam call" in refused[3]
-        writer.write(framed(pickle.dumps((2, "stat", (Planted(str(marker)),)))))
+        writer.write(framed(pickle.dumps((2, "stat", (Planted(str(marker)),), None))))
         assert await answer_or_eof(reader) is None  # the connection ends, nothing ran
         writer.close()
         assert not marker.exists()

@@ -63,12 +63,14 @@ class RayTestCluster:
         return str(self.nodes[name].node_id)
 
     def add_node(self, name: str, engine: str, endpoint: str | None = None,
-                 image: str | None = None, **extra: Any) -> Any:
-        """Another node (a machine joining); ``remove_node`` kills it like a lost machine."""
+                 image: str | None = None, env: dict[str, str] | None = None,
+                 **extra: Any) -> Any:
+        """Another node (a machine joining); ``remove_node`` kills it like a lost machine.
+        ``env``: more of its environment (its own OpenTelemetry configuration, say)."""
         node = self.cluster.add_node(
             node_ip_address="127.0.0.1", num_cpus=1, include_dashboard=False,
             resources={f"toolseam-{name}": 1000, **extra.pop("resources", {})},
-            env_vars=node_env(engine, name, endpoint, image=image), **extra)
+            env_vars={**node_env(engine, name, endpoint, image=image), **(env or {})}, **extra)
         self.nodes[name] = node
         return node
 

@@ -16,10 +16,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolseam.backends.remote.codec import MAX_REQUEST, dumps, loads
-from toolseam.ray._wire import unpack_answer
+from toolseam.ray._wire import pack_call, unpack_answer, unpack_call
 from toolseam.ray.direct import MAX_HELLO, read_frame
 from toolseam.seam.errors import CouldNotRunError, HostError
-from toolseam.seam.models import ChangeSet, JobStatus, PathRef, SpawnRequest, TextContent
+from toolseam.seam.models import (
+    ChangeSet,
+    JobStatus,
+    PathRef,
+    SpawnRequest,
+    TextContent,
+    TraceContext,
+)
 from toolseam.seam.protocol import ExecRequest
 
 VALUES = st.recursive(
@@ -111,3 +118,27 @@ def test_a_crafted_answer_is_refused_by_the_caller(tmp_path: Any) -> None:
     assert not marker.exists()
     assert unpack_answer(dumps(("ok", TextContent(text="x", size=1)))) == (
         "ok", TextContent(text="x", size=1))
+
+
+PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_calls_trace_context_crosses_validated() -> None:
+    """A call's W3C trace context (decision 390) is a seam model: it crosses as one, and only
+    the W3C shape crosses — the codec's allowed classes are the same as before."""
+    came = TraceContext(traceparent=PARENT, tracestate="vendor=a1")
+    assert unpack_call(pack_call("s", "k", "stat", (), came))[4] == came
+    assert unpack_call(pack_call("s", "k", "stat", ()))[4] is None
+    with pytest.raises(TypeError, match="not a TraceContext"):
+        unpack_call(dumps(("s", "k", "stat", (), {"traceparent": PARENT})))
+
+
+@pytest.mark.parametrize("invalid", [
+    TraceContext.model_construct(traceparent="00-zz-00f067aa0ba902b7-01", tracestate=None),
+    TraceContext.model_construct(traceparent=PARENT + "-and-more", tracestate=None),
+    TraceContext.model_construct(traceparent=PARENT, tracestate="k=" + "v" * 600),
+    TraceContext.model_construct(traceparent=PARENT, tracestate="k=\n"),
+], ids=["not hex", "longer than one", "a state past 512", "a control character"])
+def test_a_trace_context_that_is_not_w3c_is_refused(invalid: TraceContext) -> None:
+    with pytest.raises(pickle.UnpicklingError, match="not a valid seam value"):
+        loads(dumps((1, "stat", (), invalid)))

@@ -20,6 +20,7 @@ from toolseam.backends.remote.codec import MAX_REQUEST
 from toolseam.ray.direct import DirectLink, NodeServer
 from toolseam.ray.egress import CallerEnd, NodeRelay
 from toolseam.ray.handshake import session_key
+from toolseam.seam.models import TraceContext
 
 SECRET = "the-session-secret"
 
@@ -48,9 +49,13 @@ async def listening(listener: Listener) -> AsyncIterator[Listener]:
         yield listener
 
 
-async def node_server(calls: list[tuple[str, str]]) -> NodeServer:
-    async def call(sid: str, method: str, args: tuple[Any, ...]) -> tuple[Any, ...]:
+async def node_server(calls: list[tuple[str, str]],
+                      traces: list[TraceContext | None] | None = None) -> NodeServer:
+    async def call(sid: str, method: str, args: tuple[Any, ...],
+                   trace: TraceContext | None) -> tuple[Any, ...]:
         calls.append((sid, method))
+        if traces is not None:
+            traces.append(trace)
         return ("ok", f"{method} answered")
     server = NodeServer(call, {"s1": session_key(SECRET)}.get)
     await server.start("127.0.0.1")
@@ -70,6 +75,39 @@ async def test_direct_both_ends_prove_the_key_and_the_secret_never_crosses() -> 
         assert await DirectLink.connect("127.0.0.1", server.port, "s2",
                                         session_key(SECRET)) is None
         assert calls == [("s1", "stat")]
+    finally:
+        server.close()
+
+
+async def test_direct_a_calls_trace_context_reaches_the_node_with_it() -> None:
+    """Decision 390: the caller's span context is a field of the request frame."""
+    came = TraceContext(traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+                        tracestate="vendor=a1")
+    traces: list[TraceContext | None] = []
+    server = await node_server([], traces)
+    try:
+        link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
+        assert link is not None
+        assert await link.call("stat", (), came) == ("ok", "stat answered")
+        assert await link.call("stat", ()) == ("ok", "stat answered")
+        link.close()
+        assert traces == [came, None]
+    finally:
+        server.close()
+
+
+async def test_direct_a_call_that_breaks_on_the_node_is_answered_not_left_waiting() -> None:
+    async def broken(sid: str, method: str, args: tuple[Any, ...],
+                     trace: TraceContext | None) -> tuple[Any, ...]:
+        raise TypeError("broken")
+    server = NodeServer(broken, {"s1": session_key(SECRET)}.get)
+    await server.start("127.0.0.1")
+    try:
+        link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
+        assert link is not None
+        answer = await asyncio.wait_for(link.call("stat", ()), 10)
+        assert answer[0] == "err" and "TypeError: broken" in answer[2]
+        link.close()
     finally:
         server.close()
 

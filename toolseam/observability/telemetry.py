@@ -9,6 +9,8 @@ creates spans and records a histogram point, and nothing waits on an exporter.
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -33,10 +35,11 @@ from opentelemetry.semconv._incubating.attributes.process_attributes import (
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.server_attributes import SERVER_ADDRESS
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ..builtins import CallContext, ToolResult
 from ..seam.errors import CouldNotRunError
-from ..seam.models import JobStatus
+from ..seam.models import JobStatus, TraceContext
 from .outcomes import Outcome, error_type, outcome_of
 
 if TYPE_CHECKING:
@@ -46,6 +49,7 @@ if TYPE_CHECKING:
 EXECUTE_TOOL = "execute_tool"
 DURATION = "gen_ai.execute_tool.duration"  # GenAI conventions: the tool call's duration
 SCOPE = "toolseam"
+_W3C = TraceContextTextMapPropagator()  # only the trace context crosses, never baggage
 
 
 def otlp_providers(metric_readers: Sequence[Any] = ()) -> tuple[Any, Any]:
@@ -93,6 +97,7 @@ class Telemetry:
         self.tracer_provider = tracer_provider or trace.get_tracer_provider()
         self.meter_provider = meter_provider or metrics.get_meter_provider()
         self._own = tracer_provider is not None or meter_provider is not None
+        self._pending: collections.deque[tuple[Any, ...]] = collections.deque()
         self.record_content = record_content
         self.content_limit = content_limit
         self.tracer = self.tracer_provider.get_tracer(SCOPE, _version())
@@ -122,6 +127,7 @@ class Telemetry:
             description="From asking a pool for a sandbox to having it.")
 
     def shutdown(self) -> None:
+        self.finish_calls()
         for provider in (self.tracer_provider, self.meter_provider):
             if self._own and hasattr(provider, "force_flush"):
                 provider.force_flush()
@@ -138,6 +144,7 @@ class Telemetry:
         started = time.perf_counter()
         outcome: Outcome = "raised"
         kind: str | None = None
+        job: JobStatus | None = None
         # start_span and a context token, not start_as_current_span: its two generator-based
         # context managers cost a few µs on every call
         span = self.tracer.start_span(f"{EXECUTE_TOOL} {name}", kind=SpanKind.INTERNAL,
@@ -161,20 +168,38 @@ class Telemetry:
                 span.set_attribute(GEN_AI_TOOL_CALL_RESULT,
                                    self._content(observer, result.output))
             job = ctx.extra.get("job") if ctx is not None else None
-            if job is not None:
-                self._process_span(job, ctx, span)
             return result
         finally:
             otel_context.detach(token)
-            if kind is not None:
-                span.set_attribute(ERROR_TYPE, kind)
-            span.end()
+            took = time.perf_counter() - started
             observer.meter.record(outcome, ctx)
-            point = {GEN_AI_TOOL_NAME: name, "toolseam.backend": observer.backend,
-                     "toolseam.outcome": outcome}
-            if kind is not None:
-                point[ERROR_TYPE] = kind
-            self.duration.record(time.perf_counter() - started, point)
+            # the span's end, the command's span and the histogram point are the SDK's
+            # costliest steps: made once the answer is the caller's, while the loop waits for
+            # the next one (decision 392), at the times measured here
+            self._pending.append((span, time.time_ns(), kind, job, ctx, name,
+                                  observer.backend, outcome, took))
+            if len(self._pending) == 1:  # one loop callback for all the calls that end at once
+                asyncio.get_running_loop().call_soon(self.finish_calls)
+
+    def finish_calls(self) -> None:
+        """The calls' deferred SDK work, now (the loop's callback; also every session's close
+        and ``shutdown``, so a session's spans are all handed over when its close returns)."""
+        while self._pending:
+            self._after_call(*self._pending.popleft())
+
+    def _after_call(self, span: Any, end_ns: int, kind: str | None, job: JobStatus | None,
+                    ctx: CallContext | None, name: str, backend: str, outcome: Outcome,
+                    took: float) -> None:
+        if kind is not None:
+            span.set_attribute(ERROR_TYPE, kind)
+        if job is not None:
+            self._process_span(job, ctx, span)
+        span.end(end_time=end_ns)
+        point = {GEN_AI_TOOL_NAME: name, "toolseam.backend": backend,
+                 "toolseam.outcome": outcome}
+        if kind is not None:
+            point[ERROR_TYPE] = kind
+        self.duration.record(took, point)
 
     def _process_span(self, job: JobStatus, ctx: CallContext | None, parent: Any) -> None:
         """The command, per the CLI conventions: a child of the call's span, at the times the
@@ -236,10 +261,44 @@ class Telemetry:
         self.sessions_open.add(1, {"toolseam.backend": observer.backend})
 
     def session_closed(self, observer: SessionObserver) -> None:
+        self.finish_calls()
         self.sessions_open.add(-1, {"toolseam.backend": observer.backend})
         if observer.usage.cpu_seconds is not None:
             self.session_cpu.add(observer.usage.cpu_seconds,
                                  {"toolseam.backend": observer.backend})
+
+    # --- across machines (a Ray node) ------------------------------------------------------
+    def context_out(self) -> TraceContext | None:
+        """The current span's W3C trace context, for the place a call goes on to; None when
+        there is no span (nothing to continue)."""
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier)
+        parent = carrier.get("traceparent")
+        if parent is None:
+            return None
+        # made here from the SDK's own formatting: validating it again costs every call
+        return TraceContext.model_construct(traceparent=parent,
+                                            tracestate=carrier.get("tracestate") or None)
+
+    @contextlib.contextmanager
+    def continued(self, came: TraceContext, name: str,
+                  attributes: Mapping[str, Any]) -> Iterator[Any]:
+        """A SERVER span for work done here on behalf of a caller elsewhere, a child of the
+        caller's span (``came``); spans started inside are its children."""
+        carrier = {"traceparent": came.traceparent}
+        if came.tracestate:
+            carrier["tracestate"] = came.tracestate
+        parent = _W3C.extract(carrier)
+        span = self.tracer.start_span(name, parent, kind=SpanKind.SERVER, attributes=attributes)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        try:
+            yield span
+        except BaseException as exc:
+            failed(span, getattr(exc, "cause", None) or type(exc).__qualname__, str(exc))
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
 
     def egress(self, observer: SessionObserver, event: EgressEvent) -> None:
         point = {SERVER_ADDRESS: event.host, "toolseam.backend": observer.backend}
@@ -247,6 +306,12 @@ class Telemetry:
         self.egress_bytes.add(event.bytes_up + event.bytes_down, point)
         if not event.allowed:
             self.egress_refused.add(1, point)
+
+
+def failed(span: Any, kind: str, description: str | None = None) -> None:
+    """``span`` ended in failure: ``error.type`` and an error status."""
+    span.set_attribute(ERROR_TYPE, kind)
+    span.set_status(Status(StatusCode.ERROR, description))
 
 
 def _as_text(args: Any) -> str:

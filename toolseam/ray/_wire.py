@@ -13,7 +13,7 @@ from typing import Any
 
 from ..backends.remote.codec import dumps, loads
 from ..seam import errors
-from ..seam.models import COULD_NOT_RUN_CAUSES, CouldNotRunCause
+from ..seam.models import COULD_NOT_RUN_CAUSES, CouldNotRunCause, TraceContext
 
 Answer = tuple[Any, ...]
 
@@ -24,13 +24,22 @@ Answer = tuple[Any, ...]
 # seam models only, validated again (issue 44).
 
 
-def pack_call(sid: str, secret: str, method: str, args: tuple[Any, ...]) -> bytes:
-    return dumps((sid, secret, method, args))
+def pack_call(sid: str, secret: str, method: str, args: tuple[Any, ...],
+              trace: TraceContext | None = None) -> bytes:
+    """``trace``: the caller's span's context, when it traces (observability/across.py)."""
+    return dumps((sid, secret, method, args, trace))
 
 
-def unpack_call(payload: bytes) -> tuple[str, str, str, tuple[Any, ...]]:
-    sid, secret, method, args = loads(payload)
-    return str(sid), str(secret), str(method), tuple(args)
+def unpack_call(payload: bytes) -> tuple[str, str, str, tuple[Any, ...], TraceContext | None]:
+    sid, secret, method, args, trace = loads(payload)
+    return str(sid), str(secret), str(method), tuple(args), trace_context(trace)
+
+
+def trace_context(value: object) -> TraceContext | None:
+    """A request's trace context: a ``TraceContext`` (the codec validated it) or nothing."""
+    if value is not None and not isinstance(value, TraceContext):
+        raise TypeError("a call's trace context is not a TraceContext")
+    return value
 
 
 def pack_answer(answer: Answer) -> bytes:

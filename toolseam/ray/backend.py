@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 from ..backends.containers.workspace_sync.policy import DEFAULT_COPY_LIMIT
 from ..backends.containers.workspace_sync.tar_sync import WorkspaceCopy
+from ..observability.across import outgoing
 from ..policy.limits import SandboxLimits
-from ..seam.capabilities import Egress
+from ..seam.capabilities import Egress, ResourceUsage, SandboxKill, SandboxUsage
 from ..seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
 from ..seam.models import (
     ByteContent,
@@ -57,6 +58,7 @@ from .streaming import caller_live
 HANDLE_PREFIX = "toolseam-ray:"
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
 DROP_PROBE_S = 5.0  # a dropped direct connection: how long the node actor may take to answer
+KILL_WAIT_S = 30.0  # toolseam ps --kill: the node's engine removing a container can take a while
 
 
 class RayBackend:
@@ -64,7 +66,7 @@ class RayBackend:
     sandbox on a node of a Ray cluster, run by that node's own engine."""
 
     name = "ray"
-    capabilities = frozenset({Egress, WorkspaceTransfer})  # seam/capabilities.py
+    capabilities = frozenset({Egress, WorkspaceTransfer, ResourceUsage, SandboxKill})
     # not seam.capabilities.DurableSessions: a Ray session outlives its driver by its handle
     durable_instead = ("a Ray session outlives its driver by its own handle: "
                        "RayBackend(orphan_timeout=…), backend.handle, RayBackend.attach(handle)")
@@ -174,7 +176,7 @@ class RayBackend:
             archive = await asyncio.to_thread(self._pack) if self._copy is not None else None
             answer = await self._ray_call(self._actor.open.remote(
                 self.session_id, self._secret, self.image, self.limits, archive,
-                self.orphan_timeout))
+                self.orphan_timeout, outgoing()))
         info: SandboxInfo = decode(answer, self.where)
         opened: SandboxInfo = info.model_copy(update={"local": False})
         return opened
@@ -220,7 +222,7 @@ class RayBackend:
             return
         try:
             answer = await self._ray_call(self._actor.close.remote(
-                self.session_id, self._secret, self._copy is not None))
+                self.session_id, self._secret, self._copy is not None, outgoing()))
             archive = decode(answer, self.where)
             if archive is not None:
                 await asyncio.to_thread(self._apply, archive)
@@ -246,6 +248,29 @@ class RayBackend:
         where: dict[str, object] = dict(decode(answer, self.where))
         where["capture"] = NOT_CAPTURED
         return where
+
+    # --- observability: toolseam ps, the session's report ---------------------------------
+    async def resource_usage(self) -> SandboxUsage:
+        """``seam.capabilities.ResourceUsage``: the sandbox's usage as its node's engine
+        measures it; nothing measured when the session is not open or its node is gone."""
+        if self._info is None or self._closed or self._over is not None:
+            return SandboxUsage()
+        try:
+            answer = decode(await self._ray_call(self._actor.usage.remote(
+                self.session_id, self._secret)), self.where)
+        except (CouldNotRunError, SessionClosedError):
+            return SandboxUsage()
+        return usage_of(answer)
+
+    def kill_sandbox(self) -> None:
+        """``seam.capabilities.SandboxKill`` (``toolseam ps --kill``, from its thread): the
+        node ends the sandbox with everything in it, and this session's calls then answer
+        ``sandbox_lost``; its close still ends the session on the node."""
+        if self._info is None or self._closed or self._over is not None:
+            return
+        answer = self._ray.get(self._actor.kill_sandbox.remote(self.session_id, self._secret),
+                               timeout=KILL_WAIT_S)
+        decode(answer, self.where)
 
     @property
     def copy_back_error(self) -> CouldNotRunError | None:
@@ -285,13 +310,14 @@ class RayBackend:
         if self._over is not None:
             raise self._over
         link = self._link
+        trace = outgoing()  # the node's spans continue the caller's trace (decision 390)
         if link is not None and link.alive:
             try:
-                return decode(await link.call(method, args), self.where)
+                return decode(await link.call(method, args, trace), self.where)
             except Dropped:
                 raise await self._dropped() from None
         answer = await self._ray_call(self._actor.call_packed.remote(
-            pack_call(self.session_id, self._secret, method, args)))
+            pack_call(self.session_id, self._secret, method, args, trace)))
         return decode(unpack_answer(answer), self.where)
 
     async def _dropped(self) -> CouldNotRunError:
@@ -424,6 +450,19 @@ class RayBackend:
             with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
                 tar.extractall(spool, filter="data")
             shutil.move(os.path.join(spool, "download"), local)
+
+
+def usage_of(figures: Any) -> SandboxUsage:
+    """A node's ``usage`` answer as ``SandboxUsage``; a figure that is not a number is not
+    measured (a node actor may not be ours: nothing but numbers is taken)."""
+    def number(value: Any, kind: type[Any]) -> Any:
+        return kind(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+            else None
+
+    cpu, memory, peak, pids = (tuple(figures) + (None,) * 4)[:4] \
+        if isinstance(figures, tuple | list) else (None,) * 4
+    return SandboxUsage(cpu_seconds=number(cpu, float), memory_bytes=number(memory, int),
+                        memory_peak_bytes=number(peak, int), pids=number(pids, int))
 
 
 def _node_died(exc: BaseException) -> bool:

@@ -17,8 +17,10 @@ requests and answers are read by ``codec.loads`` (seam models only, validated ag
 certificates; without it, what travels after the proofs (calls and answers) is in clear on the
 cluster's network, as Ray's own traffic is.
 
-Frames: a 4-byte big-endian length, then the body. Requests ``(id, method, args)``, a
-cancellation ``(id, None, None)``; answers ``(id, answer)`` in the node's ``_wire`` shape.
+Frames: a 4-byte big-endian length, then the body. Requests ``(id, method, args, trace)``
+(``trace``: the caller's span's ``TraceContext``, or None when it does not trace), a
+cancellation ``(id, None, None, None)``; answers ``(id, answer)`` in the node's ``_wire``
+shape.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from typing import Any
 from ..backends.remote.codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
 from ..backends.remote.handshake import decoy_proof, holds, is_nonce, nonce, proof
 from ..seam.errors import HostError
-from ._wire import Answer, encode
+from ..seam.models import TraceContext
+from ._wire import Answer, encode, trace_context
 from .handshake import client_tls, server_tls
 from .identity import IDENTITY_HELLO, identity_proof
 
@@ -72,7 +75,7 @@ def keep_alive(sock: socket.socket | None) -> None:
 
 
 # --- the node's side ------------------------------------------------------------------------
-Call = Callable[[str, str, tuple[Any, ...]], Awaitable[Answer]]
+Call = Callable[[str, str, tuple[Any, ...], TraceContext | None], Awaitable[Answer]]
 KeyFor = Callable[[str], bytes | None]
 Identity = Callable[[], tuple[bytes, str] | None]  # the node key and the actor's id, once bound
 
@@ -133,14 +136,14 @@ class NodeServer:
             if sid is None:
                 return
             while True:
-                req, method, args = loads(await read_frame(reader, MAX_REQUEST))
+                req, method, args, trace = loads(await read_frame(reader, MAX_REQUEST))
                 if method is None:
                     task = tasks.get(req)
                     if task is not None:
                         task.cancel()
                     continue
-                task = asyncio.ensure_future(
-                    self._answer(writer, req, sid, str(method), tuple(args)))
+                task = asyncio.ensure_future(self._answer(
+                    writer, req, sid, str(method), tuple(args), trace_context(trace)))
                 tasks[req] = task
                 task.add_done_callback(functools.partial(_forget, tasks, req))
         except (asyncio.IncompleteReadError, ConnectionError, ValueError, TimeoutError,
@@ -152,8 +155,11 @@ class NodeServer:
             writer.close()
 
     async def _answer(self, writer: asyncio.StreamWriter, req: int, sid: str,
-                      method: str, args: tuple[Any, ...]) -> None:
-        answer = await self._call(sid, method, args)
+                      method: str, args: tuple[Any, ...], trace: TraceContext | None) -> None:
+        try:
+            answer = await self._call(sid, method, args, trace)
+        except Exception as exc:  # noqa: BLE001 - a call that broke is an answer, never a hang
+            answer = encode(exc)
         if not writer.is_closing():
             writer.write(frame(dumps((req, answer))))
             with contextlib.suppress(ConnectionError):
@@ -236,14 +242,15 @@ class DirectLink:
             self._waiting.clear()
             self._writer.close()
 
-    async def call(self, method: str, args: tuple[Any, ...]) -> Answer:
+    async def call(self, method: str, args: tuple[Any, ...],
+                   trace: TraceContext | None = None) -> Answer:
         if not self.alive:
             raise Dropped()
         req = next(self._ids)
         waiter: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._waiting[req] = waiter
         try:
-            self._writer.write(frame(dumps((req, method, args))))
+            self._writer.write(frame(dumps((req, method, args, trace))))
             await self._writer.drain()  # a large write waits for the node to read it
             return await waiter
         except ConnectionError:
@@ -252,7 +259,7 @@ class DirectLink:
         except asyncio.CancelledError:
             self._waiting.pop(req, None)
             if self.alive:  # the node cancels the call in its loop, as ray.cancel does
-                self._writer.write(frame(dumps((req, None, None))))
+                self._writer.write(frame(dumps((req, None, None, None))))
             raise
 
     def close(self) -> None:

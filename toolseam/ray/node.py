@@ -19,10 +19,11 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any
+from typing import Any, cast
 
 from ..backends import engine_for
 from ..backends.containers.janitor import janitor
+from ..seam.capabilities import ResourceUsage, SandboxKill, supports
 from ..seam.errors import CouldNotRunError, HostError
 from ..seam.models import OutputChunk
 from ..seam.protocol import WorkspaceTransfer
@@ -31,6 +32,7 @@ from .direct import NodeServer
 from .egress import NodeRelay
 from .identity import KV_NAMESPACE, kv_key
 from .node_config import NodeConfig
+from .node_observe import NodeTelemetry
 from .node_pool import NodePools
 from .node_session import (
     WORKSPACE_DIR,
@@ -68,6 +70,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
         self._direct_at: tuple[str, int] | None = None
         self._node_key: bytes | None = None  # what this actor proves to drivers (identity.py)
         self.actor_id = ray.get_runtime_context().get_actor_id() or ""
+        self.telemetry = NodeTelemetry(self.node_id, self.config.name, self.config.engine)
 
     async def bind_key(self, key: bytes) -> Answer:
         """The node key, from the driver that created this actor (its first call; identity.py).
@@ -130,7 +133,13 @@ class NodeSessions(ShapedSandboxes, NodePools):
         return session
 
     async def open(self, sid: str, secret: str, image: str | None, limits: Any,
-                   archive: bytes | None, orphan_timeout: float) -> Answer:
+                   archive: bytes | None, orphan_timeout: float, trace: Any = None) -> Answer:
+        """A new session's sandbox on this node (``trace``: its caller's span's context)."""
+        return await self.telemetry.answer(trace, "open", sid, self._open(
+            sid, secret, image, limits, archive, orphan_timeout))
+
+    async def _open(self, sid: str, secret: str, image: str | None, limits: Any,
+                    archive: bytes | None, orphan_timeout: float) -> Answer:
         if sid in self._sessions:
             return encode(HostError(f"session {sid[:8]}… exists on {self.where}"))
         root = session_root(self._workdir(), sid)
@@ -149,6 +158,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
             shutil.rmtree(root, ignore_errors=True)
             return encode(exc)
         self._sessions[sid] = NodeSession(secret_hash(secret), backend, root, orphan_timeout)
+        self.telemetry.session_opened()
         return ("ok", info)
 
     async def egress(self, sid: str, secret: str, caller: tuple[str, int], token: str,
@@ -187,16 +197,22 @@ class NodeSessions(ShapedSandboxes, NodePools):
         session = self._sessions.get(sid)
         return None if session is None else session.hash
 
-    async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...]) -> Answer:
+    async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...],
+                   trace: Any = None) -> Answer:
         try:
             self._session(sid, secret)
         except HostError as exc:
             return encode(exc)
-        return await self.call_held(sid, method, args)
+        return await self.call_held(sid, method, args, trace)
 
-    async def call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
+    async def call_held(self, sid: str, method: str, args: tuple[Any, ...],
+                        trace: Any = None) -> Answer:
         """A seam call of session ``sid``, whose holder proved its key (a Ray call's secret
-        checked by ``call``, a direct connection's proofs by direct.py)."""
+        checked by ``call``, a direct connection's proofs by direct.py); ``trace``: the
+        caller's span's context, when it traces (a ``TraceContext`` the codec validated)."""
+        return await self.telemetry.answer(trace, method, sid, self._call_held(sid, method, args))
+
+    async def _call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
         if method in SHAPED_DIRECT:  # a Ray-shaped sandbox's call on the direct port
             key = self._key_for(sid)
             if key is None:
@@ -211,6 +227,9 @@ class NodeSessions(ShapedSandboxes, NodePools):
         session.seen = time.monotonic()
         if session.toolkit is not None:  # its toolkit owns the backend's jobs
             return encode(HostError(f"session {sid[:8]}… is a Ray-shaped sandbox"))
+        if session.killed:
+            return encode(CouldNotRunError(f"{self.where}: the sandbox was ended from outside "
+                                           "(toolseam ps --kill)", False, "sandbox_lost"))
         session.calls += 1
         try:
             if method == "start":
@@ -232,10 +251,10 @@ class NodeSessions(ShapedSandboxes, NodePools):
         """``call`` as Ray carries it (a session without the direct path, direct.py): its
         arguments and answer as bytes (_wire.py)."""
         try:
-            sid, secret, method, args = unpack_call(payload)
+            sid, secret, method, args, trace = unpack_call(payload)
         except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
             return pack_answer(encode(HostError(f"not a toolseam call ({type(exc).__name__})")))
-        return pack_answer(await self.call(sid, secret, method, args))
+        return pack_answer(await self.call(sid, secret, method, args, trace))
 
     async def touch(self, sid: str, secret: str) -> Answer:
         try:
@@ -286,15 +305,49 @@ class NodeSessions(ShapedSandboxes, NodePools):
         except Exception as exc:  # noqa: BLE001
             return encode(exc)
 
-    async def close(self, sid: str, secret: str, bring_back: bool) -> Answer:
+    async def usage(self, sid: str, secret: str) -> Answer:
+        """The session's sandbox's usage now (``seam.capabilities.ResourceUsage``) as plain
+        figures: CPU seconds, memory now, memory peak, pids (None: not measured)."""
+        try:
+            backend = self._session(sid, secret).backend
+            if not supports(backend, ResourceUsage):
+                return ("ok", (None, None, None, None))
+            used = await cast(ResourceUsage, backend).resource_usage()
+            return ("ok", (used.cpu_seconds, used.memory_bytes, used.memory_peak_bytes,
+                           used.pids))
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+
+    async def kill_sandbox(self, sid: str, secret: str) -> Answer:
+        """End the session's sandbox with everything in it (``toolseam ps --kill``, asked by
+        its holder): its calls answer ``sandbox_lost`` from now on; its holder's close ends
+        the session here."""
+        try:
+            session = self._session(sid, secret)
+            backend = session.toolkit.backend if session.toolkit is not None else session.backend
+            if not supports(backend, SandboxKill):
+                return encode(HostError(f"{self.where}: its sandboxes cannot be ended from "
+                                        "outside"))
+            session.killed = True
+            await asyncio.to_thread(cast(SandboxKill, backend).kill_sandbox)  # an engine's remove blocks
+            return ("ok", True)
+        except Exception as exc:  # noqa: BLE001
+            return encode(exc)
+
+    async def close(self, sid: str, secret: str, bring_back: bool, trace: Any = None) -> Answer:
         """End the session; with ``bring_back`` the workspace comes back as ``sync`` gives it
         (after the sandbox's own copy-back to the node dir)."""
+        return await self.telemetry.answer(trace, "close", sid,
+                                           self._close(sid, secret, bring_back))
+
+    async def _close(self, sid: str, secret: str, bring_back: bool) -> Answer:
         try:
             session = self._session(sid, secret)
         except HostError as exc:
             return encode(exc)
         del self._sessions[sid]
         self._live.cancel(sid)
+        self.telemetry.session_ended()
         try:
             await session.backend.close()
             failure = getattr(session.backend, "copy_back_error", None)
@@ -336,6 +389,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
                 if session.toolkit is not None:
                     await self._end_shaped(sid, session)
                     continue
+                self.telemetry.session_ended()
                 with contextlib.suppress(Exception):
                     await session.backend.close()
                 shutil.rmtree(session.root, ignore_errors=True)

@@ -63,6 +63,7 @@ class NodeSession:
     toolkit: Any = None  # a Ray-shaped sandbox's (node_shaped.py)
     workdir: str = ""  # a Ray-shaped sandbox's: where commands start, relative paths from
     expires: float | None = None  # a Ray-shaped sandbox's ttl_seconds, on the monotonic clock
+    killed: bool = False  # ended from outside (toolseam ps --kill): its calls are sandbox_lost
 
     @property
     def workspace(self) -> str:

@@ -284,3 +284,12 @@ class SyncReport(BaseModel):
     @property
     def changed(self) -> bool:
         return bool(self.added or self.modified or self.deleted or self.conflicts)
+
+
+class TraceContext(_Wire):
+    """A W3C trace context crossing to where a session's sandbox lives (a Ray node): the work
+    done there continues the caller's trace. Both fields as the W3C Trace Context
+    recommendation bounds them, so a peer can send nothing larger or stranger."""
+
+    traceparent: str = Field(pattern=r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+    tracestate: str | None = Field(None, max_length=512, pattern=r"^[\x20-\x7e]*$")

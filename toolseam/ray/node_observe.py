@@ -1,0 +1,50 @@
+"""What a node actor adds to observability (issue 49, decision 390): each call that came with
+its caller's trace context is a ``toolseam node {method}`` span, the child of the caller's
+span, made through the node's own telemetry (configured in the node's environment, the
+standard way); the node counts its open sessions; and an operator's ``toolseam ps --kill``
+ends a session's sandbox here, through its holder."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Any
+
+from ..observability.across import continued, count_session
+from ._wire import Answer
+
+
+def error_kind(answer: Answer) -> str | None:
+    """An ``err`` answer's ``error.type``: a could-not-run's cause, else its kind."""
+    if answer[0] != "err":
+        return None
+    if answer[1] == "could_not_run":
+        return str(answer[4]) if len(answer) > 4 and answer[4] else "other"
+    return str(answer[2]) if answer[1] == "host" else str(answer[1])
+
+
+class NodeTelemetry:
+    """The node's side of a trace: its spans carry which node and engine did the work."""
+
+    def __init__(self, node_id: str, name: str, engine: str) -> None:
+        self.attributes: dict[str, Any] = {"toolseam.node": node_id,
+                                           "toolseam.ray.node.name": name,
+                                           "toolseam.backend": engine}
+
+    async def answer(self, came: object, step: str, sid: str, run: Awaitable[Answer]
+                     ) -> Answer:
+        """``run``'s answer, spanned when its caller sent a trace context (``came``)."""
+        if came is None:  # the caller does not trace: no work at all
+            return await run
+        with continued(came, f"toolseam node {step}",
+                       {**self.attributes, "toolseam.ray.session.id": sid}) as fail:
+            answer = await run
+            kind = error_kind(answer)
+            if kind is not None:
+                fail(kind)
+            return answer
+
+    def session_opened(self) -> None:
+        count_session(1, self.attributes)
+
+    def session_ended(self) -> None:
+        count_session(-1, self.attributes)
