@@ -88,6 +88,7 @@ BACKEND_NAMES = set(_TABLE_NAMES)
 NOT_A_BACKEND_NAME = {
     ("toolseam/egress/rules.py", "host"): "the HTTP Host header, which a rule may not set",
     ("toolseam/ray/_wire.py", "host"): "the error codec's kind of a HostError",
+    ("toolseam/ray/node_observe.py", "host"): "the error codec's kind of a HostError",
 }
 
 
@@ -157,6 +158,8 @@ LAZY_IMPORTS = {
         OPTIONAL_EXTRA.format("otel"),
     ("toolseam.observability", "toolseam.observability.telemetry"): OPTIONAL_EXTRA.format("otel"),
     ("toolseam.observability.config", "toolseam.observability.telemetry"):
+        OPTIONAL_EXTRA.format("otel"),
+    ("toolseam.observability.across", "toolseam.observability.telemetry"):
         OPTIONAL_EXTRA.format("otel"),
     ("toolseam.session.pool", "toolseam.session.sandbox_pool"):
         OPTIONAL_EXTRA.format("podman or docker"),
