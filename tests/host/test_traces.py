@@ -202,3 +202,36 @@ async def test_an_attach_is_a_span_and_its_session_goes_on(tmp_path: Path,
                              and len(r.named("execute_tool bash")) == 2)
     (attach,) = traced.receiver.named("toolseam attach")
     assert attach.status_code != ERROR
+
+
+async def test_branching_steps_are_spans_of_the_session(tmp_path: Path, traced: Traced) -> None:
+    """snapshot, restore, fork and keep are steps of the session's life, as open and close
+    are: each a ``toolseam {step}`` span under the caller's span, with the session's kind."""
+    (tmp_path / "f.txt").write_text("one\n")
+    caller = traced.tracer_provider.get_tracer("an-agent")
+    with caller.start_as_current_span("best of two") as turn:
+        async with Toolkit("host", base_dir=str(tmp_path)) as tk:
+            snap = await tk.snapshot()
+            await tk.restore(snap)
+            children = await tk.fork(2)
+            try:
+                first = children[0]
+                assert isinstance(first, Toolkit)
+                await first.call("write", {"path": "f.txt", "content": "two\n"})
+                await first.keep()
+            finally:
+                for child in children:
+                    if isinstance(child, Toolkit):
+                        await child.close()
+    traced.flush()
+    received = traced.receiver
+    steps = ("toolseam snapshot", "toolseam restore", "toolseam fork", "toolseam keep")
+    received.wait_for(lambda r: all(r.named(step) for step in steps))
+    turn_id = format(turn.get_span_context().span_id, "016x")
+    for step in steps:
+        (span,) = received.named(step)
+        assert span.parent_id == turn_id, step
+        assert span.attributes["toolseam.backend.kind"] == "host", step
+    (fork,) = received.named("toolseam fork")
+    assert fork.attributes["toolseam.fork.count"] == 2
+    assert (tmp_path / "f.txt").read_text() == "two\n"  # the kept branch came home

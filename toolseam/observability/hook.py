@@ -71,7 +71,8 @@ class SessionObserver:
 
     @contextlib.contextmanager
     def lifecycle(self, step: str, **attributes: Any) -> Iterator[None]:
-        """A span for a step of the session's life (open, attach, close, copy-back)."""
+        """A span for a step of the session's life (open, attach, close, copy-back, and the
+        branching steps: snapshot, restore, fork, keep)."""
         if self.telemetry is None:
             yield
             return

@@ -428,23 +428,27 @@ class Toolkit:
     async def snapshot(self, label: str | None = None) -> Snapshot:
         """The session's files now, kept in this user's store (processes are not: see
         ``Snapshot.processes``). The session goes on."""
-        return await self._branches.snapshot(self, label)
+        with self._observer.lifecycle("snapshot"):
+            return await self._branches.snapshot(self, label)
 
     async def restore(self, snapshot: Snapshot | str) -> RestoreResult:
         """Make the session's files exactly the snapshot's; running jobs are ended first
         (``ended_jobs``)."""
-        return await self._branches.restore(self, snapshot)
+        with self._observer.lifecycle("restore"):
+            return await self._branches.restore(self, snapshot)
 
     async def fork(self, n: int) -> list[Toolkit | CouldNotRunError]:
         """``n`` (1 to 64) new open sessions of this backend's kind and options, each from this
         session's files now, each in a workspace of its own; one that could not start is a
         ``CouldNotRunError`` in its place."""
-        return await self._branches.fork(self, n)
+        with self._observer.lifecycle("fork", **{"toolseam.fork.count": n}):
+            return await self._branches.fork(self, n)
 
     async def keep(self) -> SyncReport:
         """Bring this fork's workspace home to the parent's base dir, by the copy-back rule
         (all or nothing; a path both changed keeps the parent's, the branch's beside it)."""
-        return await self._branches.keep(self)
+        with self._observer.lifecycle("keep"):
+            return await self._branches.keep(self)
 
     # --- sessions that outlive their client (durable.py, docs/sessions.md) ----------------
     @property
