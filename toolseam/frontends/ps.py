@@ -1,6 +1,8 @@
 """``toolseam ps``: every live session of this user on this machine (``observability/live.py``),
 as a table or ``--json``; ``--watch`` refreshes it; ``--kill ID`` ends one sandbox with
-everything in it (its owner's calls then fail as ``sandbox_lost``)."""
+everything in it (its owner's calls then fail as ``sandbox_lost``). ``--ray ADDRESS`` asks a
+Ray cluster's toolseam node actors instead (``ray/operator.py``): every session there that a
+holder of this cluster key opened, from whichever machine."""
 
 from __future__ import annotations
 
@@ -29,13 +31,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="seconds between refreshes with --watch (default 2)")
     parser.add_argument("--kill", metavar="ID", help="end the sandbox of session ID and "
                         "everything in it")
+    parser.add_argument("--ray", metavar="ADDRESS", help="the sessions of the Ray cluster at "
+                        "ADDRESS (its toolseam nodes, for holders of this cluster key) instead "
+                        "of this machine's")
     parser.set_defaults(handler=run)
 
 
-def rows() -> list[dict[str, Any]]:
-    """The sessions as ``--json`` prints them (``started``: ISO 8601, UTC)."""
+def rows(ray_address: str | None = None) -> list[dict[str, Any]]:
+    """The sessions as ``--json`` prints them (``started``: ISO 8601, UTC): this machine's, or
+    with ``ray_address`` that Ray cluster's."""
     found = []
-    for row in live_sessions():
+    for row in live_sessions() if ray_address is None else _Cluster(ray_address).sessions():
         shown = {name: row.get(name) for name in JSON_FIELDS}
         shown["started"] = datetime.datetime.fromtimestamp(
             float(row["started"]), datetime.UTC).isoformat(timespec="seconds")
@@ -57,16 +63,32 @@ def _table(found: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+class _Cluster:
+    """A Ray cluster's sessions (the ray extra, imported only when asked for)."""
+
+    def __init__(self, address: str) -> None:
+        from ..ray import operator  # the ray extra's
+        self.address, self.operator = address, operator
+
+    def sessions(self) -> list[dict[str, Any]]:
+        return self.operator.cluster_sessions(self.address)
+
+    def kill(self, session_id: str) -> bool:
+        return self.operator.kill_on_cluster(self.address, session_id)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.kill:
-        if not kill_session(args.kill):
-            raise ConfigurationError(f"ps --kill: no live session {args.kill!r} of this user")
+        ended = kill_session(args.kill) if args.ray is None else _Cluster(args.ray).kill(args.kill)
+        if not ended:
+            where = "of this user" if args.ray is None else f"on the Ray cluster at {args.ray}"
+            raise ConfigurationError(f"ps --kill: no live session {args.kill!r} {where}")
         print(f"killed session {args.kill}")
         return 0
     if args.interval <= 0:
         raise ConfigurationError("ps --interval must be above 0")
     while True:
-        found = rows()
+        found = rows(args.ray)
         if args.json:
             print(json.dumps(found), flush=True)
         else:

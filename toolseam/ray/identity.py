@@ -76,6 +76,13 @@ def identity_proof(key: bytes, actor_id: str, theirs: str, mine: str) -> str:
     return proof(key, "identity", actor_id, theirs, mine)
 
 
+def operator_proof(key: bytes, nonce: str, what: str) -> str:
+    """A cluster-key holder's proof for one operator request to a node actor (``what``: "list"
+    or "kill SID") under the node's key, bound to a nonce the actor handed out
+    (``node_operator.py``)."""
+    return proof(key, "operator", what, nonce, "")
+
+
 def wait_proven(ray: Any, actor: Any, key: bytes, name: str) -> None:
     """Return once ``actor`` proved ``key`` on its direct port; ``CouldNotRunError`` naming
     ``name`` when it does not within ``VERIFY_WAIT_S`` (or proves something else)."""

@@ -33,6 +33,7 @@ from .egress import NodeRelay
 from .identity import KV_NAMESPACE, kv_key
 from .node_config import NodeConfig
 from .node_observe import NodeTelemetry
+from .node_operator import NodeOperatorView
 from .node_pool import NodePools
 from .node_session import (
     WORKSPACE_DIR,
@@ -53,12 +54,13 @@ SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text",
                         "list_dir", "read_bytes", "write", "commit", "list_files", "grep"})
 
 
-class NodeSessions(ShapedSandboxes, NodePools):
+class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView):
     """The node actor's body (made a Ray actor class in ``cluster.py``)."""
 
     def __init__(self) -> None:
         self._shaped_init()
         self._pools_init()
+        self._operator_init()
         self.config = NodeConfig.from_env()
         import ray  # only ever made inside a Ray worker
         self.node_id = ray.get_runtime_context().get_node_id()
@@ -231,6 +233,7 @@ class NodeSessions(ShapedSandboxes, NodePools):
             return encode(CouldNotRunError(f"{self.where}: the sandbox was ended from outside "
                                            "(toolseam ps --kill)", False, "sandbox_lost"))
         session.calls += 1
+        session.served += 1
         try:
             if method == "start":
                 chunks: list[OutputChunk] = []

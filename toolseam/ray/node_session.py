@@ -64,6 +64,8 @@ class NodeSession:
     workdir: str = ""  # a Ray-shaped sandbox's: where commands start, relative paths from
     expires: float | None = None  # a Ray-shaped sandbox's ttl_seconds, on the monotonic clock
     killed: bool = False  # ended from outside (toolseam ps --kill): its calls are sandbox_lost
+    started: float = field(default_factory=time.time)  # wall clock: toolseam ps --ray shows it
+    served: int = 0  # calls made so far (toolseam ps --ray)
 
     @property
     def workspace(self) -> str:

@@ -118,6 +118,7 @@ class ShapedSandboxes(ShapedDirectCalls):
         session = await self._shaped(sid, secret)
         argv = [shell or "/bin/bash", "-c", command] if isinstance(command, str) else command
         session.calls += 1
+        session.served += 1
         began = time.perf_counter()
         try:
             result = await session.toolkit.sandbox.exec(
