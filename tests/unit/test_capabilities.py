@@ -73,7 +73,7 @@ def test_what_each_backend_declares() -> None:
                          "ResourceUsage", "WorkspaceTransfer"},
         "docker": agent | {"DurableSessions", "Branching", "EngineShell", "SandboxKill",
                          "ResourceUsage", "WorkspaceTransfer"},
-        "ray": {"Egress", "WorkspaceTransfer"},
+        "ray": {"Egress", "WorkspaceTransfer", "ResourceUsage", "SandboxKill"},
     }
 
 

@@ -22,10 +22,11 @@ capability (``tests/unit/test_capabilities.py`` checks each declaration against 
 * ``Branching`` — the session's files kept as a snapshot, restored in place, or opened as new
   sessions of the same kind (docs/branching.md): the host backend and the container backends.
 * ``SandboxKill`` — end the sandbox from outside its session, from any thread
-  (``toolseam ps --kill``): the container backends and the host backend.
+  (``toolseam ps --kill``): the container backends, the host backend and Ray's (through its
+  node actor).
 * ``ResourceUsage`` — what the whole sandbox has used (CPU, memory, processes), measured by
   its engine's cgroup statistics or, on the host, the agent's process tree: the container
-  backends and the host backend.
+  backends, the host backend and Ray's (its node's engine).
 """
 
 from __future__ import annotations
