@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,21 @@ def test_a_second_einval_or_another_error_is_the_pools(failures: list[int]) -> N
     assert raised.value.errno == expected
     assert slots.shared == []
     assert set(os.listdir(user_dir("pools"))) <= before
+
+
+def test_the_fresh_process_path_mounts_in_the_namespace_it_joins(tmp_path: Path) -> None:
+    """What runs when a forked child's setns is refused (decision 389): a new interpreter
+    joins the namespace (here this process's own) and makes the steps, then detaches them."""
+    target = str(tmp_path / "shared")
+    os.mkdir(target)
+    code, said = mounts._in_fresh_process(os.getpid(), [
+        (target, target, mounts.MS_BIND | mounts.MS_REC), (None, target, mounts.MS_SHARED)])
+    try:
+        assert (code, said) == (0, "")
+        assert mounts._mounts_below(target, "/proc/self/mountinfo") == [target]
+    finally:
+        assert mounts._in_fresh_process(os.getpid(), [(None, target, mounts._UNMOUNT)]) == (0, "")
+    assert mounts._mounts_below(target, "/proc/self/mountinfo") == []
+    code, said = mounts._in_fresh_process(os.getpid(), [(None, target + "-missing",
+                                                         mounts.MS_SHARED)])
+    assert code == errno.ENOENT and said.startswith("step 1 of 1")

@@ -21,10 +21,13 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
+import json
 import logging
 import os
 import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import warnings
 
@@ -137,11 +140,49 @@ class NamespaceSlots:
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         with os.fdopen(said_r, "rb") as said:
             failed_step = said.read(64).decode("ascii", "replace")
+        if code == errno.EINVAL and failed_step == "setns":
+            # Full suites saw a forked child's setns refused with EINVAL, then every later one
+            # in that process too (decision 389): what of the parent a fork carries over is
+            # the suspect. A fresh interpreter carries nothing over; it is started (and loads
+            # all it needs) before it joins the namespace, so nothing there is run.
+            code, failed_step = _in_fresh_process(self.pid, steps)
         if code:
             where = ", ".join(dst for _, dst, _ in steps)
             raise OSError(code, f"mount on {where} in the mount namespace of process "
                                 f"{self.pid}: {os.strerror(code) if code > 0 else code} "
                                 f"(at {failed_step or 'an unknown step'})")
+
+
+_FRESH_STEPS = r"""
+import ctypes, ctypes.util, json, os, sys
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+pid, steps = int(sys.argv[1]), json.loads(sys.argv[2])
+fd = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+if libc.setns(fd, 0x00020000):
+    print("setns (a fresh process)", end="")
+    sys.exit(ctypes.get_errno() & 0xFF or 1)
+for number, (source, target, flags) in enumerate(steps, 1):
+    source = None if source is None else source.encode()
+    if flags == -1:
+        failed = libc.umount2(target.encode(), 2)
+    else:
+        failed = libc.mount(source, target.encode(), None, flags, None)
+    if failed:
+        err = ctypes.get_errno()
+        if flags == -1 and err in (22, 2):
+            continue
+        print(f"step {number} of {len(steps)} (flags {flags:#x}, a fresh process)", end="")
+        sys.exit(err & 0xFF or 1)
+"""
+
+
+def _in_fresh_process(pid: int, steps: list[tuple[str | None, str, int]]) -> tuple[int, str]:
+    """The steps by a new interpreter of this one's (``-I -S``: no site, no environment),
+    which opens the namespace and joins it itself; its exit code and the step it names."""
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", _FRESH_STEPS, str(pid),
+                           json.dumps(steps)], capture_output=True, text=True, check=False,
+                          timeout=60)
+    return done.returncode, done.stdout or done.stderr[-200:]
 
 
 _UNMOUNT = -1  # a step that detaches its target instead of mounting
