@@ -1,4 +1,4 @@
-"""``toolseam`` command line: call, tools, demo, serve, mcp.
+"""``toolseam`` command line: call, tools, demo, serve, mcp, snapshot, restore.
 
 Exit codes: 0 the tool succeeded; 1 the result is a tool failure; 3 the sandbox could not run
 the call (``call`` prints the JSON result in each of those cases); 2 a usage or configuration
@@ -23,6 +23,7 @@ from ..seam.errors import ConfigurationError, CouldNotRunError, HostError
 from ..seam.handle import SessionHandle
 from ..session.declarations import FORMATS
 from ..session.toolkit import Toolkit
+from . import branch_commands
 from .cli_terms import in_cli_terms
 from .demo import run_demo
 from .interrupt import run_interruptible
@@ -275,6 +276,15 @@ def _read_handle(path: str) -> SessionHandle:
     return SessionHandle.from_json(text)
 
 
+async def _attach_file(path: str) -> Toolkit:
+    return await Toolkit.attach(_read_handle(path))
+
+
+async def _branch(args: argparse.Namespace) -> int:
+    print(await branch_commands.run(args, _toolkit, _attach_file))
+    return EXIT_OK
+
+
 def _mcp(args: argparse.Namespace) -> int:
     # mcp_server first: without the mcp extra it raises the error naming the install line
     from .mcp.server import serve_stdio
@@ -296,11 +306,13 @@ def _mcp(args: argparse.Namespace) -> int:
         from .mcp.listen import parse_address
 
         serve_http(factory, parse_address(args.http), approvals=args.approvals,
-                   token_file=args.auth_token_file, shared=args.shared_sandbox)
+                   token_file=args.auth_token_file, shared=args.shared_sandbox,
+                   branching=args.branching)
     elif args.auth_token_file:
         raise ConfigurationError("--auth-token-file needs --http (stdio has no network to guard)")
     else:
-        run_interruptible(serve_stdio(factory, approvals=args.approvals, shared=args.shared_sandbox))
+        run_interruptible(serve_stdio(factory, approvals=args.approvals, shared=args.shared_sandbox,
+                                      branching=args.branching))
     return EXIT_OK
 
 
@@ -349,7 +361,11 @@ def build_parser() -> argparse.ArgumentParser:
                      "on loopback without it a token is generated into an owner-only file")
     mcp.add_argument("--shared-sandbox", action="store_true", help="one sandbox for every client "
                      "(jobs, files and approvals shared); default: one per client")
+    mcp.add_argument("--branching", action="store_true", help="add the tools snapshot, restore "
+                     "and fork (docs/branching.md); a fork's sandboxes are reached by the "
+                     "handle its result names, passed as \"sandbox\"")
     _session_options(mcp)
+    branch_commands.add_parsers(commands, _session_options)  # toolseam snapshot | restore
     add_recover_parser(commands)  # toolseam recover: work kept after a failed copy-back
     add_snapshots_parser(commands)  # toolseam snapshots: list | rm | prune
     add_ps_parser(commands)  # toolseam ps: live sessions (observability, issue 49)
@@ -385,6 +401,8 @@ def _main(argv: list[str] | None) -> int:
             return run_recover(args)
         if args.command == "snapshots":
             return run_snapshots(args)
+        if args.command in ("snapshot", "restore"):
+            return run_interruptible(_branch(args))
         if getattr(args, "handler", None) is not None:  # a subcommand in its own module
             return int(args.handler(args))
         return run_interruptible(_serve(args))

@@ -127,7 +127,7 @@ def _no_host_checks() -> TransportSecuritySettings:
 
 def serve_http(factory: Callable[[], Toolkit], address: TcpAddress | UnixAddress,
                approvals: bool = False, *, token_file: str | None = None, shared: bool = False,
-               environ: MutableMapping[str, str] = os.environ) -> None:
+               branching: bool = False, environ: MutableMapping[str, str] = os.environ) -> None:
     """Streamable HTTP at ``http://HOST:PORT/mcp`` (or path ``/mcp`` on a unix socket) until
     interrupted. Raises ``ConfigurationError`` — before listening — for a non-loopback address
     without the operator's token, a bad token, or an address it cannot listen on."""
@@ -144,7 +144,7 @@ def serve_http(factory: Callable[[], Toolkit], address: TcpAddress | UnixAddress
             "who reaches it could run commands here; set a bearer token (--auth-token-file PATH "
             f"or {TOKEN_ENV}), or listen on 127.0.0.1 or unix:PATH")
     metrics = ServerMetrics()  # first: it instruments the process the sessions report to
-    server, tools = build_server(factory, approvals, shared)
+    server, tools = build_server(factory, approvals, shared, branching=branching)
     generated: Path | None = None
     checks: TransportSecuritySettings | None
     if isinstance(address, UnixAddress):

@@ -74,9 +74,11 @@ class Handles:
             sandbox = self._defaults[principal] = Sandbox(self._make(), principal=principal)
         return sandbox
 
-    def mint(self, principal: str = LOCAL) -> tuple[Sandbox, list[Sandbox]]:
-        """A new handle sandbox of ``principal``, and the ones closed to make room for it
-        (its own least recently used idle one; the caller closes them)."""
+    def mint(self, principal: str = LOCAL, toolkit: Toolkit | None = None
+             ) -> tuple[Sandbox, list[Sandbox]]:
+        """A new handle sandbox of ``principal`` (around ``toolkit``, a fork's child, or a new
+        one), and the ones closed to make room for it (its own least recently used idle one;
+        the caller closes them)."""
         own = sorted((box for box in self._open.values() if box.principal == principal),
                      key=lambda box: box.last_used)
         evicted: list[Sandbox] = []
@@ -91,8 +93,8 @@ class Handles:
             for box in evicted:
                 del self._open[_key(box.handle or "")]
         handle = secrets.token_urlsafe(32)
-        sandbox = self._open[_key(handle)] = Sandbox(self._make(), handle=handle,
-                                                     principal=principal)
+        made = self._make() if toolkit is None else toolkit
+        sandbox = self._open[_key(handle)] = Sandbox(made, handle=handle, principal=principal)
         return sandbox, evicted
 
     def get(self, handle: str, principal: str = LOCAL) -> Sandbox:

@@ -46,6 +46,7 @@ from ...policy.readscope import Answer
 from ...seam.errors import HostError
 from ...session.toolkit import Toolkit
 from . import approvals
+from . import branching as branches
 from .approvals import SANDBOX_ARG
 from .sandboxes import LOCAL, NEW, Handles, Sandbox, SandboxRefused
 
@@ -76,9 +77,13 @@ def result_to_mcp(result: ToolResult) -> types.CallToolResult:
                                 structured_content={"metadata": result.metadata})
 
 
-def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False) -> str:
+def describe(toolkit: Toolkit, shared: bool = False, handles: bool = False,
+             branching: bool = False) -> str:
     """What the sandbox is, said plainly to the model (the server's instructions)."""
     tools = "The builtin tools of a coding agent (bash, read, write, edit, apply_patch, grep, glob). "
+    if branching:
+        tools += ("snapshot, restore and fork keep a sandbox's files, put them back, and open "
+                  "new sandboxes from them (addressed by the handles fork returns). ")
     kind = backend_kind(toolkit.backend.name)
     contained = kind.contained
     noun = "sandbox" if contained else "session"  # the host sandboxes nothing
@@ -107,6 +112,9 @@ _SANDBOX_SCHEMA = {"type": "string", "description": (
     "Omit it to use your default sandbox (its files, /tmp and jobs stay between calls). "
     f"\"{NEW}\" opens another sandbox; its result names the handle (also in "
     "structuredContent.sandbox): pass that handle to keep using that sandbox.")}
+_BRANCH_SCHEMA = {"type": "string", "description": (
+    "Omit it to use your own sandbox. A handle a fork result gave works in that forked "
+    f"sandbox; \"{NEW}\" opens another sandbox, whose handle the result names.")}
 
 
 def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -134,9 +142,11 @@ class McpTools:
     """The handlers, around a factory that makes one Toolkit per sandbox."""
 
     def __init__(self, factory: ToolkitFactory, approvals: bool = False,
-                 shared: bool = False, one_client: bool = False) -> None:
+                 shared: bool = False, one_client: bool = False, branching: bool = False) -> None:
         self.factory = factory
         self.approvals = approvals
+        # snapshot, restore, fork: off unless asked for (--branching, decision 430)
+        self.branching = branches.Branching(self._admit) if branching else None
         # One sandbox for the server: asked for (shared), or stdio, whose one client may speak
         # 2026-07-28, where the SDK makes a new connection for every request.
         self.single = shared or one_client
@@ -152,6 +162,8 @@ class McpTools:
         """The caller's sandbox; ``arguments`` loses the ``sandbox`` handle. Raises
         ``SandboxRefused`` for a handle that names no open sandbox."""
         async with self._opening:
+            if self.branching is not None and arguments.get(SANDBOX_ARG) is not None:
+                return self._sessionless_sandbox(arguments, state)  # a fork's child, in any mode
             if self.single:
                 if self._shared is None:
                     self._shared = Sandbox(self._new())
@@ -176,13 +188,25 @@ class McpTools:
         if handle != NEW:
             return self.handles.get(handle, principal)
         sandbox, evicted = self.handles.mint(principal)
+        self._evict(evicted)
+        return sandbox
+
+    async def _admit(self, toolkit: Toolkit, principal: str) -> Sandbox:
+        """A fork's child, as a handle sandbox of the principal that forked it."""
+        sandbox, evicted = self.handles.mint(principal, toolkit)
+        toolkit.approver = approvals.ask if self.approvals else None
+        self.toolkits.append(toolkit)
+        sandbox.announced = True  # the fork's result names its handle
+        self._evict(evicted)
+        return sandbox
+
+    def _evict(self, evicted: list[Sandbox]) -> None:
         for old in evicted:  # its own least recently used, to make room
             with contextlib.suppress(ValueError):
                 self.toolkits.remove(old.toolkit)  # close_all leaves it to this close
             closing = asyncio.ensure_future(self._close(old.toolkit))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
-        return sandbox
 
     def _new(self) -> Toolkit:
         toolkit = self.factory()
@@ -213,17 +237,23 @@ class McpTools:
                          params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
         handles = not self.single and _sessionless(ctx)
         on_host = not backend_kind(self.probe.backend.name).contained
+        declarations = self.probe.declarations("anthropic")
+        if self.branching is not None:
+            declarations = [*declarations, *branches.DECLARATIONS]
+        argument = _BRANCH_SCHEMA if self.branching is not None and not handles else _SANDBOX_SCHEMA
         tools = []
-        for declared in self.probe.declarations("anthropic"):
+        for declared in declarations:
             schema = declared["input_schema"]
-            if handles:
+            if handles or self.branching is not None:
                 schema = {**schema, "properties": {**schema.get("properties", {}),
-                                                   SANDBOX_ARG: _SANDBOX_SCHEMA}}
+                                                   SANDBOX_ARG: argument}}
             description = declared["description"]
             if on_host and declared["name"] == "bash":
                 description += _HOST_BASH_NOTE
+            hints = (types.ToolAnnotations(**branches.hints(declared["name"]))
+                     if declared["name"] in branches.NAMES else annotations_for(declared["name"]))
             tools.append(types.Tool(name=declared["name"], description=description,
-                                    input_schema=schema, annotations=annotations_for(declared["name"])))
+                                    input_schema=schema, annotations=hints))
         return types.ListToolsResult(tools=tools)
 
     async def set_logging_level(self, ctx: ServerRequestContext[Any, Any],
@@ -235,6 +265,9 @@ class McpTools:
                         ) -> types.CallToolResult | types.InputRequiredResult:
         arguments = dict(params.arguments or {})
         state = approvals.request_state(params)
+        if params.name in branches.NAMES and self.branching is None:  # before any sandbox opens
+            return result_to_mcp(ToolResult(output=branches.OFF.format(name=params.name),
+                                            is_error=True, metadata={"error": "UNKNOWN_TOOL"}))
         try:
             sandbox = await self.sandbox(ctx, arguments, state)
         except SandboxRefused as exc:
@@ -242,8 +275,12 @@ class McpTools:
                                             metadata={"error": exc.code}))
         sandbox.busy += 1
         try:
-            result = await self._run(ctx, params.name, arguments, sandbox,
-                                     approvals.given_answers(sandbox, params, state))
+            if params.name in branches.NAMES and self.branching is not None:
+                result: ToolResult | types.InputRequiredResult = await self.branching.call(
+                    params.name, arguments, sandbox, _principal())
+            else:
+                result = await self._run(ctx, params.name, arguments, sandbox,
+                                         approvals.given_answers(sandbox, params, state))
         finally:
             sandbox.busy -= 1
             sandbox.last_used = time.monotonic()
@@ -318,15 +355,17 @@ async def _log(ctx: ServerRequestContext[Any, Any], data: Any, logger: str) -> N
 
 
 def build_server(factory: ToolkitFactory, approvals: bool = False, shared: bool = False,
-                 one_client: bool = False) -> tuple[Server[Any], McpTools]:
-    tools = McpTools(factory, approvals, shared, one_client)
+                 one_client: bool = False, branching: bool = False
+                 ) -> tuple[Server[Any], McpTools]:
+    tools = McpTools(factory, approvals, shared, one_client, branching)
     share_with_libraries()  # the SDK's tools/call span: the client's traceparent its parent
     with warnings.catch_warnings():
         # logging/setLevel is deprecated by 2026-07-28 but is how 2025-11-25 clients opt in to
         # the log notifications this server sends; declaring it is what the protocol asks.
         warnings.simplefilter("ignore")
         server: Server[Any] = Server("toolseam", version=__version__,
-                                     instructions=describe(tools.probe, shared, not tools.single),
+                                     instructions=describe(tools.probe, shared, not tools.single,
+                                                           branching),
                                      on_list_tools=tools.list_tools, on_call_tool=tools.call_tool,
                                      on_set_logging_level=tools.set_logging_level)
     # Seal requestState (AES-GCM, bound to the tool, its arguments and a deadline): a client can
@@ -337,10 +376,11 @@ def build_server(factory: ToolkitFactory, approvals: bool = False, shared: bool 
 
 
 async def serve_stdio(factory: ToolkitFactory, approvals: bool = False,
-                      shared: bool = False) -> None:
+                      shared: bool = False, branching: bool = False) -> None:
     from mcp.server.stdio import stdio_server
 
-    server, tools = build_server(factory, approvals, shared, one_client=True)
+    server, tools = build_server(factory, approvals, shared, one_client=True,
+                                 branching=branching)
     try:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -1,0 +1,148 @@
+"""``toolseam snapshot`` and ``toolseam restore`` as real processes (issue 48, front ends;
+decision 432): on a directory, and on a durable session by its handle — attached, acted on and
+detached again; bad input is one line naming what was wrong, exit 2, nothing changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..support.cli import TOOLSEAM
+from ..support.trees import describe
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "store"
+    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))  # the subprocesses inherit it
+    return root
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    path = tmp_path / "work"
+    (path / "src" / "empty").mkdir(parents=True)
+    (path / "src" / "app.py").write_text("print('v1')\n")
+    (path / "run.sh").write_text("#!/bin/sh\n")
+    (path / "run.sh").chmod(0o750)
+    os.symlink("src/app.py", path / "link")
+    return path
+
+
+def toolseam(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*TOOLSEAM, *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=120)
+
+
+def answer(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def spoil(work: Path) -> None:
+    (work / "src" / "app.py").write_text("print('v2')\n")
+    (work / "src" / "empty").rmdir()
+    (work / "run.sh").chmod(0o600)
+    (work / "link").unlink()
+    (work / "added").write_text("new\n")
+
+
+def test_a_directory_snapshotted_changed_and_restored_is_exactly_the_snapshots(
+        work: Path) -> None:
+    before = describe(work)
+    snap = answer(toolseam("snapshot", "--base-dir", str(work), "--label", "clean"))
+    assert snap["label"] == "clean" and snap["backend"] == "host"
+    assert snap["files"] == len(before) and snap["processes"] == "not carried"
+    spoil(work)
+    done = answer(toolseam("restore", snap["id"], "--base-dir", str(work)))
+    assert done["snapshot"] == snap["id"] and done["ended_jobs"] == []
+    assert describe(work) == before
+    listed = toolseam("snapshots", "list")
+    assert snap["id"] in listed.stdout and "clean" in listed.stdout
+
+
+def test_bad_input_is_one_line_naming_it_and_changes_nothing(work: Path, tmp_path: Path) -> None:
+    snap = answer(toolseam("snapshot", "--base-dir", str(work)))
+    spoil(work)
+    now = describe(work)
+    handle = tmp_path / "handle.json"
+    handle.write_text("{}")
+    for args, said in [
+        (("restore", snap["id"]), "restore replaces a whole tree: name it with --base-dir"),
+        (("restore", "not-an-id", "--base-dir", str(work)), "'not-an-id' is not one"),
+        (("restore", "0123456789abcdef0123", "--base-dir", str(work)), "0123456789abcdef0123"),
+        (("restore", snap["id"], "--base-dir", str(tmp_path / "missing")), "does not exist"),
+        (("restore", snap["id"], "--attach", str(handle), "--base-dir", str(work)),
+         "restore --attach acts on the session as it is: drop --base-dir"),
+        (("snapshot", "--attach", str(tmp_path / "nope")), "cannot read"),
+        (("restore",), "the following arguments are required: ID"),
+    ]:
+        done = toolseam(*args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "Traceback" not in done.stderr and done.stdout == ""
+    assert describe(work) == now
+    assert not (tmp_path / "missing").exists()
+
+
+def _serve(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*TOOLSEAM, "serve", "--stdio", "--detach-on-eof", *args],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def _detach(server: subprocess.Popen[str]) -> None:
+    assert server.stdin is not None
+    server.stdin.close()  # EOF: detached, the sandbox and its jobs go on
+    assert server.wait(timeout=60) == 0
+
+
+def test_a_durable_session_by_its_handle_goes_on_after(work: Path, tmp_path: Path) -> None:
+    config = tmp_path / "settings.json"  # a command still running after 300 ms is a job
+    config.write_text(json.dumps({"timeout_policy": "detach", "default_timeout_ms": 300}))
+    first = _serve("--orphan-timeout", "60", "--config", str(config), "--base-dir", str(work))
+    assert first.stdout is not None
+    handle_line = json.loads(first.stdout.readline())
+    handle = tmp_path / "handle.json"
+    handle.write_text(json.dumps(handle_line))
+    servers = [first]
+    try:
+        busy = toolseam("snapshot", "--attach", str(handle))  # one client at a time
+        assert busy.returncode == 2 and "another client is attached" in busy.stderr
+        _detach(first)
+        before = describe(work)
+        snap = answer(toolseam("snapshot", "--attach", str(handle)))
+        assert snap["session"] == handle_line["handle"]["session_id"]
+        second = _serve("--attach", str(handle))
+        servers.append(second)
+        assert second.stdin is not None and second.stdout is not None
+        second.stdin.write(json.dumps({"id": 1, "tool": "bash", "args": {
+            "command": "echo v2 > src/app.py; rm -r src/empty link; sleep 120"}}) + "\n")
+        second.stdin.flush()
+        lines = [json.loads(second.stdout.readline()) for _ in range(2)]
+        job = next(line for line in lines if line.get("id") == 1)["result"]["metadata"]["jobId"]
+        _detach(second)
+        assert describe(work) != before
+        done = answer(toolseam("restore", snap["id"], "--attach", str(handle)))
+        assert done["ended_jobs"] == [job]
+        assert describe(work) == before
+        again = answer(toolseam("snapshot", "--attach", str(handle), "--label", "still there"))
+        assert again["session"] == snap["session"]  # detached again, not closed
+    finally:
+        for server in servers:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+            for stream in (server.stdin, server.stdout):
+                if stream is not None:
+                    stream.close()
+        subprocess.run([*TOOLSEAM, "serve", "--stdio", "--attach", str(handle)], input="",
+                       capture_output=True, text=True, cwd=REPO, timeout=60)  # EOF: close it
+    assert not os.path.exists(handle_line["handle"]["socket"])
