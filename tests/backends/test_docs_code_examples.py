@@ -148,7 +148,7 @@ def test_skipped_examples_say_why_and_are_few() -> None:
 def test_the_docs_have_examples_of_each_kind() -> None:
     assert {e.language for e in HERE if not e.skip} == {"python", "shell"}
     assert any(e.engine for e in HERE if not e.skip)
-    assert len(RUN_ELSEWHERE) == 8  # one per integration page, two on pydantic-ai.md and openai-agents.md
+    assert len(RUN_ELSEWHERE) == 9  # one per integration page, two on pydantic-ai.md and openai-agents.md
 
 
 def test_a_block_that_names_an_engine_is_marked_engines(request: pytest.FixtureRequest) -> None:

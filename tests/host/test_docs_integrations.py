@@ -21,7 +21,7 @@ def blocks(page: Path, language: str) -> list[str]:
 
 def test_there_is_a_page_per_integration() -> None:
     assert {p.stem for p in PAGES} == {"mcp", "openai-agents", "langchain", "pydantic-ai",
-                                       "inspect", "deepagents"}
+                                       "inspect", "deepagents", "e2b"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.stem for p in PAGES])
