@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from toolseam.frontends.cli import main
+
 from ..support.cli import TOOLSEAM
 from ..support.trees import describe
 
@@ -69,26 +71,37 @@ def test_a_directory_snapshotted_changed_and_restored_is_exactly_the_snapshots(
     assert snap["id"] in listed.stdout and "clean" in listed.stdout
 
 
-def test_bad_input_is_one_line_naming_it_and_changes_nothing(work: Path, tmp_path: Path) -> None:
+def test_bad_input_is_one_line_naming_it_and_changes_nothing(
+        work: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     snap = answer(toolseam("snapshot", "--base-dir", str(work)))
     spoil(work)
     now = describe(work)
     handle = tmp_path / "handle.json"
     handle.write_text("{}")
-    for args, said in [
+    # one real process: the exit code and stderr a shell sees
+    done = toolseam("restore", "0123456789abcdef0123", "--base-dir", str(work))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"toolseam: no snapshot 0123456789abcdef0123 in {tmp_path / 'store'}"], done.stderr
+    for args, said in [  # the same main(), in this process: each a process start saved
         (("restore", snap["id"]), "restore replaces a whole tree: name it with --base-dir"),
         (("restore", "not-an-id", "--base-dir", str(work)), "'not-an-id' is not one"),
-        (("restore", "0123456789abcdef0123", "--base-dir", str(work)), "0123456789abcdef0123"),
         (("restore", snap["id"], "--base-dir", str(tmp_path / "missing")), "does not exist"),
         (("restore", snap["id"], "--attach", str(handle), "--base-dir", str(work)),
          "restore --attach acts on the session as it is: drop --base-dir"),
+        (("snapshot", "--attach", str(handle), "--backend", "docker", "--confine"),
+         "drop --backend, --confine"),
         (("snapshot", "--attach", str(tmp_path / "nope")), "cannot read"),
         (("restore",), "the following arguments are required: ID"),
     ]:
-        done = toolseam(*args)
-        assert done.returncode == 2, (args, done.stdout, done.stderr)
-        assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-        assert "Traceback" not in done.stderr and done.stdout == ""
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse's usage error
+            code = int(exit_.code or 0)
+        out, err = capsys.readouterr()
+        assert code == 2, (args, out, err)
+        assert said in err and len(err.strip().splitlines()) == 1, err
+        assert "Traceback" not in err and out == ""
     assert describe(work) == now
     assert not (tmp_path / "missing").exists()
 
