@@ -167,14 +167,23 @@ def two_clients(work: Path, tmp_path: Path) -> Iterator[str]:
         stop(process)
 
 
-async def test_another_clients_snapshot_is_refused(two_clients: str, work: Path) -> None:
+async def test_another_clients_snapshot_and_fork_are_refused(two_clients: str,
+                                                             work: Path) -> None:
     async with client(two_clients, "alice") as alice:
+        listed = {tool.name: tool for tool in (await alice.list_tools()).tools}
+        assert "fork result" in listed["read"].input_schema["properties"]["sandbox"]["description"]
         taken = await alice.call_tool("snapshot", {"label": "alice's"})
         snap = structured(taken)["metadata"]["snapshot"]["id"]
+        forked = await alice.call_tool("fork", {"n": 1})
+        child = structured(forked)["metadata"]["children"][0]["sandbox"]
+        assert text(await alice.call_tool("bash", {"command": "echo in the child",
+                                                   "sandbox": child})) == "in the child\n"
     (work / "src" / "app.py").write_text("mallory was here\n")
     async with client(two_clients, "mallory") as mallory:
         refused = await mallory.call_tool("restore", {"snapshot": snap})
+        theirs = await mallory.call_tool("bash", {"command": "true", "sandbox": child})
     assert refused.is_error and f"no snapshot '{snap}' of yours" in text(refused)
+    assert theirs.is_error and "no open sandbox has this handle" in text(theirs)
     assert (work / "src" / "app.py").read_text() == "mallory was here\n"
     async with client(two_clients, "alice") as alice:
         restored = await alice.call_tool("restore", {"snapshot": snap})

@@ -115,6 +115,8 @@ _SANDBOX_SCHEMA = {"type": "string", "description": (
 _BRANCH_SCHEMA = {"type": "string", "description": (
     "Omit it to use your own sandbox. A handle a fork result gave works in that forked "
     f"sandbox; \"{NEW}\" opens another sandbox, whose handle the result names.")}
+_FORKS_SCHEMA = {"type": "string", "description": (  # sessionless clients, with --branching
+    f"{_SANDBOX_SCHEMA['description']} A handle a fork result gave works in that forked sandbox.")}
 
 
 def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -240,7 +242,8 @@ class McpTools:
         declarations = self.probe.declarations("anthropic")
         if self.branching is not None:
             declarations = [*declarations, *branches.DECLARATIONS]
-        argument = _BRANCH_SCHEMA if self.branching is not None and not handles else _SANDBOX_SCHEMA
+        argument = (_SANDBOX_SCHEMA if self.branching is None
+                    else _FORKS_SCHEMA if handles else _BRANCH_SCHEMA)
         tools = []
         for declared in declarations:
             schema = declared["input_schema"]
