@@ -1,6 +1,7 @@
 """``toolseam snapshot`` and ``toolseam restore`` as real processes (issue 48, front ends;
 decision 432): on a directory, and on a durable session by its handle — attached, acted on and
-detached again; bad input is one line naming what was wrong, exit 2, nothing changed."""
+detached again; bad input is one line naming what was wrong, exit 2, nothing changed. And the
+``snapshot``/``restore`` ops of ``serve --stdio`` (decision 433)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from toolseam.frontends.cli import main
 
-from ..support.cli import TOOLSEAM
+from ..support.cli import TOOLSEAM, Server
 from ..support.trees import describe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,3 +160,38 @@ def test_a_durable_session_by_its_handle_goes_on_after(work: Path, tmp_path: Pat
         subprocess.run([*TOOLSEAM, "serve", "--stdio", "--attach", str(handle)], input="",
                        capture_output=True, text=True, cwd=REPO, timeout=60)  # EOF: close it
     assert not os.path.exists(handle_line["handle"]["socket"])
+
+
+def test_serve_stdio_snapshot_and_restore_ops(work: Path, store: Path) -> None:
+    before = describe(work)
+    with Server("--base-dir", str(work)) as server:
+        server.send({"op": "snapshot", "label": "clean"})
+        snap = server.read()["snapshot"]
+        assert snap["label"] == "clean" and snap["processes"] == "not carried"
+        server.send({"id": 1, "tool": "bash", "args": {"command": "rm -r src link; echo x > y"}})
+        assert server.read()["id"] == 1
+        server.send({"op": "restore", "snapshot": snap["id"]})
+        restored = server.read()
+        assert restored["op"] == "restored" and restored["result"]["snapshot"] == snap["id"]
+        assert describe(work) == before
+        for line, code, said in [
+            ({"op": "restore", "snapshot": "0123456789abcdef0123"}, "INVALID_CONFIGURATION",
+             "no snapshot 0123456789abcdef0123"),
+            ({"op": "restore"}, "BAD_REQUEST", "unknown or malformed op line"),
+            ({"op": "snapshot", "label": 5}, "BAD_REQUEST", "unknown or malformed op line"),
+        ]:
+            server.send(line)
+            error = server.read()["error"]
+            assert error["code"] == code and said in error["message"], error
+        (work / "src" / "app.py").write_text("changed since\n")  # its object must be read
+        for stored in (store / "objects").rglob("*"):
+            if stored.is_file():
+                stored.chmod(0o600)
+                stored.write_bytes(b"planted\n")
+        server.send({"op": "restore", "snapshot": snap["id"]})
+        tampered = server.read()
+        assert tampered["op"] == "restore" and tampered["error"]["code"] == "COULD_NOT_RUN"
+        assert "does not match its digest" in tampered["error"]["message"]
+        assert (work / "src" / "app.py").read_text() == "changed since\n"
+        server.send({"op": "close"})
+        assert server.read() == {"op": "closed"}

@@ -6,6 +6,8 @@ In (one JSON object per line):
   {"op": "pin_shell"}                             pin the shell for this turn
   {"op": "user_message", "text": "..."}           a USER message (widens the read scope)
   {"op": "answer", "qid": Q, "answer": A}         answer to an "ask" (once|directory|session|deny)
+  {"op": "snapshot", "label"?: L}                 keep the session's files (docs/branching.md)
+  {"op": "restore", "snapshot": ID}               make them exactly a snapshot's
   {"op": "close"}                                 cancel running calls, close, exit
   EOF                                             finish the calls already read, close, exit
 Out:
@@ -16,7 +18,8 @@ Out:
   {"op": "egress", "host", "port", "allowed", "reason", "status", ...}   network egress: each
                                                   connection attempt, as it ends
   {"op": "end_turn", "killed_jobs": [...]}, {"op": "pinned", "shell": ...}, {"op": "noted"},
-  {"op": "answered", "qid": Q}, {"op": "closed"}
+  {"op": "answered", "qid": Q}, {"op": "snapshot", "snapshot": {...}},
+  {"op": "restored", "result": {...}}, {"op": "closed"}
 
 Every non-blank line read gets exactly one answer, whatever it holds (docs/stdio-protocol.md):
 a line is read with a bounded reader and refused unparsed above ``input_limits.line_bytes``
@@ -37,7 +40,7 @@ from .. import stdio_wire
 from ..backends.agentlink.channel import REQUEST_SENT
 from ..builtins import OutputEvent
 from ..policy.readscope import ANSWERS, Answer, ReadQuestion
-from ..seam.errors import HostError, SessionClosedError
+from ..seam.errors import CouldNotRunError, HostError, SessionClosedError
 from ..session.toolkit import Toolkit
 from .stdin_stream import connect_stdin
 
@@ -162,10 +165,18 @@ class StdioServer:
                 self.send({"op": "noted"})
             elif op == "answer":
                 self._answer(message)
+            elif op == "snapshot" and isinstance(message.get("label"), str | None):
+                snap = await self.toolkit.snapshot(message.get("label"))
+                self.send({"op": "snapshot", "snapshot": snap.model_dump(mode="json")})
+            elif op == "restore" and isinstance(message.get("snapshot"), str):
+                done = await self.toolkit.restore(message["snapshot"])  # ends running jobs
+                self.send({"op": "restored", "result": done.model_dump()})
             else:
                 self._bad(f"unknown or malformed op line: {json.dumps(message)[:200]}")
         except HostError as exc:
             self.send({"op": op, "error": {"code": exc.code, "message": str(exc)}})
+        except CouldNotRunError as exc:  # e.g. a tampered snapshot, refused before any change
+            self.send({"op": op, "error": {"code": "COULD_NOT_RUN", "message": exc.reason}})
         except Exception as exc:  # noqa: BLE001 - the server serves on
             self.send({"op": op, "error": {"code": "INTERNAL",
                                            "message": f"{type(exc).__name__}: {exc}"}})
