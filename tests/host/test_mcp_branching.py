@@ -6,6 +6,7 @@ of their own, and a branch comes home by snapshot + restore."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterator
@@ -14,9 +15,13 @@ from typing import Any
 
 import mcp_types as types
 import pytest
+from hypothesis import assume, example, given, settings
+from hypothesis import strategies as st
 from mcp import Client
 
 from toolseam import Toolkit
+from toolseam.frontends.mcp.branching import Branching
+from toolseam.frontends.mcp.sandboxes import Sandbox
 
 from ..support.mcp import client, start_http, stdio_params, stop, text, tokens_file
 from ..support.trees import describe
@@ -44,8 +49,9 @@ def work(tmp_path: Path) -> Path:
 
 
 def structured(result: types.CallToolResult) -> dict[str, Any]:
-    assert result.structured_content is not None
-    return result.structured_content
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content
 
 
 async def test_without_the_flag_the_tools_are_not_listed_and_a_call_says_why(work: Path) -> None:
@@ -189,3 +195,52 @@ async def test_another_clients_snapshot_and_fork_are_refused(two_clients: str,
         restored = await alice.call_tool("restore", {"snapshot": snap})
     assert not restored.is_error, text(restored)
     assert (work / "src" / "app.py").read_text() == "print('v1')\n"
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+                    | st.text(max_size=30), lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=8), inner, max_size=3), max_leaves=6)
+
+
+def _valid(name: str, arguments: dict[str, Any]) -> bool:
+    if name == "snapshot":
+        return set(arguments) <= {"label"} and isinstance(arguments.get("label"), str | None)
+    if name == "fork":
+        n = arguments.get("n")
+        return set(arguments) == {"n"} and type(n) is int and 1 <= n <= 16
+    return False  # restore: no id here was ever taken
+
+
+def test_any_arguments_get_an_answer_never_a_crash(work: Path) -> None:
+    """Whatever JSON a client sends the three tools, the answer is a result: an error naming
+    what was wrong for anything but a valid call, and the files unchanged."""
+    loop = asyncio.new_event_loop()
+    toolkit = Toolkit("host", base_dir=str(work))
+    loop.run_until_complete(toolkit.open())
+    before = describe(work)
+
+    async def admit(child: Toolkit, principal: str) -> Sandbox:
+        raise AssertionError("no valid fork is generated")
+
+    branching = Branching(admit)
+
+    @settings(max_examples=80, deadline=None)
+    @example("snapshot", {"label": None}).via("an optional label sent as null")
+    @example("fork", {"n": 1.0}).via("a whole float is not an integer")
+    @given(st.sampled_from(sorted(BRANCHING)),
+           st.dictionaries(st.sampled_from(["label", "snapshot", "n", "x"]), JSON, max_size=3))
+    def check(name: str, arguments: dict[str, Any]) -> None:
+        assume(not _valid(name, arguments) or name == "snapshot")
+        result = loop.run_until_complete(branching.call(name, dict(arguments), Sandbox(toolkit),
+                                                        "local"))
+        assert result.is_error is not _valid(name, arguments), (name, arguments, result.output)
+        if result.is_error:
+            assert result.output.startswith(f"{name}: ") and result.metadata["error"] in (
+                "INVALID_ARGUMENTS", "UNKNOWN_SNAPSHOT")
+
+    try:
+        check()
+        assert describe(work) == before
+    finally:
+        loop.run_until_complete(toolkit.close())
+        loop.close()
