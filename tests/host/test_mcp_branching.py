@@ -65,9 +65,11 @@ async def test_without_the_flag_the_tools_are_not_listed_and_a_call_says_why(wor
 
 
 async def test_snapshot_changes_restore_leave_exactly_the_snapshots_tree(
-        work: Path, store: Path) -> None:
+        work: Path, store: Path, tmp_path: Path) -> None:
     before = describe(work)
-    async with Client(stdio_params(work, "--branching")) as session:
+    config = tmp_path / "jobs.json"  # a bash call without a timeout becomes a job after 300 ms
+    config.write_text(json.dumps({"timeout_policy": "detach", "default_timeout_ms": 300}))
+    async with Client(stdio_params(work, "--branching", "--config", str(config))) as session:
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         assert set(tools) >= BRANCHING
         assert tools["restore"].annotations and tools["restore"].annotations.destructive_hint
@@ -78,7 +80,7 @@ async def test_snapshot_changes_restore_leave_exactly_the_snapshots_tree(
         assert facts["id"] in text(taken) and "not carried" in text(taken)
         changed = await session.call_tool("bash", {"command": (
             "rm -r src/empty link && echo v2 > src/app.py && chmod 600 run.sh && mkdir new && "
-            "echo x > new/f && ln -s /etc top")})
+            "echo x > new/f && ln -s /etc top"), "timeout": 60_000})
         assert not changed.is_error, text(changed)
         assert describe(work) != before
         restored = await session.call_tool("restore", {"snapshot": facts["id"]})
@@ -87,6 +89,14 @@ async def test_snapshot_changes_restore_leave_exactly_the_snapshots_tree(
         assert done["snapshot"] == facts["id"] and done["processes"] == "not carried"
         assert done["removed"] >= 2 and done["written"] >= 2
         assert f"{done['written']} files written" in text(restored)
+        assert describe(work) == before and "Ended" not in text(restored)
+
+        started = await session.call_tool("bash", {"command": "touch late; sleep 300"})
+        job = structured(started)["metadata"].get("jobId")
+        assert job, text(started)
+        restored = await session.call_tool("restore", {"snapshot": facts["id"]})
+        assert structured(restored)["metadata"]["restore"]["ended_jobs"] == [job]
+        assert f"Ended the running jobs {job} first" in text(restored)
         assert describe(work) == before
 
         bad = await session.call_tool("restore", {"snapshot": "0123456789abcdef0123"})
@@ -104,7 +114,8 @@ async def test_snapshot_changes_restore_leave_exactly_the_snapshots_tree(
         assert structured(refused)["metadata"]["error"] == "UNKNOWN_SNAPSHOT"
 
         # a tampered object: refused by its digest before anything changed
-        await session.call_tool("bash", {"command": "echo v3 > src/app.py; rm run.sh"})
+        await session.call_tool("bash", {"command": "echo v3 > src/app.py; rm run.sh",
+                                         "timeout": 60_000})
         now = describe(work)
         for stored in (store / "objects").rglob("*"):
             if stored.is_file():
@@ -114,18 +125,6 @@ async def test_snapshot_changes_restore_leave_exactly_the_snapshots_tree(
         assert tampered.is_error and "does not match its digest" in text(tampered)
         assert structured(tampered)["metadata"]["failure"] == "could_not_run"
         assert describe(work) == now
-
-
-async def test_a_restore_ends_running_jobs_and_says_which(work: Path, tmp_path: Path) -> None:
-    config = tmp_path / "jobs.json"  # a command still running after 300 ms becomes a job
-    config.write_text(json.dumps({"timeout_policy": "detach", "default_timeout_ms": 300}))
-    async with Client(stdio_params(work, "--branching", "--config", str(config))) as session:
-        snap = structured(await session.call_tool("snapshot", {}))["metadata"]["snapshot"]
-        started = await session.call_tool("bash", {"command": "sleep 300"})
-        assert structured(started)["metadata"].get("jobId"), text(started)
-        restored = await session.call_tool("restore", {"snapshot": snap["id"]})
-        ended = structured(restored)["metadata"]["restore"]["ended_jobs"]
-        assert len(ended) == 1 and f"Ended the running jobs {ended[0]}" in text(restored)
 
 
 async def test_fork_children_are_sandboxes_of_their_own_and_a_branch_comes_home(
