@@ -19,6 +19,7 @@ from ..support.cli import TOOLSEAM, Server
 from ..support.trees import describe
 
 REPO = Path(__file__).resolve().parents[2]
+NOBODY = 65534
 
 
 @pytest.fixture(autouse=True)
@@ -105,6 +106,13 @@ def test_bad_input_is_one_line_naming_it_and_changes_nothing(
         assert "Traceback" not in err and out == ""
     assert describe(work) == now
     assert not (tmp_path / "missing").exists()
+
+    manifest = tmp_path / "store" / "manifests" / f"{snap['id']}.json"
+    os.chown(manifest, NOBODY, NOBODY)  # a snapshot planted by another user: never read
+    assert main(["restore", snap["id"], "--base-dir", str(work)]) == 3
+    out, err = capsys.readouterr()
+    assert "could not run" in err and "not this user's" in err and snap["id"] in err, err
+    assert describe(work) == now
 
 
 def _serve(*args: str) -> subprocess.Popen[str]:

@@ -27,6 +27,7 @@ from ..support.mcp import client, start_http, stdio_params, stop, text, tokens_f
 from ..support.trees import describe
 
 BRANCHING = {"snapshot", "restore", "fork"}
+NOBODY = 65534
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +125,10 @@ async def test_snapshot_changes_restore_leave_exactly_the_snapshots_tree(
         tampered = await session.call_tool("restore", {"snapshot": facts["id"]})
         assert tampered.is_error and "does not match its digest" in text(tampered)
         assert structured(tampered)["metadata"]["failure"] == "could_not_run"
+        assert describe(work) == now
+        os.chown(store / "manifests" / f"{facts['id']}.json", NOBODY, NOBODY)  # another user's
+        planted = await session.call_tool("restore", {"snapshot": facts["id"]})
+        assert planted.is_error and "not this user's" in text(planted)
         assert describe(work) == now
 
 
