@@ -1,8 +1,9 @@
 """``toolseam mcp --branching`` driven by the official MCP client (issue 48, front ends): the
 tools are there only with the flag; snapshot → changes → restore leaves exactly the snapshot's
 tree; a bad id, a snapshot taken outside this server, another client's snapshot, a tampered
-store entry and a manifest another user planted are refused by name with nothing changed; a fork's children are handle sandboxes
-of their own, and a branch comes home by snapshot + restore."""
+store entry and a manifest another user planted are refused by name with nothing changed; a
+fork's children are handle sandboxes of their own, and a branch comes home by snapshot +
+restore."""
 
 from __future__ import annotations
 
