@@ -3,6 +3,7 @@ the test starts and ends, and the backend that reaches it through the real unix 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,20 +23,27 @@ class ServerProcess:
     directory: Path
     process: subprocess.Popen[bytes]
 
-    def backend(self, workspace: Path | str, **options: object) -> RemoteBackend:
-        """A client session hosting the host backend in ``workspace`` on this server."""
+    def backend(self, workspace: Path | str, kind: str = "host", **options: object
+                ) -> RemoteBackend:
+        """A client session hosting a ``kind`` backend (the host's by default) in
+        ``workspace`` on this server."""
         return RemoteBackend(transport=UnixTransport(self.directory),
-                             hosted=HostedSpec(kind="host",
+                             hosted=HostedSpec(kind=kind,
                                                options={"workspace": str(workspace), **options}))
 
 
 @contextmanager
-def remote_server() -> Iterator[ServerProcess]:
+def remote_server(snapshots: Path | None = None) -> Iterator[ServerProcess]:
     """The server, once its socket is there (it appears only when listening); SIGTERM and a
-    wait at the end (SIGKILL if it does not go), so no server outlives its test."""
+    wait at the end (SIGKILL if it does not go), so no server outlives its test.
+    ``snapshots``: the server's own snapshot store (``TOOLSEAM_SNAPSHOTS``), apart from the
+    test's."""
     directory = Path(tempfile.mkdtemp(prefix="toolseam-remote-")) / "server"
+    env = dict(os.environ)
+    if snapshots is not None:
+        env["TOOLSEAM_SNAPSHOTS"] = str(snapshots)
     process = subprocess.Popen([sys.executable, "-m", "toolseam.backends.remote.serve",
-                                str(directory)], stderr=subprocess.PIPE)
+                                str(directory)], stderr=subprocess.PIPE, env=env)
     try:
         deadline = time.monotonic() + patience(30)
         while not (directory / "socket").exists():

@@ -17,7 +17,7 @@ from toolseam.backends.remote import HostedSpec, LoopbackTransport, RemoteBacken
 from toolseam.backends.remote.client import remote_class
 from toolseam.backends.remote.codec import dumps, loads
 from toolseam.seam import errors, interactive
-from toolseam.seam.capabilities import InteractiveProcesses, supports
+from toolseam.seam.capabilities import Branching, InteractiveProcesses, ResourceUsage, supports
 from toolseam.seam.handle import AttachError
 from toolseam.seam.models import COULD_NOT_RUN_CAUSES
 from toolseam.seam.protocol import BuiltinExec, WorkspaceTransfer
@@ -31,8 +31,9 @@ def _coroutines(protocol: type) -> set[str]:
 def test_every_coroutine_of_the_forwarded_protocols_is_one_row() -> None:
     expected = set().union(*(_coroutines(p) for p in (*ops.REQUIRED, *ops.OPTIONAL)))
     assert [op.name for op in ops.TABLE] == list(ops.BY_NAME) and set(ops.BY_NAME) == expected
-    assert {op.name for op in ops.TABLE if op.shape != "call"} == {"start", "upload", "download",
-                                                                   "open_egress"}
+    assert {op.name for op in ops.TABLE if op.shape != "call"} == {
+        "start", "upload", "download", "open_egress", "snapshot_files", "restore_files",
+        "resource_usage"}
 
 
 async def _unused(*args: object) -> Any:
@@ -41,7 +42,8 @@ async def _unused(*args: object) -> Any:
 
 def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     held = ops.declared_capabilities(HostBackend)
-    assert held == {"WorkspaceTransfer", "InteractiveProcesses", "Egress"}
+    assert held == {"WorkspaceTransfer", "InteractiveProcesses", "Egress", "Branching",
+                    "ResourceUsage"}
     full, bare = remote_class(held), remote_class(frozenset())
     for name in ops.BY_NAME:
         method = getattr(full, name)
@@ -56,6 +58,10 @@ def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     assert isinstance(none, BuiltinExec)
     assert not supports(none, WorkspaceTransfer) and not hasattr(none, "pty_start")
     assert hasattr(probe, "open_egress") and not hasattr(none, "open_egress")
+    # Branching's synchronous three are the client's own, there only with the capability
+    assert supports(probe, Branching) and supports(probe, ResourceUsage)
+    assert all(hasattr(probe, name) and not hasattr(none, name)
+               for name in ("branch_backend", "branch_home", "home_stamps"))
 
 
 HOST_ERRORS = [found for module in (errors, interactive) for found in vars(module).values()

@@ -284,9 +284,10 @@ class Branching(Protocol):
             CouldNotRunError: a stored entry does not match its digest.
         """
 
-    def branch_home(self, root: str) -> str:
+    def branch_home(self, root: str) -> str | None:
         """The directory on this machine a kept branch of the session whose base dir is
-        ``root`` comes home to (``keep()``)."""
+        ``root`` comes home to (``keep()``); None when the session's files are not on this
+        machine (a remote session: its branches are kept by snapshot and restore)."""
 
     def home_stamps(self) -> dict[str, tuple[int, int] | None] | None:
         """Each name's (size, mtime_ns) in the home directory when it was last in step with

@@ -52,6 +52,7 @@ class Branches:
         self.options = dict(options)  # the Toolkit arguments a child gets too
         self.private_workspace: str | None = None
         self.home: str | None = None  # the parent's host dir, for keep()
+        self.forked = False  # made by fork(): keep() has a home, unless the parent's is remote
         self.home_stamps: Callable[[], dict[str, tuple[int, int] | None] | None] = \
             lambda: None  # the parent's, for keep(): Branching.home_stamps
         self.filled = False  # the backend's workspace holds the start snapshot already (fork)
@@ -111,8 +112,8 @@ class Branches:
         return list(await asyncio.gather(*(self._child(tk, capability, snap, home, number)
                                            for number in range(1, n + 1))))
 
-    async def _child(self, tk: Toolkit, capability: Branching, snap: Snapshot, home: str,
-                     number: int) -> Toolkit | CouldNotRunError:
+    async def _child(self, tk: Toolkit, capability: Branching, snap: Snapshot,
+                     home: str | None, number: int) -> Toolkit | CouldNotRunError:
         child: Toolkit | None = None
         try:
             workspace = new_branch_workspace()
@@ -127,6 +128,7 @@ class Branches:
             child._branches.private_workspace = workspace
             child._branches.filled = True
             child._branches.home = home
+            child._branches.forked = True
             child._branches.home_stamps = capability.home_stamps
             await child.open()
             return child
@@ -141,6 +143,10 @@ class Branches:
             return failed
 
     async def keep(self, tk: Toolkit) -> SyncReport:
+        if self.forked and self.home is None:
+            raise ConfigurationError(f"keep: this branch's parent keeps its files on another "
+                                     f"machine ({tk.backend.name}); snapshot this branch and "
+                                     "restore that snapshot in the parent instead")
         if self.home is None or self.start is None or self.private_workspace is None:
             raise ConfigurationError("keep: only a session made by fork() has a home to bring "
                                      "its workspace to")

@@ -9,6 +9,11 @@ the class of each instance is chosen once, at construction, from what the hosted
 (``ops.declared_capabilities``), and the server confirms them at open — a mismatch is refused,
 never papered over.
 
+Branching crosses too (decision 445): a snapshot lands in this user's store
+(``snapshots.py``), a restore pushes it to the server first, and a fork's child is a new
+session of the same server (``Transport.another``) opened from the snapshot by the hosted
+kind's own ``branch_backend``; its files live on the server, so ``keep()`` has no home here.
+
 A server that goes away (crashed, killed, its machine lost) ends the session: the call in
 flight and every later one raise ``CouldNotRunError(cause="sandbox_lost")`` saying the call
 may have run there. Nothing is retried: a call that ran twice is worse than one that failed.
@@ -24,11 +29,14 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from ...seam.capabilities import SandboxUsage
 from ...seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
 from ...seam.models import SandboxInfo
 from .. import backend_class
 from ..agentlink.errors import map_seam_error
-from . import ops, workspace
+from ..snapshots import Restored, Snapshot
+from ..snapshots.capture import Known
+from . import ops, snapshots, workspace
 from .egress import ClientEgress
 from .spec import HostedSpec
 from .transport import OnEvent, Transport, TransportLost
@@ -40,7 +48,8 @@ class RemoteBackend:
 
     name = "remote"
 
-    def __new__(cls, *, transport: Transport, hosted: HostedSpec) -> RemoteBackend:
+    def __new__(cls, *, transport: Transport, hosted: HostedSpec, branch: str | None = None
+                ) -> RemoteBackend:
         if cls is RemoteBackend:  # the class with the hosted kind's capabilities, chosen once
             cls = remote_class(ops.declared_capabilities(backend_class(hosted.kind)))
         return super().__new__(cls)
@@ -48,8 +57,11 @@ class RemoteBackend:
     capabilities: frozenset[type] = frozenset()  # seam.capabilities: what supports() reads
     capability_names: frozenset[str] = frozenset()  # the same, as the wire names them
 
-    def __init__(self, *, transport: Transport, hosted: HostedSpec) -> None:
-        self.transport, self.hosted = transport, hosted
+    def __init__(self, *, transport: Transport, hosted: HostedSpec, branch: str | None = None
+                 ) -> None:
+        """``branch``: a snapshot id of this user's store the session opens from (a fork's
+        child, made by ``branch_backend``)."""
+        self.transport, self.hosted, self.branch = transport, hosted, branch
         self.session_id = uuid.uuid4().hex
         self._secret = secrets.token_urlsafe(32)
         self._info: SandboxInfo | None = None
@@ -73,7 +85,11 @@ class RemoteBackend:
         self._check_open()
         async with self._opening:
             if self._info is None:
-                info, held = await self._send("open", {"spec": self.hosted.model_dump()})
+                opening: dict[str, Any] = {"spec": self.hosted.model_dump()}
+                if self.branch is not None:  # the snapshot first, then the open from it
+                    await snapshots.push(self._send, self.branch)
+                    opening["branch"] = self.branch
+                info, held = await self._send("open", opening)
                 if frozenset(held) != self.capability_names:
                     await self.close()
                     raise CouldNotRunError(
@@ -146,6 +162,10 @@ class RemoteBackend:
         """One row of the table, its arguments bound by the protocol's signature."""
         if op.name == "release" and self._closed:
             return None  # the session's close released every job
+        if op.shape == "usage":  # measured only while open; never opens the session
+            if self._info is None or self._closed or self._over is not None:
+                return SandboxUsage()
+            return _usage(await self._send(op.name, arguments))
         self._check_open()
         if self._info is None:
             await self.open()
@@ -167,7 +187,28 @@ class RemoteBackend:
                 raise ConfigurationError(f"download: {local} exists")
             archive = await self._send(op.name, {"src": arguments["src"]})
             return await workspace.download_result(archive, local)
+        if op.shape == "snapshot":  # into this user's store
+            return Snapshot.of(await snapshots.fetch(self._send,
+                                                     await self._send(op.name, arguments)))
+        if op.shape == "restore":  # this user's snapshot, on the server first
+            await snapshots.push(self._send, arguments["snapshot_id"])
+            done = await self._send(op.name, arguments)
+            return Restored(int(done["written"]), int(done["removed"]), Known())
         return await self._send(op.name, arguments)
+
+
+def _usage(figures: Any) -> SandboxUsage:
+    """The server's figures, each of its type or None — never a guess."""
+    given = figures if isinstance(figures, dict) else {}
+
+    def number(name: str, kind: type | tuple[type, ...]) -> Any:
+        value = given.get(name)
+        return value if isinstance(value, kind) and not isinstance(value, bool) else None
+    seconds = number("cpu_seconds", (float, int))
+    return SandboxUsage(cpu_seconds=None if seconds is None else float(seconds),
+                        memory_bytes=number("memory_bytes", int),
+                        memory_peak_bytes=number("memory_peak_bytes", int),
+                        pids=number("pids", int))
 
 
 Method = Callable[..., Coroutine[Any, Any, Any]]
@@ -195,6 +236,24 @@ def _copy_back_error(self: RemoteBackend) -> CouldNotRunError | None:
     return self._copy_back_error
 
 
+def _branch_backend(self: RemoteBackend, workspace: str, snapshot_id: str
+                    ) -> tuple[RemoteBackend, None]:
+    """Branching: a new session of the same server and hosted kind, opened from the snapshot
+    there (its files are the server's; ``workspace``, a directory here, stays empty)."""
+    return type(self)(transport=self.transport.another(), hosted=self.hosted,
+                      branch=snapshot_id), None
+
+
+def _branch_home(self: RemoteBackend, root: str) -> None:
+    """Branching: none here — the session's files are the server's, so ``keep()`` cannot
+    bring a branch home on this machine (snapshot it and restore that instead)."""
+    return None
+
+
+def _home_stamps(self: RemoteBackend) -> None:
+    return None
+
+
 @functools.cache
 def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
     """The client class for a hosted backend with ``capabilities``: the rows it answers as
@@ -203,6 +262,9 @@ def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
     members: dict[str, Any] = {op.name: _forwarder(op) for op in ops.ops_for(capabilities)}
     if "WorkspaceTransfer" in capabilities:
         members["copy_back_error"] = property(_copy_back_error)
+    if "Branching" in capabilities:
+        members.update(branch_backend=_branch_backend, branch_home=_branch_home,
+                       home_stamps=_home_stamps)
     members["capabilities"] = frozenset(ops.CAPABILITIES[name] for name in capabilities)
     members["capability_names"] = capabilities
     members["__doc__"] = RemoteBackend.__doc__

@@ -8,11 +8,14 @@ A row's ``shape`` says what crosses: ``call`` — the arguments and the result, 
 ``stream`` — the same, with the callback's chunks as events (``start``'s ``on_output``);
 ``upload`` / ``download`` — a path of the client's machine, carried as a tar
 (``workspace.py``); ``egress`` — the sandbox's connections, served by the client's proxy
-(``egress.py``). A protocol's other members (``WorkspaceTransfer.copy_back_error``) are the
-client's own state.
+(``egress.py``); ``snapshot`` / ``restore`` — a snapshot carried between the server's store and
+the client user's, where it lands (``snapshots.py``, decision 445); ``usage`` — a
+``SandboxUsage`` as its fields, all None before open or once the server is gone. A protocol's
+other members (``WorkspaceTransfer.copy_back_error``, ``Branching``'s synchronous three) are
+the client's own (``client.py``).
 
 Not forwarded yet (the hosted backend's own, reachable only where it runs): durable sessions,
-exposed ports, branching, resource usage, kill from outside (docs/architecture.md).
+exposed ports, kill from outside (a synchronous call from any thread) (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -22,17 +25,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ...seam.capabilities import Egress, InteractiveProcesses
+from ...seam.capabilities import Branching, Egress, InteractiveProcesses, ResourceUsage
 from ...seam.capabilities import declared_capabilities as declared_by
 from ...seam.protocol import ExecPart, FilePart, WorkspaceTransfer
 
-Shape = Literal["call", "stream", "upload", "download", "egress"]
+Shape = Literal["call", "stream", "upload", "download", "egress", "snapshot", "restore", "usage"]
 
 # The protocols whose operations cross; the first two are every backend's (BuiltinExec).
 REQUIRED: tuple[type, ...] = (ExecPart, FilePart)
-OPTIONAL: tuple[type, ...] = (WorkspaceTransfer, InteractiveProcesses, Egress)
+OPTIONAL: tuple[type, ...] = (WorkspaceTransfer, InteractiveProcesses, Egress, Branching,
+                              ResourceUsage)
 _SHAPES: dict[str, Shape] = {"start": "stream", "upload": "upload", "download": "download",
-                             "open_egress": "egress"}
+                             "open_egress": "egress", "snapshot_files": "snapshot",
+                             "restore_files": "restore", "resource_usage": "usage"}
 
 
 @dataclass(frozen=True, slots=True)

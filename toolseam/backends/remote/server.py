@@ -9,23 +9,30 @@ Only the operations of the one table (``ops.py``) are called, each on a backend 
 its capability; every failure is an answer through the one error map, never an exception
 out of the server. A session lives as long as the connection that opened it (its
 transport's ``owner``): a client that dies leaves nothing running.
+
+A session may open from a snapshot (a fork's child, ``branch``): the client pushes the snapshot
+first (``snapshots.py``), and the hosted kind's own ``branch_backend`` makes its sandbox in a
+private workspace of this server's, removed when the session ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
+from ...seam.capabilities import Branching, branching, supports
 from ...seam.errors import ConfigurationError, HostError
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from .. import create_backend
 from ..agentlink.errors import error_answer
-from . import ops, workspace
+from ..snapshots import SnapshotStore, new_branch_workspace, remove_branch_workspace
+from . import ops, snapshots, workspace
 from .egress import EVENTS, NOT_CAPTURED, SEND, ServerEgress
 from .handshake import derived_key
 from .spec import HostedSpec
@@ -42,6 +49,16 @@ class _Session:
     capabilities: frozenset[str]
     calls: set[asyncio.Task[Any]] = field(default_factory=set)
     egress: ServerEgress = field(default_factory=ServerEgress)
+    exported: set[str] = field(default_factory=set)  # objects of the snapshots it took
+    branch_workspace: str | None = None  # opened from a snapshot: this server's private dir
+
+    async def end(self) -> None:
+        self.egress.close()
+        try:
+            await self.backend.close()
+        finally:
+            if self.branch_workspace is not None:
+                await asyncio.to_thread(remove_branch_workspace, self.branch_workspace)
 
 
 class RemoteServer:
@@ -51,6 +68,7 @@ class RemoteServer:
     def __init__(self, spool: str) -> None:
         self._sessions: dict[str, _Session] = {}
         self._opening: set[str] = set()
+        self._arrivals: dict[str, snapshots.Arrivals] = {}  # snapshots pushed, by session id
         self._spool = spool  # a private directory for workspace transfers
 
     def _session(self, sid: str, secret: str) -> _Session:
@@ -64,7 +82,10 @@ class RemoteServer:
         try:
             sid, secret, name, args, kwargs = _checked(request)
             if name == "open":
-                return ("ok", await self._open(sid, secret, kwargs.get("spec"), owner))
+                return ("ok", await self._open(sid, secret, kwargs.get("spec"), owner,
+                                               kwargs.get("branch")))
+            if name in snapshots.CARRIER_OPS:
+                return ("ok", self._carry(sid, secret, name, kwargs, owner))
             session = self._session(sid, secret)
             if name == "close":
                 return ("ok", await self._close(sid, session))
@@ -78,8 +99,29 @@ class RemoteServer:
         except Exception as exc:  # noqa: BLE001 - every failure is an answer (the one map)
             return ("err", error_answer(exc))
 
-    async def _open(self, sid: str, secret: str, given: object, owner: object
-                    ) -> tuple[Any, list[str]]:
+    def _carry(self, sid: str, secret: str, name: str, kwargs: dict[str, Any], owner: object
+               ) -> Any:
+        """A snapshot's objects out of (a session's own) or into this server's store; a push
+        may come before its session opens (a fork's child), keyed by the same id and secret."""
+        if name == snapshots.GET:
+            return snapshots.read_piece(self._session(sid, secret).exported, kwargs.get("digest"),
+                                        kwargs.get("offset"), kwargs.get("length"))
+        if sid in self._sessions:
+            self._session(sid, secret)
+        key = derived_key(secret, SESSION_LABEL)
+        arrivals = self._arrivals.get(sid)
+        if arrivals is None:
+            arrivals = self._arrivals[sid] = snapshots.Arrivals(key, owner)
+        elif not hmac.compare_digest(arrivals.key, key):
+            raise HostError(f"no session {sid[:8]}… on this server answers this secret")
+        if name == snapshots.LACKS:
+            return arrivals.lacks(kwargs.get("manifest"))
+        arrivals.put(kwargs.get("digest"), kwargs.get("offset"), kwargs.get("data"),
+                     kwargs.get("last"))
+        return None
+
+    async def _open(self, sid: str, secret: str, given: object, owner: object,
+                    branch: object = None) -> tuple[Any, list[str]]:
         if sid in self._sessions or sid in self._opening:
             raise HostError(f"session {sid[:8]}… exists on this server")
         try:
@@ -89,18 +131,29 @@ class RemoteServer:
             raise ConfigurationError(f"hosted: not a backend spec (bad or missing {fields})"
                                      ) from None
         backend = create_backend(spec.kind, **spec.options)
-        capabilities = ops.declared_capabilities(backend)
         self._opening.add(sid)  # a second open of the id while this one waits is refused
+        branch_workspace: str | None = None
         try:
+            if branch is not None:
+                backend, branch_workspace = await _branched(backend, branch)
+            capabilities = ops.declared_capabilities(backend)
             info = await backend.open()
         except BaseException:
             await asyncio.shield(backend.close())
+            if branch_workspace is not None:
+                await asyncio.to_thread(remove_branch_workspace, branch_workspace)
             raise
         finally:
             self._opening.discard(sid)
+            self._drop_arrivals(sid)
         self._sessions[sid] = _Session(derived_key(secret, SESSION_LABEL), backend, owner,
-                                       capabilities)
+                                       capabilities, branch_workspace=branch_workspace)
         return info, sorted(capabilities)
+
+    def _drop_arrivals(self, sid: str) -> None:
+        arrivals = self._arrivals.pop(sid, None)
+        if arrivals is not None:
+            arrivals.close()
 
     async def _call(self, session: _Session, name: str, args: tuple[Any, ...],
                     kwargs: dict[str, Any], emit: OnEvent | None) -> Any:
@@ -123,6 +176,15 @@ class RemoteServer:
             if op.shape == "egress":  # the client's proxy serves (egress.py); nothing captured
                 where = dict(await method(session.egress.serve, kwargs.get("ca_pem"), None))
                 return {**where, "capture": NOT_CAPTURED}
+            if op.shape == "snapshot":  # its manifest; the client fetches what it lacks
+                manifest = SnapshotStore().load((await method(*args, **kwargs)).id)
+                session.exported.update(e.digest for e in manifest.entries if e.kind == "file")
+                return manifest.dumps()
+            if op.shape == "restore":
+                done = await method(*args, **kwargs)
+                return {"written": done.written, "removed": done.removed}
+            if op.shape == "usage":
+                return dataclasses.asdict(await method())
             return await method(*args, **kwargs)
         finally:
             if task is not None:
@@ -132,8 +194,8 @@ class RemoteServer:
         """End the session; what its backend could not bring home (``copy_back_error``, as an
         error answer), or None."""
         self._sessions.pop(sid, None)
-        session.egress.close()
-        await session.backend.close()
+        self._drop_arrivals(sid)
+        await session.end()
         failure = (session.backend.copy_back_error
                    if isinstance(session.backend, WorkspaceTransfer) else None)
         return None if failure is None else error_answer(failure)
@@ -143,15 +205,35 @@ class RemoteServer:
         for sid, session in list(self._sessions.items()):
             if session.owner is owner:
                 self._sessions.pop(sid, None)
-                session.egress.close()
                 for task in list(session.calls):
                     task.cancel()
                 with contextlib.suppress(Exception):
-                    await session.backend.close()
+                    await session.end()
+        for sid, arrivals in list(self._arrivals.items()):
+            if arrivals.owner is owner:
+                self._drop_arrivals(sid)
 
     async def close(self) -> None:
         for owner in {session.owner for session in self._sessions.values()}:
             await self.drop(owner)
+
+
+async def _branched(template: BuiltinExec, snapshot_id: object) -> tuple[BuiltinExec, str]:
+    """The hosted kind's own fork of ``template`` (never opened) from a snapshot in this
+    server's store, in a private workspace of this server's; the backend and that workspace."""
+    if not isinstance(snapshot_id, str):
+        raise HostError("open: a branch is named by a snapshot id")
+    if not supports(template, Branching):
+        raise ConfigurationError(f"fork: the {template.name} backend cannot open a session "
+                                 "from a snapshot")
+    workspace_dir = await asyncio.to_thread(new_branch_workspace)
+    try:
+        backend, _ = await asyncio.to_thread(branching(template).branch_backend, workspace_dir,
+                                             snapshot_id)
+    except BaseException:
+        await asyncio.to_thread(remove_branch_workspace, workspace_dir)
+        raise
+    return backend, workspace_dir
 
 
 def _checked(request: object) -> Request:

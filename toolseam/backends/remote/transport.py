@@ -57,6 +57,10 @@ class Transport(Protocol):
     async def close(self) -> None:
         """End the connection (the server closes the sessions it opened). Idempotent."""
 
+    def another(self) -> Transport:
+        """A new transport, not yet connected, to a server that can take a sibling session
+        (a fork's child): the same server for a socket; any placement for a cluster."""
+
 
 Handler = Callable[[Request, OnEvent | None, object], Awaitable[Answer]]
 
@@ -88,3 +92,6 @@ class LoopbackTransport:
         if not self._closed:
             self._closed = True
             await self._drop(self)
+
+    def another(self) -> LoopbackTransport:
+        return LoopbackTransport(self._handle, self._drop)

@@ -161,3 +161,6 @@ class UnixTransport:
         self._closed = True
         if self._link is not None:
             await self._link.close()
+
+    def another(self) -> UnixTransport:
+        return UnixTransport(self.directory)
