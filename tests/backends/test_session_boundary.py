@@ -19,6 +19,7 @@ import pytest
 from toolseam import AttachError, CouldNotRunError, Toolkit
 from toolseam.backends import backend_for_handle
 from toolseam.backends.agentlink.durable import seal_state
+from toolseam.seam.lifetime import Durable
 from toolseam.session.durable import prepare, session_state
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import STATE_PUT
@@ -37,7 +38,8 @@ def _toolkit(engine: str, workspace: Path, **settings: object) -> Toolkit:
                        settings={"orphan_timeout_s": 30, **settings})
     name, _, mode = engine.partition(":")
     options = {"workspace_mode": "copy"} if mode else {}
-    return Toolkit(backend(name, str(workspace), **options),
+    return Toolkit(backend(name, str(workspace), lifetime=Durable(orphan_timeout_s=30),
+                           **options),
                    settings={"orphan_timeout_s": 30, **settings})
 
 
