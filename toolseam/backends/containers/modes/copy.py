@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import hashlib
 import io
-import os
 import tarfile
 import tempfile
 import time
@@ -37,16 +34,15 @@ from ....seam.errors import CouldNotRunError
 from ....seam.handle import AttachError, SessionHandle
 from ....seam.models import SyncReport
 from ...agentlink.durable import DurableChannel
-from ...staging import staging_root
-from ..bundle.staged import bundle_archive, bundle_command, bundle_digest
+from ..bundle.staged import bundle_command
+from ..bundle.volume import agent_volume_for
 from ..engine.attach import attach_channel
 from ..engine.exec_stream import exec_channel
-from ..engine.protocol import ContainerSpec, in_engine_thread
+from ..engine.protocol import in_engine_thread
 from ..engine.retry import transient_retry
 from ..janitor import recover_command
 from ..labels import (
     AGENT_MOUNT,
-    AGENT_VOLUME_LABEL,
     CLOSING_LABEL,
     KEPT_CONTAINER_LABEL,
     KEPT_LABEL,
@@ -136,7 +132,8 @@ class CopyMode:
         if lifetime.outlives_client:  # clients come and go: the agent listens for each
             self.address = f"{ADDRESS_PREFIX}{sandbox.session_id}"
             command = [*command, *lifetime.agent_args(self.address)]
-        agent_volume = await self._agent_volume(sandbox, bundle)
+        agent_volume = await in_engine_thread(lambda: agent_volume_for(
+            engine, bundle, sandbox.image, sandbox.hardening, sandbox.session_id))
         volume = self.workspace_volume = f"toolseam-ws-{sandbox.session_id}"
         await in_engine_thread(lambda: engine.create_volume(volume, labels))
         spec = sandbox.spec(command, labels, binds=[], stdin_open=not lifetime.outlives_client,
@@ -194,44 +191,6 @@ class CopyMode:
             f"{sandbox.engine_name} container {sandbox.container}")
         if old is not None:  # jobs that outlived a dropped stream keep their live output
             sandbox.channel.adopt_listeners(old)
-
-    async def _agent_volume(self, sandbox: ContainerSandbox, bundle: str) -> str:
-        """The bundle in a volume, filled once per engine and bundle (its digest is in the
-        name). A second, empty volume marks the fill complete: a fill cut short is redone."""
-        engine = sandbox.engine
-        name = f"toolseam-agent-{await in_engine_thread(lambda: bundle_digest(bundle))}"
-        ready = f"{name}-ready"
-        if await in_engine_thread(lambda: engine.volume_exists(ready)):
-            return name
-
-        def fill() -> None:
-            labels = {AGENT_VOLUME_LABEL: name}
-            # Sessions of every process on this host that meet the same empty engine fill it
-            # one at a time (the first fills, the others find it ready); an fcntl lock, since
-            # they are separate processes. Hosts sharing an engine may still fill it twice:
-            # the same bytes, and nobody uses the volume before "-ready" exists.
-            key = hashlib.sha256((engine.endpoint + name).encode()).hexdigest()[:16]
-            # The lock lives in this user's staging root: a predictable name in the shared temp
-            # dir could be made first by another local user (and held, or made a symlink).
-            with open(os.path.join(staging_root(), f"fill-{key}.lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if engine.volume_exists(ready):
-                    return
-                if not engine.volume_exists(name):
-                    engine.create_volume(name, labels)
-                helper = engine.create(ContainerSpec(
-                    image=sandbox.image, name=f"toolseam-fill-{sandbox.session_id}",
-                    command=["/opt/toolseam/never-started"], labels=labels, environment={},
-                    binds=[], hardening=sandbox.hardening, volumes=[(name, AGENT_MOUNT, False)]))
-                try:
-                    with bundle_archive(bundle) as archive:
-                        engine.put_archive(helper, AGENT_MOUNT, archive)
-                finally:
-                    engine.remove(helper)
-                engine.create_volume(ready, labels)
-
-        await in_engine_thread(fill)
-        return name
 
     # --- a dropped attach stream --------------------------------------------------------------
     async def after_drop(self, sandbox: ContainerSandbox, failure: CouldNotRunError
