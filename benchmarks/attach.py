@@ -27,15 +27,20 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from toolseam import Toolkit
+from toolseam.seam.lifetime import Durable
 
-SETTINGS = {"orphan_timeout_s": 60}
+ORPHAN_S = 60.0
+SETTINGS = {"orphan_timeout_s": ORPHAN_S}
 
 
-def _backend(engine: str, workspace: str) -> Any:
+def _backend(engine: str, workspace: str, durable: bool = False) -> Any:
+    """The host by name (the toolkit builds it with the settings' lifetime); an engine's
+    backend built here, with its lifetime (seam/lifetime.py)."""
     if engine == "host":
         return "host"
-    from tests.engines import backend
-    return backend(engine, workspace)
+    from tests.support.engines import backend
+    return backend(engine, workspace,
+                   **({"lifetime": Durable(orphan_timeout_s=ORPHAN_S)} if durable else {}))
 
 
 def _attach_options(engine: str) -> dict[str, Any]:
@@ -48,7 +53,7 @@ def _attach_options(engine: str) -> dict[str, Any]:
 
 async def per_call(engine: str, workspace: str, calls: int) -> tuple[float, float]:
     """p50 µs of ``bash true`` on a durable session and on an ordinary one, alternated."""
-    durable = Toolkit(_backend(engine, workspace),
+    durable = Toolkit(_backend(engine, workspace, durable=True),
                       base_dir=workspace if engine == "host" else None, settings=SETTINGS)
     plain = Toolkit(_backend(engine, workspace), base_dir=workspace if engine == "host" else None)
     times: dict[int, list[float]] = {0: [], 1: []}
@@ -69,8 +74,8 @@ async def per_call(engine: str, workspace: str, calls: int) -> tuple[float, floa
 async def measure(engine: str, workspace: str, rounds: int) -> tuple[float, float, float]:
     attach: list[float] = []
     fresh: list[float] = []
-    tk = Toolkit(_backend(engine, workspace), base_dir=workspace if engine == "host" else None,
-                 settings=SETTINGS)
+    tk = Toolkit(_backend(engine, workspace, durable=True),
+                 base_dir=workspace if engine == "host" else None, settings=SETTINGS)
     await tk.open()
     handle = await tk.detach()
     for _ in range(rounds):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from toolseam import SandboxLimits, SandboxPool, Toolkit
+from toolseam.seam.lifetime import Durable
 
 from ..support.egress_servers import Seen, UpstreamCA, make_test_ca, web_server
 from ..support.engines import ENGINES, EVERY_BACKEND, backend
@@ -44,7 +45,8 @@ async def test_egress_goes_on_after_an_attach(engine: str, workspace: Path,
                 "egress_credentials": [{"host": "secure.test", "header": "Authorization",
                                         "value_env": "DURABLE_EGRESS_AUTH"}]}
     chosen = "host" if engine == "host" else backend(engine, str(workspace),
-                                                    limits=SandboxLimits(network="egress"))
+                                                    limits=SandboxLimits(network="egress"),
+                                                    lifetime=Durable(orphan_timeout_s=30))
     url = f"https://secure.test:{port}/private"
     tools = Toolkit(chosen, base_dir=str(workspace) if engine == "host" else None,
                     settings=settings)

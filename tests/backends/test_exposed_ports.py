@@ -27,6 +27,7 @@ from toolseam.backends.agentlink.peer_uid import connecting_uid
 from toolseam.backends.agentlink.ports import PortMux
 from toolseam.backends.host import HostBackend
 from toolseam.seam.capabilities import ExposedPort, ExposedPorts, supports
+from toolseam.seam.lifetime import Durable
 from toolseam.session.raw import RawSandbox
 from toolseam.testing.fake import FakeBackend
 
@@ -118,7 +119,9 @@ def _toolkit(engine: str, workspace: Path, **settings: Any) -> Toolkit:
     if engine == "host":
         return Toolkit("host", base_dir=str(workspace), settings=settings or None)
     endpoint(engine)  # a missing engine: a visible skip (a failure in CI)
-    return Toolkit(engine_backend(engine, str(workspace)), settings=settings or None)
+    orphan_s = float(settings.get("orphan_timeout_s") or 0)  # type: ignore[arg-type]
+    lifetime = {"lifetime": Durable(orphan_timeout_s=orphan_s)} if orphan_s else {}
+    return Toolkit(engine_backend(engine, str(workspace), **lifetime), settings=settings or None)
 
 
 @pytest.fixture(params=EVERY_BACKEND)  # the remote engines: copy mode, "another machine"

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from toolseam import Toolkit
+from toolseam.seam.lifetime import Durable
 from toolseam.session.interactive import (
     InteractiveLimitError,
     InteractiveUnsupportedError,
@@ -40,7 +41,9 @@ def _toolkit(engine: str, workspace: Path, **settings: object) -> Toolkit:
     if engine == "host":
         return Toolkit("host", base_dir=str(workspace), settings=settings or None)
     endpoint(engine)
-    return Toolkit(engine_backend(engine, str(workspace)), settings=settings or None)
+    orphan_s = float(settings.get("orphan_timeout_s") or 0)  # type: ignore[arg-type]
+    lifetime = {"lifetime": Durable(orphan_timeout_s=orphan_s)} if orphan_s else {}
+    return Toolkit(engine_backend(engine, str(workspace), **lifetime), settings=settings or None)
 
 
 @pytest.fixture(params=LOCAL + REMOTE)

@@ -19,7 +19,8 @@ import pytest
 from toolseam import AttachError, CouldNotRunError, Toolkit
 from toolseam.backends import backend_for_handle
 from toolseam.backends.agentlink.durable import seal_state
-from toolseam.session.durable import prepare, session_state
+from toolseam.seam.lifetime import Durable
+from toolseam.session.durable import session_state
 from toolseam_agent.attach_auth import KEY_VAR, agent_key
 from toolseam_agent.session_socket import STATE_PUT
 
@@ -37,7 +38,8 @@ def _toolkit(engine: str, workspace: Path, **settings: object) -> Toolkit:
                        settings={"orphan_timeout_s": 30, **settings})
     name, _, mode = engine.partition(":")
     options = {"workspace_mode": "copy"} if mode else {}
-    return Toolkit(backend(name, str(workspace), **options),
+    return Toolkit(backend(name, str(workspace), lifetime=Durable(orphan_timeout_s=30),
+                           **options),
                    settings={"orphan_timeout_s": 30, **settings})
 
 
@@ -282,7 +284,7 @@ async def test_state_rewritten_inside_is_refused_at_attach(engine: str, workspac
     assert refused.value.reason == "tampered"
     assert "changed it" in str(refused.value)
     # nothing was stopped, and the session is still its owner's to end
+    # built to attach to the handle's session (its lifetime: Durable.attaching(handle))
     owner = backend_for_handle(handle, dict(options.get("backend_options") or {}))  # type: ignore[arg-type]
-    prepare(owner, handle.secret, 0, adopt=handle)
     await owner.open()
     await owner.close()

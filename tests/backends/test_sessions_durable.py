@@ -27,6 +27,7 @@ from toolseam import (
     Toolkit,
 )
 from toolseam.backends.agentlink.durable import DurableChannel
+from toolseam.seam.lifetime import Durable
 
 from ..support.engines import LOCAL_BACKENDS, REMOTE_ENGINES, backend, endpoint
 from ..support.processes import host_survivors
@@ -40,7 +41,8 @@ EVERY_LINE = "".join(f"line-{i}\n" for i in range(1, 41)) + "done\n"
 
 
 def _toolkit(engine: str, workspace: Path, orphan_s: float = 30, **settings: object) -> Toolkit:
-    chosen = "host" if engine == "host" else backend(engine, str(workspace))
+    chosen = "host" if engine == "host" else backend(
+        engine, str(workspace), lifetime=Durable(orphan_timeout_s=orphan_s))
     return Toolkit(chosen, base_dir=str(workspace) if engine == "host" else None,
                    settings={"orphan_timeout_s": orphan_s, "timeout_policy": "detach",
                              "default_timeout_ms": 60_000, **settings})
@@ -313,8 +315,8 @@ def test_sync_toolkit_detaches_and_attaches(tmp_path: Path) -> None:
 
 async def test_a_host_agent_without_a_pid_namespace_outlives_its_client_too(
         tmp_path: Path) -> None:
-    tk = Toolkit(HostBackend(str(tmp_path), pid_namespace=False),
-                 settings={"orphan_timeout_s": 30})
+    tk = Toolkit(HostBackend(str(tmp_path), pid_namespace=False,
+                             lifetime=Durable(orphan_timeout_s=30)))
     await tk.open()
     assert tk.info is not None and tk.info.pid_namespace is False
     handle = await tk.detach()

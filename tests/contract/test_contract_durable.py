@@ -1,18 +1,20 @@
 """A durable session (one that outlives its client, docs/sessions.md) is held to the same
 contract as an ordinary one: the whole suite, on the host and on every engine in both
-workspace modes, with the backend made durable before it opens — as ``Toolkit`` does when
-``orphan_timeout_s`` is above 0. The pooled sessions' run is ``test_pool_contract.py``."""
+workspace modes, with the backend built durable (``lifetime=Durable(...)``) — as ``Toolkit``
+builds it when ``orphan_timeout_s`` is above 0. The pooled sessions' run is
+``test_pool_contract.py``."""
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from toolseam.backends.host import HostBackend
 from toolseam.seam.capabilities import DurableSessions, durable_sessions, supports
 from toolseam.seam.errors import ConfigurationError
+from toolseam.seam.lifetime import Durable
 from toolseam.seam.protocol import BuiltinExec
 from toolseam.testing.contract import (
     ExecContract,
@@ -31,23 +33,23 @@ from ..support.ray_cluster import RAY_TESTS
 from ..support.ray_contract import RayBinding
 
 
-def _made_durable(backend: BuiltinExec) -> BuiltinExec:
-    durable_sessions(backend).make_durable(secrets.token_urlsafe(32), 120.0)
-    return backend
+def _lifetime() -> Durable:
+    return Durable(orphan_timeout_s=120.0)
 
 
 class _Durable:
-    """Mixed in before a binding: its backend, made durable."""
+    """Mixed in before a binding: its backend, built durable."""
 
-    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
-        backend, base = await super().make_backend(host_dir)  # type: ignore[misc]
-        return _made_durable(backend), base
+    def backend_options(self) -> dict[str, Any]:
+        return {"lifetime": _lifetime()}
 
 
 class TestDurableHost(FileContract, ListingContract, ExecContract, ProcessTreeContract,
                       HostDirContract, JobContract, HostileContract):
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
-        return _made_durable(HostBackend(str(host_dir))), str(host_dir)
+        backend = HostBackend(str(host_dir), lifetime=_lifetime())
+        assert supports(backend, DurableSessions) and isinstance(backend.lifetime, Durable)
+        return backend, str(host_dir)
 
     async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
         return host_survivors(marker)

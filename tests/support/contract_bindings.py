@@ -51,8 +51,12 @@ class ContainerBinding(FileContract, ListingContract, ExecContract, ProcessTreeC
     def host_root(self, tmp_path: Path) -> Path:
         return shared_dir()
 
+    def backend_options(self) -> dict[str, Any]:
+        """More options of the backend (a durable binding's ``lifetime``)."""
+        return {}
+
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
-        return backend(self.engine, str(host_dir)), "/workspace"
+        return backend(self.engine, str(host_dir), **self.backend_options()), "/workspace"
 
     async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
         return host_survivors(marker)  # container processes are host processes in another pid ns
@@ -66,8 +70,12 @@ class CopyModeBinding(FileContract, ListingContract, ExecContract, ProcessTreeCo
     def host_root(self, tmp_path: Path) -> Path:
         return shared_dir()
 
+    def backend_options(self) -> dict[str, Any]:
+        """More options of the backend (a durable binding's ``lifetime``)."""
+        return {}
+
     async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
-        made = backend(self.engine, str(host_dir))
+        made = backend(self.engine, str(host_dir), **self.backend_options())
         assert made.workspace_mode == "copy"  # type: ignore[attr-defined]
         return made, "/workspace"
 

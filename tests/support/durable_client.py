@@ -18,12 +18,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.support.engines import backend
 from toolseam import Toolkit
+from toolseam.seam.lifetime import Durable
 
 COMMAND = "for i in $(seq 1 40); do echo line-$i; sleep 0.1; done; echo done"
 
 
 async def main(engine: str, workspace: str, form: str, orphan_s: str, tag: str = "") -> None:
-    chosen = "host" if engine == "host" else backend(engine, workspace)
+    chosen = "host" if engine == "host" else backend(
+        engine, workspace, lifetime=Durable(orphan_timeout_s=float(orphan_s)))
     tk = Toolkit(chosen, base_dir=workspace if engine == "host" else None,
                  settings={"orphan_timeout_s": float(orphan_s), "timeout_policy": "detach",
                            "default_timeout_ms": 60_000})

@@ -21,9 +21,10 @@ from pydantic import AfterValidator, WithJsonSchema
 
 from .._extras import install_hint
 from ..policy.limits import SandboxLimits
-from ..seam.capabilities import DurableSessions, declared_capabilities
+from ..seam.capabilities import DurableSessions, declared_capabilities, supports
 from ..seam.errors import BackendUnavailable, ConfigurationError
 from ..seam.handle import AttachError, SessionHandle
+from ..seam.lifetime import EPHEMERAL, BackendLifetime, Durable
 from ..seam.protocol import BuiltinExec
 
 
@@ -159,10 +160,15 @@ def check_backend_options(name: str, cls: type, options: Mapping[str, Any]) -> N
 
 
 def backend_for(name: str, base_dir: str | None, limits: SandboxLimits,
-                options: Mapping[str, Any], pull: str = "missing") -> BuiltinExec:
+                options: Mapping[str, Any], pull: str = "missing",
+                lifetime: BackendLifetime = EPHEMERAL) -> BuiltinExec:
     """The backend a ``Toolkit`` builds from a name: the host works in the base dir; container
-    engines get the session's limits (the host backend has no engine to enforce them)."""
+    engines get the session's limits (the host backend has no engine to enforce them). A
+    backend that keeps sessions past their client is built with the session's ``lifetime``
+    (one that keeps none is built as it is: the session refuses a durable lifetime at open)."""
     chosen = dict(options)
+    if isinstance(lifetime, Durable) and supports(backend_class(name), DurableSessions):
+        chosen.setdefault("lifetime", lifetime)
     if not backend_kind(name).contained:
         if base_dir:
             chosen.setdefault("workspace", os.path.expanduser(base_dir))

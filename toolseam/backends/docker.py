@@ -16,6 +16,7 @@ except ModuleNotFoundError as exc:
                              f"{install_hint('docker')}") from None
 
 from ..policy.limits import SandboxLimits
+from ..seam.lifetime import EPHEMERAL, BackendLifetime
 from .containers.backend import ContainerBackend
 from .containers.engine.attach import TlsFiles
 from .containers.engine.protocol import Hardening
@@ -56,7 +57,8 @@ class DockerBackend(ContainerBackend):
                  copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None,
                  copy_keep_group_write: bool = False, setid_files: SetidFiles = None,
-                 provisioning: Pooled | None = None) -> None:
+                 provisioning: Pooled | None = None,
+                 lifetime: BackendLifetime = EPHEMERAL) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (with ``tls``, or docker's own
         ``DOCKER_TLS_VERIFY``/``DOCKER_CERT_PATH``), ``https://`` or
         ``ssh://[user@]host[:port][/path/to/docker.sock]`` (through the system's ssh); default
@@ -65,13 +67,15 @@ class DockerBackend(ContainerBackend):
         they are dropped; set-id and sticky bits never come). ``setid_files``: whether commands
         may make set-user/group-ID files — None, the mode's default: yes in copy mode (they
         never come home), no in bind mode; "allow" in bind mode only where container root is
-        not host root (rootless podman); "refuse" everywhere (docs/security.md, decision 146)."""
+        not host root (rootless podman); "refuse" everywhere (docs/security.md, decision 146).
+        ``lifetime``: ``Ephemeral`` (default) or ``Durable`` — a session that outlives its
+        client (``seam/lifetime.py``), chosen here, never changed after."""
         options = ContainerOptions(
             image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
             on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
             copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
             copy_keep_group_write=copy_keep_group_write, setid_files=setid_files,
-            provisioning=provisioning)
+            provisioning=provisioning, lifetime=lifetime)
         super().__init__(docker_engine(endpoint, tls), "docker", os.path.abspath(workspace),
                          options)
 

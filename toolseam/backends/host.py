@@ -27,6 +27,7 @@ import shutil
 import socket
 import sys
 from collections import deque
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..seam.capabilities import (
@@ -38,6 +39,7 @@ from ..seam.capabilities import (
 )
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.handle import SessionHandle
+from ..seam.lifetime import EPHEMERAL, BackendLifetime, Durable, Ephemeral
 from ..seam.models import SandboxInfo, SyncReport
 from ..seam.protocol import WorkspaceTransfer
 from .agentlink.channel import AgentChannel
@@ -52,20 +54,29 @@ from .snapshots import LocalSnapshots
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
 
+# The agent each lifetime runs (``seam/lifetime.py``), chosen once when the backend is built:
+# a third lifetime is one module beside host_durable.py and one row here.
+AGENTS: dict[type, Callable[[str, Any], LocalAgent | DurableHostAgent]] = {
+    Ephemeral: lambda python, lifetime: LocalAgent(python),
+    Durable: lambda python, lifetime: DurableHostAgent(python, lifetime),
+}
+
 
 class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
     """Runs on this machine. ``pid_namespace``: True requires one, False never tries,
     None (default) uses one when the system allows it. ``network``: ``"host"`` (default)
     leaves commands this machine's network; ``"egress"`` gives them a network namespace of
     their own with loopback alone, and the session's proxy as the only way out (it requires the
-    namespaces: refused at open where the host cannot make them)."""
+    namespaces: refused at open where the host cannot make them). ``lifetime``: ``Ephemeral``
+    (default) or ``Durable`` — a session that outlives its client (``seam/lifetime.py``)."""
 
     name = "host"
     capabilities: ClassVar[frozenset[type]] = ComposedBackend.capabilities | {
         DurableSessions, Branching, SandboxKill, ResourceUsage, WorkspaceTransfer}
 
     def __init__(self, workspace: str | None = None, *, pid_namespace: bool | None = None,
-                 python: str | None = None, network: str = "host") -> None:
+                 python: str | None = None, network: str = "host",
+                 lifetime: BackendLifetime = EPHEMERAL) -> None:
         super().__init__(LocalFiles(self._opened_agent), AgentExec(self._agent))
         self.workspace = os.path.abspath(workspace or os.getcwd())
         if network not in ("host", "egress"):
@@ -76,7 +87,11 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
                                      "namespaces; pid_namespace=False cannot have it")
         self.network = network
         self._want_namespace = True if network == "egress" else pid_namespace
-        self.agent: LocalAgent | DurableHostAgent = LocalAgent(python or sys.executable)
+        if type(lifetime) not in AGENTS:
+            raise ConfigurationError("host backend: lifetime must be toolseam.seam.lifetime's "
+                                     f"Ephemeral() or Durable(...), got {type(lifetime).__name__}")
+        self._lifetime = lifetime
+        self.agent = AGENTS[type(lifetime)](python or sys.executable, lifetime)
         self._opening: asyncio.Lock | None = None
         self.liveness = _HostLiveness(self)
 
@@ -153,34 +168,35 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
         await self.agent.stop()
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
-    def make_durable(self, secret: str, orphan_timeout_s: float,
-                     adopt: SessionHandle | None = None) -> None:
-        if self._info is not None:
-            raise ConfigurationError("orphan_timeout_s: this backend is open already; a session "
-                                     "that outlives its client starts its own agent")
-        self.agent = DurableHostAgent(self.agent.python, secret, orphan_timeout_s, adopt)
+    @property
+    def lifetime(self) -> BackendLifetime:
+        return self._lifetime
 
     @classmethod
     def from_handle(cls, handle: SessionHandle, options: dict[str, Any]) -> HostBackend:
         if handle.network == "egress":
             options = {**options, "network": "egress"}
-        return cls(handle.workspace, **options)
+        return cls(handle.workspace, lifetime=Durable.attaching(handle), **options)
 
     def durable_channel(self) -> DurableChannel:
         return the_durable(self.agent.channel)
 
     def durable_handle(self, session_id: str, secret: str) -> SessionHandle:
-        assert isinstance(self.agent, DurableHostAgent)
-        return SessionHandle(backend="host", socket=self.agent.socket_path,
+        return SessionHandle(backend="host", socket=self._durable_agent().socket_path,
                              sandbox=str(self._info.agent_pid if self._info else ""),
                              workspace_mode="host", workspace=self.workspace,
                              session_id=session_id, secret=secret,
                              network=self.network)
 
     async def detach(self) -> None:
-        assert isinstance(self.agent, DurableHostAgent)
-        await self.agent.detach()
+        await self._durable_agent().detach()
         self._closed = True
+
+    def _durable_agent(self) -> DurableHostAgent:
+        if not isinstance(self.agent, DurableHostAgent):
+            raise ConfigurationError("this host backend was built to end with its client "
+                                     "(lifetime=Ephemeral): it has no handle and cannot detach")
+        return self.agent
 
     # --- branches (seam/capabilities.py: Branching; snapshots: backends/snapshots/local.py) --
     def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[HostBackend, str]:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..seam.errors import CouldNotRunError
-from ..seam.handle import SessionHandle
+from ..seam.lifetime import Durable
 from .agentlink.durable import DurableChannel, durable_agent_env
 from .agentlink.launch import agent_command, stage_agent
 from .staging import UnsafePath, check_ancestors, check_owned
@@ -67,11 +67,11 @@ class DurableHostAgent:
     """The same surface as ``host.LocalAgent`` (``channel``, ``start``, ``stop``,
     ``stderr_tail``, ``launcher_pid``), for a session that outlives its client."""
 
-    def __init__(self, python: str, secret: str, orphan_timeout_s: float,
-                 adopt: SessionHandle | None) -> None:
+    def __init__(self, python: str, lifetime: Durable) -> None:
         self.python = python
-        self._secret = secret
-        self._orphan_timeout_s = orphan_timeout_s
+        adopt = lifetime.adopt
+        self._secret = lifetime.secret
+        self._orphan_timeout_s = lifetime.orphan_timeout_s
         self._adopt = adopt
         self.channel: DurableChannel | None = None
         self.socket_path = adopt.socket if adopt is not None else ""

@@ -20,6 +20,7 @@ except ModuleNotFoundError as exc:
                              f"{install_hint('podman')}") from None
 
 from ..policy.limits import SandboxLimits
+from ..seam.lifetime import EPHEMERAL, BackendLifetime
 from .containers.backend import ContainerBackend
 from .containers.engine.protocol import Hardening
 from .containers.engine.pull import PullCallback, PullPolicy
@@ -60,20 +61,23 @@ class PodmanBackend(ContainerBackend):
                  workspace_mode: WorkspaceMode = "auto", copy_limit: int | None = None,
                  agent_bundles: Mapping[str, str] | None = None,
                  copy_keep_group_write: bool = False, setid_files: SetidFiles = None,
-                 provisioning: Pooled | None = None) -> None:
+                 provisioning: Pooled | None = None,
+                 lifetime: BackendLifetime = EPHEMERAL) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (podman's API service) or
         ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``).
         ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
         they are dropped; set-id and sticky bits never come). ``setid_files``: whether commands
         may make set-user/group-ID files — None, the mode's default: yes in copy mode (they
         never come home), no in bind mode; "allow" in bind mode only where container root is
-        not host root (rootless podman); "refuse" everywhere (docs/security.md, decision 146)."""
+        not host root (rootless podman); "refuse" everywhere (docs/security.md, decision 146).
+        ``lifetime``: ``Ephemeral`` (default) or ``Durable`` — a session that outlives its
+        client (``seam/lifetime.py``), chosen here, never changed after."""
         options = ContainerOptions(
             image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
             on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
             copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
             copy_keep_group_write=copy_keep_group_write, setid_files=setid_files,
-            provisioning=provisioning)
+            provisioning=provisioning, lifetime=lifetime)
         super().__init__(podman_engine(endpoint, rootless),
                          "podman-rootless" if rootless else "podman",
                          os.path.abspath(workspace), options)

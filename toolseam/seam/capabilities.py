@@ -38,6 +38,7 @@ from typing import Any, Protocol, runtime_checkable
 from .errors import ConfigurationError
 from .handle import SessionHandle
 from .interactive import InteractiveUnsupportedError, PtyOutput, PtyProcess
+from .lifetime import EPHEMERAL, BackendLifetime
 
 
 def declared_capabilities(backend: object) -> frozenset[type]:
@@ -65,14 +66,11 @@ class DurableSessions(Protocol):
         """A backend (not open) for the sandbox ``handle`` names — its own kind's handle, from
         ``durable_handle`` — with the caller's ``options`` (``backends.backend_for_handle``)."""
 
-    def make_durable(self, secret: str, orphan_timeout_s: float,
-                     adopt: SessionHandle | None = None) -> None:
-        """Before ``open``: start a durable agent (or, with ``adopt``, attach to the one the
-        handle names) instead of an ordinary one.
-
-        Raises:
-            ConfigurationError: the backend is open already (a pooled sandbox, say).
-        """
+    @property
+    def lifetime(self) -> BackendLifetime:
+        """How long the sandbox lives (``seam/lifetime.py``): chosen when the backend was
+        built — ``Durable`` starts a durable agent, or attaches to the one its ``adopt``
+        handle names — and never changed after."""
 
     def durable_handle(self, session_id: str, secret: str) -> SessionHandle:
         """Where the open sandbox is, for another process to attach."""
@@ -124,6 +122,14 @@ def durable_sessions(backend: object) -> DurableSessions:
     raise ConfigurationError(f"orphan_timeout_s: the {name} backend cannot keep a session past "
                              "its client (host, podman and docker can)"
                              + (f"; {instead}" if isinstance(instead, str) else ""))
+
+
+def lifetime_of(backend: object) -> BackendLifetime:
+    """The lifetime ``backend`` was built with; ``Ephemeral`` for one that keeps no session
+    past its client."""
+    if supports(backend, DurableSessions):
+        return durable_sessions(backend).lifetime
+    return EPHEMERAL
 
 
 class ExposedPort(Protocol):

@@ -1,10 +1,11 @@
 """Sessions that outlive their client (docs/sessions.md): what ``Toolkit.handle``,
 ``Toolkit.detach`` and ``Toolkit.attach`` do, kept out of ``toolkit.py``.
 
-A durable session is one whose settings set ``orphan_timeout_s`` above 0. Its backend starts a
-durable agent (``toolseam_agent/session_socket.py``) — the host's in a process of its own
-(``backends/host_durable.py``), a container's as its pid 1 in bind mode
-(``backends/containers/modes/durable_bind.py``). The toolkit keeps its own state (settings, base dir,
+A durable session is one whose settings set ``orphan_timeout_s`` above 0, or whose backend was
+built with ``lifetime=Durable(...)`` (``seam/lifetime.py``): the backend, built with that
+lifetime, starts a durable agent (``toolseam_agent/session_socket.py``) — the host's in a process
+of its own (``backends/host_durable.py``), a container's as its pid 1
+(``backends/containers/lifetimes/durable.py``). The toolkit keeps its own state (settings, base dir,
 jobs table, pinned shell, environment) with the agent after every call that changes it, so a
 client killed with SIGKILL loses nothing another process cannot get back by attaching.
 """
@@ -19,21 +20,17 @@ from ..backends import backend_for_handle
 from ..backends.agentlink.durable import canonical_state
 from ..builtins import BUILTIN_NAMES
 from ..policy.settings import parse_settings
-from ..seam.capabilities import durable_sessions
+from ..seam.capabilities import durable_sessions, lifetime_of
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.handle import AttachError, SessionHandle
+from ..seam.lifetime import BackendLifetime
+from ..seam.lifetime import Durable as DurableOption
 from ..seam.protocol import BuiltinExec
 
 if TYPE_CHECKING:
     from .toolkit import Toolkit
 
 STATE_VERSION = 1
-
-
-def prepare(backend: BuiltinExec, secret: str, orphan_timeout_s: float,
-            adopt: SessionHandle | None = None) -> None:
-    """Before ``backend.open()``: make it start (or, with ``adopt``, attach to) a durable agent."""
-    durable_sessions(backend).make_durable(secret, orphan_timeout_s, adopt)
 
 
 async def detach(backend: BuiltinExec) -> None:
@@ -88,8 +85,9 @@ def _all_builtin_names() -> tuple[str, ...]:
 # --- the lifetime the toolkit holds ------------------------------------------------------------
 class Durable:
     """A session that outlives its client: chosen once, when the toolkit is made (settings with
-    ``orphan_timeout_s`` above 0) or by ``attach``. The toolkit tells it when the session
-    opened and when its state changed; it keeps that state with the agent."""
+    ``orphan_timeout_s`` above 0, or a backend built durable) or by ``attach``. Its backend is
+    built with ``backend_lifetime``; the toolkit tells it when the session opened and when its
+    state changed; it keeps that state with the agent."""
 
     def __init__(self, secret: str, orphan_timeout_s: float,
                  restore: dict[str, Any] | None = None) -> None:
@@ -99,9 +97,21 @@ class Durable:
         self.adopted = restore is not None  # the sandbox was there before this client
         self._digest = ""  # of the state the agent has
 
+    @property
+    def backend_lifetime(self) -> BackendLifetime:
+        """What a backend built for this session by name is built with."""
+        return DurableOption(secret=self.secret, orphan_timeout_s=self.orphan_timeout_s)
+
     def before_open(self, backend: BuiltinExec) -> None:
-        if not self.adopted:  # an attach opened its backend on the handle already
-            prepare(backend, self.secret, self.orphan_timeout_s)
+        """The backend must have been built with this session's lifetime (its kind refuses by
+        name when it keeps no session past its client)."""
+        built = lifetime_of(durable_sessions(backend))
+        if not isinstance(built, DurableOption) or built.secret != self.secret:
+            raise ConfigurationError(
+                f"orphan_timeout_s: this {getattr(backend, 'name', 'backend')} backend was not "
+                "built with this session's lifetime, and a backend's lifetime is chosen when it "
+                "is built: build it with lifetime=Durable(...) (toolseam.seam.lifetime), or "
+                "give the Toolkit the backend's name")
 
     async def opened(self, tk: Toolkit) -> None:
         """An attach puts its state back; then the agent gets it."""
@@ -144,8 +154,7 @@ async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[
     clash = sorted(fixed & set(options))
     if clash:
         raise ConfigurationError(f"attach: {', '.join(clash)} come from the session itself")
-    backend = backend_for_handle(handle, backend_options)
-    prepare(backend, handle.secret, 0, adopt=handle)
+    backend = backend_for_handle(handle, backend_options)  # built to attach to it
     try:
         await backend.open()
         state = durable_sessions(backend).kept_state("toolkit")

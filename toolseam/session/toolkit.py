@@ -131,7 +131,9 @@ class Toolkit:
             shell is no longer available, fall back to the first available one
             (``shellFallback`` in the result) instead of refusing.
         lifetime: how long the sandbox lives (``lifetime.py``); by default chosen from
-            ``settings.orphan_timeout_s`` (``Toolkit.attach`` passes its own).
+            ``settings.orphan_timeout_s`` (``Toolkit.attach`` passes its own), or, for a
+            backend you built, from the ``lifetime`` it was built with (``seam/lifetime.py``:
+            ``HostBackend(dir, lifetime=Durable(orphan_timeout_s=900))``).
         backend_options: keyword arguments for the backend class when ``backend`` is a name
             (e.g. ``{"rootless": True, "image": ...}`` for podman).
         interactive_tools: add the model tools ``exec_command`` and ``write_stdin`` (a command
@@ -173,6 +175,13 @@ class Toolkit:
                 raise ConfigurationError("settings must be a Settings or a mapping of its "
                                          f"fields, got {type(settings).__name__}")
             settings = parse_settings(dict(settings))
+        # ends with its client, or outlives it (lifetime.py, docs/sessions.md): chosen once —
+        # from the settings, or from the lifetime a backend the caller built was built with
+        self._lifetime: Lifetime = lifetime or lifetime_for(
+            settings, None if isinstance(backend, str) else backend)
+        if self._lifetime.orphan_timeout_s and not settings.orphan_timeout_s:
+            settings = settings.model_copy(
+                update={"orphan_timeout_s": self._lifetime.orphan_timeout_s})
         self.settings: Settings = settings
         if base_dir is not None:
             base_dir = os.fspath(base_dir)  # a pathlib.Path is welcome too
@@ -195,7 +204,7 @@ class Toolkit:
             base_dir, backend_options = self._branches.placed(backend, base_dir,
                                                               backend_options or {})
             backend = backend_for(backend, base_dir, self.settings.limits, backend_options,
-                                  self.settings.pull)
+                                  self.settings.pull, self._lifetime.backend_lifetime)
         self.backend: BuiltinExec = backend
         self._base_dir_option = base_dir
         self._env_source = env
@@ -221,8 +230,6 @@ class Toolkit:
         self._egress: SessionEgress | None = None
         # Called with each egress event as its connection ends (serve and MCP stream them).
         self.on_egress: Callable[[EgressEvent], None] | None = None
-        # ends with its client, or outlives it (lifetime.py, docs/sessions.md): chosen once
-        self._lifetime: Lifetime = lifetime or lifetime_for(self.settings)
         self.adopted_jobs: list[int] = []  # jobs an attach found running outside the table
         # accounting, spans and metrics (toolseam/observability): close returns its report
         self._observer = SessionObserver(self.session_id, self.backend.name, self._secrets)

@@ -1,6 +1,7 @@
 """The backend both container engines present: a ``ContainerSandbox`` composed with the
-agent's exec and file parts, its workspace mode chosen once (``MODES``) from the options
-(``containers/options.py``). Podman and docker differ only in the ``Engine`` they pass in."""
+agent's exec and file parts, its workspace mode (``MODES``) and its lifetime (``LIFETIMES``)
+chosen once from the options (``containers/options.py``) — the one place a mode meets a
+lifetime. Podman and docker differ only in the ``Engine`` they pass in."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from ...seam.capabilities import (
 )
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...seam.handle import SessionHandle
+from ...seam.lifetime import EPHEMERAL, BackendLifetime, Durable, Ephemeral
 from ...seam.models import SandboxInfo, SyncReport
 from ...seam.protocol import WorkspaceTransfer
 from ..agentlink.channel import AgentChannel
@@ -37,22 +39,29 @@ from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
 from .labels import POOL_LABEL, WORKSPACE
+from .lifetimes.durable import DurableLifetime
+from .lifetimes.ephemeral import EphemeralLifetime
 from .modes.bind import BindMode
 from .modes.copy import CopyMode
-from .modes.durable import DurableMode, durable_mode
 from .options import DEFAULT_IMAGE, ContainerOptions
-from .sandbox import ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
+from .sandbox import ContainerLifetime, ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
 from .usage import NOT_MEASURED, usage_from_stats
 
-__all__ = ["DEFAULT_IMAGE", "MODES", "ContainerBackend", "resolve_mode"]
+__all__ = ["DEFAULT_IMAGE", "LIFETIMES", "MODES", "ContainerBackend", "resolve_mode"]
 
-# The workspace modes, by name: a third is one new module in containers/modes/ and one row here
-# (a row of modes/durable.DURABLE_MODES makes it durable too; docs/architecture.md).
+# The workspace modes, by name, and the lifetimes, by the backend's ``lifetime`` option
+# (seam/lifetime.py): a third of either is one new module (containers/modes/,
+# containers/lifetimes/) and one row here; every mode works with every lifetime, composed in
+# ``ContainerSandbox`` (docs/architecture.md).
 MODES: dict[str, Callable[[ContainerOptions], WorkspaceModeImpl]] = {
     "bind": lambda options: BindMode(options.setid_files, *(
         (options.provisioning.mounts,) if options.provisioning else ())),
     "copy": lambda options: CopyMode(options.copy_bytes, options.copy_keep_group_write,
                                      options.setid_files),
+}
+LIFETIMES: dict[type, Callable[[Any], ContainerLifetime]] = {
+    Ephemeral: EphemeralLifetime,
+    Durable: DurableLifetime,
 }
 
 
@@ -72,16 +81,12 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         self.options = options
         self._engine, self._workspace = engine, workspace
         self._opening = asyncio.Lock()
-        self._durable: DurableMode | None = None  # make_durable's choice
-        self._compose(MODES[resolve_mode(options.workspace_mode, engine)](options))
-
-    def _compose(self, mode: WorkspaceModeImpl) -> None:
-        """The sandbox, its mode and its liveness, made together: at construction, and once
-        more by ``make_durable`` before anything started (never changed piece by piece)."""
-        pooled = self.options.provisioning
+        mode = MODES[resolve_mode(options.workspace_mode, engine)](options)
+        lifetime = LIFETIMES[type(options.lifetime)](options.lifetime)
+        pooled = options.provisioning
         self.sandbox = ContainerSandbox(
-            self._engine, self.name, self.options.image, self._workspace,
-            self.options.sandbox_hardening, dict(CONTAINER_BASE_ENV), mode,
+            engine, engine_name, options.image, workspace, options.sandbox_hardening,
+            dict(CONTAINER_BASE_ENV), mode, lifetime,
             enforce_limits=self.options.enforce_limits, pull_policy=self.options.pull,
             registry_auth=self.options.auth, on_pull_progress=self.options.on_pull_progress,
             agent_bundles=dict(self.options.agent_bundles),
@@ -243,21 +248,14 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         child = type(self).__new__(type(self))
         ContainerBackend.__init__(
             child, SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.name, workspace,
-            dataclasses.replace(self.options, workspace_mode="copy", provisioning=None))
+            dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
+                                lifetime=EPHEMERAL))
         return child, None
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
-    def make_durable(self, secret: str, orphan_timeout_s: float,
-                     adopt: SessionHandle | None = None) -> None:
-        """The mode's durable variant (``modes/durable.py``): the sandbox composed anew with
-        it, before anything started."""
-        if self._info is not None:
-            raise ConfigurationError("orphan_timeout_s: this backend is open already (a pooled "
-                                     "sandbox?); a session that outlives its client starts "
-                                     "its own")
-        self._durable = durable_mode(self.sandbox.mode, self.options, secret, orphan_timeout_s,
-                                     adopt)
-        self._compose(self._durable)
+    @property
+    def lifetime(self) -> BackendLifetime:
+        return self.options.lifetime
 
     @classmethod
     def from_handle(cls, handle: SessionHandle, options: dict[str, Any]) -> ContainerBackend:
@@ -268,7 +266,8 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         kind: Any = cls  # a subclass: it takes the workspace first, then keywords
         made: ContainerBackend = kind(handle.workspace, image=handle.image or "",
                                       endpoint=handle.endpoint,
-                                      workspace_mode=handle.workspace_mode, **options)
+                                      workspace_mode=handle.workspace_mode,
+                                      lifetime=Durable.attaching(handle), **options)
         return made
 
     def durable_channel(self) -> DurableChannel:
@@ -277,23 +276,25 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
     def durable_handle(self, session_id: str, secret: str) -> SessionHandle:
         sandbox, mode = self.sandbox, self._durable_mode()
         return SessionHandle(backend=self.name, endpoint=sandbox.engine.endpoint,
-                             socket=mode.socket_path,
+                             socket=mode.address,
                              sandbox=sandbox.container or "", workspace_mode=mode.name,
                              workspace=sandbox.workspace, image=sandbox.image,
                              session_id=session_id, secret=secret,
                              network=self.network)
 
-    def _durable_mode(self) -> DurableMode:
-        if self._durable is None:
-            raise ConfigurationError("the session is not open as a durable session")
-        return self._durable
+    def _durable_mode(self) -> WorkspaceModeImpl:
+        if not isinstance(self.options.lifetime, Durable):
+            raise ConfigurationError(f"this {self.name} backend was built to end with its "
+                                     "client (lifetime=Ephemeral): it has no handle and cannot "
+                                     "detach")
+        return self.sandbox.mode
 
     async def detach(self) -> None:
         await self._durable_mode().detach(self.sandbox)
         self._closed = True
 
     async def keep_backend_state(self) -> None:
-        await self._durable_mode().save_copy(self.sandbox)  # copy mode's baseline
+        await self._durable_mode().keep_state(self.sandbox)  # copy mode's baseline
 
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir

@@ -14,7 +14,7 @@ from ..owner import still_runs
 
 OWNER_LABEL = "toolseam.owner"
 SESSION_LABEL = "toolseam.session"
-# A session that outlives its client (modes/durable_*.py): no owner label (any process
+# A session that outlives its client (lifetimes/durable.py): no owner label (any process
 # may attach; its agent ends it after its orphan timeout); the janitor removes it once stopped.
 DURABLE_LABEL = "toolseam.orphan_timeout_s"
 WORKSPACE = "/workspace"

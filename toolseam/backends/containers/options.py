@@ -10,6 +10,7 @@ from typing import Literal
 
 from ...policy.limits import SandboxLimits
 from ...seam.errors import ConfigurationError
+from ...seam.lifetime import EPHEMERAL, BackendLifetime, Durable, Ephemeral
 from .engine.protocol import Hardening
 from .engine.pull import PULL_POLICIES, PullCallback, PullPolicy
 from .pool.mounts import SlotMounts
@@ -51,6 +52,7 @@ class ContainerOptions:
     copy_keep_group_write: bool = False  # copy mode brings group/other write bits home
     setid_files: SetidFiles = None  # commands making set-id files (decision 146)
     provisioning: Pooled | None = None  # None: fresh, the workspace there at the start
+    lifetime: BackendLifetime = EPHEMERAL  # how long the sandbox lives (seam/lifetime.py)
 
     def __post_init__(self) -> None:
         if self.pull not in PULL_POLICIES:
@@ -62,6 +64,13 @@ class ContainerOptions:
         if self.setid_files not in SETID_FILES:
             raise ConfigurationError(f"setid_files must be 'refuse', 'allow' or None (the "
                                      f"mode's default), got {self.setid_files!r}")
+        if not isinstance(self.lifetime, Ephemeral | Durable):
+            raise ConfigurationError("lifetime must be toolseam.seam.lifetime's Ephemeral() or "
+                                     f"Durable(...), got {type(self.lifetime).__name__}")
+        if self.provisioning is not None and isinstance(self.lifetime, Durable):
+            raise ConfigurationError("orphan_timeout_s: a pool's sandbox is started as an "
+                                     "ordinary one, before any session; a session that "
+                                     "outlives its client starts its own")
         if self.copy_limit is not None and self.copy_limit <= 0:
             raise ConfigurationError(
                 f"copy_limit must be a positive number of bytes, got {self.copy_limit}")

@@ -29,9 +29,10 @@ from toolseam_agent.setid_guard import MODE_VAR as GUARD_VAR
 
 from ...policy.limits import size_bytes
 from ...seam.errors import CouldNotRunError
-from ...seam.handle import AttachError
+from ...seam.handle import AttachError, SessionHandle
 from ...seam.models import SandboxInfo, SyncReport
 from ..agentlink.channel import AgentChannel
+from ..agentlink.durable import Connector
 from ..composed import Liveness
 from .bundle.foreign_arch import select_bundle
 from .bundle.staged import stage_bundle
@@ -54,7 +55,7 @@ _ENGINE_ARCH_LOCKS: dict[str, threading.Lock] = {}
 
 
 async def adopt_running(sandbox: ContainerSandbox, container: str) -> None:
-    """Take ``container`` as this sandbox's, for an attach (``durable_*.py``): it must still be
+    """Take ``container`` as this sandbox's, for an attach (``lifetime.adopt``): it must still be
     there and running, else ``AttachError`` saying the session ended."""
     sandbox.container = container
     state = await sandbox.state()
@@ -95,9 +96,30 @@ def _root_rootless_hint(engine_name: str, path: str) -> str:
             "TOOLSEAM_PODMAN_ROOTLESS_URL variable")
 
 
+class ContainerLifetime(Protocol):
+    """How long the sandbox lives — ``lifetimes/ephemeral.py`` or ``lifetimes/durable.py``,
+    chosen once with the backend (``backend.LIFETIMES``) — as the hooks a workspace mode asks
+    of it: the agent's arguments, the spec, the channel, letting go of it, the kept state, and
+    the session to attach to. A mode never asks which lifetime it has."""
+
+    @property
+    def outlives_client(self) -> bool: ...  # clients come and go: the agent listens, no owner
+    @property
+    def adopt(self) -> SessionHandle | None: ...  # an attach: the running session to take
+    def agent_args(self, address: str) -> list[str]: ...  # how the agent listens at address
+    def finish_spec(self, spec: ContainerSpec, *, removed_when_stopped: bool
+                    ) -> ContainerSpec: ...  # labels, the agent's environment
+    async def open_channel(self, address: str, endpoint: str,
+                           connector: Connector | None = None) -> AgentChannel: ...
+    async def let_go(self, channel: AgentChannel | None) -> None: ...  # the agent goes on
+    async def keep(self, channel: AgentChannel | None, part: str, state: Any) -> bool: ...
+    def kept(self, channel: AgentChannel | None, part: str) -> Any: ...
+
+
 class WorkspaceModeImpl(Protocol):
     """How the sandbox gets its workspace and its channel: ``modes/bind.py`` or
-    ``modes/copy.py``, chosen once (``backend.MODES``)."""
+    ``modes/copy.py``, chosen once (``backend.MODES``); how long it lives is the sandbox's
+    ``lifetime``, whose hooks the mode calls."""
 
     @property
     def name(self) -> Literal["bind", "copy"]: ...
@@ -108,6 +130,8 @@ class WorkspaceModeImpl(Protocol):
     last_sync: SyncReport | None  # what the last copy-back brought home
     copy_back_error: CouldNotRunError | None  # close could not bring the work home
     agent_stderr: deque[str] | None  # the agent's stderr, where the engine keeps no log
+    @property
+    def address(self) -> str: ...  # where a client reaches a listening agent ("" before)
 
     def liveness(self, sandbox: ContainerSandbox) -> Liveness: ...
     async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
@@ -120,6 +144,8 @@ class WorkspaceModeImpl(Protocol):
     async def closing(self, sandbox: ContainerSandbox) -> None: ...  # before the agent's shutdown
     async def finish(self, sandbox: ContainerSandbox) -> None: ...
     async def clean_up(self, sandbox: ContainerSandbox) -> None: ...
+    async def detach(self, sandbox: ContainerSandbox) -> None: ...  # the sandbox goes on
+    async def keep_state(self, sandbox: ContainerSandbox) -> None: ...  # what a later close needs
 
 
 @dataclass
@@ -134,6 +160,7 @@ class ContainerSandbox:
     hardening: Hardening
     environment: dict[str, str]
     mode: WorkspaceModeImpl
+    lifetime: ContainerLifetime
     session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     container: str | None = None
     channel: AgentChannel | None = None

@@ -1,2 +1,3 @@
-"""The workspace modes, one module each (``bind``, ``copy``), and their durable variants
-(``durable_bind``, ``durable_copy``; ``durable`` is the table from mode to durable variant)."""
+"""The workspace modes, one module each (``bind``, ``copy``): how the sandbox gets its workspace
+and its channel. How long it lives is the sandbox's lifetime (``../lifetimes/``), whose hooks
+each mode calls; ``backend.py`` pairs them, nothing here."""

@@ -1,11 +1,18 @@
 """Bind mode (a local engine): the workspace, the bundle and a socket directory are bind mounts,
 and the agent listens on a unix socket the host connects to. Everything bind mode does that copy
 mode does not is here; ``ContainerSandbox`` holds the lifecycle both share.
+
+A session that outlives its client (``sandbox.lifetime``, ``lifetimes/durable.py``) changes
+little here: the agent listens on the same socket as a durable agent, no command may make or
+remove anything in the socket directory, the engine removes the container when its agent ends
+itself, and an attach starts nothing — it checks the container with the engine and connects
+to the socket the handle names.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import shutil
@@ -15,19 +22,20 @@ import time
 from collections import deque
 from typing import IO, Any, Literal
 
+from toolseam_agent.landlock import DOMAIN_VAR
 from toolseam_agent.resolver import RESOLV_CONF
 
 from ....seam.errors import ConfigurationError, CouldNotRunError
+from ....seam.handle import SessionHandle
 from ....seam.models import SyncReport
-from ...agentlink.channel import AgentChannel
 from ...staging import user_dir
 from ..bundle.staged import bundle_command
-from ..engine.protocol import ContainerSpec, in_engine_thread
+from ..engine.protocol import in_engine_thread
 from ..host_dirs import check_workspace
 from ..labels import AGENT_MOUNT, SOCKET_DIR_PREFIX, SOCKET_MOUNT, WORKSPACE
 from ..options import SetidFiles
 from ..pool.mounts import HOST_SLOTS, SlotMounts, release_slot
-from ..sandbox import ContainerSandbox
+from ..sandbox import ContainerSandbox, adopt_running
 from .workspace_access import check_workspace_access
 
 _CONNECT_TIMEOUT_S = 15.0
@@ -87,6 +95,11 @@ class BindMode:
         self.slots = slots  # where a pool's slot mounts are made (pool/warm.py)
 
     @property
+    def address(self) -> str:
+        """The agent's socket on this machine ("" before the start)."""
+        return os.path.join(self._socket_dir, "agent.sock") if self._socket_dir else ""
+
+    @property
     def slot(self) -> str | None:
         """The pool's slot the workspace was mounted onto at hand-out, if any."""
         return self._slot
@@ -96,6 +109,8 @@ class BindMode:
 
     async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
                     ) -> dict[str, Any]:
+        if sandbox.lifetime.adopt is not None:
+            return await self._attach(sandbox, sandbox.lifetime.adopt)
         # one verdict, before any engine says it its own way
         check_workspace(sandbox.workspace)
         self.workspace_id = identity(sandbox.workspace)
@@ -117,7 +132,9 @@ class BindMode:
         if os.geteuid() == 0 and owner not in (None, 0):
             os.chown(self._socket_dir, owner, owner)
         os.chmod(self._socket_dir, 0o700)
-        command = [*bundle_command(AGENT_MOUNT), *self.agent_args(f"{SOCKET_MOUNT}/agent.sock")]
+        lifetime = sandbox.lifetime
+        command = [*bundle_command(AGENT_MOUNT),
+                   *lifetime.agent_args(f"{SOCKET_MOUNT}/agent.sock")]
         # a pool's sandbox binds its slot, onto which the base dir is mounted at hand-out
         binds = [(sandbox.workspace, WORKSPACE, False), (bundle, AGENT_MOUNT, True),
                  (self._socket_dir, SOCKET_MOUNT, False)]
@@ -130,7 +147,13 @@ class BindMode:
             binds.append((conf, "/etc/resolv.conf", True))
         spec = sandbox.spec(command, labels, binds=binds,
             slave_binds=(WORKSPACE,) if sandbox.awaiting_workspace else ())
-        await sandbox.launch(self.finish_spec(spec))
+        if lifetime.outlives_client:
+            # The socket directory is a bind mount later clients connect through: no command
+            # may make, remove or rename anything in it (toolseam_agent/landlock.py)
+            spec = dataclasses.replace(spec, environment={
+                **spec.environment, DOMAIN_VAR: f"scope:{SOCKET_MOUNT}"})
+        # nothing to bring home from a stopped container: the engine may remove it at once
+        await sandbox.launch(lifetime.finish_spec(spec, removed_when_stopped=True))
         hello = await self._connect(sandbox)
         # an agent that reports its set-id guard (toolseam_agent/server.py's hello) says so at
         # open; one that does not refuses each command instead (setid_guard "require")
@@ -180,7 +203,7 @@ class BindMode:
         while True:
             if os.path.exists(path):
                 try:
-                    sandbox.channel = await self.open_channel(
+                    sandbox.channel = await sandbox.lifetime.open_channel(
                         path, f"{sandbox.engine_name} container {sandbox.container}")
                     break
                 except OSError:
@@ -196,15 +219,33 @@ class BindMode:
             delay = min(delay * 2, 0.05)
         return await sandbox.channel.hello()
 
-    # --- what a durable session (modes/durable_bind.py) does its own way -------------
-    def agent_args(self, socket_path: str) -> list[str]:
-        return ["--listen", socket_path]
+    # --- a session that outlives its client (sandbox.lifetime) ----------------------------
+    async def _attach(self, sandbox: ContainerSandbox, handle: SessionHandle) -> dict[str, Any]:
+        try:
+            await adopt_running(sandbox, handle.sandbox)
+            self.workspace_id = identity(sandbox.workspace)
+            self._socket_dir = os.path.dirname(handle.socket)
+            sandbox.channel = await sandbox.lifetime.open_channel(
+                handle.socket, f"{sandbox.engine_name} container {sandbox.container}")
+            return await sandbox.channel.hello()
+        except BaseException:
+            # nothing of the session is ours to end: the backend's clean-up after a failed
+            # open must find no container, channel or socket directory to remove
+            channel, sandbox.channel = sandbox.channel, None
+            await sandbox.lifetime.let_go(channel)
+            sandbox.container = self._socket_dir = None
+            raise
 
-    def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
-        return spec
+    async def detach(self, sandbox: ContainerSandbox) -> None:
+        """Leave the container and its jobs running; close only this client's parts."""
+        channel, sandbox.channel = sandbox.channel, None
+        await sandbox.lifetime.let_go(channel)
+        self._socket_dir = None  # the agent still listens there
+        sandbox.container = None
+        await asyncio.to_thread(sandbox.engine.close)
 
-    async def open_channel(self, path: str, endpoint: str) -> AgentChannel:
-        return await AgentChannel.connect(path, endpoint)
+    async def keep_state(self, sandbox: ContainerSandbox) -> None:
+        """Nothing: the workspace is the host dir itself (copy mode keeps a baseline)."""
 
     def exit_reason(self, exit_code: int | None) -> str | None:
         """Nothing but a crash or a kill ends a bind-mode agent: no sentence of its own."""

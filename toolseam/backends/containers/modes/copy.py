@@ -3,46 +3,64 @@ the host's is mounted. The bundle goes once into a volume per engine and bundle,
 is copied in through the engine's archive API before the start and copied back on ``sync`` and
 at close (``workspace_sync/``), and the channel is the engine's attach stream to the agent's
 stdin/stdout (``attach``), which can drop without the sandbox dying.
+
+A session that outlives its client (``sandbox.lifetime``, ``lifetimes/durable.py``): the agent
+listens on an abstract unix socket inside the container (``@toolseam-agent-SESSION``: no file a
+command could remove), and each connection is an engine ``exec`` of the relay
+(``engine/exec_stream.py``, ``toolseam_agent/relay.py``) — the attach stream to the agent's
+stdin is not used, so a closed connection ends one relay, never the agent (podman closes a
+container's stdin whenever an attach ends). What the copy-back needs — the baseline of what
+was copied in — is kept with the agent (``workspace_sync/kept.py``: after the copy-in, each sync
+and each upload), so whichever process closes the session last brings the work home through
+``finish`` as always. The container is not removed when it stops, for that copy-back: after an
+orphan timeout the janitor of the next session on that engine removes it and its volume.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
-import hashlib
 import io
-import os
 import tarfile
 import tempfile
 import time
 from collections import deque
 from typing import IO, Any, Literal
 
+from toolseam_agent.attach_auth import KEY_VAR
 from toolseam_agent.resolver import RESOLV_CONF
 
 from ....seam.errors import CouldNotRunError
+from ....seam.handle import AttachError, SessionHandle
 from ....seam.models import SyncReport
-from ...staging import staging_root
-from ..bundle.staged import bundle_archive, bundle_command, bundle_digest
+from ...agentlink.durable import DurableChannel
+from ..bundle.staged import bundle_command
+from ..bundle.volume import agent_volume_for
 from ..engine.attach import attach_channel
-from ..engine.protocol import ContainerSpec, in_engine_thread
+from ..engine.exec_stream import exec_channel
+from ..engine.protocol import in_engine_thread
 from ..engine.retry import transient_retry
 from ..janitor import recover_command
 from ..labels import (
     AGENT_MOUNT,
-    AGENT_VOLUME_LABEL,
+    CLOSING_LABEL,
     KEPT_CONTAINER_LABEL,
     KEPT_LABEL,
     KEPT_RETENTION_S,
     KEPT_VOLUME_LABEL,
     KEPT_WORKSPACE_LABEL,
+    OWNER_LABEL,
     SESSION_LABEL,
     WORKSPACE,
+    owner_label,
 )
 from ..options import SetidFiles
-from ..sandbox import REMOVED, ContainerSandbox
+from ..sandbox import REMOVED, ContainerSandbox, adopt_running
+from ..workspace_sync.kept import copy_state, restore_copy
 from ..workspace_sync.tar_sync import WorkspaceCopy
+
+ADDRESS_PREFIX = "@toolseam-agent-"
+_LISTEN_TIMEOUT_S = 15.0
 
 
 class CopyLiveness:
@@ -91,6 +109,8 @@ class CopyMode:
         self.last_sync: SyncReport | None = None
         self.copy_back_error: CouldNotRunError | None = None  # close never raises: kept
         self.agent_stderr: deque[str] | None = None  # the engine keeps no log of it
+        self.address = ""  # a listening agent's abstract socket (a session that outlives its client)
+        self._copy_changed = True  # the baseline moved since the agent was given it
 
     def liveness(self, sandbox: ContainerSandbox) -> CopyLiveness:
         return CopyLiveness(self, sandbox)
@@ -98,11 +118,25 @@ class CopyMode:
     # --- start ------------------------------------------------------------------------------
     async def start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
                     ) -> dict[str, Any]:
+        if sandbox.lifetime.adopt is not None:
+            return await self._attach_existing(sandbox, sandbox.lifetime.adopt)
+        hello = await self._start(sandbox, bundle, labels)
+        await self.keep_state(sandbox)
+        return hello
+
+    async def _start(self, sandbox: ContainerSandbox, bundle: str, labels: dict[str, str]
+                     ) -> dict[str, Any]:
         engine = sandbox.engine
-        agent_volume = await self._agent_volume(sandbox, bundle)
+        lifetime = sandbox.lifetime
+        command = bundle_command(AGENT_MOUNT)
+        if lifetime.outlives_client:  # clients come and go: the agent listens for each
+            self.address = f"{ADDRESS_PREFIX}{sandbox.session_id}"
+            command = [*command, *lifetime.agent_args(self.address)]
+        agent_volume = await in_engine_thread(lambda: agent_volume_for(
+            engine, bundle, sandbox.image, sandbox.hardening, sandbox.session_id))
         volume = self.workspace_volume = f"toolseam-ws-{sandbox.session_id}"
         await in_engine_thread(lambda: engine.create_volume(volume, labels))
-        spec = sandbox.spec(bundle_command(AGENT_MOUNT), labels, binds=[], stdin_open=True,
+        spec = sandbox.spec(command, labels, binds=[], stdin_open=not lifetime.outlives_client,
                             volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
         # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
         egress = sandbox.hardening.limits.network == "egress"
@@ -113,7 +147,9 @@ class CopyMode:
             if not sandbox.awaiting_workspace:
                 self._copy_in(sandbox, sandbox.workspace)
 
-        await sandbox.launch(self.finish_spec(spec), before_start=before_start)
+        # kept when it stops: the close copies back from the stopped container
+        await sandbox.launch(lifetime.finish_spec(spec, removed_when_stopped=False),
+                             before_start=before_start)
         try:
             await self._attach(sandbox)
         except CouldNotRunError as exc:
@@ -123,10 +159,6 @@ class CopyMode:
             raise exc from None
         assert sandbox.channel is not None
         return await sandbox.channel.hello()
-
-    def finish_spec(self, spec: ContainerSpec) -> ContainerSpec:
-        """The spec as this mode launches it (a durable session's: modes/durable_copy.py)."""
-        return spec
 
     def _copy_in(self, sandbox: ContainerSandbox, workspace: str) -> None:
         """The base dir, packed, into the container's workspace volume (stopped or running)."""
@@ -141,6 +173,7 @@ class CopyMode:
                 archive.seek(0)
                 sandbox.engine.put_archive(sandbox.container, WORKSPACE, archive)
         self.copy = copy
+        self._copy_changed = True
 
     async def adopt(self, sandbox: ContainerSandbox, workspace: str) -> None:
         """A pool's hand-out: the base dir is copied into the running sandbox's workspace."""
@@ -149,50 +182,15 @@ class CopyMode:
 
     async def _attach(self, sandbox: ContainerSandbox) -> None:
         assert sandbox.container is not None
+        if sandbox.lifetime.outlives_client:
+            await self._relay(sandbox)
+            return
         old = sandbox.channel
         sandbox.channel, self.agent_stderr = await attach_channel(
             sandbox.engine.address, sandbox.engine.attach_path(sandbox.container),
             f"{sandbox.engine_name} container {sandbox.container}")
         if old is not None:  # jobs that outlived a dropped stream keep their live output
             sandbox.channel.adopt_listeners(old)
-
-    async def _agent_volume(self, sandbox: ContainerSandbox, bundle: str) -> str:
-        """The bundle in a volume, filled once per engine and bundle (its digest is in the
-        name). A second, empty volume marks the fill complete: a fill cut short is redone."""
-        engine = sandbox.engine
-        name = f"toolseam-agent-{await in_engine_thread(lambda: bundle_digest(bundle))}"
-        ready = f"{name}-ready"
-        if await in_engine_thread(lambda: engine.volume_exists(ready)):
-            return name
-
-        def fill() -> None:
-            labels = {AGENT_VOLUME_LABEL: name}
-            # Sessions of every process on this host that meet the same empty engine fill it
-            # one at a time (the first fills, the others find it ready); an fcntl lock, since
-            # they are separate processes. Hosts sharing an engine may still fill it twice:
-            # the same bytes, and nobody uses the volume before "-ready" exists.
-            key = hashlib.sha256((engine.endpoint + name).encode()).hexdigest()[:16]
-            # The lock lives in this user's staging root: a predictable name in the shared temp
-            # dir could be made first by another local user (and held, or made a symlink).
-            with open(os.path.join(staging_root(), f"fill-{key}.lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                if engine.volume_exists(ready):
-                    return
-                if not engine.volume_exists(name):
-                    engine.create_volume(name, labels)
-                helper = engine.create(ContainerSpec(
-                    image=sandbox.image, name=f"toolseam-fill-{sandbox.session_id}",
-                    command=["/opt/toolseam/never-started"], labels=labels, environment={},
-                    binds=[], hardening=sandbox.hardening, volumes=[(name, AGENT_MOUNT, False)]))
-                try:
-                    with bundle_archive(bundle) as archive:
-                        engine.put_archive(helper, AGENT_MOUNT, archive)
-                finally:
-                    engine.remove(helper)
-                engine.create_volume(ready, labels)
-
-        await in_engine_thread(fill)
-        return name
 
     # --- a dropped attach stream --------------------------------------------------------------
     async def after_drop(self, sandbox: ContainerSandbox, failure: CouldNotRunError
@@ -242,12 +240,16 @@ class CopyMode:
         """An upload is the sandbox's own: it comes home only if the sandbox changes it."""
         assert self.copy is not None
         self.copy.remember_uploaded(archive, parent)
+        self._copy_changed = True  # kept with the toolkit's state after the call
 
     async def sync(self, sandbox: ContainerSandbox) -> SyncReport:
         """Bring the sandbox's changes to the base dir home."""
         if self.copy is None or sandbox.container is None:
             return SyncReport()
-        return await asyncio.to_thread(self._copy_back_retried, sandbox)
+        report = await asyncio.to_thread(self._copy_back_retried, sandbox)
+        self._copy_changed = True
+        await self.keep_state(sandbox)
+        return report
 
     def _copy_back(self, sandbox: ContainerSandbox) -> SyncReport:
         assert self.copy is not None and sandbox.container is not None
@@ -272,7 +274,18 @@ class CopyMode:
                                lambda e: isinstance(e, CouldNotRunError) and e.retryable)
 
     async def closing(self, sandbox: ContainerSandbox) -> None:
-        pass  # this process owns the container: no janitor takes it while it copies back
+        """An owned container is this process's: no janitor takes it while it copies back.
+        One without an owner (any client may attach) is marked closing by this process before
+        its agent stops it: a janitor of another session on this engine would take a stopped
+        one for a session that ended by itself — and remove it under this copy-back (seen in
+        the suite, two workers on one engine)."""
+        if not sandbox.lifetime.outlives_client:
+            return
+        labels = {CLOSING_LABEL: "1", OWNER_LABEL: owner_label(),
+                  SESSION_LABEL: sandbox.session_id}
+        with contextlib.suppress(CouldNotRunError):  # without it the copy-back goes on
+            await asyncio.to_thread(sandbox.engine.create_volume, _closing_marker(sandbox),
+                                    labels)
 
     async def finish(self, sandbox: ContainerSandbox) -> None:
         """After the agent ended every job: the changes come home (the archive API reads a
@@ -297,6 +310,81 @@ class CopyMode:
         if volume is not None:
             with contextlib.suppress(CouldNotRunError):
                 await asyncio.to_thread(sandbox.engine.remove_volume, volume)
+        if sandbox.lifetime.outlives_client:
+            with contextlib.suppress(CouldNotRunError):
+                await asyncio.to_thread(sandbox.engine.remove_volume, _closing_marker(sandbox))
+
+    # --- a session that outlives its client (sandbox.lifetime) ----------------------------
+    async def _relay(self, sandbox: ContainerSandbox) -> None:
+        """Each connection: an exec of the relay into the agent's socket."""
+        assert sandbox.container is not None
+        container, address = sandbox.container, sandbox.engine.address
+        attach_path = sandbox.engine.attach_path(container)
+        relay = [*bundle_command(AGENT_MOUNT), "--relay", self.address]
+
+        async def connect(channel: DurableChannel) -> None:
+            # an exec inherits the container's environment: the agent's key is blanked, so
+            # the relay's memory never holds it
+            await exec_channel(address, attach_path, container, relay, channel,
+                               env={KEY_VAR: ""})
+
+        old = sandbox.channel
+        label = f"{sandbox.engine_name} container {container}"
+        deadline = time.monotonic() + _LISTEN_TIMEOUT_S
+        while True:  # at the start, the relay may come before the agent listens
+            try:
+                sandbox.channel = await sandbox.lifetime.open_channel(self.address, label,
+                                                                      connect)
+                break
+            except CouldNotRunError:
+                state = await sandbox.state()
+                if time.monotonic() > deadline or state is None or not state.running:
+                    raise
+                await asyncio.sleep(0.05)
+        if old is not None:
+            sandbox.channel.adopt_listeners(old)
+
+    async def _attach_existing(self, sandbox: ContainerSandbox, handle: SessionHandle
+                               ) -> dict[str, Any]:
+        session = handle.socket.removeprefix(ADDRESS_PREFIX)
+        self.address = handle.socket
+        try:
+            await adopt_running(sandbox, handle.sandbox)
+            await self._relay(sandbox)
+            assert sandbox.channel is not None
+            saved = sandbox.lifetime.kept(sandbox.channel, "copy")
+            if not isinstance(saved, dict):
+                raise AttachError("protocol", "the session kept no copy-back baseline")
+            self.copy = restore_copy(saved, handle.workspace)
+            self._copy_changed = False
+            self.workspace_volume = f"toolseam-ws-{session}"
+            sandbox.session_id = session
+            return await sandbox.channel.hello()
+        except BaseException:
+            channel, sandbox.channel = sandbox.channel, None  # nothing here is ours to end
+            await sandbox.lifetime.let_go(channel)
+            sandbox.container = None
+            self.copy = self.workspace_volume = None
+            raise
+
+    async def detach(self, sandbox: ContainerSandbox) -> None:
+        """Leave the container and its jobs running; the next client finishes and cleans up."""
+        await self.keep_state(sandbox)
+        channel, sandbox.channel = sandbox.channel, None
+        await sandbox.lifetime.let_go(channel)
+        sandbox.container = None
+        self.copy = self.workspace_volume = None
+        await asyncio.to_thread(sandbox.engine.close)
+
+    async def keep_state(self, sandbox: ContainerSandbox) -> None:
+        """Give a listening agent the copy-back baseline when it changed."""
+        if self.copy is None or not self._copy_changed or not sandbox.lifetime.outlives_client:
+            return
+        try:
+            kept = await sandbox.lifetime.keep(sandbox.channel, "copy", copy_state(self.copy))
+        except CouldNotRunError:
+            return
+        self._copy_changed = not kept
 
     async def _keep(self, sandbox: ContainerSandbox) -> str:
         """Mark the container and its workspace volume kept; the sentence that says how to
@@ -330,6 +418,10 @@ async def _wait_stopped(sandbox: ContainerSandbox, timeout_s: float = 10.0) -> N
         if state is None or not state.running:
             return
         await asyncio.sleep(0.05)
+
+
+def _closing_marker(sandbox: ContainerSandbox) -> str:
+    return f"toolseam-closing-{sandbox.session_id}"
 
 
 def _point_resolv_conf(sandbox: ContainerSandbox) -> None:
