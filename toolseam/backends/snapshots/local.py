@@ -89,6 +89,27 @@ def new_branch_workspace() -> str:
     return str(path)
 
 
+def filled_branch_workspace(snapshot_id: str, owner: int | None = None) -> str:
+    """A new private workspace made the snapshot's tree by the safe restore (``apply.py``):
+    a snapshot pool's warm workspace. ``owner``: the uid it and everything in it is given to
+    (root filling one for a rootless engine's sandbox); None: this process's."""
+    path = new_branch_workspace()
+    try:
+        restore_tree(path, snapshot_id, owner)
+        if owner is not None:
+            os.chown(path, owner, owner)
+    except BaseException:
+        remove_branch_workspace(path)
+        raise
+    return path
+
+
+def restore_tree(root: str, snapshot_id: str, owner: int | None = None) -> Restored:
+    """The directory ``root`` here made the snapshot's tree, what the restore makes given to
+    ``owner`` (None: this process's)."""
+    return LocalSnapshots()._restore(root, snapshot_id, owner)
+
+
 def remove_branch_workspace(path: str) -> None:
     """Remove a workspace ``new_branch_workspace`` made (never anything else)."""
     real = Path(path)
