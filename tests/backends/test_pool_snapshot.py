@@ -3,7 +3,7 @@ exactly the snapshot's files, as its commands see them; what one session changes
 workspace and in its /tmp — never reaches another hand-out, before or after it closed; a
 hand-out's own base dir is made the snapshot's tree; and once the pool closes no private
 workspace or container of it is left. The parts that need no engine:
-tests/unit/test_pool_snapshot.py."""
+tests/host/test_pool_snapshot_parts.py."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ async def test_every_hand_out_starts_from_the_snapshot_and_none_sees_another(
     snap, expected = await _snapshot(tmp_path / "source")
     async with SandboxPool(pool_factory(engine), size=2, snapshot=snap) as pool:
         await pool.wait_full()
+        assert pool.warm_workspaces == 2  # filled before anyone asked
         first, beside = await asyncio.gather(pool.toolkit(), pool.toolkit())
         assert await describe_inside(first) == expected
         assert await run(first, "./run.sh") == "ran\n"

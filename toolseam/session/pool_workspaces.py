@@ -71,6 +71,16 @@ class WarmWorkspaces:
         if self._filler is None or self._filler.done():
             self._filler = asyncio.ensure_future(self._fill())
 
+    async def wait_full(self) -> None:
+        """Until ``target`` are ready (without refill: the first fill); raises the failure
+        that stopped the filling, if one did."""
+        self._failure = None  # like the pool's wait_full: it tries again after a failure
+        self.start()
+        if self._filler is not None:
+            await asyncio.shield(self._filler)
+        if self._failure is not None:
+            raise self._failure
+
     async def _fill(self) -> None:
         while not self._closed and len(self._ready) < self.target:
             try:

@@ -68,6 +68,13 @@ class SandboxPool(ContainerPool):
             self._workspaces.start()
         return self
 
+    async def wait_full(self) -> None:
+        """Until ``size`` sandboxes are warm — and, with a snapshot, ``size`` workspaces hold
+        its tree; raises the failure if one could not start or be filled."""
+        await super().wait_full()
+        if self._workspaces is not None:
+            await self._workspaces.wait_full()
+
     async def close(self) -> None:
         try:
             await super().close()

@@ -5,7 +5,6 @@ engines: tests/backends/test_pool_snapshot.py."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -69,10 +68,7 @@ async def test_warm_workspaces_hold_the_snapshot_are_independent_and_leave_nothi
     assert describe(Path(third)) == expected
     for path in (second, third):
         await WarmWorkspaces.remove(path)
-    for _ in range(200):  # the refill runs in the background
-        if warm.ready_count == 2:
-            break
-        await asyncio.sleep(0.01)
+    await warm.wait_full()  # the refill runs in the background
     assert warm.ready_count == 2
     await warm.close()
     assert list((store / "branches").iterdir()) == []
@@ -84,6 +80,8 @@ async def test_a_snapshot_removed_after_the_pool_started_is_said_at_hand_out(
     snap, _ = await _snapshot_of(tmp_path / "src")
     warm = WarmWorkspaces(snap, target=1, refill=False, owner=None)
     snap.delete()
+    with pytest.raises(ConfigurationError, match=f"no snapshot {snap.id}"):
+        await warm.wait_full()
     with pytest.raises(ConfigurationError, match=f"no snapshot {snap.id}"):
         await warm.take()
     await warm.close()
