@@ -161,3 +161,26 @@ async def test_a_tampered_object_stops_the_restore(store: Path) -> None:
     with pytest.raises(SnapshotRestoreError):
         await snapshot.restore()
     assert len(SnapshotStore().all()) == 1
+
+
+async def test_of_two_persists_under_one_id_the_later_stays(monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Two sessions persist under one id at once: each removes only what came before its own,
+    so the first one's late clean-up never removes the second's snapshot."""
+    snapshot = ToolseamSnapshot(id="sdk-3")
+    await snapshot.persist(_tar(("./a.txt", b"first\n")))
+    first = snapshot.stored()
+    assert first is not None
+    with monkeypatch.context() as patch:  # the second persist lands before the first's clean-up
+        patch.setattr(ToolseamSnapshot, "_replace_older", lambda self, kept: None)
+        await snapshot.persist(_tar(("./a.txt", b"second\n")))
+    second = snapshot.stored()
+    assert second is not None and second.id != first.id
+    snapshot._replace_older(first.id)  # the first session's clean-up, late
+    assert {m.id for m in SnapshotStore().all()} == {first.id, second.id}
+    snapshot._replace_older(second.id)
+    assert [m.id for m in SnapshotStore().all()] == [second.id]
+    restored = await snapshot.restore()
+    with restored, tarfile.open(fileobj=restored) as tar:
+        member = tar.extractfile("a.txt")
+        assert member is not None and member.read() == b"second\n"

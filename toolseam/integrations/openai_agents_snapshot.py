@@ -81,8 +81,12 @@ class ToolseamSnapshot(SnapshotBase):
         return store.load(self.id) if store.has_snapshot(self.id) else None
 
     def _replace_older(self, kept: str) -> None:
+        """Remove what was persisted under this id before ``kept`` — only before: of two
+        sessions persisting under one id at once, the later snapshot stays."""
         store = SnapshotStore()
-        older = [m.id for m in store.all() if m.label == self.label and m.id != kept]
+        made = store.load(kept).created
+        older = [m.id for m in store.all()
+                 if m.label == self.label and m.id != kept and m.created < made]
         if older:
             store.remove(older)
 
