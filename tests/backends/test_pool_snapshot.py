@@ -57,6 +57,7 @@ async def test_every_hand_out_starts_from_the_snapshot_and_none_sees_another(
         await pool.wait_full()
         assert pool.warm_workspaces == 2  # filled before anyone asked
         first, beside = await asyncio.gather(pool.toolkit(), pool.toolkit())
+        handed = [tk.backend.sandbox.workspace for tk in (first, beside)]  # type: ignore[attr-defined]
         assert await describe_inside(first) == expected
         assert await run(first, "./run.sh") == "ran\n"
         await run(first, "echo changed > src/app.py && rm run.sh && rmdir empty && chmod 700 src"
@@ -65,14 +66,17 @@ async def test_every_hand_out_starts_from_the_snapshot_and_none_sees_another(
         assert await run(beside, "ls /tmp") == ""
         containers = {first.backend.sandbox.container}  # type: ignore[attr-defined]
         await first.close()
+        assert not os.path.exists(handed[0])  # its private workspace went with it
         later = await pool.toolkit()  # after the first one was returned
+        handed.append(later.backend.sandbox.workspace)  # type: ignore[attr-defined]
         containers.add(later.backend.sandbox.container)  # type: ignore[attr-defined]
         assert len(containers) == 2  # discarded, never handed out again (decision 435)
         assert await describe_inside(later) == expected
         assert await run(later, "ls /tmp") == ""
         for tk in (beside, later):
             await tk.close()
-        assert [p.name for p in (store / "branches").iterdir()] != []  # warm ones remain
+        assert pool.warm_workspaces > 0
+    assert [path for path in handed if os.path.exists(path)] == []
     assert list((store / "branches").iterdir()) == []
     assert _pool_containers(engine, workspace, pool.pool_id) == []
     assert describe(tmp_path / "source") == expected  # the source was never touched
