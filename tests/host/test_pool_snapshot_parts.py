@@ -12,6 +12,7 @@ import pytest
 
 from toolseam import ConfigurationError, SandboxPool, Snapshot, Toolkit
 from toolseam.backends.podman import PodmanBackend
+from toolseam.backends.snapshots import filled_branch_workspace, remove_branch_workspace
 from toolseam.session.pool_workspaces import WarmWorkspaces
 
 from ..support.trees import Tree, describe
@@ -98,3 +99,30 @@ async def test_a_hand_out_base_dir_is_made_the_snapshot_tree(tmp_path: Path) -> 
     await warm.restore_into(str(mine))
     assert describe(mine) == expected
     await warm.close()
+
+
+async def test_another_users_workspace_is_theirs_and_its_removal_follows_no_link(
+        tmp_path: Path) -> None:
+    """Root filling a workspace for a rootless engine's user (here uid 65534): the directory
+    and what is in it are that user's; that user renaming it for a link to elsewhere makes
+    the removal remove nothing there; a path that is no branch workspace is refused."""
+    (tmp_path / "src").mkdir()
+    snap, expected = await _snapshot_of(tmp_path / "src")
+    path = filled_branch_workspace(snap.id, owner=65534)
+    assert describe(path) == expected
+    assert {os.lstat(os.path.join(folder, name)).st_uid
+            for folder, dirs, files in os.walk(path) for name in [path, *dirs, *files]} == {65534}
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("mine\n")
+    os.rename(path, path + "-moved")
+    os.symlink(victim, path)
+    with pytest.raises(OSError):
+        remove_branch_workspace(path)
+    assert (victim / "keep.txt").read_text() == "mine\n"
+    os.unlink(path)
+    os.rename(path + "-moved", path)
+    remove_branch_workspace(path)
+    assert not os.path.exists(path)
+    with pytest.raises(ValueError, match="is not a branch workspace"):
+        remove_branch_workspace(str(victim))
