@@ -52,9 +52,12 @@ class SandboxPool(ContainerPool):
     def _files_owner(self) -> int | None:
         """Root binding for a rootless engine: its user is the sandbox's root, so a warm
         workspace's files are given to it (as a bind-mode restore's are, decision 403)."""
-        if self.mode != "bind" or os.geteuid() != 0:
+        if os.geteuid() != 0:
             return None
-        owner = socket_owner(self._class(os.getcwd(), **self._options).sandbox.engine.endpoint)
+        sandbox = self._class(os.getcwd(), **self._options).sandbox  # the pool's mode chosen
+        if not sandbox.mode.shares_host_dir:
+            return None
+        owner = socket_owner(sandbox.engine.endpoint)
         return owner if owner not in (None, 0) else None
 
     @property
