@@ -99,11 +99,15 @@ async def test_a_hand_out_base_dir_is_made_the_snapshot_and_a_bare_backend_too(
         assert (workspace / "new.txt").read_text() == "kept\n"
         assert not (workspace / "stale.txt").exists()
         bare = await pool.backend()
+        bare_workspace = bare.sandbox.workspace
         async with Toolkit(bare) as raw:
             assert await describe_inside(raw) == expected
             await run(raw, "echo scratch > src/app.py")
+        assert os.path.isdir(bare_workspace)  # a bare backend's close does not remove it
         again = await pool.toolkit()  # the closed backend's workspace is removed first
+        assert not os.path.exists(bare_workspace)
         assert await describe_inside(again) == expected
-        assert len(list((store / "branches").iterdir())) == 1 + pool.warm_workspaces
+        again_workspace = again.backend.sandbox.workspace  # type: ignore[attr-defined]
         await again.close()
+        assert not os.path.exists(again_workspace)
     assert list((store / "branches").iterdir()) == []
