@@ -455,7 +455,11 @@ class ToolseamSandboxClient(BaseSandboxClient[ToolseamSandboxClientOptions | Non
             raise TypeError("ToolseamSandboxClient.resume expects a ToolseamSandboxSessionState")
         state.assert_path_grants_rebound()
         toolkit: Toolkit | None = None
-        if state.handle:
+        # delete() removes the directory the client made only after ending the session: a
+        # state whose directory is gone names a session that ended (a container's attach
+        # would refuse the missing directory before asking the engine)
+        deleted = state.host_dir_owned and not (state.host_dir and os.path.isdir(state.host_dir))
+        if state.handle and not deleted:
             try:
                 toolkit = await Toolkit.attach(SessionHandle.from_json(state.handle))
             except AttachError as exc:
