@@ -20,6 +20,8 @@ How the SDK's calls map (decisions 180-184):
   (``ExecTimeoutError``).
 * ``read``/``write`` are whole-file bytes, confined to the workspace (a symlink out of it is
   refused by the agent, not followed); ``persist_workspace``/``hydrate_workspace`` a tar of it.
+* ``snapshot=ToolseamSnapshotSpec()`` keeps the persisted workspace in toolseam's snapshot
+  store: a toolseam session's own snapshot and restore, no tar (``openai_agents_snapshot.py``).
 * The PTY is ``tools.sandbox.pty_*`` where the backend has the ``InteractiveProcesses``
   capability (every agent-run backend: ``supports_pty()`` asks it); exposed ports use
   ``expose`` where the installed toolseam has it.
@@ -81,9 +83,10 @@ from ..seam.handle import AttachError, SessionHandle
 from ..session.raw import UnknownUserError, UserUnsupportedError
 from ..session.toolkit import Toolkit
 from ._session import check_choice
+from .openai_agents_snapshot import ToolseamSnapshot, ToolseamSnapshotSpec
 
 __all__ = ["ToolseamSandboxClient", "ToolseamSandboxClientOptions", "ToolseamSandboxSession",
-           "ToolseamSandboxSessionState"]
+           "ToolseamSandboxSessionState", "ToolseamSnapshot", "ToolseamSnapshotSpec"]
 
 BACKEND_ID = "toolseam"
 CONTAINER_WORKSPACE = "/workspace"
@@ -174,6 +177,32 @@ class ToolseamSandboxSession(BaseSandboxSession):
 
     async def running(self) -> bool:
         return self._running
+
+    # --- snapshots in toolseam's store (openai_agents_snapshot.py): no tar ------------------
+    async def _persist_snapshot(self) -> None:
+        snapshot = self.state.snapshot
+        if not isinstance(snapshot, ToolseamSnapshot) or not self._snapshot_is_workspace():
+            await super()._persist_snapshot()
+            return
+        await snapshot.keep(self.toolkit)
+        # no fingerprint: a resume restores, and a toolseam restore costs what changed
+        self.state.snapshot_fingerprint = None
+        self.state.snapshot_fingerprint_version = None
+
+    async def _restore_snapshot_into_workspace_on_resume(self) -> None:
+        snapshot = self.state.snapshot
+        if not isinstance(snapshot, ToolseamSnapshot) or not self._snapshot_is_workspace():
+            await super()._restore_snapshot_into_workspace_on_resume()
+            return
+        await snapshot.put_back(self.toolkit)
+
+    def _snapshot_is_workspace(self) -> bool:
+        """A toolseam snapshot of the session (its base dir: ``/workspace`` in a container)
+        is exactly what the SDK persists: the manifest's root is that dir and nothing in it
+        is left out of persistence; else the SDK's tar goes into the store."""
+        base = self.toolkit.base_dir
+        return (bool(base) and posixpath.normpath(self.state.manifest.root) == base
+                and not self._persist_workspace_skip_relpaths())
 
     async def _shutdown_backend(self) -> None:
         self._running = False
@@ -426,7 +455,11 @@ class ToolseamSandboxClient(BaseSandboxClient[ToolseamSandboxClientOptions | Non
             raise TypeError("ToolseamSandboxClient.resume expects a ToolseamSandboxSessionState")
         state.assert_path_grants_rebound()
         toolkit: Toolkit | None = None
-        if state.handle:
+        # delete() removes the directory the client made only after ending the session: a
+        # state whose directory is gone names a session that ended (a container's attach
+        # would refuse the missing directory before asking the engine)
+        deleted = state.host_dir_owned and not (state.host_dir and os.path.isdir(state.host_dir))
+        if state.handle and not deleted:
             try:
                 toolkit = await Toolkit.attach(SessionHandle.from_json(state.handle))
             except AttachError as exc:

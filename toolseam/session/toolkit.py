@@ -629,10 +629,13 @@ class Toolkit:
         return out
 
 
-async def open_toolkit(backend: BuiltinExec, **toolkit_kwargs: Any) -> Toolkit:
+async def open_toolkit(backend: BuiltinExec, *, private_workspace: str | None = None,
+                       **toolkit_kwargs: Any) -> Toolkit:
     """An open ``Toolkit`` on ``backend``, which was made for it (a pool's hand-out); when the
-    open fails the backend is closed too, so nothing of it is left."""
+    open fails the backend is closed too, so nothing of it is left. ``private_workspace``: a
+    branch workspace made for this session (a snapshot pool's), removed when it closes."""
     tk = Toolkit(backend, **toolkit_kwargs)
+    tk._branches.private_workspace = private_workspace
     try:
         await tk.open()
     except BaseException:

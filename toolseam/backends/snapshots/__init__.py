@@ -3,11 +3,18 @@
 machine, and the public ``Snapshot`` (``snapshot.py``). docs/branching.md."""
 
 from .apply import Restored
-from .local import DEFAULT_LIMIT, LocalSnapshots, new_branch_workspace, remove_branch_workspace
+from .local import (
+    DEFAULT_LIMIT,
+    LocalSnapshots,
+    filled_branch_workspace,
+    new_branch_workspace,
+    remove_branch_workspace,
+    restore_tree,
+)
 from .manifest import SnapshotCorruptError
 from .snapshot import RestoreResult, Snapshot
 from .store import SnapshotStore
 
 __all__ = ["DEFAULT_LIMIT", "LocalSnapshots", "RestoreResult", "Restored", "Snapshot",
-           "SnapshotCorruptError", "SnapshotStore", "new_branch_workspace",
-           "remove_branch_workspace"]
+           "SnapshotCorruptError", "SnapshotStore", "filled_branch_workspace",
+           "new_branch_workspace", "remove_branch_workspace", "restore_tree"]

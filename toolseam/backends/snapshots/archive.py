@@ -45,16 +45,19 @@ class _Chunks:
         return out
 
 
-def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int) -> Captured:
+def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int, *,
+                    relative: bool = False) -> Captured:
     """The tree an engine's archive of one directory holds (its first name component is that
-    directory and is dropped) into ``store``."""
+    directory and is dropped) into ``store``; ``relative``: the names are the tree's own
+    (``x`` or ``./x``, as ``tar -C DIR -cf - .`` makes them: the OpenAI Agents SDK's)."""
     entries: list[Entry] = []
     left_out: list[str] = []
     digests: dict[str, str] = {}  # a file's name in the archive -> its digest, for hard links
     added = total = 0
     with tarfile.open(fileobj=_Chunks(chunks), mode="r|") as tar:  # type: ignore[call-overload]
         for member in tar:
-            path = member.name.partition("/")[2].rstrip("/")
+            path = (_own_name(member.name) if relative else member.name.partition("/")[2]
+                    ).rstrip("/")
             if not path or path.split("/")[0].startswith(WORKING_PREFIXES):
                 continue
             check_name(path)
@@ -84,14 +87,23 @@ def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int) -
     return Captured(entries, added, left_out, Known())
 
 
-def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes]
-                    ) -> tuple[int, list[Entry]]:
+def _own_name(name: str) -> str:
+    """A relative archive's name without its ``./`` ("." itself: the root, no entry)."""
+    while name.startswith("./"):
+        name = name[2:]
+    return "" if name == "." else name
+
+
+def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes], *,
+                    whole: bool = False) -> tuple[int, list[Entry]]:
     """The snapshot's tree as a tar archive of relative names written to ``out``; how many
     files it holds, and the links it leaves out: docker refuses to extract a link whose
     relative target climbs above the directory it extracts into (``../x`` at the top), so
     those are made afterwards (``late_links``). Directories are made writable by their owner
     while they are filled (a 0500 directory's files could not be written by a sandbox root
-    without ``CAP_DAC_OVERRIDE``): their modes come last (``late_modes``)."""
+    without ``CAP_DAC_OVERRIDE``): their modes come last (``late_modes``). ``whole``: every
+    link and every directory's own mode in the archive (for an extractor that sets a
+    directory's mode after filling it, as GNU tar does: the OpenAI Agents SDK's hydrate)."""
     tree = checked_tree(manifest.entries)
     files = 0
     late: list[Entry] = []
@@ -102,10 +114,10 @@ def restore_archive(manifest: Manifest, store: SnapshotStore, out: IO[bytes]
             info.mode = entry.mode
             if entry.kind == "dir":
                 info.type = tarfile.DIRTYPE
-                info.mode = entry.mode | 0o700
+                info.mode = entry.mode if whole else entry.mode | 0o700
                 tar.addfile(info)
             elif entry.kind == "link":
-                if _climbs_out(entry.path, entry.digest):
+                if not whole and _climbs_out(entry.path, entry.digest):
                     late.append(entry)
                     continue
                 info.type, info.linkname = tarfile.SYMTYPE, entry.digest

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -89,10 +90,42 @@ def new_branch_workspace() -> str:
     return str(path)
 
 
+# Another user's branch workspace (a rootless engine's, for root) lives in the temp dir: that
+# user must pass every directory on the way (the engines' access check walks the path), and
+# the store's are 0700 — the workspace itself is 0700 and that user's.
+_OTHER_USERS_PREFIX = "toolseam-branch-"
+
+
+def filled_branch_workspace(snapshot_id: str, owner: int | None = None) -> str:
+    """A new private workspace made the snapshot's tree by the safe restore (``apply.py``):
+    a snapshot pool's warm workspace. ``owner``: the uid it and everything in it is given to
+    (root filling one for a rootless engine's sandbox); None: this process's, in the store."""
+    if owner is None:
+        path = new_branch_workspace()
+    else:
+        path = tempfile.mkdtemp(prefix=_OTHER_USERS_PREFIX)
+        os.chown(path, owner, owner)
+    try:
+        restore_tree(path, snapshot_id, owner)
+    except BaseException:
+        remove_branch_workspace(path)
+        raise
+    return path
+
+
+def restore_tree(root: str, snapshot_id: str, owner: int | None = None) -> Restored:
+    """The directory ``root`` here made the snapshot's tree, what the restore makes given to
+    ``owner`` (None: this process's)."""
+    return LocalSnapshots()._restore(root, snapshot_id, owner)
+
+
 def remove_branch_workspace(path: str) -> None:
-    """Remove a workspace ``new_branch_workspace`` made (never anything else)."""
+    """Remove a workspace ``new_branch_workspace`` or ``filled_branch_workspace`` made (never
+    anything else)."""
     real = Path(path)
-    if real.parent != branches_root():
+    in_temp = (real.parent == Path(tempfile.gettempdir())
+               and real.name.startswith(_OTHER_USERS_PREFIX))
+    if real.parent != branches_root() and not in_temp:
         raise ValueError(f"{path} is not a branch workspace")
     parent_fd = os.open(real.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
