@@ -26,7 +26,7 @@ from .manifest import KEPT_MODE_BITS, WORKING_PREFIXES, Entry, Manifest, check_n
 from .store import CHUNK, SnapshotStore
 
 
-class _Chunks:
+class ChunkReader:
     """An iterator of byte chunks as the file object ``tarfile``'s stream mode reads."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
@@ -52,7 +52,7 @@ def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int) -
     left_out: list[str] = []
     digests: dict[str, str] = {}  # a file's name in the archive -> its digest, for hard links
     added = total = 0
-    with tarfile.open(fileobj=_Chunks(chunks), mode="r|") as tar:  # type: ignore[call-overload]
+    with tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as tar:  # type: ignore[call-overload]
         for member in tar:
             path = member.name.partition("/")[2].rstrip("/")
             if not path or path.split("/")[0].startswith(WORKING_PREFIXES):
