@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
 import tarfile
 from typing import Any
@@ -116,9 +115,22 @@ def _remove_at(fd: int, name: str) -> None:
     except FileNotFoundError:
         return
     if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=fd)  # descriptor-based: links removed, never followed
+        _enterable(fd, name, st.st_mode)
+        inner = os.open(name, _DIR, dir_fd=fd)  # links removed below, never followed
+        try:
+            for child in os.listdir(inner):
+                _remove_at(inner, child)
+        finally:
+            os.close(inner)
+        os.rmdir(name, dir_fd=fd)
     else:
         os.unlink(name, dir_fd=fd)
+
+
+def _enterable(fd: int, name: str, mode: int) -> None:
+    """A directory made owner-rwx: the sandbox's root may lack CAP_DAC_OVERRIDE."""
+    if mode & 0o700 != 0o700:
+        os.chmod(name, stat.S_IMODE(mode) | 0o700, dir_fd=fd, follow_symlinks=False)
 
 
 def _remove(name: str, keep_dir: bool = False) -> None:
@@ -200,7 +212,10 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str,
         mode = member.mode & _KEPT
         if member.isdir():
             try:
-                is_dir = stat.S_ISDIR(os.stat(last, dir_fd=fd, follow_symlinks=False).st_mode)
+                st = os.stat(last, dir_fd=fd, follow_symlinks=False)
+                is_dir = stat.S_ISDIR(st.st_mode)
+                if is_dir:
+                    _enterable(fd, last, st.st_mode)  # its own mode comes last
             except FileNotFoundError:
                 is_dir = False
             if not is_dir:

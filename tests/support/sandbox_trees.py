@@ -98,16 +98,19 @@ async def run(tk: Toolkit, command: str) -> str:
     return result.output
 
 
-async def apply_ops(tk: Toolkit, ops: list[Op]) -> None:
-    """The ops, made by a command in the sandbox's workspace."""
+async def apply_ops(tk: Toolkit, ops: list[Op], where: str = ".") -> None:
+    """The ops, made by a command in the sandbox's workspace (or the directory ``where``)."""
     if ops:
         ops_json = json.dumps([_wire(op) for op in ops])
-        await run(tk, f"python3 - '{ops_json}' <<'TOOLSEAM_EOF'\n{_APPLY}\nTOOLSEAM_EOF")
+        await run(tk, f"cd {where} && python3 - '{ops_json}' <<'TOOLSEAM_EOF'\n{_APPLY}\n"
+                      "TOOLSEAM_EOF")
 
 
-async def describe_inside(tk: Toolkit) -> Tree:
-    """``trees.describe`` of the workspace as the sandbox sees it."""
-    out = await run(tk, f"python3 - <<'TOOLSEAM_EOF'\n{_DESCRIBE}\nTOOLSEAM_EOF")
+async def describe_inside(tk: Toolkit, where: str = ".") -> Tree:
+    """``trees.describe`` of the workspace (or the directory ``where``) as the sandbox sees
+    it."""
+    out = await run(tk, f"cd {where} && python3 - <<'TOOLSEAM_EOF'\n{_DESCRIBE}\n"
+                        "TOOLSEAM_EOF")
     found: dict[str, list[object]] = json.loads(out)
     return {bytes.fromhex(name): (str(kind), int(str(mode)), bytes.fromhex(str(data)))
             for name, (kind, mode, data) in found.items()}
