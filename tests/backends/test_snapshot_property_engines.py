@@ -21,7 +21,7 @@ from toolseam import Toolkit
 from toolseam.backends.containers.engine.protocol import Hardening
 
 from ..support.engines import ALL_ENGINES, backend
-from ..support.sandbox_trees import EMPTY, OPS, Op, apply_ops, describe_inside, run
+from ..support.sandbox_trees import EMPTY, OPS, Op, apply_ops_in, describe_inside_all, run
 
 PLACES = (".", "/tmp/p", "/opt/p")  # the workspace, the sandbox's tmpfs, its writable layer
 Placed = tuple[str, Op]
@@ -31,12 +31,12 @@ _FRESH = ("find /tmp/p /opt/p -type d -exec chmod u+rwx {} + 2>/dev/null; "
 
 
 async def _apply(tk: Toolkit, ops: list[Placed]) -> None:
-    for place in PLACES:
-        await apply_ops(tk, [op for where, op in ops if where == place], place)
+    await apply_ops_in(tk, {place: [op for where, op in ops if where == place]
+                            for place in PLACES})
 
 
 async def _describe(tk: Toolkit) -> list[object]:
-    return [await describe_inside(tk, place) for place in PLACES]
+    return list(await describe_inside_all(tk, list(PLACES)))
 
 
 async def _one(tk: Toolkit, before: list[Placed], between: list[Placed], again: bool) -> None:
