@@ -242,7 +242,9 @@ class ContainerBranching(LocalSnapshots):
         if self.sandbox.mode.shares_host_dir:
             top = os.open(self._workspace, _DIR_FLAGS)
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=top)
+                # O_NONBLOCK: a fifo a command put in its place must not hang the host
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=top)
             finally:
                 os.close(top)
             with os.fdopen(fd, "rb") as source:
