@@ -36,6 +36,7 @@ def pack(plan_path: str, out_path: str) -> int:
         plan = json.load(source)
     os.unlink(plan_path)
     done: set[str] = set()
+    known: dict[str, list[int]] = plan.get("known", {})  # name -> the stat key stored last
     left = [int(plan["limit"])]  # file bytes the snapshot may still hold: a sparse 10 GB
     fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:  # file must not fill the disk the workspace is on
@@ -45,8 +46,8 @@ def pack(plan_path: str, out_path: str) -> int:
                                 *((n, True) for n in plan["whole"])]:
                 parts = name.split("/")
                 for depth in range(1, len(parts)):
-                    _add(tar, "/".join(parts[:depth]), done, left, whole=False)
-                _add(tar, name, done, left, whole)
+                    _add(tar, "/".join(parts[:depth]), done, left, False, known)
+                _add(tar, name, done, left, whole, known)
     except _TooBig:
         os.unlink(out_path)
         return LIMIT_EXIT
@@ -54,7 +55,7 @@ def pack(plan_path: str, out_path: str) -> int:
 
 
 def _add(tar: tarfile.TarFile, name: str, done: set[str], left: list[int],
-         whole: bool) -> None:
+         whole: bool, known: dict[str, list[int]]) -> None:
     if name in done:
         return
     path = "/" + name
@@ -72,7 +73,17 @@ def _add(tar: tarfile.TarFile, name: str, done: set[str], left: list[int],
             raise _TooBig(name)
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as data:  # a regular file a moment ago: still one?
-            if stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return
+            key = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+            info.size = st.st_size
+            info.pax_headers = {"TOOLSEAM.key": ":".join(map(str, key))}
+            if known.get(name) == key:  # what the host stored last time: no bytes again
+                info.pax_headers["TOOLSEAM.same"] = "1"
+                info.size = 0
+                tar.addfile(info)
+            else:
                 tar.addfile(info, data)
     else:
         tar.addfile(info)
@@ -85,7 +96,7 @@ def _add(tar: tarfile.TarFile, name: str, done: set[str], left: list[int],
                     continue  # another mount
             except FileNotFoundError:
                 continue
-            _add(tar, f"{name}/{child}", done, left, whole=True)
+            _add(tar, f"{name}/{child}", done, left, whole=True, known=known)
 
 
 def _parent(name: str, make: bool) -> tuple[int, str]:

@@ -7,6 +7,7 @@ bits dropped), more bytes than the limit (nothing kept)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -121,3 +122,33 @@ async def test_what_a_hostile_command_leaves_outside_the_workspace(
         assert sorted(p.name for p in (SnapshotStore().root / "objects").rglob("*")
                       if p.is_file()) == before
         assert await run(tk, "ls -a /workspace") == ".\n..\n"  # no working file left there
+
+
+@pytest.mark.parametrize("engine", ALL_ENGINES)
+async def test_a_second_snapshot_reads_only_the_layers_files_that_changed(
+        engine: str, workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workspace's rule for the layer: a file whose (inode, size, mtime, ctime) is what the
+    previous snapshot stored is not sent again; one rewritten since is (and a restore from
+    the first snapshot brings the first bytes back)."""
+    read: list[int] = []
+    ingest = SnapshotStore.ingest_from
+
+    def counting(self: SnapshotStore, source: Callable[[], bytes]) -> tuple[str, int]:
+        def counted() -> bytes:
+            chunk = source()
+            read.append(len(chunk))
+            return chunk
+        return ingest(self, counted)
+    monkeypatch.setattr(SnapshotStore, "ingest_from", counting)
+    async with Toolkit(backend(engine, str(workspace), hardening=WRITABLE)) as tk:
+        await run(tk, "head -c 2000000 /dev/urandom > /opt/big && echo one > /tmp/small")
+        first = await tk.snapshot()
+        assert sum(read) >= 2_000_000
+        read.clear()
+        await run(tk, "echo two > /tmp/small")
+        await tk.snapshot()
+        assert 0 < sum(read) < 1000, sum(read)  # /tmp/small only
+        before = await run(tk, "md5sum /opt/big")
+        await run(tk, "head -c 2000000 /dev/urandom > /opt/big")
+        await tk.restore(first)
+        assert await run(tk, "md5sum /opt/big; cat /tmp/small") == before + "one\n"

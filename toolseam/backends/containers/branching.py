@@ -79,6 +79,7 @@ class ContainerBranching(LocalSnapshots):
     _workspace: str
     _closed: bool
     _layer_start: str | None = None  # a fork's snapshot, whose layer its child opens with
+    _layer_known: Known | None = None  # the layer's files the last snapshot stored, by key
     _exec: AgentExec
 
     async def snapshot_files(self, root: str,
@@ -86,26 +87,34 @@ class ContainerBranching(LocalSnapshots):
                              limit: int = DEFAULT_LIMIT) -> Snapshot:
         container = self._running_container()
         engine = self.sandbox.engine
-        packed, deleted = await self._pack_layer(container, limit)
+        known = self._layer_known
+        if known is not None and not SnapshotStore().has_snapshot(known.source or ""):
+            known = None  # its objects may be gone: every file is sent again
+        packed, deleted = await self._pack_layer(container, limit, known)
+        taken: list[Captured] = []
 
         def layer(store: SnapshotStore, left: int) -> tuple[Captured, list[str]]:
             with self._workspace_file(container, packed) as source:
                 chunks = iter(lambda: source.read(1 << 20), b"")
-                return capture_archive(chunks, store, left), deleted
+                taken.append(capture_archive(chunks, store, left, known))
+                return taken[0], deleted
         try:
             if self.sandbox.mode.shares_host_dir:
-                return await asyncio.to_thread(self._take, self._workspace, label, session,
+                snap = await asyncio.to_thread(self._take, self._workspace, label, session,
                                                limit, layer)
-
-            def take() -> Snapshot:
-                with engine.get_archive(container, WORKSPACE) as chunks:
-                    manifest = keep_manifest(
-                        lambda store: capture_archive(chunks, store, limit), label, self.name,
-                        session, layer, limit)
-                return Snapshot.of(manifest)
-            return await asyncio.to_thread(take)
+            else:
+                def take() -> Snapshot:
+                    with engine.get_archive(container, WORKSPACE) as chunks:
+                        manifest = keep_manifest(
+                            lambda store: capture_archive(chunks, store, limit), label,
+                            self.name, session, layer, limit)
+                    return Snapshot.of(manifest)
+                snap = await asyncio.to_thread(take)
         finally:
             await self._drop_workspace_file(packed)
+        taken[0].known.source = snap.id  # the next snapshot sends only what changed since
+        self._layer_known = taken[0].known
+        return snap
 
     async def restore_files(self, root: str,
                             snapshot_id: str) -> Restored:
@@ -152,14 +161,15 @@ class ContainerBranching(LocalSnapshots):
         return {rel: entry.host_stamp for rel, entry in copy.baseline.items()}
 
     # --- the writable layer outside /workspace (layer.py, decision 440) --------------------
-    async def _pack_layer(self, container: str, limit: int) -> tuple[str, list[str]]:
+    async def _pack_layer(self, container: str, limit: int, known: Known | None
+                          ) -> tuple[str, list[str]]:
         """The layer packed by the sandbox's root into a file in /workspace: its name there,
         and the image's names the layer deleted."""
         engine = self.sandbox.engine
         names = await in_engine_thread(lambda: layer_names(
             engine, container, self.sandbox.hardening.read_only_root))
         plan, packed = token_name() + ".json", token_name() + ".tar"
-        await self._put_workspace_file(container, plan, pack_plan(names, limit))
+        await self._put_workspace_file(container, plan, pack_plan(names, limit, known))
         try:
             await self._agent_as_root(["--layer-pack", f"{WORKSPACE}/{plan}",
                                        f"{WORKSPACE}/{packed}"], "pack its writable layer",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..snapshots.archive import ChunkReader
+from ..snapshots.capture import Known
 from ..snapshots.manifest import Entry, Manifest, check_name, checked_tree
 from ..snapshots.store import SnapshotStore
 from .engine.errors import EngineNotFound
@@ -77,9 +78,12 @@ def layer_names(engine: Engine, container: str, read_only_root: bool) -> LayerNa
                       sorted(n for n, k in kinds.items() if k == 2))
 
 
-def pack_plan(names: LayerNames, limit: int) -> bytes:
+def pack_plan(names: LayerNames, limit: int, known: Known | None) -> bytes:
+    """What the sandbox's root packs; ``known``: the stat keys of the files the previous
+    snapshot stored (unchanged ones are sent as such, without their bytes)."""
+    keys = {name: list(key) for name, (key, _) in known.files.items()} if known else {}
     return json.dumps({"changed": names.changed, "whole": [*names.added, *WHOLE],
-                       "limit": limit}).encode("utf-8", "surrogateescape")
+                       "limit": limit, "known": keys}).encode("utf-8", "surrogateescape")
 
 
 def token_name() -> str:
