@@ -15,7 +15,11 @@ its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after), on each backend:
   for every backend);
 * disk: what N children that each write 1 MiB and take a snapshot add to the store;
 * for scale: N fresh (empty) sessions of the backend opened at once — what starting N
-  sandboxes costs on this machine now, the floor under any fork.
+  sandboxes costs on this machine now, the floor under any fork;
+* the engines' writable layer (decision 440; ``--outside-mib``, 0 to skip): on a sandbox
+  whose root is writable, the same snapshot, restore and fork with nothing and with
+  OUTSIDE_MIB MiB (1 MiB files in ``/opt/outside``) written outside the workspace — the cost
+  the layer adds. ``--layer-only`` measures only that.
 
 The local engines run in bind mode, the remote ones (their own mount namespaces, over TCP) in
 copy mode; every fork's children are copy-mode sandboxes (docs/branching.md).
@@ -38,25 +42,29 @@ from toolseam.seam.protocol import BuiltinExec
 BACKENDS = ("host", "podman", "podman-rootless", "docker", "podman-remote", "docker-remote")
 
 
-def make_backend(name: str, workspace: str) -> BuiltinExec | str:
+def make_backend(name: str, workspace: str, writable_root: bool = False) -> BuiltinExec | str:
     """The backend ``name`` on ``workspace``, endpoints as the tests take them (.engines.env)."""
     if name == "host":
         return "host"
     from toolseam.backends.containers.engine.attach import TlsFiles
+    from toolseam.backends.containers.engine.protocol import Hardening
     from toolseam.backends.docker import DockerBackend
     from toolseam.backends.podman import PodmanBackend
 
     image = os.environ["TOOLSEAM_REMOTE_IMAGE" if name.endswith("-remote") else "TOOLSEAM_IMAGE"]
+    hardening = Hardening(read_only_root=not writable_root)
     if name == "docker":
-        return DockerBackend(workspace, image=image, endpoint=os.environ["TOOLSEAM_DOCKER_URL"])
+        return DockerBackend(workspace, image=image, endpoint=os.environ["TOOLSEAM_DOCKER_URL"],
+                             hardening=hardening)
     if name == "docker-remote":
         return DockerBackend(workspace, image=image,
                              endpoint=os.environ["TOOLSEAM_REMOTE_DOCKER_URL"],
-                             tls=TlsFiles.from_dir(os.environ["TOOLSEAM_REMOTE_DOCKER_CERT_PATH"]))
+                             tls=TlsFiles.from_dir(os.environ["TOOLSEAM_REMOTE_DOCKER_CERT_PATH"]),
+                             hardening=hardening)
     variable = {"podman": "TOOLSEAM_PODMAN_URL", "podman-rootless": "TOOLSEAM_PODMAN_ROOTLESS_URL",
                 "podman-remote": "TOOLSEAM_REMOTE_PODMAN_URL"}[name]
     return PodmanBackend(workspace, image=image, endpoint=os.environ[variable],
-                         rootless=name == "podman-rootless")
+                         rootless=name == "podman-rootless", hardening=hardening)
 
 
 def open_toolkit(name: str, workspace: Path) -> Toolkit:
@@ -138,9 +146,48 @@ def shared(scratch: Path, name: str) -> Path:
     return path
 
 
+async def measure_layer(name: str, args: argparse.Namespace, scratch: Path) -> dict[str, str]:
+    """Snapshot, restore and fork with nothing, then ``--outside-mib`` MiB, outside the
+    workspace of a sandbox whose root is writable (the layer's added cost)."""
+    row: dict[str, str] = {}
+    ws = shared(scratch, f"layer-{name}")
+    make_workspace(ws, args.files, args.mib)
+    for folder in ws.iterdir():
+        folder.chmod(0o777)
+        for item in folder.iterdir():
+            item.chmod(0o666)
+    async with Toolkit(make_backend(name, str(ws), writable_root=True)) as tk:
+        for outside in (0, args.outside_mib):
+            if outside:
+                await tk.call("bash", {"command": (
+                    f"mkdir -p /opt/outside && for i in $(seq {outside}); do head -c 1048576 "
+                    "/dev/urandom > /opt/outside/f$i; done")})
+            label = f"{outside} MiB outside"
+            clock = Clock()
+            first = await tk.snapshot()
+            row[f"{label}: first snapshot"] = ms(clock.read())
+            await tk.call("bash", {"command": "echo one > /opt/one-change"})
+            clock = Clock()
+            await tk.snapshot()
+            row[f"{label}: snapshot after 1 change"] = ms(clock.read())
+            await tk.call("bash", {"command": "echo again > /opt/one-change"})
+            clock = Clock()
+            await tk.restore(first)
+            row[f"{label}: restore after 1 change"] = ms(clock.read())
+            forks = [await timed_fork(tk, args.children) for _ in range(args.repeat)]
+            row[f"{label}: fork({args.children}) to every first answer"] = (
+                f"{statistics.median(f[0] for f in forks):.2f} s")
+    shutil.rmtree(ws, ignore_errors=True)
+    return row
+
+
 async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Path
                   ) -> dict[str, str]:
     row: dict[str, str] = {}
+    if name != "host" and args.outside_mib:
+        row.update(await measure_layer(name, args, scratch))
+    if args.layer_only:
+        return row
     sizes = (args.mib, args.small_mib) if name == "host" or args.small_all else (args.mib,)
     for mib in sizes:
         ws = shared(scratch, f"ws-{name}-{mib}")
@@ -223,6 +270,8 @@ def main() -> None:
     parser.add_argument("--children", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--outside-mib", type=int, default=100)
+    parser.add_argument("--layer-only", action="store_true")
     asyncio.run(run(parser.parse_args()))
 
 

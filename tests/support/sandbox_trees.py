@@ -98,16 +98,37 @@ async def run(tk: Toolkit, command: str) -> str:
     return result.output
 
 
+def _apply_command(ops: list[Op], where: str) -> str:
+    ops_json = json.dumps([_wire(op) for op in ops])
+    return f"(cd {where} && python3 - '{ops_json}' <<'TOOLSEAM_EOF'\n{_APPLY}\nTOOLSEAM_EOF\n)"
+
+
 async def apply_ops(tk: Toolkit, ops: list[Op]) -> None:
     """The ops, made by a command in the sandbox's workspace."""
     if ops:
-        ops_json = json.dumps([_wire(op) for op in ops])
-        await run(tk, f"python3 - '{ops_json}' <<'TOOLSEAM_EOF'\n{_APPLY}\nTOOLSEAM_EOF")
+        await run(tk, _apply_command(ops, "."))
+
+
+async def apply_ops_in(tk: Toolkit, ops: dict[str, list[Op]]) -> None:
+    """Each directory's ops (``{directory: ops}``), made by one command in the sandbox."""
+    steps = [_apply_command(chosen, where) for where, chosen in ops.items() if chosen]
+    if steps:
+        await run(tk, " && ".join(steps))
+
+
+def _tree(found: dict[str, list[object]]) -> Tree:
+    return {bytes.fromhex(name): (str(kind), int(str(mode)), bytes.fromhex(str(data)))
+            for name, (kind, mode, data) in found.items()}
 
 
 async def describe_inside(tk: Toolkit) -> Tree:
     """``trees.describe`` of the workspace as the sandbox sees it."""
-    out = await run(tk, f"python3 - <<'TOOLSEAM_EOF'\n{_DESCRIBE}\nTOOLSEAM_EOF")
-    found: dict[str, list[object]] = json.loads(out)
-    return {bytes.fromhex(name): (str(kind), int(str(mode)), bytes.fromhex(str(data)))
-            for name, (kind, mode, data) in found.items()}
+    return (await describe_inside_all(tk, ["."]))[0]
+
+
+async def describe_inside_all(tk: Toolkit, places: list[str]) -> list[Tree]:
+    """``trees.describe`` of each directory as the sandbox sees it, read by one command."""
+    out = await run(tk, " && ".join(
+        f"(cd {where} && python3 - <<'TOOLSEAM_EOF'\n{_DESCRIBE}\nTOOLSEAM_EOF\n)"
+        for where in places))
+    return [_tree(json.loads(line)) for line in out.splitlines()]

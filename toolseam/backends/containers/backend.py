@@ -35,6 +35,7 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
+from ..snapshots import SnapshotStore
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
@@ -227,7 +228,11 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             if self._info is None:
                 try:
                     self._info = await self.sandbox.start()
+                    if self._layer_start is not None:  # a fork's child (branch_backend)
+                        await self.restore_layer(SnapshotStore().load(self._layer_start))
+                        self._layer_start = None
                 except BaseException:
+                    self._info = None
                     await self.sandbox.stop()
                     raise
         return self._info
@@ -250,6 +255,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             child, SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.name, workspace,
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
+        child._layer_start = snapshot_id  # its writable layer, put back when it opens
         return child, None
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------

@@ -21,12 +21,20 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import IO
 
-from .capture import Captured, Known, SnapshotLimitError
-from .manifest import KEPT_MODE_BITS, WORKING_PREFIXES, Entry, Manifest, check_name, checked_tree
+from .capture import Captured, Known, SnapshotLimitError, StatKey
+from .manifest import (
+    KEPT_MODE_BITS,
+    WORKING_PREFIXES,
+    Entry,
+    Manifest,
+    SnapshotCorruptError,
+    check_name,
+    checked_tree,
+)
 from .store import CHUNK, SnapshotStore
 
 
-class _Chunks:
+class ChunkReader:
     """An iterator of byte chunks as the file object ``tarfile``'s stream mode reads."""
 
     def __init__(self, chunks: Iterable[bytes]) -> None:
@@ -45,16 +53,35 @@ class _Chunks:
         return out
 
 
-def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int, *,
-                    relative: bool = False) -> Captured:
+# Headers a container's layer pack adds (toolseam_agent/layer.py): a file's stat key, and
+# "unchanged since the key the host gave" (no bytes follow; the host's known digest stands).
+KEY_HEADER, SAME_HEADER = "TOOLSEAM.key", "TOOLSEAM.same"
+
+
+def _stat_key(member: tarfile.TarInfo) -> StatKey | None:
+    parts = member.pax_headers.get(KEY_HEADER, "").split(":")
+    if len(parts) != 4 or not all(p.isdigit() for p in parts):
+        return None
+    ino, size, mtime_ns, ctime_ns = (int(p) for p in parts)
+    return ino, size, mtime_ns, ctime_ns
+
+
+def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int,
+                    known: Known | None = None, *, relative: bool = False) -> Captured:
     """The tree an engine's archive of one directory holds (its first name component is that
-    directory and is dropped) into ``store``; ``relative``: the names are the tree's own
-    (``x`` or ``./x``, as ``tar -C DIR -cf - .`` makes them: the OpenAI Agents SDK's)."""
+    directory and is dropped) into ``store``. ``known``: the stat keys and digests of the
+    files a previous snapshot of the same tree stored (a layer pack): a member marked
+    unchanged keeps its digest without bytes; the keys seen are in the result's ``known``.
+    ``relative``: the names are the tree's own (``x`` or ``./x``, as ``tar -C DIR -cf - .``
+    makes them: the OpenAI Agents SDK's)."""
     entries: list[Entry] = []
     left_out: list[str] = []
     digests: dict[str, str] = {}  # a file's name in the archive -> its digest, for hard links
+    now = Known()
+    trusted = known is not None and known.source is not None and store.has_snapshot(
+        known.source)
     added = total = 0
-    with tarfile.open(fileobj=_Chunks(chunks), mode="r|") as tar:  # type: ignore[call-overload]
+    with tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as tar:  # type: ignore[call-overload]
         for member in tar:
             path = (_own_name(member.name) if relative else member.name.partition("/")[2]
                     ).rstrip("/")
@@ -69,22 +96,33 @@ def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int, *
                 entries.append(Entry(path, "link", 0, member.linkname, len(member.linkname),
                                      mtime_ns))
             elif member.isreg():
-                total += member.size
+                key = _stat_key(member)
+                seen = known.files.get(path) if known is not None else None
+                if member.pax_headers.get(SAME_HEADER) == "1":
+                    if key is None or seen is None or seen[0] != key or not trusted:
+                        raise SnapshotCorruptError(f"{path!r} is said unchanged, and is not")
+                    size, digest = key[1], seen[1]
+                else:
+                    size = member.size
+                total += size
                 if total > limit:
                     raise SnapshotLimitError(path, limit)
-                source = tar.extractfile(member)
-                assert source is not None
-                digest, grew = store.ingest_from(functools.partial(source.read, CHUNK))
-                added += grew
+                if member.pax_headers.get(SAME_HEADER) != "1":
+                    source = tar.extractfile(member)
+                    assert source is not None
+                    digest, grew = store.ingest_from(functools.partial(source.read, CHUNK))
+                    added += grew
+                if key is not None:
+                    now.files[path] = (key, digest)
                 digests[member.name] = digest
-                entries.append(Entry(path, "file", mode, digest, member.size, mtime_ns))
+                entries.append(Entry(path, "file", mode, digest, size, mtime_ns))
             elif member.islnk() and member.linkname in digests:
                 entries.append(Entry(path, "file", mode, digests[member.linkname],
                                      member.size, mtime_ns))
             else:
                 left_out.append(path)
     checked_tree(entries)  # every name below a directory of the same archive
-    return Captured(entries, added, left_out, Known())
+    return Captured(entries, added, left_out, now)
 
 
 def _own_name(name: str) -> str:

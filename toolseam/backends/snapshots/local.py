@@ -19,6 +19,9 @@ from .snapshot import Snapshot
 from .store import SnapshotStore
 
 DEFAULT_LIMIT = 4 << 30  # file bytes one snapshot may hold
+# A container's writable layer (containers/layer.py): given the store and the file bytes the
+# snapshot may still hold, what it stored and the image's names a command deleted.
+LayerTake = Callable[[SnapshotStore, int], tuple[Captured, list[str]]]
 
 
 class LocalSnapshots:
@@ -37,13 +40,14 @@ class LocalSnapshots:
                              limit: int = DEFAULT_LIMIT) -> Snapshot:
         return await asyncio.to_thread(self._take, root, label, session, limit)
 
-    def _take(self, root: str, label: str | None, session: str, limit: int) -> Snapshot:
+    def _take(self, root: str, label: str | None, session: str, limit: int,
+              layer: LayerTake | None = None) -> Snapshot:
         found: list[Captured] = []
 
         def take(store: SnapshotStore) -> Captured:
             found.append(capture(root, store, self._known(root), limit))
             return found[0]
-        manifest = keep_manifest(take, label, self.name, session)
+        manifest = keep_manifest(take, label, self.name, session, layer, limit)
         found[0].known.source = manifest.id
         self._known_tree = (root, found[0].known)
         return Snapshot.of(manifest)
@@ -63,15 +67,22 @@ class LocalSnapshots:
 
 
 def keep_manifest(take: Callable[[SnapshotStore], Captured], label: str | None, backend: str,
-                  session: str) -> Manifest:
-    """A new snapshot of what ``take`` stores, its manifest saved — or, when ``take`` fails,
-    nothing of it left in the store."""
+                  session: str, layer: LayerTake | None = None,
+                  limit: int = DEFAULT_LIMIT) -> Manifest:
+    """A new snapshot of what ``take`` stores (and ``layer``, within what is left of
+    ``limit``), its manifest saved — or, when either fails, nothing of it left in the store."""
     store = SnapshotStore()
     try:
         with store.lock(exclusive=False):
             taken = take(store)
             manifest = Manifest(secrets.token_hex(10), label, time.time(), backend, session,
                                 taken.added_bytes, taken.entries, taken.left_out)
+            if layer is not None:
+                held = sum(e.size for e in taken.entries if e.kind == "file")
+                outside, manifest.layer_deleted = layer(store, limit - held)
+                manifest.layer = outside.entries
+                manifest.size_bytes += outside.added_bytes
+                manifest.left_out += ["/" + name for name in outside.left_out]
             store.save(manifest)
     except BaseException:
         store.remove([])  # what this attempt stored and no snapshot names goes again

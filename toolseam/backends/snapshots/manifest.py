@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ...seam.errors import CouldNotRunError
@@ -21,9 +21,10 @@ from ...seam.errors import CouldNotRunError
 Kind = Literal["file", "dir", "link"]
 KEPT_MODE_BITS = 0o1777  # never setuid/setgid
 NAME_MAX_BYTES = 255
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the container's writable layer (``layer``, ``layer_deleted``)
+READABLE_VERSIONS = (1, 2)
 # Names toolseam itself makes inside a root while it works there: never part of a snapshot.
-WORKING_PREFIXES = (".toolseam-restore-", ".toolseam-sync-")
+WORKING_PREFIXES = (".toolseam-restore-", ".toolseam-sync-", ".toolseam-layer-")
 
 
 class SnapshotCorruptError(CouldNotRunError):
@@ -108,6 +109,14 @@ class Manifest:
     size_bytes: int  # what this snapshot added to the store
     entries: list[Entry]
     left_out: list[str]  # names not kept (fifos, sockets, devices), for the caller to see
+    # A container's writable layer outside /workspace (decision 440): names relative to the
+    # container's "/", and the image's names a command had deleted (``containers/layer.py``).
+    layer: list[Entry] = field(default_factory=list)
+    layer_deleted: list[str] = field(default_factory=list)
+
+    def digests(self) -> set[str]:
+        """Every object this snapshot names (workspace and layer)."""
+        return {e.digest for e in (*self.entries, *self.layer) if e.kind == "file"}
 
     def dumps(self) -> str:
         # json's default ensure_ascii writes a name's lone surrogates as \udcXX: they round-trip
@@ -115,17 +124,27 @@ class Manifest:
                            "created": self.created, "backend": self.backend,
                            "session": self.session, "size_bytes": self.size_bytes,
                            "left_out": self.left_out,
-                           "entries": [e.row() for e in self.entries]}, separators=(",", ":"))
+                           "entries": [e.row() for e in self.entries],
+                           "layer": [e.row() for e in self.layer],
+                           "layer_deleted": self.layer_deleted}, separators=(",", ":"))
 
     @classmethod
     def loads(cls, text: str) -> Manifest:
         try:
             data = json.loads(text)
-            if data.get("version") != FORMAT_VERSION:
+            if data.get("version") not in READABLE_VERSIONS:
                 raise SnapshotCorruptError(f"manifest format {data.get('version')!r} is unknown")
             entries = [entry_from_row(row) for row in data["entries"]]
+            layer = [entry_from_row(row) for row in data.get("layer", [])]
+            deleted = data.get("layer_deleted", [])
+            if not isinstance(deleted, list):
+                raise SnapshotCorruptError("a manifest's layer_deleted is not a list")
+            for name in deleted:
+                if not isinstance(name, str):
+                    raise SnapshotCorruptError(f"a deleted name is not text: {name!r:.80}")
+                check_name(name)
             return cls(str(data["id"]), data["label"], float(data["created"]),
                        str(data["backend"]), str(data["session"]), int(data["size_bytes"]),
-                       entries, [str(n) for n in data.get("left_out", [])])
+                       entries, [str(n) for n in data.get("left_out", [])], layer, deleted)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SnapshotCorruptError(f"a manifest is malformed ({exc})") from None

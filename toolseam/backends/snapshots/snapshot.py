@@ -29,6 +29,12 @@ class Snapshot(BaseModel):
     session: str = Field(description="the session it was taken of")
     files: int = Field(description="how many names (files, directories, links) it holds")
     left_out: list[str] = Field(description="names not kept: fifos, sockets, device nodes")
+    outside_workspace: int = Field(
+        default=0, description="names of a container's writable layer kept beside the "
+        "workspace (/tmp, packages a command installed; docs/branching.md)")
+    deleted_outside: list[str] = Field(
+        default_factory=list, description="files of a container's image a command had "
+        "deleted (a restore deletes them again), relative to /")
     processes: Literal["not carried"] = Field(
         default="not carried", description=NOT_CARRIED)
 
@@ -53,7 +59,8 @@ class Snapshot(BaseModel):
                    created=datetime.fromtimestamp(manifest.created, UTC),
                    size_bytes=manifest.size_bytes, backend=manifest.backend,
                    session=manifest.session, files=len(manifest.entries),
-                   left_out=manifest.left_out)
+                   left_out=manifest.left_out, outside_workspace=len(manifest.layer),
+                   deleted_outside=manifest.layer_deleted)
 
 
 class RestoreResult(BaseModel):

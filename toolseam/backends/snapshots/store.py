@@ -238,7 +238,7 @@ class SnapshotStore:
                 manifest = self.load(snapshot_id)
             except (SnapshotCorruptError, ConfigurationError):
                 continue  # its objects go too: it can never be restored
-            named.update(e.digest for e in manifest.entries if e.kind == "file")
+            named.update(manifest.digests())
         freed = 0
         for shard in (self.root / "objects").iterdir():
             for item in shard.iterdir():

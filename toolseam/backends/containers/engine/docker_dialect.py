@@ -102,6 +102,9 @@ class DockerDialect:
         api = client.api
         return api.request(method, f"{api.base_url}/v{api.api_version}{path}", **kwargs)
 
+    def changes(self, client: docker.DockerClient, container: str) -> list[dict[str, Any]]:
+        return list(client.api.diff(container) or [])
+
     def inspect_volume(self, client: docker.DockerClient, name: str) -> None:
         client.api.inspect_volume(name)
 

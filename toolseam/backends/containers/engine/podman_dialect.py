@@ -97,6 +97,9 @@ class PodmanDialect:
         send = {"GET": client.api.get, "PUT": client.api.put, "HEAD": client.api.head}[method]
         return send(path, **kwargs)
 
+    def changes(self, client: PodmanClient, container: str) -> list[dict[str, Any]]:
+        return list(client.containers.get(container).diff() or [])
+
     def inspect_volume(self, client: PodmanClient, name: str) -> None:
         client.volumes.get(name)
 

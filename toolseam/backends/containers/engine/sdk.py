@@ -39,6 +39,7 @@ class Dialect(Protocol):
     def start(self, client: Any, container: str) -> None: ...
     def attach_path(self, client: Any, container: str) -> str: ...
     def request(self, client: Any, method: str, path: str, **kwargs: Any) -> Any: ...
+    def changes(self, client: Any, container: str) -> list[dict[str, Any]]: ...
     def inspect_volume(self, client: Any, name: str) -> None: ...
     def create_volume(self, client: Any, name: str, labels: dict[str, str]) -> None: ...
     def remove_volume(self, client: Any, name: str) -> None: ...
@@ -190,6 +191,20 @@ class SdkEngine:
             return None
         self._do(lambda _: response.raise_for_status())
         return decode_path_stat(response.headers.get("X-Docker-Container-Path-Stat"))
+
+    # --- the container's writable layer (containers/layer.py) -------------------------------
+    def changes(self, container: str) -> list[tuple[str, int]]:
+        """What the container's writable layer changed, as the engine's diff says it: (absolute
+        path, kind) with kind 0 changed, 1 added, 2 deleted; mounts are not in it."""
+        found = self._do(lambda c: self.dialect.changes(c, container)) or []
+        return [(str(item["Path"]), int(item["Kind"])) for item in found]
+
+    def mount_points(self, container: str) -> list[str]:
+        """Where the container has something mounted (binds, volumes, tmpfs the engine lists)."""
+        found = self._do(lambda c: self.dialect.inspect_container(c, container))
+        points = [str(m.get("Destination", "")) for m in found.get("Mounts") or []]
+        points += list((found.get("HostConfig") or {}).get("Tmpfs") or {})
+        return [p for p in points if p.startswith("/")]
 
     # --- volumes ----------------------------------------------------------------------------
     def volume_exists(self, name: str) -> bool:
