@@ -49,6 +49,8 @@ async def test_a_snapshot_on_one_node_forks_and_opens_on_the_cluster(
         ray_cluster: RayTestCluster) -> None:
     async with Toolkit(_on(ray_cluster, "podman")) as tk:
         await run(tk, "mkdir -p src && echo 'x = 1' > src/mod.py && ln -s src/mod.py link")
+        transport = tk.backend.transport  # type: ignore[attr-defined]
+        assert transport.direct_connected  # the calls after the open skip Ray's own call
         snap = await tk.snapshot("on the podman node")
         assert Snapshot.load(snap.id).files == snap.files  # in this process's store
         kids = await tk.fork(2)

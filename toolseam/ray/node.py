@@ -375,7 +375,7 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
         me = psutil.Process()
         info, cpu = me.memory_full_info(), me.cpu_times()
         return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss,
-                "remote_sessions": 0 if self._remote is None else self._remote.sessions,
+                "remote_sessions": 0 if self._remote_server is None else self._remote_server.sessions,
                 "cpu_s": cpu.user + cpu.system,
                 "warm": sum(pool.warm for pool in self._pools.values())}
 

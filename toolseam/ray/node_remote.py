@@ -43,7 +43,7 @@ class NodeRemote:
 
     config: NodeConfig
     where: str
-    _remote: RemoteServer | None = None
+    _remote_server: RemoteServer | None = None
     _leases: dict[str, tuple[float, float]] | None = None  # owner -> (timeout, last heard)
 
     def _heard(self, owner: str, timeout: float | None = None) -> None:
@@ -90,11 +90,11 @@ class NodeRemote:
         return backend, lambda: shutil.rmtree(root, ignore_errors=True)
 
     def _server(self) -> RemoteServer:
-        if self._remote is None:
+        if self._remote_server is None:
             spool = os.path.join(own_workdir(self.config.workdir), "remote-spool")
             os.makedirs(spool, mode=0o700, exist_ok=True)
-            self._remote = RemoteServer(spool, self._hosted)
-        return self._remote
+            self._remote_server = RemoteServer(spool, self._hosted)
+        return self._remote_server
 
     async def remote_call(self, payload: bytes, owner: str, streaming: bool,
                           orphan_timeout: float | None = None) -> bytes:
@@ -118,7 +118,7 @@ class NodeRemote:
 
     def _remote_key(self, sid: str) -> bytes | None:
         """A remote session's key, for the direct port's proofs; None: no such session."""
-        return None if self._remote is None else self._remote.key_for(sid)
+        return None if self._remote_server is None else self._remote_server.key_for(sid)
 
     async def remote_direct(self, sid: str, args: tuple[Any, ...]) -> Answer:
         """A request of the session the direct connection proved (``sid``), nobody else's."""

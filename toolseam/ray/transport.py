@@ -70,7 +70,7 @@ class RayTransport:
                     await asyncio.to_thread(cluster.connect, self.address)
                     node_id = await asyncio.to_thread(self.placement.choose, ray)
                     actor = await asyncio.to_thread(cluster.node_actor, ray, node_id)
-                    self.where = await cluster.node_where(node_id, actor.ready.remote())
+                    self.where = await cluster.node_where(node_id, _ready(actor))
                 except (ConfigurationError, CouldNotRunError) as exc:
                     raise TransportLost(f"no Ray node for this session: {exc}",
                                         sent=False) from None
@@ -98,6 +98,11 @@ class RayTransport:
         # anything but a tuple is refused by the client as "not a toolseam answer"
         return (answer if isinstance(answer, tuple) else (),
                 events if isinstance(events, list) else [])
+
+    @property
+    def direct_connected(self) -> bool:
+        """Calls go on the node's direct port now (not through Ray)."""
+        return self._link is not None and self._link.alive
 
     async def call(self, request: Request) -> Answer:
         link = await self._linked(request) if self._direct else None
@@ -172,3 +177,8 @@ class RayTransport:
         """A fork's child: wherever the same placement puts it (another node, with spread)."""
         return RayTransport(Placement(dict(self.placement.resources), self.placement.strategy),
                             self.address, self._direct, self.orphan_timeout_s)
+
+
+async def _ready(actor: Any) -> Any:
+    """The actor's ``ready`` answer (asked only when ``node_where`` awaits it)."""
+    return await actor.ready.remote()
