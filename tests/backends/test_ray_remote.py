@@ -23,7 +23,7 @@ from toolseam.backends.remote import HostedSpec, RemoteBackend
 from toolseam.ray import cluster
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
-from toolseam.seam.errors import ConfigurationError
+from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
 from ..support.sandbox_trees import run
@@ -131,3 +131,25 @@ async def test_a_killed_drivers_remote_sessions_end_after_its_orphan_timeout(
         assert time.monotonic() < deadline, "the orphaned session outlived its timeout"
         await asyncio.sleep(0.5)
     await assert_node_empty(ray_cluster, "podman")
+
+
+async def test_a_node_lost_mid_call_ends_the_session_within_ten_seconds(
+        ray_cluster: RayTestCluster) -> None:
+    ray_cluster.add_node("lost-remote", "host")
+    backend = RemoteBackend(
+        transport=RayTransport(Placement(resource("lost-remote")), ray_cluster.address),
+        hosted=HostedSpec(kind="host"))
+    async with Toolkit(backend, raise_could_not_run=True) as tk:
+        assert (await tk.call("bash", {"command": "echo alive"})).output == "alive\n"
+        assert backend.transport.direct_connected  # type: ignore[attr-defined]
+        in_flight = asyncio.ensure_future(tk.call("bash", {"command": "sleep 60"}))
+        await asyncio.sleep(1.0)
+        began = time.monotonic()
+        await asyncio.to_thread(ray_cluster.kill_node, "lost-remote")
+        with pytest.raises(CouldNotRunError) as caught:
+            await asyncio.wait_for(in_flight, 30)
+        assert time.monotonic() - began < 10
+        assert caught.value.cause == "sandbox_lost" and not caught.value.retryable
+        assert "may have run" in caught.value.reason
+        with pytest.raises(CouldNotRunError, match="may have run"):  # over, never new
+            await tk.call("read", {"path": "anything"})
