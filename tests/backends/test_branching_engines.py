@@ -147,16 +147,20 @@ async def test_a_tree_a_command_locked_is_still_restored(engine: str, workspace:
         assert await run(tk, "ls -A") == "kept\n"
 
 
-@pytest.mark.parametrize("engine", ["podman", "docker"])
+@pytest.mark.parametrize(("engine", "name", "options"), [
+    ("podman", "podman", {}), ("podman-rootless", "podman", {"rootless": True}),
+    ("docker", "docker", {})])
 async def test_a_named_engine_opened_from_a_snapshot_works_in_a_private_workspace(
-        engine: str, workspace: Path, store: Path) -> None:
+        engine: str, name: str, options: dict[str, object], workspace: Path, store: Path
+) -> None:
     """``Toolkit("docker", snapshot=snap)``: the sandbox's ``/workspace`` is a private
     directory holding the snapshot (the current directory is never restored over), removed at
-    close."""
+    close — on a rootless engine too, whose user cannot pass this user's 0700 store."""
     async with Toolkit(backend(engine, str(workspace))) as tk:
         await run(tk, "echo hi > f")
         snap = await tk.snapshot()
-    async with Toolkit(engine, snapshot=snap, backend_options={"image": IMAGE}) as fresh:
+    async with Toolkit(name, snapshot=snap, backend_options={"image": IMAGE, **options}
+                       ) as fresh:
         assert fresh.base_dir == "/workspace"
         assert await run(fresh, "cat f") == "hi\n"
         assert len(list((store / "branches").iterdir())) == 1

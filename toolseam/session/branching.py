@@ -67,8 +67,11 @@ class Branches:
             return base_dir, options
         contained = backend_kind(name).contained  # an unknown name: refused before any mkdir
         self.private_workspace = new_branch_workspace()
-        if contained:
-            return None, {**options, "workspace": self.private_workspace}
+        if contained:  # copy mode unless asked, as a fork's child (decision 401): every
+            # engine user can be handed it, a rootless one too, which cannot pass the 0700
+            # store a bind mount would need it to (decision 394)
+            return None, {"workspace_mode": "copy", **options,
+                          "workspace": self.private_workspace}
         return self.private_workspace, options
 
     async def opened(self, tk: Toolkit, base: str) -> None:
