@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from toolseam import Toolkit
+from toolseam.backends import BACKENDS, backend_kind
 from toolseam.backends.remote import HostedSpec, LoopbackTransport, RemoteBackend, RemoteServer
 from toolseam.backends.remote.codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
 from toolseam.backends.remote.frames import (
@@ -36,7 +37,8 @@ from toolseam.backends.remote.frames import (
 )
 from toolseam.backends.remote.handshake import nonce
 from toolseam.backends.remote.unix import CONTEXT, KEY, SOCKET, UnixTransport, read_key
-from toolseam.seam.errors import ConfigurationError, CouldNotRunError
+from toolseam.frontends.mcp.server import describe
+from toolseam.seam.errors import BackendUnavailable, ConfigurationError, CouldNotRunError
 from toolseam.seam.models import PathRef, SpawnRequest
 
 from ..support.local_user import run_as_other_user
@@ -370,3 +372,16 @@ async def test_egress_is_served_by_the_clients_proxy(server: ServerProcess, tmp_
     assert direct.is_error and "Connection refused" in direct.output
     assert log == [("web.test", True), ("other.test", False), ("web.test", True),
                    ("web.test", True)], log
+
+
+async def test_the_front_ends_know_the_remote_kind(server: ServerProcess, tmp_path: Path) -> None:
+    """The one backend table has a ``remote`` row: the MCP server's description of a
+    ``RemoteBackend`` (read by its name) says what it is, and a session's span names its kind;
+    the CLI's ``--backend`` choices leave it out (it needs a transport, not a name alone)."""
+    async with Toolkit(server.backend(tmp_path)) as tk:
+        text = describe(tk)
+        assert "a sandbox a toolseam remote server hosts" in text, text
+        assert backend_kind(tk.backend.name).name == "remote"
+    assert "remote" not in BACKENDS
+    with pytest.raises(BackendUnavailable, match="needs a transport"):
+        Toolkit("remote")

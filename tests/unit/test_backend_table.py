@@ -44,7 +44,7 @@ def test_every_kind_names_its_class_and_every_open_backend_names_its_kind() -> N
     assert backend_kind(RayBackend().name) is KINDS["ray"]
     assert backend_kind(HostBackend(".").name) is KINDS["host"]
     assert backend_kind(PodmanBackend(".", rootless=True).name) is KINDS["podman"]
-    assert {*BACKENDS, "podman-rootless"} == BACKEND_NAMES
+    assert {*BACKENDS, "remote", "podman-rootless"} == BACKEND_NAMES  # remote: not by name
 
 
 def test_each_backend_reads_its_own_handle_back(tmp_path: Path) -> None:

@@ -49,6 +49,9 @@ class BackendKind:
     # a name an open backend of this kind reports (``BuiltinExec.name``, a handle's
     # ``backend``) beyond the kind's own, with the options that make it
     variants: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # what a name alone cannot give (None: a name builds it): ``Toolkit(NAME)``, the CLI's
+    # ``--backend`` choices and the front ends' option models leave such a kind out
+    needs: str | None = None
 
     def variant_options(self, name: str) -> dict[str, Any]:
         """The options that make a backend of this kind report ``name`` (none for the kind's
@@ -68,8 +71,14 @@ KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
     BackendKind("ray", "toolseam.ray.backend", "RayBackend", "ray", None,
                 ("resources", "strategy", "address", "node", "orphan_timeout", "direct"),
                 local=False, where="a sandbox on a node of a Ray cluster"),
+    BackendKind("remote", "toolseam.backends.remote", "RemoteBackend", None, None,
+                ("transport", "hosted", "branch"), local=False,
+                where="a sandbox a toolseam remote server hosts",
+                needs="a transport: build RemoteBackend(transport=..., hosted=HostedSpec(...)) "
+                      "and pass the instance (docs/architecture.md)"),
 )}
-BACKENDS: tuple[str, ...] = tuple(KINDS)
+# the names a user may choose a backend by alone
+BACKENDS: tuple[str, ...] = tuple(name for name, kind in KINDS.items() if kind.needs is None)
 DEFAULT_BACKEND = "host"
 # what an open backend calls itself beyond the kind's name (``BuiltinExec.name``)
 _RUNTIME_NAMES = {variant: kind.name for kind in KINDS.values() for variant in kind.variants}
@@ -92,7 +101,7 @@ def backend_kind(name: str) -> BackendKind:
 
 
 def _known_backend(name: str) -> str:
-    if name not in KINDS:
+    if name not in BACKENDS:
         raise ValueError(_unknown(name))
     return name
 
@@ -136,6 +145,9 @@ def engine_for(name: str, endpoint: str | None, **options: Any) -> Any:
 def create_backend(name: str, **options: Any) -> BuiltinExec:
     """A backend instance by name (a row of ``KINDS``); an option the backend
     does not take raises ``ConfigurationError`` naming it and the ones it takes."""
+    kind = backend_kind(name)
+    if kind.needs is not None:
+        raise BackendUnavailable(f"the {kind.name} backend needs {kind.needs}")
     cls = backend_class(name)
     check_backend_options(name, cls, options)
     return cls(**options)
