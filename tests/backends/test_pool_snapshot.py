@@ -13,32 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from toolseam import SandboxPool, Snapshot, Toolkit
+from toolseam import SandboxPool, Toolkit
 from toolseam.backends.containers.labels import POOL_LABEL
 
 from ..support.contract_bindings import pool_factory
 from ..support.engines import ENGINES, backend
 from ..support.sandbox_trees import describe_inside, run
-from ..support.trees import Tree, describe
+from ..support.snapshot_stores import own_store, snapshot_of
+from ..support.trees import describe
 
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))
-    return root
-
-
-async def _snapshot(source: Path) -> tuple[Snapshot, Tree]:
-    """A snapshot taken on the host backend (a snapshot serves any backend of this user)."""
-    (source / "src").mkdir()
-    (source / "src" / "app.py").write_text("print('v1')\n")
-    (source / "run.sh").write_text("#!/bin/sh\necho ran\n")
-    (source / "run.sh").chmod(0o755)
-    (source / "empty").mkdir()
-    os.symlink("src/app.py", source / "link")
-    async with Toolkit("host", base_dir=source) as tk:
-        return await tk.snapshot("pool source"), describe(source)
+    return own_store(tmp_path / "store", monkeypatch)
 
 
 def _pool_containers(engine: str, where: Path, pool_id: str) -> list[str]:
@@ -51,8 +38,7 @@ def _pool_containers(engine: str, where: Path, pool_id: str) -> list[str]:
 @pytest.mark.parametrize("engine", [*ENGINES, "docker-remote"])
 async def test_every_hand_out_starts_from_the_snapshot_and_none_sees_another(
         engine: str, tmp_path: Path, workspace: Path, store: Path) -> None:
-    (tmp_path / "source").mkdir()
-    snap, expected = await _snapshot(tmp_path / "source")
+    snap, expected = await snapshot_of(tmp_path / "source")
     async with SandboxPool(pool_factory(engine), size=2, snapshot=snap) as pool:
         await pool.wait_full()
         assert pool.warm_workspaces == 2  # filled before anyone asked
@@ -88,8 +74,7 @@ async def test_a_hand_out_base_dir_is_made_the_snapshot_and_a_bare_backend_too(
     """With a base dir, that directory becomes the snapshot's tree (what was there before is
     gone) and the session's changes land there; ``pool.backend()`` hands out the snapshot too,
     its private workspace removed once it closed."""
-    (tmp_path / "source").mkdir()
-    snap, expected = await _snapshot(tmp_path / "source")
+    snap, expected = await snapshot_of(tmp_path / "source")
     (workspace / "stale.txt").write_text("from before\n")
     async with SandboxPool(pool_factory(engine), size=1, snapshot=snap.id) as pool:
         tk = await pool.toolkit(workspace)

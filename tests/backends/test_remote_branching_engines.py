@@ -18,6 +18,7 @@ from toolseam.backends.snapshots import SnapshotStore
 from ..support.engines import IMAGE, endpoint, remote_image, shared_dir
 from ..support.remote_server import ServerProcess, remote_server
 from ..support.sandbox_trees import run
+from ..support.snapshot_stores import own_store
 
 pytestmark = pytest.mark.engines
 
@@ -35,9 +36,7 @@ def server(server_store: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(autouse=True)
 def client_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    store = tmp_path / "client-store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(store))
-    return store
+    return own_store(tmp_path / "client-store", monkeypatch)
 
 
 def _hosted(engine: str) -> dict[str, object]:

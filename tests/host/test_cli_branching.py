@@ -16,6 +16,7 @@ import pytest
 from toolseam.frontends.cli import main
 
 from ..support.cli import TOOLSEAM, Server
+from ..support.snapshot_stores import own_store, work_tree
 from ..support.trees import describe
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,20 +25,12 @@ NOBODY = 65534
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))  # the subprocesses inherit it
-    return root
+    return own_store(tmp_path / "store", monkeypatch)  # the subprocesses inherit it
 
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    (path / "src" / "empty").mkdir(parents=True)
-    (path / "src" / "app.py").write_text("print('v1')\n")
-    (path / "run.sh").write_text("#!/bin/sh\n")
-    (path / "run.sh").chmod(0o750)
-    os.symlink("src/app.py", path / "link")
-    return path
+    return work_tree(tmp_path / "work")
 
 
 def toolseam(*args: str) -> subprocess.CompletedProcess[str]:

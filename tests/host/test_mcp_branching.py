@@ -25,6 +25,7 @@ from toolseam.frontends.mcp.branching import Branching
 from toolseam.frontends.mcp.sandboxes import Sandbox
 
 from ..support.mcp import client, start_http, stdio_params, stop, text, tokens_file
+from ..support.snapshot_stores import own_store, work_tree
 from ..support.trees import describe
 
 BRANCHING = {"snapshot", "restore", "fork"}
@@ -34,20 +35,12 @@ NOBODY = 65534
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The server (it inherits the environment) and this test share a store of their own."""
-    root = tmp_path / "store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))
-    return root
+    return own_store(tmp_path / "store", monkeypatch)
 
 
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
-    path = tmp_path / "work"
-    (path / "src" / "empty").mkdir(parents=True)
-    (path / "src" / "app.py").write_text("print('v1')\n")
-    (path / "run.sh").write_text("#!/bin/sh\n")
-    (path / "run.sh").chmod(0o750)
-    os.symlink("src/app.py", path / "link")
-    return path
+    return work_tree(tmp_path / "work")
 
 
 def structured(result: types.CallToolResult) -> dict[str, Any]:

@@ -10,30 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from toolseam import ConfigurationError, SandboxPool, Snapshot, Toolkit
+from toolseam import ConfigurationError, SandboxPool
 from toolseam.backends.podman import PodmanBackend
 from toolseam.backends.snapshots import filled_branch_workspace, remove_branch_workspace
 from toolseam.session.pool_workspaces import WarmWorkspaces
 
-from ..support.trees import Tree, describe
+from ..support.snapshot_stores import own_store, snapshot_of
+from ..support.trees import describe
 
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))
-    return root
-
-
-async def _snapshot_of(directory: Path) -> tuple[Snapshot, Tree]:
-    (directory / "src").mkdir()
-    (directory / "src" / "app.py").write_text("print('v1')\n")
-    (directory / "run.sh").write_text("#!/bin/sh\n")
-    (directory / "run.sh").chmod(0o755)
-    (directory / "empty").mkdir()
-    os.symlink("src/app.py", directory / "link")
-    async with Toolkit("host", base_dir=directory) as tk:
-        return await tk.snapshot("pool source"), describe(directory)
+    return own_store(tmp_path / "store", monkeypatch)
 
 
 @pytest.mark.parametrize("wrong", ["0123456789abcdef0123", "not-an-id"])
@@ -44,8 +32,7 @@ def test_a_wrong_snapshot_is_refused_when_the_pool_is_made_naming_it(wrong: str)
 
 
 async def test_a_removed_snapshot_is_refused_when_the_pool_is_made(tmp_path: Path) -> None:
-    (tmp_path / "src").mkdir()
-    snap, _ = await _snapshot_of(tmp_path / "src")
+    snap, _ = await snapshot_of(tmp_path / "src")
     snap.delete()
     with pytest.raises(ConfigurationError, match=f"snapshot {snap.id!r}.*no snapshot"):
         SandboxPool(PodmanBackend, snapshot=snap, endpoint="unix:///nonexistent.sock")
@@ -55,8 +42,7 @@ async def test_a_removed_snapshot_is_refused_when_the_pool_is_made(tmp_path: Pat
 
 async def test_warm_workspaces_hold_the_snapshot_are_independent_and_leave_nothing(
         tmp_path: Path, store: Path) -> None:
-    (tmp_path / "src").mkdir()
-    snap, expected = await _snapshot_of(tmp_path / "src")
+    snap, expected = await snapshot_of(tmp_path / "src")
     warm = WarmWorkspaces(snap, target=2, refill=True, owner=None)
     warm.start()
     first, second = await warm.take(), await warm.take()
@@ -77,8 +63,7 @@ async def test_warm_workspaces_hold_the_snapshot_are_independent_and_leave_nothi
 
 async def test_a_snapshot_removed_after_the_pool_started_is_said_at_hand_out(
         tmp_path: Path, store: Path) -> None:
-    (tmp_path / "src").mkdir()
-    snap, _ = await _snapshot_of(tmp_path / "src")
+    snap, _ = await snapshot_of(tmp_path / "src")
     warm = WarmWorkspaces(snap, target=1, refill=False, owner=None)
     snap.delete()
     with pytest.raises(ConfigurationError, match=f"no snapshot {snap.id}"):
@@ -90,8 +75,7 @@ async def test_a_snapshot_removed_after_the_pool_started_is_said_at_hand_out(
 
 
 async def test_a_hand_out_base_dir_is_made_the_snapshot_tree(tmp_path: Path) -> None:
-    (tmp_path / "src").mkdir()
-    snap, expected = await _snapshot_of(tmp_path / "src")
+    snap, expected = await snapshot_of(tmp_path / "src")
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "stale.txt").write_text("from before\n")
@@ -106,8 +90,7 @@ async def test_another_users_workspace_is_theirs_and_its_removal_follows_no_link
     """Root filling a workspace for a rootless engine's user (here uid 65534): the directory
     and what is in it are that user's; that user renaming it for a link to elsewhere makes
     the removal remove nothing there; a path that is no branch workspace is refused."""
-    (tmp_path / "src").mkdir()
-    snap, expected = await _snapshot_of(tmp_path / "src")
+    snap, expected = await snapshot_of(tmp_path / "src")
     path = filled_branch_workspace(snap.id, owner=65534)
     assert describe(path) == expected
     assert {os.lstat(os.path.join(folder, name)).st_uid

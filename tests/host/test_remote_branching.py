@@ -24,6 +24,7 @@ from toolseam.seam.capabilities import SandboxUsage
 from toolseam.seam.errors import ConfigurationError, HostError
 
 from ..support.remote_server import ServerProcess, remote_server
+from ..support.snapshot_stores import own_store
 
 BIG = snapshots.PIECE + 12345  # an object that crosses in two pieces
 
@@ -41,9 +42,7 @@ def server(server_store: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(autouse=True)
 def client_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    store = tmp_path / "client-store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(store))
-    return store
+    return own_store(tmp_path / "client-store", monkeypatch)
 
 
 def _tree(root: Path) -> dict[str, Any]:

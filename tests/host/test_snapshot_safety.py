@@ -16,6 +16,7 @@ import pytest
 from toolseam import ConfigurationError, CouldNotRunError, Toolkit
 from toolseam.backends.snapshots import SnapshotCorruptError
 
+from ..support.snapshot_stores import own_store
 from ..support.trees import describe
 
 NOBODY = 65534
@@ -24,9 +25,7 @@ STORED = hashlib.sha256(b"inside\n").hexdigest()  # an object every snapshot her
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))
-    return root
+    return own_store(tmp_path / "store", monkeypatch)
 
 
 @pytest.fixture

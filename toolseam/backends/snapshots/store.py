@@ -122,17 +122,7 @@ class SnapshotStore:
     def copy_out(self, digest: str, target_fd: int) -> None:
         """The object's bytes to ``target_fd``, checked against ``digest`` as they go
         (``SnapshotCorruptError`` on any mismatch, or an object that is not this user's)."""
-        if not _DIGEST.fullmatch(digest):
-            raise SnapshotCorruptError(f"{digest!r} is not a sha256 digest")
-        try:
-            fd = os.open(self._object(digest), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise SnapshotCorruptError(f"object {digest[:12]} is missing ({exc.strerror})") from None
-        try:
-            st = os.fstat(fd)
-            if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
-                    or st.st_mode & 0o077):
-                raise SnapshotCorruptError(f"object {digest[:12]} is not this user's alone")
+        with self._own_object(digest) as (fd, st):
             if _verified.get(digest) == _identity(st):
                 _copy_range(fd, target_fd, st.st_size)
                 return
@@ -144,13 +134,18 @@ class SnapshotStore:
                 raise SnapshotCorruptError(f"object {digest[:12]} does not match its digest "
                                            "(changed after it was stored)")
             _verified[digest] = _identity(st)
-        finally:
-            os.close(fd)
 
     def read_range(self, digest: str, offset: int, length: int) -> bytes:
         """At most ``length`` bytes of the object from ``offset`` — for a carrier whose other
         end checks the whole digest (``remote/snapshots.py``); an object that is not this
         user's alone is refused as ``copy_out`` refuses it."""
+        with self._own_object(digest) as (fd, _st):
+            return os.pread(fd, length, offset)
+
+    @contextlib.contextmanager
+    def _own_object(self, digest: str) -> Iterator[tuple[int, os.stat_result]]:
+        """The object ``digest`` names, open for reading, with its stat — refused
+        (``SnapshotCorruptError``) unless it is a regular file this user's alone."""
         if not _DIGEST.fullmatch(digest):
             raise SnapshotCorruptError(f"{digest!r} is not a sha256 digest")
         try:
@@ -162,7 +157,7 @@ class SnapshotStore:
             if (not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid()
                     or st.st_mode & 0o077):
                 raise SnapshotCorruptError(f"object {digest[:12]} is not this user's alone")
-            return os.pread(fd, length, offset)
+            yield fd, st
         finally:
             os.close(fd)
 

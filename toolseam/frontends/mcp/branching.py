@@ -30,31 +30,39 @@ from .sandboxes import MOST_HANDLES, Sandbox
 NAMES = ("snapshot", "restore", "fork")
 _MOST_ID = 64  # a longer "id" is nobody's: it is not echoed whole
 
+
+def _declaration(name: str, description: str, argument: str, schema: dict[str, Any], *,
+                 required: bool) -> dict[str, Any]:
+    """One tool's declaration: it takes the one ``argument`` and nothing else."""
+    accepts: dict[str, Any] = {"type": "object", "properties": {argument: schema}}
+    if required:
+        accepts["required"] = [argument]
+    accepts["additionalProperties"] = False
+    return {"name": name, "description": description, "input_schema": accepts}
+
+
 DECLARATIONS: list[dict[str, Any]] = [
-    {"name": "snapshot", "description": (
+    _declaration("snapshot", (
         "Keep this sandbox's files now (the whole workspace: contents, modes, links, empty "
         "directories) as a snapshot, and return its id. Running processes are not kept. "
         "Pass the id to restore to put the files back exactly as they are now."),
-     "input_schema": {"type": "object", "properties": {"label": {
-         "type": "string", "description": "your name for the snapshot (optional)"}},
-         "additionalProperties": False}},
-    {"name": "restore", "description": (
+        "label", {"type": "string", "description": "your name for the snapshot (optional)"},
+        required=False),
+    _declaration("restore", (
         "Make this sandbox's files exactly a snapshot's: files added since are removed, "
         "removed ones come back, contents and modes as they were. Commands still running in "
         "this sandbox are ended first (the result lists them). Only snapshots you took on "
         "this server can be restored."),
-     "input_schema": {"type": "object", "properties": {"snapshot": {
-         "type": "string", "description": "the id a snapshot call returned"}},
-         "required": ["snapshot"], "additionalProperties": False}},
-    {"name": "fork", "description": (
+        "snapshot", {"type": "string", "description": "the id a snapshot call returned"},
+        required=True),
+    _declaration("fork", (
         "Open n new sandboxes, each starting from this sandbox's files now and independent of "
         "it and of each other (no running processes are carried). The result lists each "
         "one's handle: pass it as \"sandbox\" to work in that one. To bring a branch's files "
         "back, snapshot it and restore that snapshot here."),
-     "input_schema": {"type": "object", "properties": {"n": {
-         "type": "integer", "minimum": 1, "maximum": MOST_HANDLES,
-         "description": f"how many sandboxes (1 to {MOST_HANDLES})"}},
-         "required": ["n"], "additionalProperties": False}},
+        "n", {"type": "integer", "minimum": 1, "maximum": MOST_HANDLES,
+              "description": f"how many sandboxes (1 to {MOST_HANDLES})"},
+        required=True),
 ]
 
 OFF = ("{name}: this server was started without --branching; the snapshot, restore and fork "
