@@ -75,6 +75,22 @@ async def test_host_sample_lifecycle_leaves_nothing() -> None:
     assert [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE] == []
 
 
+async def test_a_config_whose_settings_keep_the_session_opens_it_durable() -> None:
+    """``settings: {orphan_timeout_s: N}`` made the sample's session durable before lifetimes
+    were chosen at construction (issue 47); the provider now builds the backend with that
+    lifetime instead of refusing the config."""
+    config = ToolseamSandboxConfig(backend="host", settings={"orphan_timeout_s": 30})
+    await ToolseamSandboxEnvironment.task_init("t", config)
+    envs = await ToolseamSandboxEnvironment.sample_init("t", config, {})
+    env = envs["default"]
+    assert isinstance(env, ToolseamSandboxEnvironment)
+    try:
+        assert env.toolkit.handle is not None  # a durable session has a handle
+        assert (await env.exec(["echo", "kept"])).stdout == "kept\n"
+    finally:
+        await ToolseamSandboxEnvironment.sample_cleanup("t", config, envs, False)
+
+
 async def test_exec_raises_what_inspect_documents() -> None:
     config = ToolseamSandboxConfig(backend="host")
     envs = await ToolseamSandboxEnvironment.sample_init("t", config, {})

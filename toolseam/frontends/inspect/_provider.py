@@ -48,6 +48,7 @@ from ...backends.containers.engine.protocol import Hardening
 from ...policy.settings import Settings, describe_validation_error, parse_settings
 from ...seam.capabilities import EngineShell, supports
 from ...seam.errors import ConfigurationError, CouldNotRunError
+from ...session.lifetime import lifetime_for
 from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
 from ...session.toolkit import Toolkit
 from . import _cleanup
@@ -173,7 +174,8 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
         settings = session_settings(chosen)
         workspace = tempfile.gettempdir()  # not opened: nothing is mounted or written
         backend_for(chosen.backend, workspace, settings.limits,
-                    backend_options(chosen, workspace), settings.pull)
+                    backend_options(chosen, workspace), settings.pull,
+                    lifetime_for(settings).backend_lifetime)
 
     @classmethod
     async def sample_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None,
@@ -185,8 +187,11 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
                                      dir=chosen.workspace_parent)
         _give_to_engine_user(workspace, chosen)
         try:
+            # the settings' lifetime (orphan_timeout_s: durable) is the backend's, chosen
+            # when it is built (seam/lifetime.py)
             backend = backend_for(chosen.backend, workspace, settings.limits,
-                                  backend_options(chosen, workspace), settings.pull)
+                                  backend_options(chosen, workspace), settings.pull,
+                                  lifetime_for(settings).backend_lifetime)
             sandbox = getattr(backend, "sandbox", None)
             if sandbox is not None:  # the container's name and label: cli_cleanup finds it
                 sandbox.session_id = session
