@@ -437,14 +437,14 @@ class HostileContract(_Bound):
     """What a hostile (or merely unlucky) model or command does; the session lives on and
     nothing outlives its call. Needs real processes and the host dir (``HostDirContract``)."""
 
-    async def _toolkit(self, sandbox: Sandbox, **settings: object) -> Toolkit:
+    async def _hostile_toolkit(self, sandbox: Sandbox, **settings: object) -> Toolkit:
         toolkit = Toolkit(sandbox.backend, base_dir=sandbox.base,
                           settings=Settings.model_validate(settings))
         await toolkit.open()
         return toolkit
 
     async def test_kill_minus_one_spares_the_session(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._hostile_toolkit(sandbox)
         killed = await tk.call("bash", {"command": "sleep 30 & kill -9 -1; wait; echo after"})
         assert killed.output == "after\n", killed
         alive = await tk.call("bash", {"command": "echo alive"})
@@ -458,7 +458,7 @@ class HostileContract(_Bound):
         """Job tracking rests on what the kernel keeps (parentage: each job's root, a
         subreaper), not on an environment variable a command can drop — also while another
         job runs."""
-        tk = await self._toolkit(sandbox, timeout_policy="detach", default_timeout_ms=200)
+        tk = await self._hostile_toolkit(sandbox, timeout_policy="detach", default_timeout_ms=200)
         other = await tk.call("bash", {"command": "sleep 30"})
         assert other.metadata["detached"] is True
         marker = f"{uuid.uuid4().int % 900 + 100}.125"
@@ -481,7 +481,7 @@ class HostileContract(_Bound):
     ])
     async def test_invalid_input_is_a_tool_error_and_the_session_lives(
             self, sandbox: Sandbox, args: dict[str, object], message: str) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._hostile_toolkit(sandbox)
         result = await tk.call("bash", args)
         assert (result.is_error, result.output) == (True, message)
         assert "failure" not in result.metadata
@@ -490,7 +490,7 @@ class HostileContract(_Bound):
     async def test_catastrophic_regex_is_stopped_and_deadlines_keep_firing(
             self, sandbox: Sandbox) -> None:
         await sandbox.put({"a.txt": b"a" * 40 + b"!\n"})
-        tk = await self._toolkit(sandbox, search_timeout_ms=1500)
+        tk = await self._hostile_toolkit(sandbox, search_timeout_ms=1500)
         started = time.monotonic()
         grep, bash = await asyncio.gather(
             tk.call("grep", {"pattern": "(a+)+$"}),
@@ -509,7 +509,7 @@ class HostileContract(_Bound):
             f.write(b"z" * (48 << 20) + b"\nend\n")  # a 48 MiB line
         for path in (host / "sparse.bin", host / "line.txt"):
             path.chmod(0o666)
-        tk = await self._toolkit(sandbox)
+        tk = await self._hostile_toolkit(sandbox)
         grep = await tk.call("grep", {"pattern": "^z+$|end"})
         assert grep.output == ("line.txt:1:" + "z" * 2000 + "\nline.txt:2:end\n\n"
                                "(1 matching line cut at 2000 characters)")
@@ -523,7 +523,7 @@ class HostileContract(_Bound):
     async def test_a_base_dir_renamed_and_recreated_is_never_written_through(
             self, sandbox: Sandbox) -> None:
         """Operations follow the name, or fail closed — never into the old directory."""
-        tk = await self._toolkit(sandbox)
+        tk = await self._hostile_toolkit(sandbox)
         assert not (await tk.call("write", {"path": "before.txt", "content": "1"})).is_error
         host = sandbox.host_dir
         moved = host.with_name(host.name + "-moved")
@@ -551,7 +551,7 @@ class HostileContract(_Bound):
             f.write(b"one\n")
         os.chmod(host + b"/d\xff", 0o777)
         os.chmod(host + b"/d\xff/caf\xe9.txt", 0o666)
-        tk = await self._toolkit(sandbox)
+        tk = await self._hostile_toolkit(sandbox)
         listed = (await tk.call("glob", {"pattern": "**/*.txt"})).output
         assert listed == "d\\xff/caf\\xe9.txt"
         assert (await tk.call("grep", {"pattern": "one"})).output == "d\\xff/caf\\xe9.txt:1:one"
@@ -569,7 +569,7 @@ class HostileContract(_Bound):
         target = sandbox.host_dir / "ro.txt"
         target.write_text("keep\n")
         target.chmod(0o444)
-        tk = await self._toolkit(sandbox)
+        tk = await self._hostile_toolkit(sandbox)
         args: dict[str, str] = {
             "write": {"path": "ro.txt", "content": "x"},
             "edit": {"path": "ro.txt", "oldString": "keep", "newString": "x"},
@@ -663,13 +663,13 @@ def _detach_settings(**overrides: object) -> Settings:
 class JobContract(_Bound):
     """The detach policy and the bash job forms (CONTRACT §7), through a Toolkit."""
 
-    async def _toolkit(self, sandbox: Sandbox, **overrides: object) -> Toolkit:
+    async def _job_toolkit(self, sandbox: Sandbox, **overrides: object) -> Toolkit:
         toolkit = Toolkit(sandbox.backend, base_dir=sandbox.base, settings=_detach_settings(**overrides))
         await toolkit.open()
         return toolkit
 
     async def test_detach_then_wait_returns_a_fresh_result(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         first = await tk.call("bash", {"command": "echo begin; sleep 0.8; echo end; exit 5"})
         assert first.output.startswith("still running after 300 ms (job 1) — output so far below;")
         assert first.output.endswith("\nbegin\n") and not first.is_error
@@ -680,7 +680,7 @@ class JobContract(_Bound):
         assert done.metadata["jobId"] == 1 and done.metadata["exitCode"] == 5
 
     async def test_wait_that_elapses_says_still_running(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         await tk.call("bash", {"command": "sleep 5"})
         again = await tk.call("bash", {"wait": 1, "timeout": 100})
         assert again.output.startswith("still running after ") and "(job 1)" in again.output
@@ -688,7 +688,7 @@ class JobContract(_Bound):
         assert killed.output.startswith("killed job 1") and killed.metadata["killedTree"] is True
 
     async def test_a_cancelled_wait_leaves_the_job_running(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         await tk.call("bash", {"command": "sleep 5"})
         waiting = asyncio.ensure_future(tk.call("bash", {"wait": 1, "timeout": 30_000}))
         await asyncio.sleep(0.2)
@@ -702,12 +702,12 @@ class JobContract(_Bound):
         await tk.call("bash", {"kill": 1})
 
     async def test_explicit_timeout_still_kills(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         result = await tk.call("bash", {"command": "sleep 5", "timeout": 200})
         assert result.output.startswith("bash: command timed out after 200ms")
 
     async def test_end_of_turn_kills_unkept_jobs_only(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         await tk.call("bash", {"command": "sleep 5"})
         await tk.call("bash", {"command": "sleep 5", "keep": True})
         assert await tk.end_turn() == [1]
@@ -717,7 +717,7 @@ class JobContract(_Bound):
         assert all(j.state == "killed" for j in tk.services.jobs.all())
 
     async def test_max_jobs_evicts_the_oldest_unkept(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         await tk.call("bash", {"command": "sleep 5", "keep": True})
         await tk.call("bash", {"command": "sleep 5"})
         third = await tk.call("bash", {"command": "sleep 5"})
@@ -730,7 +730,7 @@ class JobContract(_Bound):
 
     async def test_max_jobs_counts_only_running_jobs(self, sandbox: Sandbox) -> None:
         """A job that ended on its own costs no running job its life."""
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         await tk.call("bash", {"command": "sleep 0.5"})  # detaches at 300 ms, ends by itself
         await tk.call("bash", {"command": "sleep 5"})
         await asyncio.sleep(0.6)
@@ -741,7 +741,7 @@ class JobContract(_Bound):
         assert states == {1: "exited", 2: "running", 3: "running"}
 
     async def test_ceiling_kills_a_detached_job(self, sandbox: Sandbox) -> None:
-        tk = await self._toolkit(sandbox, job_max_ms=700)
+        tk = await self._job_toolkit(sandbox, job_max_ms=700)
         await tk.call("bash", {"command": "echo x; sleep 30"})
         done = await tk.call("bash", {"wait": 1, "timeout": 5000})
         assert done.output == "bash: command timed out after 700ms\nx\n"
@@ -755,7 +755,7 @@ class JobContract(_Bound):
     ])
     async def test_forms_are_validated(self, sandbox: Sandbox, args: dict[str, object],
                                        message: str) -> None:
-        tk = await self._toolkit(sandbox)
+        tk = await self._job_toolkit(sandbox)
         result = await tk.call("bash", args)
         assert result.is_error and result.output == message
 
