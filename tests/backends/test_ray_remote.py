@@ -21,6 +21,7 @@ import pytest
 from toolseam import Snapshot, Toolkit
 from toolseam.backends.remote import HostedSpec, RemoteBackend
 from toolseam.ray import cluster
+from toolseam.ray.identity import VERIFY_WAIT_S
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
@@ -153,3 +154,23 @@ async def test_a_node_lost_mid_call_ends_the_session_within_ten_seconds(
         assert "may have run" in caught.value.reason
         with pytest.raises(CouldNotRunError, match="may have run"):  # over, never new
             await tk.call("read", {"path": "anything"})
+        # Ray reports the node alive for several seconds more (and this close waits for
+        # that): a driver that did not see it die is told at once that its actor is gone,
+        # places nothing there again, and never takes the lost actor for an impostor (the
+        # rehearsal's Ray-shaped scripts, run right after this test, each waited 10 s for a
+        # proof and failed: "is not toolseam's node actor … Connection refused")
+        node_id = str(backend.transport.node_id)  # type: ignore[attr-defined]
+        cluster._lost.discard(node_id)  # this process forgets what it saw, as another driver
+        cluster.forget_actor(node_id)
+        fresh = RemoteBackend(transport=RayTransport(Placement(resource("lost-remote")),
+                                                     ray_cluster.address),
+                              hosted=HostedSpec(kind="host"))
+        began = time.monotonic()
+        with pytest.raises(CouldNotRunError) as refused:
+            await fresh.open()
+        waited = time.monotonic() - began
+        await fresh.close()
+        assert "is not toolseam's node actor" not in refused.value.reason, refused.value.reason
+        assert waited < VERIFY_WAIT_S / 2, (waited, refused.value.reason)
+        import ray
+        assert not cluster.node_is_alive(ray, node_id)

@@ -1,8 +1,9 @@
 """The contract suite through the remote backend over Ray (issue 47, item 2): a session of
 ``RemoteBackend(transport=RayTransport(...))`` on the rootful podman node of the session's
-Ray cluster, held to the same cases as ``RayBackend`` there (the file part's two grids by one
-point each, as for that node) — every operation crossing as a row of the one table, with no
-Ray-specific forwarder."""
+Ray cluster, held to the cases ``RayBackend`` meets on the docker node (the file part's two
+grids by one point each) — every operation crossing as a row of the one table, with no
+Ray-specific forwarder. It is the podman node's contract run (decision 457): ``RayBackend``'s
+own forwarders run the suite on the rootless and docker nodes (test_contract_ray.py)."""
 
 from __future__ import annotations
 

@@ -68,8 +68,7 @@ class RayTransport:
                 try:
                     ray = self._ray = cluster.ray_module()
                     await asyncio.to_thread(cluster.connect, self.address)
-                    node_id = await asyncio.to_thread(self.placement.choose, ray)
-                    actor = await asyncio.to_thread(cluster.node_actor, ray, node_id)
+                    node_id, actor = await asyncio.to_thread(self.placement.reach, ray)
                     self.where = await cluster.node_where(node_id, _ready(actor))
                 except (ConfigurationError, CouldNotRunError) as exc:
                     raise TransportLost(f"no Ray node for this session: {exc}",
