@@ -9,7 +9,8 @@ podman node. Prints side by side, each "here" figure from the very backend the n
 (``NodeConfig.make``: the node's engine, copy mode, an image-only workspace):
 
 * per call p50 (``bash true``, ``read`` of a 10-line file) through the cluster vs here, per
-  engine, and the floor under it: one empty call of the node actor from asyncio;
+  engine, and the floor under it: one empty call of the node actor from asyncio; and the same
+  through the remote backend over ``RayTransport`` (issue 47: Ray as placement + transport);
 * Ray's own shape (``toolseam.ray.create``): ``ray.get(sb.exec.remote("true"))`` p50 per
   engine vs ``tools.sandbox.exec`` of the same command on the same engine opened here, and the
   ``duration_seconds`` it reports;
@@ -213,8 +214,11 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
 
     from tests.support.ray_cluster import resource
     from toolseam import Toolkit
+    from toolseam.backends.remote import HostedSpec, RemoteBackend
     from toolseam.ray import RayBackend, RayPool
     from toolseam.ray import cluster as ray_cluster
+    from toolseam.ray.placement import Placement
+    from toolseam.ray.transport import RayTransport
 
     address = made.address
     results: dict[str, Any] = {}
@@ -228,7 +232,12 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
             through = await per_call(tk, args.calls)
         async with Toolkit(local_backend(name)) as tk:
             here = await per_call(tk, args.calls)
-        per_engine[name] = {"cluster": through, "here": here}
+        kind = "docker" if name == "docker" else "podman"
+        remote = RemoteBackend(transport=RayTransport(Placement(resource(name)), address),
+                               hosted=HostedSpec(kind=kind))
+        async with Toolkit(remote) as tk:
+            through_remote = await per_call(tk, args.calls)
+        per_engine[name] = {"cluster": through, "here": here, "remote": through_remote}
     results["per_call_p50_ms"] = per_engine
     shaped: dict[str, Any] = {}
     for name in NODE_NAMES:
@@ -298,6 +307,10 @@ def table(r: dict[str, Any]) -> str:
         for tool in ("bash", "read"):
             c, h = both["cluster"][tool], both["here"][tool]
             lines.append(f"| per call p50 `{tool}`, {name} | {c} ms (+{c - h:.2f}) | {h} ms |")
+            if "remote" in both:
+                m = both["remote"][tool]
+                lines.append(f"| per call p50 `{tool}`, {name}, remote backend over "
+                             f"RayTransport | {m} ms (+{m - h:.2f}) | {h} ms |")
     for name, both in r["shaped_exec_p50_ms"].items():
         c, h = both["cluster"]["exec"], both["here"]
         r_ = both["cluster"]["exec_through_ray"]

@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,9 +97,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[object]:
+def ray_session_cluster() -> Iterator[object]:
     """A real 3-node Ray cluster on 127.0.0.1 for the whole session (tests/support/ray_cluster.py)."""
     from .support.ray_cluster import started
 
     with started() as cluster:
         yield cluster
+
+
+@pytest.fixture
+def ray_cluster(ray_session_cluster: Any) -> Iterator[object]:
+    """The session's Ray cluster for one test. A node the test killed is dead to Ray before
+    the next test begins: Ray reports a killed node alive for several seconds, and a driver
+    that did not see it die (a later test's script) would place work there."""
+    yield ray_session_cluster
+    ray_session_cluster.settle()

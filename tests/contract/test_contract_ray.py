@@ -3,9 +3,11 @@
 podman node (tests/support/ray_cluster.py), held to the same cases as every local backend
 (the binding: tests/support/ray_contract.py).
 
-The whole suite runs on the rootless node (the default engine of a Ray node); the docker and
-podman nodes run every case but the file part's two grids, which they run by one point each
-(decision 300: the same agent code on every engine, and the Ray run's time).
+The whole suite runs on the rootless node (the default engine of a Ray node); the docker node
+runs every case but the file part's two grids, which it runs by one point each (decision 300:
+the same agent code on every engine, and the Ray run's time). The podman node's run is the
+remote backend over Ray's (test_contract_ray_remote.py, decision 457): the same cases, the
+node's same engine, one class less in the Ray run's time.
 """
 
 from __future__ import annotations
@@ -23,6 +25,3 @@ class TestRayRootless(RayBinding):
 class TestRayDocker(RaySubsetBinding):
     node = "docker"
 
-
-class TestRayPodman(RaySubsetBinding):
-    node = "podman"

@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from .timing import patience
+
 # node name -> (engine, the variable naming its endpoint); each node also offers a resource
 # named after it (``toolseam-<name>``) so a test can place a session on it
 NODES = {"docker": ("docker", "TOOLSEAM_DOCKER_URL"),
@@ -58,6 +60,7 @@ class RayTestCluster:
     cluster: Any
     address: str
     nodes: dict[str, Any] = field(default_factory=dict)  # name -> ray's Node
+    killed: set[str] = field(default_factory=set)  # node ids Ray may still report alive
 
     def node_id(self, name: str) -> str:
         return str(self.nodes[name].node_id)
@@ -87,8 +90,23 @@ class RayTestCluster:
             await asyncio.sleep(1.0)
 
     def kill_node(self, name: str) -> None:
-        """The node's raylet and every process of it killed at once (no goodbye)."""
-        self.cluster.remove_node(self.nodes.pop(name), allow_graceful=False)
+        """The node's raylet and every process of it killed at once (no goodbye). Ray's
+        health check declares it dead only seconds later: the ``ray_cluster`` fixture waits
+        for that after the test (``settle``)."""
+        node = self.nodes.pop(name)
+        self.killed.add(str(node.node_id))
+        self.cluster.remove_node(node, allow_graceful=False)
+
+    def settle(self, timeout_s: float = 60.0) -> None:
+        """Until Ray has declared every node killed so far dead (blocking: a fixture's end)."""
+        import ray
+        deadline = time.monotonic() + patience(timeout_s)
+        while self.killed:
+            alive = {n["NodeID"] for n in ray.nodes() if n["Alive"]}  # type: ignore[no-untyped-call]
+            self.killed &= alive
+            if self.killed:
+                assert time.monotonic() < deadline, f"Ray still reports {self.killed} alive"
+                time.sleep(0.5)
 
 
 @contextmanager

@@ -156,11 +156,11 @@ class RayBackend:
             await asyncio.to_thread(cluster.connect, self.address)
         if self._claim_from is not None and self.placement.node is not None:
             node_id = self.placement.node  # the pool's choice: a lost node fails the claim
+            self.node_id, self.where = node_id, f"Ray node {node_id[:12]}"
+            self._actor = await asyncio.to_thread(cluster.node_actor, ray, node_id)
         else:
-            node_id = await asyncio.to_thread(self.placement.choose, ray)
-        self.node_id = node_id
-        self.where = f"Ray node {node_id[:12]}"
-        self._actor = await asyncio.to_thread(cluster.node_actor, ray, node_id)
+            node_id, self._actor = await asyncio.to_thread(self.placement.reach, ray)
+            self.node_id, self.where = node_id, f"Ray node {node_id[:12]}"
         self.where = await cluster.node_where(node_id, self._ray_call(self._actor.ready.remote()))
         if self._attaching:  # renewed as often as the session's own orphan timeout asks
             answer = await self._ray_call(self._actor.attach.remote(self.session_id, self._secret))

@@ -83,9 +83,18 @@ def operator_proof(key: bytes, nonce: str, what: str) -> str:
     return proof(key, "operator", what, nonce, "")
 
 
+class ActorGone(CouldNotRunError):
+    """The actor under the name refuses connections on the port it registered: its process is
+    gone. A driver that did not see its node die meets this for as long as Ray still reports
+    the node alive (its health check takes several seconds), and must not wait
+    ``VERIFY_WAIT_S`` for a proof that cannot come, nor call the node's lost actor an
+    impostor (``Placement.reach`` places elsewhere)."""
+
+
 def wait_proven(ray: Any, actor: Any, key: bytes, name: str) -> None:
     """Return once ``actor`` proved ``key`` on its direct port; ``CouldNotRunError`` naming
-    ``name`` when it does not within ``VERIFY_WAIT_S`` (or proves something else)."""
+    ``name`` when it does not within ``VERIFY_WAIT_S`` (or proves something else),
+    ``ActorGone`` at once when nothing listens where it said it does."""
     from ray.experimental import internal_kv
 
     actor_id = actor._actor_id.hex()
@@ -103,6 +112,12 @@ def wait_proven(ray: Any, actor: Any, key: bytes, name: str) -> None:
                     why = "it did not prove toolseam's node key"
                     break
                 why = "it was given no node key"
+            except ConnectionRefusedError as exc:  # nothing listens where it said: gone
+                raise ActorGone(
+                    f"the Ray actor named {name} does not listen where it said it does "
+                    f"({exc}): it is gone, most likely with its node, lost moments ago (Ray "
+                    "reports a lost node alive for several seconds more); nothing was sent to "
+                    "it", retryable=False) from None
             except (OSError, ValueError) as exc:
                 why = f"its direct port did not answer ({exc})"
         time.sleep(0.2)

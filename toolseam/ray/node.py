@@ -35,6 +35,7 @@ from .node_config import NodeConfig
 from .node_observe import NodeTelemetry
 from .node_operator import NodeOperatorView
 from .node_pool import NodePools
+from .node_remote import REMOTE, NodeRemote
 from .node_session import (
     WORKSPACE_DIR,
     NodeSession,
@@ -54,7 +55,7 @@ SEAM_CALLS = frozenset({"start", "wait", "kill", "release", "stat", "read_text",
                         "list_dir", "read_bytes", "write", "commit", "list_files", "grep"})
 
 
-class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView):
+class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
     """The node actor's body (made a Ray actor class in ``cluster.py``)."""
 
     def __init__(self) -> None:
@@ -197,7 +198,7 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView):
     def _key_for(self, sid: str) -> bytes | None:
         """A session's key, for a direct connection's proofs (direct.py); None: no session."""
         session = self._sessions.get(sid)
-        return None if session is None else session.hash
+        return self._remote_key(sid) if session is None else session.hash
 
     async def call(self, sid: str, secret: str, method: str, args: tuple[Any, ...],
                    trace: Any = None) -> Answer:
@@ -215,6 +216,8 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView):
         return await self.telemetry.answer(trace, method, sid, self._call_held(sid, method, args))
 
     async def _call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
+        if method == REMOTE:  # a remote session's request (node_remote.py)
+            return await self.remote_direct(sid, args)
         if method in SHAPED_DIRECT:  # a Ray-shaped sandbox's call on the direct port
             key = self._key_for(sid)
             if key is None:
@@ -372,6 +375,7 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView):
         me = psutil.Process()
         info, cpu = me.memory_full_info(), me.cpu_times()
         return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss,
+                "remote_sessions": 0 if self._remote_server is None else self._remote_server.sessions,
                 "cpu_s": cpu.user + cpu.system,
                 "warm": sum(pool.warm for pool in self._pools.values())}
 
@@ -382,6 +386,8 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView):
         while True:
             await asyncio.sleep(1.0)
             now = time.monotonic()
+            with contextlib.suppress(Exception):  # a remote session's close never stops this
+                await self._reap_remote(now)
             for sid, session in list(self._sessions.items()):
                 orphaned = session.calls == 0 and now - session.seen > session.orphan_timeout
                 expired = session.expires is not None and now > session.expires

@@ -1,5 +1,9 @@
 """Which node a new session goes to: one whose resources include those asked, spread over the
-fitting nodes (fewest sessions this process placed) or packed (the most)."""
+fitting nodes (fewest sessions this process placed) or packed (the most) — and its node actor.
+
+A node lost moments ago is still reported alive by Ray for several seconds (its health check),
+so a driver that did not see it die may choose it; its actor then refuses connections
+(``identity.ActorGone``), and ``reach`` places elsewhere rather than fail the session."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from typing import Any
 
 from ..seam.errors import CouldNotRunError
 from . import cluster
+from .identity import ActorGone
 
 _placed: Counter[str] = Counter()
 _lock = threading.Lock()
@@ -36,3 +41,23 @@ class Placement:
                 chosen = min(fit, key=lambda n: (_placed[n], n))
             _placed[chosen] += 1
         return chosen
+
+    def reach(self, ray: Any) -> tuple[str, Any]:
+        """The chosen node and its actor (blocking: call it off the event loop). A node whose
+        actor is gone is placed on no more from this process, and another fitting node is
+        chosen, unless this placement names its node."""
+        gone: ActorGone | None = None
+        while True:
+            try:
+                node_id = self.choose(ray)
+            except CouldNotRunError:
+                if gone is not None:  # the one that fitted was lost: say that, not "none fits"
+                    raise gone from None
+                raise
+            try:
+                return node_id, cluster.node_actor(ray, node_id)
+            except ActorGone as exc:
+                cluster.forget_actor(node_id, lost=True)
+                if self.node is not None:
+                    raise
+                gone = exc

@@ -185,8 +185,7 @@ def create(image: str | None = None, cpu: float | None = None,
     wanted = dict(resources or {})
     if cpu:
         wanted["CPU"] = float(cpu)
-    node_id = Placement(wanted).choose(ray)
-    actor = cluster.node_actor(ray, node_id)
+    node_id, actor = Placement(wanted).reach(ray)
     sandbox = RaySandbox(actor, node_id, uuid.uuid4().hex, secrets.token_urlsafe(32))
     sandbox._ready = actor.ready.remote()
     sandbox._opened = actor.sb_open.remote(sandbox.sandbox_id, sandbox._secret, image, limits,

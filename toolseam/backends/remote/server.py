@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,14 @@ from .spec import HostedSpec
 from .transport import Answer, OnEvent, Request
 
 SESSION_LABEL = b"toolseam remote session key v1"
+# What a spec becomes on this server, and what to do once its session ended (a Ray node makes
+# its own engine's backend in a directory of its own, which goes with the session).
+Hosting = Callable[[HostedSpec], tuple[BuiltinExec, Callable[[], None] | None]]
+
+
+def create_hosted(spec: HostedSpec) -> tuple[BuiltinExec, None]:
+    """The default hosting: the name table's backend of that kind and options."""
+    return create_backend(spec.kind, **spec.options), None
 
 
 @dataclass
@@ -51,6 +60,7 @@ class _Session:
     egress: ServerEgress = field(default_factory=ServerEgress)
     exported: set[str] = field(default_factory=set)  # objects of the snapshots it took
     branch_workspace: str | None = None  # opened from a snapshot: this server's private dir
+    after: Callable[[], None] | None = None  # the hosting's own end of it
 
     async def end(self) -> None:
         self.egress.close()
@@ -59,13 +69,16 @@ class _Session:
         finally:
             if self.branch_workspace is not None:
                 await asyncio.to_thread(remove_branch_workspace, self.branch_workspace)
+            if self.after is not None:
+                await asyncio.to_thread(self.after)
 
 
 class RemoteServer:
     """The sessions of one server process. ``handle`` is what a transport's listener calls for
     each request of a proven peer; ``drop`` when that peer's connection ends."""
 
-    def __init__(self, spool: str) -> None:
+    def __init__(self, spool: str, hosting: Hosting = create_hosted) -> None:
+        self._hosting = hosting
         self._sessions: dict[str, _Session] = {}
         self._opening: set[str] = set()
         self._arrivals: dict[str, snapshots.Arrivals] = {}  # snapshots pushed, by session id
@@ -77,6 +90,18 @@ class RemoteServer:
                                                       derived_key(secret, SESSION_LABEL)):
             raise HostError(f"no session {sid[:8]}… on this server answers this secret")
         return session
+
+    @property
+    def sessions(self) -> int:
+        """How many sessions are open here (no id named: a node's figures)."""
+        return len(self._sessions)
+
+    def key_for(self, sid: str) -> bytes | None:
+        """An open session's one-way key (``derived_key(secret, SESSION_LABEL)``), for a
+        transport whose connection proves it before any request (Ray's direct port); None: no
+        such session."""
+        session = self._sessions.get(sid)
+        return None if session is None else session.key
 
     async def handle(self, request: Request, emit: OnEvent | None, owner: object) -> Answer:
         try:
@@ -130,24 +155,30 @@ class RemoteServer:
             fields = ", ".join(".".join(map(str, e["loc"])) or "(top level)" for e in exc.errors())
             raise ConfigurationError(f"hosted: not a backend spec (bad or missing {fields})"
                                      ) from None
-        backend = create_backend(spec.kind, **spec.options)
+        backend, after = self._hosting(spec)
         self._opening.add(sid)  # a second open of the id while this one waits is refused
         branch_workspace: str | None = None
         try:
             if branch is not None:
                 backend, branch_workspace = await _branched(backend, branch)
+                if after is not None:  # the template's own directory: the branch has its own
+                    await asyncio.to_thread(after)
+                    after = None
             capabilities = ops.declared_capabilities(backend)
             info = await backend.open()
         except BaseException:
             await asyncio.shield(backend.close())
             if branch_workspace is not None:
                 await asyncio.to_thread(remove_branch_workspace, branch_workspace)
+            if after is not None:
+                await asyncio.to_thread(after)
             raise
         finally:
             self._opening.discard(sid)
             self._drop_arrivals(sid)
         self._sessions[sid] = _Session(derived_key(secret, SESSION_LABEL), backend, owner,
-                                       capabilities, branch_workspace=branch_workspace)
+                                       capabilities, branch_workspace=branch_workspace,
+                                       after=after)
         return info, sorted(capabilities)
 
     def _drop_arrivals(self, sid: str) -> None:
@@ -203,14 +234,14 @@ class RemoteServer:
     async def drop(self, owner: object) -> None:
         """The connection ``owner`` ended: close every session it opened (their calls first)."""
         for sid, session in list(self._sessions.items()):
-            if session.owner is owner:
+            if session.owner == owner:  # a connection, or a Ray transport's id
                 self._sessions.pop(sid, None)
                 for task in list(session.calls):
                     task.cancel()
                 with contextlib.suppress(Exception):
                     await session.end()
         for sid, arrivals in list(self._arrivals.items()):
-            if arrivals.owner is owner:
+            if arrivals.owner == owner:
                 self._drop_arrivals(sid)
 
     async def close(self) -> None:

@@ -1,0 +1,129 @@
+"""The node actor's ``RemoteServer`` (``backends/remote/server.py``): the node's own engine
+hosts the sessions of ``RayTransport`` clients (``transport.py``), every seam operation and
+capability the remote backend forwards included — no Ray-specific forwarder.
+
+The node, not the caller, decides what runs here (``node_config.py``): a spec's kind must be
+the node's engine kind, its ``image`` and ``limits`` are taken, and the backend works in a
+private directory of the node's, removed with the session. A request crosses as the codec's
+bytes and is decoded as data; an answer goes back with the events a ``stream`` request
+emitted. A transport's sessions end when it closes (``remote_drop``), or when it has not been heard
+from for its orphan timeout (a driver killed: its transport renews a lease, ``remote_touch``,
+every third of it) — nothing of a dead driver stays running.
+
+After its open, a session's requests may come on the node's direct port instead
+(``direct.py``: its handshake proves the session's key before anything is decoded), as the
+call ``REMOTE`` whose arguments are the request and the transport's id.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..backends.agentlink.errors import error_answer
+from ..backends.remote.codec import dumps, loads
+from ..backends.remote.server import RemoteServer
+from ..backends.remote.spec import HostedSpec
+from ..policy.limits import SandboxLimits
+from ..seam.errors import ConfigurationError, HostError
+from ..seam.protocol import BuiltinExec
+from ._wire import Answer, encode
+from .node_config import NodeConfig
+from .node_session import WORKSPACE_DIR, own_workdir, session_root
+
+REMOTE = "remote"  # a remote request on the direct port
+DEFAULT_ORPHAN_TIMEOUT_S = 600.0
+
+
+class NodeRemote:
+    """A mixin of the node actor (``node.py``)."""
+
+    config: NodeConfig
+    where: str
+    _remote_server: RemoteServer | None = None
+    _leases: dict[str, tuple[float, float]] | None = None  # owner -> (timeout, last heard)
+
+    def _heard(self, owner: str, timeout: float | None = None) -> None:
+        if self._leases is None:
+            self._leases = {}
+        known = self._leases.get(owner)
+        kept = timeout if isinstance(timeout, int | float) and timeout > 0 else (
+            known[0] if known is not None else DEFAULT_ORPHAN_TIMEOUT_S)
+        self._leases[owner] = (float(kept), time.monotonic())
+
+    async def remote_touch(self, owner: str, timeout: float) -> None:
+        """The transport ``owner`` is alive; its sessions end ``timeout`` seconds after the
+        last word from it."""
+        self._heard(str(owner), timeout)
+
+    async def _reap_remote(self, now: float) -> None:
+        """End the sessions of transports not heard from for their orphan timeout."""
+        for owner, (timeout, seen) in list((self._leases or {}).items()):
+            if now - seen > timeout and self._leases is not None:
+                self._leases.pop(owner, None)
+                await self._server().drop(owner)
+
+    def _hosted(self, spec: HostedSpec) -> tuple[BuiltinExec, Callable[[], None]]:
+        kind = self.config.kind.name
+        if spec.kind != kind:
+            raise ConfigurationError(f"{self.where} runs {kind} sandboxes, not {spec.kind}")
+        unknown = sorted(set(spec.options) - {"image", "limits"})
+        if unknown:
+            raise ConfigurationError(f"{self.where} decides its backend's options itself; a "
+                                     f"Ray session may give image and limits, not "
+                                     f"{', '.join(unknown)}")
+        image = spec.options.get("image")
+        limits = spec.options.get("limits")
+        root = session_root(own_workdir(self.config.workdir), os.urandom(8).hex())
+        try:
+            workspace = os.path.join(root, WORKSPACE_DIR)
+            os.mkdir(workspace, 0o755)
+            backend = self.config.make(
+                workspace, image if isinstance(image, str) else None,
+                SandboxLimits.model_validate(limits) if limits is not None else None)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return backend, lambda: shutil.rmtree(root, ignore_errors=True)
+
+    def _server(self) -> RemoteServer:
+        if self._remote_server is None:
+            spool = os.path.join(own_workdir(self.config.workdir), "remote-spool")
+            os.makedirs(spool, mode=0o700, exist_ok=True)
+            self._remote_server = RemoteServer(spool, self._hosted)
+        return self._remote_server
+
+    async def remote_call(self, payload: bytes, owner: str, streaming: bool,
+                          orphan_timeout: float | None = None) -> bytes:
+        """One remote request as bytes; its answer and, for a stream, the events it emitted."""
+        self._heard(str(owner), orphan_timeout)
+        events: list[Any] = []
+        try:
+            request = loads(payload)
+        except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
+            return dumps((("err", error_answer(HostError(
+                f"not a remote call ({type(exc).__name__})"))), events))
+        answer = await self._server().handle(request, events.append if streaming else None,
+                                             str(owner))
+        return dumps((answer, events))
+
+    async def remote_drop(self, owner: str) -> None:
+        """The transport ``owner`` closed: end every session it opened here."""
+        if self._leases is not None:
+            self._leases.pop(str(owner), None)
+        await self._server().drop(str(owner))
+
+    def _remote_key(self, sid: str) -> bytes | None:
+        """A remote session's key, for the direct port's proofs; None: no such session."""
+        return None if self._remote_server is None else self._remote_server.key_for(sid)
+
+    async def remote_direct(self, sid: str, args: tuple[Any, ...]) -> Answer:
+        """A request of the session the direct connection proved (``sid``), nobody else's."""
+        if not (len(args) == 2 and isinstance(args[0], tuple) and args[0][:1] == (sid,)):
+            return encode(HostError("a direct request names another session than its "
+                                    "connection's"))
+        self._heard(str(args[1]))
+        return ("ok", await self._server().handle(args[0], None, str(args[1])))

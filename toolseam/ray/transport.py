@@ -1,0 +1,183 @@
+"""The remote backend's wire through a Ray cluster (``backends/remote/transport.py``): placement
+chooses a node, that node's actor hosts a ``RemoteServer`` (``node_remote.py``), and each
+request is one actor call carrying the restricted codec's bytes — Ray's own serialization of a
+model or a tuple costs 0.3-0.5 ms a time, bytes nothing measurable (decision 310), and the
+answer is decoded here as data, never as classes a node names (issue 44).
+
+Once its session is open, a ``call`` goes on the node actor's direct port instead
+(``direct.py``, decision 312: an empty Ray call costs 0.9-1.8 ms here, over the budget of
+"local + 1 ms"), whose handshake proves the session's key both ways before anything is
+decoded; where that port cannot be reached the calls stay on Ray. A ``stream`` request goes
+through Ray, its events coming back with its answer, in order (every event before the answer,
+as the interface asks; not live yet). A lost node or actor under a call is ``TransportLost``:
+the session's end, never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import uuid
+from typing import Any
+
+from ..backends.remote.codec import dumps, loads
+from ..backends.remote.handshake import derived_key
+from ..backends.remote.server import SESSION_LABEL
+from ..backends.remote.transport import Answer, OnEvent, Request, TransportLost
+from ..seam.errors import ConfigurationError, CouldNotRunError
+from . import cluster
+from .direct import DirectLink, Dropped
+from .node_remote import DEFAULT_ORPHAN_TIMEOUT_S, REMOTE
+from .placement import Placement
+
+DROP_PROBE_S = 5.0  # a dropped direct connection: how long the node actor may take to answer
+
+
+class RayTransport:
+    """``RayTransport(Placement(resources={…}), address=…)``: the sessions of one client on the
+    node placement chooses, at the first call."""
+
+    same_machine = False
+
+    def __init__(self, placement: Placement, address: str | None = None,
+                 direct: bool = True, orphan_timeout_s: float = DEFAULT_ORPHAN_TIMEOUT_S
+                 ) -> None:
+        """``orphan_timeout_s``: how long the node keeps this transport's sessions after the
+        last word from it (renewed every third of it while this process lives)."""
+        self.placement, self.address = placement, address
+        self.owner = uuid.uuid4().hex  # this transport's sessions on the node, ended at close
+        self.where = "a Ray node (not placed yet)"
+        self.node_id: str | None = None
+        self._actor: Any = None
+        self._ray: Any = None
+        self._placing = asyncio.Lock()
+        self._closed = False
+        self._direct = direct
+        self.orphan_timeout_s = orphan_timeout_s
+        self._renewing: asyncio.Task[None] | None = None
+        self._link: DirectLink | None = None
+        self._opened: str | None = None  # the session whose open this transport carried
+
+    async def _placed(self) -> Any:
+        if self._actor is not None:
+            return self._actor
+        if self._closed:
+            raise TransportLost(f"{self.where}: the transport was closed", sent=False)
+        async with self._placing:
+            if self._actor is None:
+                try:
+                    ray = self._ray = cluster.ray_module()
+                    await asyncio.to_thread(cluster.connect, self.address)
+                    node_id, actor = await asyncio.to_thread(self.placement.reach, ray)
+                    self.where = await cluster.node_where(node_id, _ready(actor))
+                except (ConfigurationError, CouldNotRunError) as exc:
+                    raise TransportLost(f"no Ray node for this session: {exc}",
+                                        sent=False) from None
+                self.node_id, self._actor = node_id, actor
+                self._renewing = asyncio.ensure_future(self._renew())
+        return self._actor
+
+    async def _send(self, request: Request, streaming: bool) -> tuple[Answer, list[Any]]:
+        actor = await self._placed()
+        ref = actor.remote_call.remote(dumps(request), self.owner, streaming,
+                                       self.orphan_timeout_s)
+        try:
+            payload = await ref
+        except asyncio.CancelledError:
+            self._ray.cancel(ref)  # an async actor call is cancelled in the node's loop
+            raise
+        except cluster.ray_failures(self._ray) as exc:
+            cluster.forget_actor(self.node_id or "", lost=True)
+            raise TransportLost(f"{self.where} was lost ({type(exc).__name__})") from None
+        try:
+            answer, events = loads(payload) if isinstance(payload, bytes) else (None, None)
+        except (pickle.UnpicklingError, EOFError, ValueError) as exc:
+            raise CouldNotRunError(f"{self.where} answered what is not a toolseam answer "
+                                   f"({exc})", retryable=False, cause="agent_failed") from None
+        # anything but a tuple is refused by the client as "not a toolseam answer"
+        return (answer if isinstance(answer, tuple) else (),
+                events if isinstance(events, list) else [])
+
+    @property
+    def direct_connected(self) -> bool:
+        """Calls go on the node's direct port now (not through Ray)."""
+        return self._link is not None and self._link.alive
+
+    async def call(self, request: Request) -> Answer:
+        link = await self._linked(request) if self._direct else None
+        if link is not None:
+            try:
+                answer = await link.call(REMOTE, (request, self.owner))
+            except Dropped:
+                raise await self._dropped() from None
+            return answer[1] if answer[:1] == ("ok",) else answer
+        answer = (await self._send(request, False))[0]
+        if request[2] == "open" and answer[:1] == ("ok",):
+            self._opened = request[0]
+        return answer
+
+    async def _linked(self, request: Request) -> DirectLink | None:
+        """The direct connection of the session this transport opened, made at its first call
+        after the open; None where the node has no direct port or it cannot be reached."""
+        if self._link is not None:
+            return self._link if self._link.alive else None
+        if self._opened is None or request[0] != self._opened or self.node_id is None:
+            return None
+        at = cluster.node_direct(self.node_id)
+        if at is None:
+            return None
+        self._link = await DirectLink.connect(at[0], at[1], request[0],
+                                              derived_key(request[1], SESSION_LABEL))
+        if self._link is None:  # unreachable from here: later sessions do not wait for it
+            cluster.no_direct(self.node_id)
+        return self._link
+
+    async def _dropped(self) -> TransportLost:
+        """The direct connection ended under a call: the node actor gone (or silent for
+        ``DROP_PROBE_S``) is the session's end, as on the Ray path."""
+        gone: tuple[type[BaseException], ...] = (TimeoutError, *cluster.ray_failures(self._ray))
+        try:
+            await asyncio.wait_for(self._actor.ready.remote(), DROP_PROBE_S)
+        except gone as exc:
+            cluster.forget_actor(self.node_id or "", lost=True)
+            return TransportLost(f"{self.where} was lost ({type(exc).__name__})")
+        return TransportLost(f"the direct connection to {self.where} dropped")
+
+    async def stream(self, request: Request, on_event: OnEvent) -> Answer:
+        answer, events = await self._send(request, True)
+        for event in events:
+            on_event(event)
+        return answer
+
+    async def _renew(self) -> None:
+        while True:
+            await asyncio.sleep(self.orphan_timeout_s / 3)
+            try:
+                await self._actor.remote_touch.remote(self.owner, self.orphan_timeout_s)
+            except Exception:  # noqa: BLE001 - a lost node says so at the next call
+                return
+
+    async def close(self) -> None:
+        """End this client's sessions on the node (as a socket's end does). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._renewing is not None:
+            self._renewing.cancel()
+        if self._link is not None:
+            self._link.close()
+        if self._actor is not None:
+            try:
+                await self._actor.remote_drop.remote(self.owner)
+            except cluster.ray_failures(self._ray):
+                pass  # the node is gone, and its sessions with it
+
+    def another(self) -> RayTransport:
+        """A fork's child: wherever the same placement puts it (another node, with spread)."""
+        return RayTransport(Placement(dict(self.placement.resources), self.placement.strategy),
+                            self.address, self._direct, self.orphan_timeout_s)
+
+
+async def _ready(actor: Any) -> Any:
+    """The actor's ``ready`` answer (asked only when ``node_where`` awaits it)."""
+    return await actor.ready.remote()
