@@ -6,8 +6,10 @@ host backend's.
   restores it (``snapshots/local.py``: descriptor-relative, cost what changed). On a rootless
   engine run by root, what a restore makes is given to the uid container root maps to, as the
   files its commands make are.
-* **copy mode** (remote engines): the engine's archive of ``/workspace`` is read into the store
-  (``snapshots/archive.py``); a restore ends the jobs, empties ``/workspace`` by a command the
+* **copy mode** (remote engines): the sandbox's root packs ``/workspace`` into a file there,
+  the files whose stat key is what this session's previous snapshot stored without their bytes
+  (``toolseam_agent/pack.py``, decision 467), and the host reads it as any archive into the
+  store (``snapshots/archive.py``); a restore ends the jobs, empties ``/workspace`` by a command the
   agent runs as the sandbox's root (links removed, never followed) and puts the snapshot's tree
   there through the archive API — the engine writes only inside the container, and nothing of
   the old tree is left for a name to pass through.
@@ -42,21 +44,28 @@ _EMPTY_WORKSPACE = ("cd /workspace && find . -mindepth 1 ; find . -mindepth 1 -t
                     "-maxdepth 1 -exec rm -rf -- {} +")
 
 
+def _still_stored(known: Known | None) -> Known | None:
+    """``known`` while the snapshot it came from is in the store (so are its objects); else
+    None: every file is sent again."""
+    if known is not None and SnapshotStore().has_snapshot(known.source or ""):
+        return known
+    return None
+
+
 class ContainerBranching(LayerSnapshots, LocalSnapshots):
     """The ``Branching`` methods of ``ContainerBackend`` (mixed in there)."""
 
     _layer_start: str | None = None  # a fork's snapshot, whose layer its child opens with
     _layer_known: Known | None = None  # the layer's files the last snapshot stored, by key
+    _workspace_known: Known | None = None  # copy mode: the same of /workspace
 
     async def snapshot_files(self, root: str,
                              label: str | None, session: str,
                              limit: int = DEFAULT_LIMIT) -> Snapshot:
         container = self._running_container()
-        engine = self.sandbox.engine
-        known = self._layer_known
-        if known is not None and not SnapshotStore().has_snapshot(known.source or ""):
-            known = None  # its objects may be gone: every file is sent again
+        known = _still_stored(self._layer_known)
         packed, deleted = await self._pack_layer(container, limit, known)
+        drop = [packed]
         taken: list[Captured] = []
 
         def layer(store: SnapshotStore, left: int) -> tuple[Captured, list[str]]:
@@ -68,16 +77,27 @@ class ContainerBranching(LayerSnapshots, LocalSnapshots):
             if self.sandbox.mode.shares_host_dir:
                 snap = await asyncio.to_thread(self._take, self._workspace, label, session,
                                                limit, layer)
-            else:
+            else:  # the sandbox's root packs what changed since (decision 467)
+                known_files = _still_stored(self._workspace_known)
+                files = await self._pack_workspace(container, limit, known_files)
+                drop.append(files)
+                workspace: list[Captured] = []
+
                 def take() -> Snapshot:
-                    with engine.get_archive(container, WORKSPACE) as chunks:
-                        manifest = keep_manifest(
-                            lambda store: capture_archive(chunks, store, limit), label,
-                            self.name, session, layer, limit)
+                    with self._workspace_file(container, files) as source:
+                        chunks = iter(lambda: source.read(1 << 20), b"")
+
+                        def capture(store: SnapshotStore) -> Captured:
+                            workspace.append(capture_archive(chunks, store, limit, known_files))
+                            return workspace[0]
+                        manifest = keep_manifest(capture, label, self.name, session, layer,
+                                                 limit)
                     return Snapshot.of(manifest)
                 snap = await asyncio.to_thread(take)
+                workspace[0].known.source = snap.id
+                self._workspace_known = workspace[0].known
         finally:
-            await self._drop_workspace_file(packed)
+            await self._drop_workspace_file(*drop)
         taken[0].known.source = snap.id  # the next snapshot sends only what changed since
         self._layer_known = taken[0].known
         return snap

@@ -86,6 +86,16 @@ def pack_plan(names: LayerNames, limit: int, known: Known | None) -> bytes:
                        "limit": limit, "known": keys}).encode("utf-8", "surrogateescape")
 
 
+def workspace_plan(limit: int, known: Known | None, seconds: str) -> bytes:
+    """What the sandbox's root packs of a copy-mode ``/workspace`` (decision 467): all of it,
+    files whose key is in ``known`` without their bytes, times made whole seconds as the
+    engine's archive API makes them (``seconds``: "truncate" or "round")."""
+    keys = {name: list(key) for name, (key, _) in known.files.items()} if known else {}
+    return json.dumps({"base": "workspace", "prefix": "workspace", "changed": [],
+                       "whole": [""], "limit": limit, "known": keys, "seconds": seconds}
+                      ).encode("utf-8", "surrogateescape")
+
+
 def token_name() -> str:
     return PREFIX + secrets.token_hex(8)
 
