@@ -86,10 +86,38 @@ def _remove(name: str, keep_dir: bool = False) -> None:
         os.close(fd)
 
 
+def _keep_only(name: str, children: set[str]) -> None:
+    """Remove every entry of the directory ``name`` but ``children`` (a copy-mode workspace
+    made a snapshot's, decision 468: what the snapshot lacks, fifos and sockets too). A name
+    that is no directory now is left: the archive's member replaces it."""
+    try:
+        fd, last = _parent(name, make=False)
+    except OSError:
+        return
+    try:
+        try:
+            st = os.stat(last, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                return
+            _enterable(fd, last, st.st_mode)
+            inner = os.open(last, _DIR, dir_fd=fd)
+        except OSError:
+            return
+        try:
+            for child in os.listdir(inner):
+                if child not in children:
+                    _remove_at(inner, child)
+        finally:
+            os.close(inner)
+    finally:
+        os.close(fd)
+
+
 def apply(archive_path: str) -> int:
     """Put the layer back: the plan's names removed (``added`` whatever they are, ``changed``
-    unless a directory), ``/tmp`` emptied, then ``image/`` members (the image's own files a
-    command deleted since), the snapshot's deleted names removed, ``layer/`` members."""
+    unless a directory, what ``keep_only``'s directories hold beyond their names), ``/tmp``
+    emptied, then ``image/`` members (the image's own files a command deleted since), the
+    snapshot's deleted names removed, ``layer/`` members."""
     dir_modes: list[tuple[str, int, float]] = []
     with open(archive_path, "rb") as source, tarfile.open(fileobj=source, mode="r|") as tar:
         os.unlink(archive_path)  # open: read to its end, never seen again
@@ -104,6 +132,8 @@ def apply(archive_path: str) -> int:
                     _remove(name)
                 for name in plan["changed"]:
                     _remove(name, keep_dir=True)
+                for name, children in plan.get("keep_only", {}).items():
+                    _keep_only(name, set(children))
                 for name in plan["emptied"]:
                     fd, last = _parent(name, make=False)
                     try:
@@ -162,6 +192,7 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str,
         _remove_at(fd, last)
         if member.issym():
             os.symlink(member.linkname, last, dir_fd=fd)
+            os.utime(last, (member.mtime, member.mtime), dir_fd=fd, follow_symlinks=False)
         elif member.islnk():
             source_fd, source_last = _parent(member.linkname.partition("/")[2], make=False)
             try:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 LIMIT_EXIT = 3  # the files hold more bytes than the snapshot may (the host's limit)
 RACE_EXIT = 4  # a name changed kind twice while it was packed
+DENIED_EXIT = 5  # a name the sandbox's root may not read (no CAP_DAC_OVERRIDE): the host
+                 # reads the engine's whole archive instead
 _WORKING = (".toolseam-restore-", ".toolseam-sync-", ".toolseam-layer-")  # never packed
 
 
@@ -86,6 +88,9 @@ def pack(plan_path: str, out_path: str) -> int:
     except _Raced:
         os.unlink(out_path)
         return RACE_EXIT
+    except PermissionError:
+        os.unlink(out_path)
+        return DENIED_EXIT
     return 0
 
 

@@ -204,11 +204,11 @@ def apply_archive(manifest: Manifest, store: SnapshotStore, now: LayerNames,
             finally:
                 engine.remove(helper)
         for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
-            written += _layer_member(entry, store, tar)
+            written += layer_member(entry, store, tar)
     return written
 
 
-def _layer_member(entry: Entry, store: SnapshotStore, tar: tarfile.TarFile) -> int:
+def layer_member(entry: Entry, store: SnapshotStore, tar: tarfile.TarFile) -> int:
     info = tarfile.TarInfo("layer/" + entry.path)
     info.mtime, info.mode = entry.mtime_ns / 1_000_000_000, entry.mode
     if entry.kind == "dir":

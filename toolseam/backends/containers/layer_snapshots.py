@@ -44,8 +44,14 @@ if TYPE_CHECKING:
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-# toolseam_agent/pack.py: more file bytes than the snapshot may hold; a name changed kind twice
-_LIMIT_EXIT, _RACE_EXIT = 3, 4
+# toolseam_agent/pack.py: more file bytes than the snapshot may hold; a name changed kind
+# twice; a name the sandbox's root may not read
+_LIMIT_EXIT, _RACE_EXIT, _DENIED_EXIT = 3, 4, 5
+
+
+class PackDenied(CouldNotRunError):
+    """The sandbox's root may not read everything it was to pack (a directory or file a
+    command locked; the sandbox's root has no ``CAP_DAC_OVERRIDE``)."""
 
 
 class LayerSnapshots:
@@ -203,6 +209,9 @@ class LayerSnapshots:
                                      else "/workspace", limit)
         if status.exit_code == _RACE_EXIT:
             raise SnapshotRaceError("a name in the sandbox")
+        if status.exit_code == _DENIED_EXIT:
+            raise PackDenied(f"snapshot: could not {what} in the {self.name} sandbox: a name "
+                             "there is not readable by its root", retryable=False)
         if status.exit_code != 0:
             err = "".join(c.text for c in status.chunks if c.stream == "stderr").strip()
             raise CouldNotRunError(f"snapshot: could not {what} in the {self.name} sandbox "
