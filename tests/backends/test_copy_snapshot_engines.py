@@ -1,11 +1,12 @@
-"""A copy-mode workspace's snapshot sends only what changed (issue 48, decision 467): the
+"""A copy-mode workspace's snapshot sends only what changed (issue 48, decisions 467-468): the
 sandbox's root packs ``/workspace`` (``toolseam_agent/pack.py``), files whose stat key is what
 the session's previous snapshot stored without their bytes. On every copy-mode engine (the
 remote ones, and docker here in copy mode): after one changed file only that file's bytes are
-read; the manifest is the very tree the engine's whole archive gives of the same state (a
-hostile tree's links, hard links, fifo, set-id file, non-UTF-8 name and locked directory too),
-and stays so after any sequence of writes, deletes, renames, chmods and symlinks between two
-snapshots (hypothesis, few examples: each costs a few calls)."""
+read, and a restore writes only what differs; the manifest is the very tree the engine's whole
+archive gives of the same state (a hostile tree's links, hard links, fifo, set-id file,
+non-UTF-8 name and locked directory too), and stays so after any sequence of writes, deletes,
+renames, chmods and symlinks between two snapshots and a restore (hypothesis, few examples:
+each costs a few calls)."""
 
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def _tree(snap: Snapshot) -> tuple[list[Entry], list[str]]:
 
 @pytest.mark.parametrize(("engine", "options"), COPY_MODE, ids=IDS)
 async def test_a_snapshot_after_one_change_reads_only_that_file(
-        engine: str, options: dict[str, object], workspace: Path, ingested: list[int]) -> None:
+        engine: str, options: dict[str, object], workspace: Path, ingested: list[int],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     async with Toolkit(backend(engine, str(workspace), **options)) as tk:
         await run(tk, "for d in $(seq 10); do mkdir d$d; for f in $(seq 40); do "
                       "head -c 8192 /dev/urandom > d$d/f$f; done; done")
@@ -84,6 +86,18 @@ async def test_a_snapshot_after_one_change_reads_only_that_file(
         assert 0 < sum(ingested) < 100, sum(ingested)  # d3/f7 only
         assert second.size_bytes < 100 < first.size_bytes
         assert _tree(second) == await _whole_archive(tk)
+        copied: list[str] = []
+        copy_out = SnapshotStore.copy_out
+
+        def counting(self: SnapshotStore, digest: str, fd: int) -> None:
+            copied.append(digest)
+            copy_out(self, digest, fd)
+        monkeypatch.setattr(SnapshotStore, "copy_out", counting)
+        await run(tk, "echo again > d5/f1 && echo new > d5/added")
+        result = await tk.restore(second)  # only what differs is written (decision 468)
+        assert (len(copied), result.written, result.removed) == (1, 1, 1), (copied, result)
+        assert await run(tk, "wc -c < d5/f1; ls d5 | wc -l") == "8192\n40\n"
+        assert _tree(await tk.snapshot()) == _tree(second)
         ingested.clear()
         await run(tk, "rm d3/f7 && echo changed > d3/f7")  # a new inode: sent again
         await tk.snapshot()
