@@ -76,7 +76,8 @@ class TestHostRestoredSession(_Branch, FileContract, ListingContract, HostDirCon
 
 
 class TestDockerRemoteRestoredSession(_Branch, FileContract, ExecContract):
-    """A copy-mode sandbox emptied and refilled by a restore (decision 402): the file and exec
+    """A copy-mode sandbox made the snapshot's by a restore of what differs (decision 468;
+    emptied and refilled before, decision 402): the file and exec
     contracts hold after it. (A container fork's child is an ordinary copy-mode sandbox, which
     test_contract_containers.py's copy-mode bindings cover.)"""
 
