@@ -158,3 +158,19 @@ def test_any_changes_between_two_snapshots_give_the_whole_archives_tree(
     finally:
         loop.run_until_complete(tk.close())
         loop.close()
+
+
+@pytest.mark.parametrize(("engine", "options"), COPY_MODE[:1], ids=IDS[:1])
+async def test_a_tree_its_root_cannot_read_is_taken_through_the_engines_archive(
+        engine: str, options: dict[str, object], workspace: Path) -> None:
+    """The sandbox's root has no CAP_DAC_OVERRIDE: a directory a command made unsearchable
+    stops its pack, and that snapshot reads the engine's whole archive instead (decision 467);
+    a restore then empties and refills the workspace (decision 402)."""
+    async with Toolkit(backend(engine, str(workspace), **options)) as tk:
+        await run(tk, "mkdir -p x/y && echo z > x/y/f && chmod 600 x/y && echo k > kept")
+        snap = await tk.snapshot()
+        assert "x/y/f" in {e.path for e in _tree(snap)[0]}
+        assert _tree(snap) == await _whole_archive(tk)
+        await run(tk, "echo changed > kept && touch added")
+        await tk.restore(snap)
+        assert await run(tk, "cat kept; ls") == "k\nkept\nx\n"
