@@ -20,6 +20,8 @@ its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after), on each backend:
   whose root is writable, the same snapshot, restore and fork with nothing and with
   OUTSIDE_MIB MiB (1 MiB files in ``/opt/outside``) written outside the workspace — the cost
   the layer adds. ``--layer-only`` measures only that.
+* ``--snapshot-only``: only the snapshots and the restore (no fork, no layer, no floor) — the
+  copy-mode rows of decision 467 in a few minutes.
 
 The local engines run in bind mode, the remote ones (their own mount namespaces, over TCP) in
 copy mode; every fork's children are copy-mode sandboxes (docs/branching.md).
@@ -184,11 +186,13 @@ async def measure_layer(name: str, args: argparse.Namespace, scratch: Path) -> d
 async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Path
                   ) -> dict[str, str]:
     row: dict[str, str] = {}
-    if name != "host" and args.outside_mib:
+    if name != "host" and args.outside_mib and not args.snapshot_only:
         row.update(await measure_layer(name, args, scratch))
     if args.layer_only:
         return row
     sizes = (args.mib, args.small_mib) if name == "host" or args.small_all else (args.mib,)
+    if args.snapshot_only:
+        sizes = (args.mib,)
     for mib in sizes:
         ws = shared(scratch, f"ws-{name}-{mib}")
         make_workspace(ws, args.files, mib)
@@ -200,15 +204,16 @@ async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Pat
             clock = Clock()
             first = await tk.snapshot()
             cold = clock.read()
-            forks = [await timed_fork(tk, args.children) for _ in range(args.repeat)]
-            fork_s = statistics.median(f[0] for f in forks)
-            pause = max(f[1] for f in forks)
-            if mib != args.mib:
-                row[f"fork({args.children}) at {mib} MiB"] = f"{fork_s:.2f} s"
-                continue
             row["first snapshot"] = ms(cold)
-            row[f"fork({args.children}) to every first answer"] = f"{fork_s:.2f} s"
-            row["parent's longest call meanwhile"] = f"{pause * 1000:.0f} ms"
+            if not args.snapshot_only:
+                forks = [await timed_fork(tk, args.children) for _ in range(args.repeat)]
+                fork_s = statistics.median(f[0] for f in forks)
+                pause = max(f[1] for f in forks)
+                if mib != args.mib:
+                    row[f"fork({args.children}) at {mib} MiB"] = f"{fork_s:.2f} s"
+                    continue
+                row[f"fork({args.children}) to every first answer"] = f"{fork_s:.2f} s"
+                row["parent's longest call meanwhile"] = f"{pause * 1000:.0f} ms"
             snaps, restores = [], []
             for round_ in range(args.repeat):
                 payload = os.urandom(4096) + bytes([round_])
@@ -224,6 +229,8 @@ async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Pat
             restores.sort()
             row["snapshot after 1 change"] = ms(snaps[len(snaps) // 2])
             row["restore after 1 change"] = ms(restores[len(restores) // 2])
+            if args.snapshot_only:
+                continue
             before = store_bytes(store)
             kids = [k for k in await tk.fork(args.children) if isinstance(k, Toolkit)]
             for kid in kids:
@@ -233,6 +240,8 @@ async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Pat
             grown = store_bytes(store) - before
             row[f"store growth, {args.children} children x 1 MiB"] = f"{grown / (1 << 20):.1f} MiB"
         shutil.rmtree(ws, ignore_errors=True)
+    if args.snapshot_only:
+        return row
     floors = [await fresh_opens(name, scratch, args.children) for _ in range(args.repeat)]
     row[f"{args.children} fresh sessions (floor)"] = f"{statistics.median(floors):.2f} s"
     return row
@@ -272,6 +281,7 @@ def main() -> None:
     parser.add_argument("--backends", default=",".join(BACKENDS))
     parser.add_argument("--outside-mib", type=int, default=100)
     parser.add_argument("--layer-only", action="store_true")
+    parser.add_argument("--snapshot-only", action="store_true")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -1,11 +1,11 @@
-"""The container's writable layer outside ``/workspace``, packed and put back from inside the
-sandbox (decision 440; the host's side is ``toolseam/backends/containers/layer.py``).
+"""The container's writable layer outside ``/workspace``, put back from inside the sandbox
+(decision 440; the host's side is ``toolseam/backends/containers/layer.py``; ``pack.py`` packs
+it).
 
-Run by the host as the sandbox's root, with the staged interpreter: ``--layer-pack PLAN OUT``
-and ``--layer-apply ARCHIVE`` (both files in ``/workspace``, the one directory every engine's
-archive API and a bind mount share with the host; docker's archive API does not see a tmpfs
-such as ``/tmp``). Names are relative to ``/``; the host chose them from the engine's diff
-and checks everything it reads back: this side never decides what is safe for the host.
+Run by the host as the sandbox's root, with the staged interpreter: ``--layer-apply ARCHIVE``
+(a file in ``/workspace``, the one directory every engine's archive API and a bind mount share
+with the host; docker's archive API does not see a tmpfs such as ``/tmp``). Names are relative
+to ``/``; the host chose them from the engine's diff.
 
 Every directory on the way to a name is opened ``O_NOFOLLOW`` below its parent, so a link a
 command left cannot redirect a write (it could only redirect inside the container anyway: this
@@ -22,81 +22,6 @@ from typing import Any
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _KEPT = 0o1777  # never set-id
-LIMIT_EXIT = 3  # the layer holds more file bytes than the snapshot may (the host's limit)
-
-
-class _TooBig(Exception):
-    pass
-
-
-def pack(plan_path: str, out_path: str) -> int:
-    """A tar of ``layer/NAME`` for each name the plan lists (``changed``: headers only for
-    directories, ``whole``: with everything below), every ancestor directory's header first."""
-    with open(plan_path, encoding="utf-8", errors="surrogateescape") as source:
-        plan = json.load(source)
-    os.unlink(plan_path)
-    done: set[str] = set()
-    known: dict[str, list[int]] = plan.get("known", {})  # name -> the stat key stored last
-    left = [int(plan["limit"])]  # file bytes the snapshot may still hold: a sparse 10 GB
-    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:  # file must not fill the disk the workspace is on
-        with os.fdopen(fd, "wb") as out, tarfile.open(fileobj=out, mode="w",
-                                                      format=tarfile.PAX_FORMAT) as tar:
-            for name, whole in [*((n, False) for n in plan["changed"]),
-                                *((n, True) for n in plan["whole"])]:
-                parts = name.split("/")
-                for depth in range(1, len(parts)):
-                    _add(tar, "/".join(parts[:depth]), done, left, False, known)
-                _add(tar, name, done, left, whole, known)
-    except _TooBig:
-        os.unlink(out_path)
-        return LIMIT_EXIT
-    return 0
-
-
-def _add(tar: tarfile.TarFile, name: str, done: set[str], left: list[int],
-         whole: bool, known: dict[str, list[int]]) -> None:
-    if name in done:
-        return
-    path = "/" + name
-    try:
-        st = os.lstat(path)
-        info = tar.gettarinfo(path, arcname=f"layer/{name}")
-    except FileNotFoundError:
-        return  # gone meanwhile
-    done.add(name)
-    if info is None:  # a socket
-        return
-    if info.isreg():
-        left[0] -= info.size
-        if left[0] < 0:
-            raise _TooBig(name)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as data:  # a regular file a moment ago: still one?
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                return
-            key = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-            info.size = st.st_size
-            info.pax_headers = {"TOOLSEAM.key": ":".join(map(str, key))}
-            if known.get(name) == key:  # what the host stored last time: no bytes again
-                info.pax_headers["TOOLSEAM.same"] = "1"
-                info.size = 0
-                tar.addfile(info)
-            else:
-                tar.addfile(info, data)
-    else:
-        tar.addfile(info)
-    if whole and stat.S_ISDIR(st.st_mode):
-        with os.scandir(path) as entries:
-            children = sorted(e.name for e in entries)
-        for child in children:
-            try:
-                if os.lstat(f"{path}/{child}").st_dev != st.st_dev:
-                    continue  # another mount
-            except FileNotFoundError:
-                continue
-            _add(tar, f"{name}/{child}", done, left, whole=True, known=known)
 
 
 def _parent(name: str, make: bool) -> tuple[int, str]:
@@ -161,10 +86,38 @@ def _remove(name: str, keep_dir: bool = False) -> None:
         os.close(fd)
 
 
+def _keep_only(name: str, children: set[str]) -> None:
+    """Remove every entry of the directory ``name`` but ``children`` (a copy-mode workspace
+    made a snapshot's, decision 468: what the snapshot lacks, fifos and sockets too). A name
+    that is no directory now is left: the archive's member replaces it."""
+    try:
+        fd, last = _parent(name, make=False)
+    except OSError:
+        return
+    try:
+        try:
+            st = os.stat(last, dir_fd=fd, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode):
+                return
+            _enterable(fd, last, st.st_mode)
+            inner = os.open(last, _DIR, dir_fd=fd)
+        except OSError:
+            return
+        try:
+            for child in os.listdir(inner):
+                if child not in children:
+                    _remove_at(inner, child)
+        finally:
+            os.close(inner)
+    finally:
+        os.close(fd)
+
+
 def apply(archive_path: str) -> int:
     """Put the layer back: the plan's names removed (``added`` whatever they are, ``changed``
-    unless a directory), ``/tmp`` emptied, then ``image/`` members (the image's own files a
-    command deleted since), the snapshot's deleted names removed, ``layer/`` members."""
+    unless a directory, what ``keep_only``'s directories hold beyond their names), ``/tmp``
+    emptied, then ``image/`` members (the image's own files a command deleted since), the
+    snapshot's deleted names removed, ``layer/`` members."""
     dir_modes: list[tuple[str, int, float]] = []
     with open(archive_path, "rb") as source, tarfile.open(fileobj=source, mode="r|") as tar:
         os.unlink(archive_path)  # open: read to its end, never seen again
@@ -179,6 +132,8 @@ def apply(archive_path: str) -> int:
                     _remove(name)
                 for name in plan["changed"]:
                     _remove(name, keep_dir=True)
+                for name, children in plan.get("keep_only", {}).items():
+                    _keep_only(name, set(children))
                 for name in plan["emptied"]:
                     fd, last = _parent(name, make=False)
                     try:
@@ -237,6 +192,7 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str,
         _remove_at(fd, last)
         if member.issym():
             os.symlink(member.linkname, last, dir_fd=fd)
+            os.utime(last, (member.mtime, member.mtime), dir_fd=fd, follow_symlinks=False)
         elif member.islnk():
             source_fd, source_last = _parent(member.linkname.partition("/")[2], make=False)
             try:

@@ -9,7 +9,7 @@ import os
 import socket
 import sys
 
-from . import layer, userns
+from . import layer, pack, userns
 from .relay import relay
 from .server import STARTUP, Agent
 from .session_socket import Listener, serve
@@ -27,9 +27,9 @@ def _daemonize() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
-    if "--layer-pack" in args:  # the writable layer, packed by the sandbox's root (layer.py)
+    if "--layer-pack" in args:  # the layer or the workspace, packed by the sandbox's root
         at = args.index("--layer-pack")
-        raise SystemExit(layer.pack(args[at + 1], args[at + 2]))
+        raise SystemExit(pack.pack(args[at + 1], args[at + 2]))
     if "--layer-apply" in args:
         raise SystemExit(layer.apply(args[args.index("--layer-apply") + 1]))
     if "--daemonize" in args:

@@ -86,6 +86,16 @@ def pack_plan(names: LayerNames, limit: int, known: Known | None) -> bytes:
                        "limit": limit, "known": keys}).encode("utf-8", "surrogateescape")
 
 
+def workspace_plan(limit: int, known: Known | None, seconds: str) -> bytes:
+    """What the sandbox's root packs of a copy-mode ``/workspace`` (decision 467): all of it,
+    files whose key is in ``known`` without their bytes, times made whole seconds as the
+    engine's archive API makes them (``seconds``: "truncate" or "round")."""
+    keys = {name: list(key) for name, (key, _) in known.files.items()} if known else {}
+    return json.dumps({"base": "workspace", "prefix": "workspace", "changed": [],
+                       "whole": [""], "limit": limit, "known": keys, "seconds": seconds}
+                      ).encode("utf-8", "surrogateescape")
+
+
 def token_name() -> str:
     return PREFIX + secrets.token_hex(8)
 
@@ -194,11 +204,11 @@ def apply_archive(manifest: Manifest, store: SnapshotStore, now: LayerNames,
             finally:
                 engine.remove(helper)
         for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
-            written += _layer_member(entry, store, tar)
+            written += layer_member(entry, store, tar)
     return written
 
 
-def _layer_member(entry: Entry, store: SnapshotStore, tar: tarfile.TarFile) -> int:
+def layer_member(entry: Entry, store: SnapshotStore, tar: tarfile.TarFile) -> int:
     info = tarfile.TarInfo("layer/" + entry.path)
     info.mtime, info.mode = entry.mtime_ns / 1_000_000_000, entry.mode
     if entry.kind == "dir":

@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING
 from ...seam.errors import CouldNotRunError
 from ...seam.models import SpawnRequest
 from ..snapshots import DEFAULT_LIMIT, SnapshotStore
-from ..snapshots.capture import Known, SnapshotLimitError
+from ..snapshots.capture import Known, SnapshotLimitError, SnapshotRaceError
 from ..snapshots.manifest import Manifest
 from .bundle.staged import bundle_command
 from .engine.protocol import in_engine_thread
@@ -34,6 +34,7 @@ from .layer import (
     one_file_archive,
     pack_plan,
     token_name,
+    workspace_plan,
 )
 from .modes.bind import socket_owner
 
@@ -43,7 +44,14 @@ if TYPE_CHECKING:
 
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_LIMIT_EXIT = 3  # toolseam_agent/layer.py: the layer holds more than the snapshot may
+# toolseam_agent/pack.py: more file bytes than the snapshot may hold; a name changed kind
+# twice; a name the sandbox's root may not read
+_LIMIT_EXIT, _RACE_EXIT, _DENIED_EXIT = 3, 4, 5
+
+
+class PackDenied(CouldNotRunError):
+    """The sandbox's root may not read everything it was to pack (a directory or file a
+    command locked; the sandbox's root has no ``CAP_DAC_OVERRIDE``)."""
 
 
 class LayerSnapshots:
@@ -62,16 +70,27 @@ class LayerSnapshots:
         engine = self.sandbox.engine
         names = await in_engine_thread(lambda: layer_names(
             engine, container, self.sandbox.hardening.read_only_root))
+        packed = await self._pack(container, pack_plan(names, limit, known), limit,
+                                  "pack its writable layer")
+        return packed, names.deleted
+
+    async def _pack_workspace(self, container: str, limit: int, known: Known | None) -> str:
+        """A copy-mode /workspace packed by the sandbox's root into a file there, files
+        whose stat key is ``known`` without their bytes (decision 467): its name."""
+        plan = workspace_plan(limit, known, self.sandbox.engine.archive_mtime)
+        return await self._pack(container, plan, limit,
+                                "pack its workspace")
+
+    async def _pack(self, container: str, plan_bytes: bytes, limit: int, what: str) -> str:
         plan, packed = token_name() + ".json", token_name() + ".tar"
-        await self._put_workspace_file(container, plan, pack_plan(names, limit, known))
+        await self._put_workspace_file(container, plan, plan_bytes)
         try:
             await self._agent_as_root(["--layer-pack", f"{WORKSPACE}/{plan}",
-                                       f"{WORKSPACE}/{packed}"], "pack its writable layer",
-                                      limit)
+                                       f"{WORKSPACE}/{packed}"], what, limit)
         except SnapshotLimitError:
             await self._drop_workspace_file(plan)
             raise
-        return packed, names.deleted
+        return packed
 
     async def restore_layer(self, manifest: Manifest) -> int:
         """The sandbox's layer outside /workspace made the snapshot's (the jobs ended
@@ -161,18 +180,21 @@ class LayerSnapshots:
                 inner_file(chunks, name) as source:
             yield source
 
-    async def _drop_workspace_file(self, name: str) -> None:
+    async def _drop_workspace_file(self, *names: str) -> None:
+        """Remove toolseam's own files ``names`` from the top of /workspace (one command)."""
         if self.sandbox.mode.shares_host_dir:
             def drop() -> None:
                 top = os.open(self._workspace, _DIR_FLAGS)
                 try:
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(name, dir_fd=top)
+                    for name in names:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(name, dir_fd=top)
                 finally:
                     os.close(top)
             await asyncio.to_thread(drop)
             return
-        await self._as_root(f"rm -f -- {WORKSPACE}/{name}", "remove its layer's file")
+        paths = " ".join(f"{WORKSPACE}/{name}" for name in names)  # token_name(): no quoting
+        await self._as_root(f"rm -f -- {paths}", "remove its layer's file")
 
     async def _agent_as_root(self, args: list[str], what: str, limit: int = DEFAULT_LIMIT
                              ) -> None:
@@ -183,7 +205,13 @@ class LayerSnapshots:
             argv=[*bundle_command(AGENT_MOUNT), *args], cwd="/",
             env={"PATH": _PATH, "LC_ALL": "C"}, forget_when_done=True, deadline_ms=600_000))
         if status.exit_code == _LIMIT_EXIT:
-            raise SnapshotLimitError("/ (outside the workspace)", limit)
+            raise SnapshotLimitError("/ (outside the workspace)" if "layer" in what
+                                     else "/workspace", limit)
+        if status.exit_code == _RACE_EXIT:
+            raise SnapshotRaceError("a name in the sandbox")
+        if status.exit_code == _DENIED_EXIT:
+            raise PackDenied(f"snapshot: could not {what} in the {self.name} sandbox: a name "
+                             "there is not readable by its root", retryable=False)
         if status.exit_code != 0:
             err = "".join(c.text for c in status.chunks if c.stream == "stderr").strip()
             raise CouldNotRunError(f"snapshot: could not {what} in the {self.name} sandbox "

@@ -21,6 +21,7 @@ class DockerDialect:
     errors = SdkErrors(base=(DockerException, requests.exceptions.RequestException),
                        not_found=(ImageNotFound, NotFound))
     engine_socket = "/var/run/docker.sock"
+    archive_mtime = "truncate"  # moby's archive truncates a time to the second
 
     def connect(self, url: str, tls: TlsFiles | None) -> docker.DockerClient:
         if tls is None:

@@ -21,6 +21,7 @@ class PodmanDialect:
     errors = SdkErrors(base=(PodmanError, requests.exceptions.RequestException),
                        not_found=(ImageNotFound, NotFound))
     engine_socket = "/run/podman/podman.sock"
+    archive_mtime = "round"  # Go's tar writer rounds a time to the nearest second
 
     def connect(self, url: str, tls: TlsFiles | None) -> PodmanClient:
         return PodmanClient(base_url=url, timeout=30)

@@ -82,6 +82,10 @@ class Engine(Protocol):
     endpoint: str
     address: EngineAddress  # where the attach stream connects (unix, TCP, TLS)
 
+    @property
+    def archive_mtime(self) -> str:  # "truncate" or "round": its archive's times, in seconds
+        ...
+
     def ping(self) -> None: ...
     def image_exists(self, image: str) -> bool: ...
     def pull(self, image: str, auth: dict[str, str] | None, on_progress: PullCallback | None

@@ -29,6 +29,9 @@ class Dialect(Protocol):
     name: str  # the engine's name in messages ("docker", "podman")
     errors: SdkErrors
     engine_socket: str  # the engine's socket on an ssh host, when the URL names none
+    # what the archive API makes of a time below the second ("truncate": moby's archive,
+    # "round": Go's tar writer, as podman's leaves it): the sandbox's own pack does the same
+    archive_mtime: str
 
     def connect(self, url: str, tls: TlsFiles | None) -> Any: ...
     def ping(self, client: Any) -> bool: ...
@@ -66,6 +69,10 @@ class SdkEngine:
         else:
             self.address = EngineAddress.parse(endpoint, tls.context() if tls else None)
         self._client: Any = None
+
+    @property
+    def archive_mtime(self) -> str:
+        return self.dialect.archive_mtime
 
     @property
     def connected(self) -> bool:
