@@ -34,6 +34,7 @@ from toolseam.policy.limits import SandboxLimits
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.engines import REMOTE_ENGINES, backend, endpoint, required_env
+from ..support.timing import patience
 
 pytestmark = pytest.mark.slow
 
@@ -436,3 +437,38 @@ async def test_an_engine_over_ssh(engine: str, base: Path) -> None:
     with pytest.raises(CouldNotRunError, match=f"ssh tunnel to ssh://{host}:1"):
         await wrong.open()
     await wrong.close()
+
+
+async def test_a_reattach_that_meets_a_stopped_container_ends_the_session(
+        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """podman ends the agent when an attach ends; if it stops between the engine's "running"
+    and the new attach, that attach is upgraded and then held open for a start that never
+    comes. A call on it waited forever (a rehearsal hung 37 min in the dropped-connection test
+    above); the session must end instead, saying why. The race is made certain here: the
+    reattach's first state read is the one from before the drop."""
+    engine = "podman-remote"
+    host, _, port = endpoint(engine).removeprefix("tcp://").rpartition(":")
+    proxy = _Proxy((host, int(port)))
+    relay = await proxy.start()
+    made = backend(engine, str(base), endpoint=f"tcp://127.0.0.1:{relay}")
+    async with Toolkit(made) as tk:
+        await tk.call("bash", {"command": "echo before > before.txt"})
+        sandbox = made.sandbox  # type: ignore[attr-defined]
+        stale = await sandbox.state()
+        assert stale is not None and stale.running
+        await proxy.cut()
+        await proxy.start()
+        deadline = time.monotonic() + patience(30)
+        while (now := await sandbox.state()) is not None and now.running:
+            assert time.monotonic() < deadline, "the engine never stopped the agent"
+            await asyncio.sleep(0.1)
+        real, first = sandbox.state, [stale]
+
+        async def stale_first() -> object:
+            return first.pop() if first else await real()
+        monkeypatch.setattr(sandbox, "state", stale_first)
+        result = await asyncio.wait_for(tk.call("bash", {"command": "echo hi"}), patience(60))
+        assert result.metadata.get("retryable") is False, result
+        assert "the engine closed the agent's input" in result.metadata["reason"], result
+    assert (base / "before.txt").read_text() == "before\n"
+    await proxy.cut()

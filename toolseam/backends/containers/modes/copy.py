@@ -221,6 +221,17 @@ class CopyMode:
             self.exited = True
             return
         await self._attach(sandbox)
+        # podman ends the agent when an attach ends: it may have stopped between the state
+        # read and the attach, and an attach to a stopped container is upgraded and then held
+        # open, waiting for a start that never comes — a call on it would wait forever (seen
+        # in a rehearsal: the dropped-connection test on podman over TCP, hung 37 min). Once
+        # attached, a container that still runs ends the stream when it stops.
+        state = await sandbox.state()
+        if state is not None and not state.running:
+            self.exited = True
+            channel, sandbox.channel = sandbox.channel, None
+            if channel is not None:
+                await channel.close(drain_s=0.5)
 
     def exit_reason(self, exit_code: int | None) -> str | None:
         """A clean exit after the start: podman closes the agent's input whenever an attach
