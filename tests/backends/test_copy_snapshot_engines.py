@@ -11,7 +11,6 @@ each costs a few calls)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from toolseam.backends.snapshots.manifest import Entry
 
 from ..support.engines import backend
 from ..support.sandbox_trees import EMPTY, OPS, Op, apply_ops, run
+from ..support.snapshot_stores import count_ingested
 
 COPY_MODE = [("docker-remote", {}), ("podman-remote", {}),
              ("docker", {"workspace_mode": "copy"})]
@@ -42,17 +42,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def ingested(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the chunks read out of an archive into the store."""
-    read: list[int] = []
-    ingest = SnapshotStore.ingest_from
-
-    def counting(self: SnapshotStore, source: Callable[[], bytes]) -> tuple[str, int]:
-        def counted() -> bytes:
-            chunk = source()
-            read.append(len(chunk))
-            return chunk
-        return ingest(self, counted)
-    monkeypatch.setattr(SnapshotStore, "ingest_from", counting)
-    return read
+    return count_ingested(monkeypatch)
 
 
 async def _whole_archive(tk: Toolkit) -> tuple[list[Entry], list[str]]:

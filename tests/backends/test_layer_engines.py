@@ -7,7 +7,6 @@ bits dropped), more bytes than the limit (nothing kept)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from toolseam.backends.snapshots.capture import SnapshotLimitError
 
 from ..support.engines import ALL_ENGINES, backend
 from ..support.sandbox_trees import run
+from ..support.snapshot_stores import count_ingested
 
 WRITABLE = Hardening(read_only_root=False)  # a root a command can install packages into
 
@@ -130,16 +130,7 @@ async def test_a_second_snapshot_reads_only_the_layers_files_that_changed(
     """The workspace's rule for the layer: a file whose (inode, size, mtime, ctime) is what the
     previous snapshot stored is not sent again; one rewritten since is (and a restore from
     the first snapshot brings the first bytes back)."""
-    read: list[int] = []
-    ingest = SnapshotStore.ingest_from
-
-    def counting(self: SnapshotStore, source: Callable[[], bytes]) -> tuple[str, int]:
-        def counted() -> bytes:
-            chunk = source()
-            read.append(len(chunk))
-            return chunk
-        return ingest(self, counted)
-    monkeypatch.setattr(SnapshotStore, "ingest_from", counting)
+    read = count_ingested(monkeypatch)
     async with Toolkit(backend(engine, str(workspace), hardening=WRITABLE)) as tk:
         await run(tk, "head -c 2000000 /dev/urandom > /opt/big && echo one > /tmp/small")
         first = await tk.snapshot()

@@ -5,11 +5,13 @@ they snapshot. Each test module keeps its own thin fixture over these (``store``
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from toolseam import Snapshot, Toolkit
+from toolseam.backends.snapshots import SnapshotStore
 
 from .trees import Tree, describe
 
@@ -42,3 +44,18 @@ async def snapshot_of(source: Path) -> tuple[Snapshot, Tree]:
     os.symlink("src/app.py", source / "link")
     async with Toolkit("host", base_dir=source) as tk:
         return await tk.snapshot("pool source"), describe(source)
+
+
+def count_ingested(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the chunks read into any store from now on (what a snapshot sent)."""
+    read: list[int] = []
+    ingest = SnapshotStore.ingest_from
+
+    def counting(self: SnapshotStore, source: Callable[[], bytes]) -> tuple[str, int]:
+        def counted() -> bytes:
+            chunk = source()
+            read.append(len(chunk))
+            return chunk
+        return ingest(self, counted)
+    monkeypatch.setattr(SnapshotStore, "ingest_from", counting)
+    return read
