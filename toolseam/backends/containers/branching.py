@@ -160,7 +160,7 @@ class ContainerBranching(LayerSnapshots, LocalSnapshots):
                 archive.seek(0)
                 await self._put_workspace_file(container, name, archive)
             await self._agent_as_root(["--layer-apply", f"{WORKSPACE}/{name}"],
-                                      "make its workspace the snapshot's")
+                                      "make its workspace the snapshot's", place=WORKSPACE)
         finally:
             await self._drop_workspace_file(packed, name)
         kept.source = manifest.id  # the files kept in place: the snapshot's objects

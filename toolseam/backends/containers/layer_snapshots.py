@@ -47,6 +47,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # toolseam_agent/pack.py: more file bytes than the snapshot may hold; a name changed kind
 # twice; a name the sandbox's root may not read
 _LIMIT_EXIT, _RACE_EXIT, _DENIED_EXIT = 3, 4, 5
+_OUTSIDE = "/ (outside the workspace)"  # the layer's place, as a limit error names it
 
 
 class PackDenied(CouldNotRunError):
@@ -71,22 +72,22 @@ class LayerSnapshots:
         names = await in_engine_thread(lambda: layer_names(
             engine, container, self.sandbox.hardening.read_only_root))
         packed = await self._pack(container, pack_plan(names, limit, known), limit,
-                                  "pack its writable layer")
+                                  "pack its writable layer", _OUTSIDE)
         return packed, names.deleted
 
     async def _pack_workspace(self, container: str, limit: int, known: Known | None) -> str:
         """A copy-mode /workspace packed by the sandbox's root into a file there, files
         whose stat key is ``known`` without their bytes (decision 467): its name."""
         plan = workspace_plan(limit, known, self.sandbox.engine.archive_mtime)
-        return await self._pack(container, plan, limit,
-                                "pack its workspace")
+        return await self._pack(container, plan, limit, "pack its workspace", WORKSPACE)
 
-    async def _pack(self, container: str, plan_bytes: bytes, limit: int, what: str) -> str:
+    async def _pack(self, container: str, plan_bytes: bytes, limit: int, what: str,
+                    place: str) -> str:
         plan, packed = token_name() + ".json", token_name() + ".tar"
         await self._put_workspace_file(container, plan, plan_bytes)
         try:
             await self._agent_as_root(["--layer-pack", f"{WORKSPACE}/{plan}",
-                                       f"{WORKSPACE}/{packed}"], what, limit)
+                                       f"{WORKSPACE}/{packed}"], what, limit, place)
         except SnapshotLimitError:
             await self._drop_workspace_file(plan)
             raise
@@ -196,17 +197,16 @@ class LayerSnapshots:
         paths = " ".join(f"{WORKSPACE}/{name}" for name in names)  # token_name(): no quoting
         await self._as_root(f"rm -f -- {paths}", "remove its layer's file")
 
-    async def _agent_as_root(self, args: list[str], what: str, limit: int = DEFAULT_LIMIT
-                             ) -> None:
+    async def _agent_as_root(self, args: list[str], what: str, limit: int = DEFAULT_LIMIT,
+                             place: str = _OUTSIDE) -> None:
         """The staged agent's ``args`` role (``toolseam_agent/layer.py``) as the sandbox's
-        root."""
+        root; ``place``: what a snapshot past its limit names."""
         status = await self._exec.start(SpawnRequest(
             job=f"toolseam-layer-{secrets.token_hex(4)}",
             argv=[*bundle_command(AGENT_MOUNT), *args], cwd="/",
             env={"PATH": _PATH, "LC_ALL": "C"}, forget_when_done=True, deadline_ms=600_000))
         if status.exit_code == _LIMIT_EXIT:
-            raise SnapshotLimitError("/ (outside the workspace)" if "layer" in what
-                                     else "/workspace", limit)
+            raise SnapshotLimitError(place, limit)
         if status.exit_code == _RACE_EXIT:
             raise SnapshotRaceError("a name in the sandbox")
         if status.exit_code == _DENIED_EXIT:
