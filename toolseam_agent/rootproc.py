@@ -124,7 +124,14 @@ def _serve_one(sock: socket.socket) -> bool:
     if answer[0] != "pid":
         return True
     while True:  # orphans of the job that end first are reaped on the way
-        pid, status, used = os.wait4(-1, 0)  # wait4: the leader's figures, for its status
+        # Seen first, reaped after (WNOWAIT): a command that kills its root as it ends (`kill
+        # -9 -1`, whose SIGKILL is pending by the time the leader's exit is seen) kills it on
+        # this call's return, the leader still unreaped, so the agent inherits it and reaps it
+        # with its status. A reap here would take the status into a root about to die, and
+        # the job would wait for a status that never comes (until its deadline).
+        seen = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        assert seen is not None  # None only with WNOHANG
+        pid, status, used = os.wait4(seen.si_pid, 0)  # wait4: the leader's figures
         if pid == leader:
             break
     clean = not _has_children()

@@ -103,6 +103,26 @@ def test_a_command_that_kills_its_root_still_gets_an_answer() -> None:
         agent.kill()
 
 
+def test_a_root_killed_as_its_leader_ends_still_gives_the_status() -> None:
+    """The leader kills its root and exits before the root runs again (`kill -9 -1` on a
+    busy machine; forced here: the root waits at idle priority on the leader's CPU), so the
+    root wakes with the leader's exit AND a SIGKILL pending. A root that reaped there took the
+    status to its death, and the call hung until its deadline (the rehearsal's 60 s
+    `test_kill_minus_one_spares_the_session`); it now only looks (WNOWAIT), dies, and the agent
+    reaps the leader with its status. Each round failed about 2 times in 3 before the fix."""
+    agent = AgentProcess()
+    try:
+        for round_ in range(6):
+            status = agent.ok("start", job=f"r{round_}", spec=_spec(
+                "r=$PPID; taskset -pc 0 $$ >/dev/null; taskset -pc 0 $r >/dev/null; "
+                "chrt -i -p 0 $r; kill -9 $r; echo after; exit 5", deadline_ms=15_000),
+                wait_ms=20_000)
+            assert not status.get("timed_out") and status["exit_code"] == 5, (round_, status)
+            assert status["chunks"] == [["stdout", "after\n"]], (round_, status)
+    finally:
+        agent.kill()
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

@@ -55,6 +55,21 @@ def test_demo_runs_and_leaves_nothing() -> None:
     assert done.stdout.rstrip().endswith("processes left from the timed-out job: none")
 
 
+def test_the_demo_counts_only_its_own_leftovers() -> None:
+    """Another demo's sleeps alive on the machine (a second worker running it at the same
+    moment) are not this run's leftovers; the demo once counted every `sleep 4242`."""
+    others = [psutil.Popen(["sleep", mark]) for mark in ("4242", "4243")]
+    try:
+        done = run("demo")
+        assert done.returncode == 0, done.stdout[-800:]
+        assert done.stdout.rstrip().endswith("processes left from the timed-out job: none")
+        assert all(other.is_running() for other in others)
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+
+
 def test_serve_overlapping_calls_malformed_lines_and_close(tmp_path: Path) -> None:
     with Server("--base-dir", str(tmp_path), "--stream") as server:
         server.send({"id": "slow", "tool": "bash", "args": {"command": "sleep 0.5; echo slow"}})

@@ -7,6 +7,7 @@ long it took (``<<<``), the text the model gets back (indented) and the result's
 from __future__ import annotations
 
 import json
+import secrets
 import tempfile
 import time
 from typing import Any
@@ -31,25 +32,31 @@ _PATCH = """*** Begin Patch
 # Processes a command can see: in a private pid namespace only its own few.
 _VISIBLE = "echo \"processes this command can see: $(ls /proc | grep -c '^[0-9]')\""
 
-_STEPS: list[tuple[str, dict[str, Any], str]] = [
-    ("write", {"path": "src/greet.py", "content": 'def greet(name):\n    return "Hello, " + name\n'},
-     "create a file (parents made, atomic)"),
-    ("edit", {"path": "src/greet.py", "oldString": "def greet(name):",
-              "newString": "def greet(name: str) -> str:"}, "exact-string edit"),
-    ("apply_patch", {"patchText": _PATCH}, "one patch, three files, all or nothing"),
-    ("read", {"path": "src/greet.py"}, "read it back"),
-    ("grep", {"pattern": "return", "include": "*.py"}, "search, sorted by path then line"),
-    ("glob", {"pattern": "**/*.py"}, "list, sorted, capped"),
-    ("read", {"path": "../../etc/passwd"},
-     "confinement: a file tool's path leaving the base dir is refused"),
-    ("bash", {"command": "ls -d /etc; " + _VISIBLE},
-     "confinement does not contain bash: on the host a command reaches what this user can "
-     "(a container backend is the boundary); the pid namespace hides other processes"),
-    ("bash", {"command": "find . -type f | sort; echo 'pretend the tests failed' >&2; exit 3"},
-     "a failing command is a result (exit code in the text and metadata), not an exception"),
-    ("bash", {"command": "(sleep 4242 &) ; setsid sleep 4243 & echo working; sleep 60",
-              "timeout": 1500}, "timeout kills the whole job, grandchildren included"),
-]
+
+def _steps(marks: tuple[str, str]) -> list[tuple[str, dict[str, Any], str]]:
+    """The scripted calls; ``marks``: the two sleeps' arguments, this run's own, so the check
+    for leftovers never counts another run's (two demos at once on one machine)."""
+    return [
+        ("write", {"path": "src/greet.py",
+                   "content": 'def greet(name):\n    return "Hello, " + name\n'},
+         "create a file (parents made, atomic)"),
+        ("edit", {"path": "src/greet.py", "oldString": "def greet(name):",
+                  "newString": "def greet(name: str) -> str:"}, "exact-string edit"),
+        ("apply_patch", {"patchText": _PATCH}, "one patch, three files, all or nothing"),
+        ("read", {"path": "src/greet.py"}, "read it back"),
+        ("grep", {"pattern": "return", "include": "*.py"}, "search, sorted by path then line"),
+        ("glob", {"pattern": "**/*.py"}, "list, sorted, capped"),
+        ("read", {"path": "../../etc/passwd"},
+         "confinement: a file tool's path leaving the base dir is refused"),
+        ("bash", {"command": "ls -d /etc; " + _VISIBLE},
+         "confinement does not contain bash: on the host a command reaches what this user can "
+         "(a container backend is the boundary); the pid namespace hides other processes"),
+        ("bash", {"command": "find . -type f | sort; echo 'pretend the tests failed' >&2; exit 3"},
+         "a failing command is a result (exit code in the text and metadata), not an exception"),
+        ("bash", {"command": f"(sleep {marks[0]} &) ; setsid sleep {marks[1]} & echo working; "
+                             "sleep 60", "timeout": 1500},
+         "timeout kills the whole job, grandchildren included"),
+    ]
 
 
 def _isolation(info: SandboxInfo) -> str:
@@ -73,7 +80,9 @@ async def run_demo() -> int:
             assert info is not None
             print(f"shell:     {toolkit.services.shell.label}")
             print(f"isolation: {_isolation(info)}\n")
-            for number, (tool, args, why) in enumerate(_STEPS, 1):
+            marks = (f"4242.{secrets.randbelow(10**6):06d}",
+                     f"4243.{secrets.randbelow(10**6):06d}")
+            for number, (tool, args, why) in enumerate(_steps(marks), 1):
                 started = time.perf_counter()
                 result = await toolkit.call(tool, args)
                 ms = (time.perf_counter() - started) * 1000
@@ -82,6 +91,6 @@ async def run_demo() -> int:
                 print("    " + result.output.rstrip("\n").replace("\n", "\n    "))
                 print(f"    metadata: {json.dumps(result.metadata)}\n")
         left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
-                if any(a in ("4242", "4243") for a in (p.info["cmdline"] or []))]
+                if any(a in marks for a in (p.info["cmdline"] or []))]
         print(f"processes left from the timed-out job: {left or 'none'}")
         return 0 if not left else 1
