@@ -164,7 +164,7 @@ LAZY_IMPORTS = {
     ("toolseam.observability.across", "toolseam.observability.telemetry"):
         OPTIONAL_EXTRA.format("otel"),
     ("toolseam.frontends.ps", "toolseam.ray"): OPTIONAL_EXTRA.format("ray"),
-    ("toolseam.session.pool", "toolseam.session.sandbox_pool"):
+    ("toolseam.session.lazy_sandbox_pool", "toolseam.session.sandbox_pool"):
         OPTIONAL_EXTRA.format("podman or docker"),
     # NOT an extra: the one circle left, cluster -> node -> node_shaped -> node_shaped_direct
     # -> shaped_direct (Outcome) -> cluster; it goes when Ray is placement and transport only
