@@ -12,7 +12,7 @@ from .policy.limits import SandboxLimits
 from .policy.readscope import ReadQuestion
 from .policy.settings import Settings, load_settings, parse_settings
 from .seam.handle import AttachError, SessionHandle
-from .session.pool import __getattr__  # noqa: F401 - SandboxPool on first use (a container extra)
+from .session.lazy_sandbox_pool import __getattr__  # noqa: F401 - SandboxPool on first use (a container extra)
 
 if _TYPE_CHECKING:  # what type checkers see of the lazy name
     from .session.sandbox_pool import SandboxPool

@@ -251,7 +251,7 @@ def test_a_failure_at_any_step_leaves_the_host_exactly_as_it_was(tmp_path: Path)
         before, baseline = tree(host), dict(copy.baseline)
         stamps = {p: os.lstat(host / p).st_mtime_ns for p in before if before[p][0] == "file"}
         code = (errno.ENOSPC, errno.EIO, errno.ENAMETOOLONG)[at % 3]
-        failing = copy._ops = FailingOps(at, code)
+        failing = copy.host_ops = FailingOps(at, code)
         archive = archive_of(sandbox)
         fds = len(os.listdir("/proc/self/fd"))
         try:
@@ -265,7 +265,7 @@ def test_a_failure_at_any_step_leaves_the_host_exactly_as_it_was(tmp_path: Path)
             assert os.strerror(code) in exc.reason and "left exactly as it was" in exc.reason
             assert "still in the sandbox" in exc.reason
             assert exc.retryable == (code != errno.ENAMETOOLONG)
-            copy._ops = HostOps()
+            copy.host_ops = HostOps()
             report = copy.apply(archive_of(sandbox))  # the disk has room again
         else:  # past the last step, or a time this filesystem refused (set clamped instead)
             assert failing.calls < at or failing.failed_in == "utime"
@@ -457,13 +457,13 @@ def test_a_host_edit_during_the_copy_back_is_never_overwritten(host: Path, tmp_p
     copy = started(host, sandbox)
     (sandbox / "a.txt").write_text("sandbox a")
     (sandbox / "z.txt").write_text("sandbox z")
-    copy._ops = RacingOps(host / "z.txt")
+    copy.host_ops = RacingOps(host / "z.txt")
     with pytest.raises(CopyBackError, match=r"the host changed z\.txt while the copy-back ran") as caught:
         copy.apply(archive_of(sandbox))
     assert caught.value.retryable
     assert (host / "a.txt").read_text() == "a"
     assert (host / "z.txt").read_text() == "the host's edit, meanwhile"
-    copy._ops = HostOps()
+    copy.host_ops = HostOps()
     report = copy.apply(archive_of(sandbox))  # the retry: now a conflict, both kept
     assert report.modified == ["a.txt"] and report.conflicts == ["z.txt"]
     assert (host / f"z.txt{CONFLICT_SUFFIX}").read_text() == "sandbox z"

@@ -114,18 +114,18 @@ def test_the_host_ends_as_the_sandbox_under_the_policy_or_unchanged(
         shutil.copytree(host, dry, symlinks=True)
         trial = WorkspaceCopy(str(dry))
         trial.baseline = dict(copy.baseline)
-        trial._ops = counter = FailingOps(0, code)
+        trial.host_ops = counter = FailingOps(0, code)
         trial.apply(archive_of(sandbox))
-        copy._ops = FailingOps(1 + int(fail_at * counter.calls), code)
+        copy.host_ops = FailingOps(1 + int(fail_at * counter.calls), code)
     try:
         report = copy.apply(archive_of(sandbox))
     except CopyBackError as exc:
         assert fail_at is not None, exc
         assert tree(host) == before
         assert "left exactly as it was" in exc.reason
-        event(f"failed, put back, in {copy._ops.failed_in}")  # type: ignore[attr-defined]
+        event(f"failed, put back, in {copy.host_ops.failed_in}")  # type: ignore[attr-defined]
         return
-    event("applied" + (f" (the failure in {copy._ops.failed_in or 'nothing'})" if fail_at else ""))  # type: ignore[attr-defined]
+    event("applied" + (f" (the failure in {copy.host_ops.failed_in or 'nothing'})" if fail_at else ""))  # type: ignore[attr-defined]
     event(f"refused: {bool(report.refused)}; hard links: {any(o[0] == 'hardlink' for o in ops)}")
     assert tree(host) == expected
     assert report.conflicts == []

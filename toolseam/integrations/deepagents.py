@@ -51,7 +51,7 @@ class ToolseamSandbox(BaseSandbox):
     """A deepagents sandbox backend in a toolseam session, open from construction.
 
     Args:
-        backend: ``"host"``, ``"podman"`` or ``"docker"``.
+        backend: a name of the backend table (``toolseam.BACKENDS``: ``"host"`` and the engines).
         image: the container image (podman, docker).
         workspace: the host directory the sandbox works in (the host backend's working dir, or
             the directory a container binds at ``/workspace``). Default: a private temporary

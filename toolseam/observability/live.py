@@ -27,14 +27,12 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
+from typing import IO, Any, TypeVar, cast
 
 from ..backends.staging import user_dir
 from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage, supports
 from ..seam.errors import CouldNotRunError
-
-if TYPE_CHECKING:
-    from .hook import SessionObserver
+from .observed import ObservedSession
 
 T = TypeVar("T")
 
@@ -52,7 +50,7 @@ def live_dir() -> Path:
 
 @dataclass
 class LiveSession:
-    observer: SessionObserver
+    observer: ObservedSession
     backend: object
     loop: asyncio.AbstractEventLoop
     durable: bool

@@ -40,11 +40,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from ..builtins import CallContext, ToolResult
 from ..seam.errors import CouldNotRunError
 from ..seam.models import JobStatus, TraceContext
+from .observed import ObservedSession
 from .outcomes import Outcome, error_type, outcome_of
 
 if TYPE_CHECKING:
     from ..egress.audit import EgressEvent
-    from .hook import SessionObserver
 
 EXECUTE_TOOL = "execute_tool"
 DURATION = "gen_ai.execute_tool.duration"  # GenAI conventions: the tool call's duration
@@ -133,7 +133,7 @@ class Telemetry:
                 provider.force_flush()
 
     # --- a call ----------------------------------------------------------------------------
-    async def traced_call(self, observer: SessionObserver, name: str, ctx: CallContext | None,
+    async def traced_call(self, observer: ObservedSession, name: str, ctx: CallContext | None,
                           args: Any, run: Awaitable[ToolResult]) -> ToolResult:
         attributes = {GEN_AI_OPERATION_NAME: EXECUTE_TOOL, GEN_AI_TOOL_NAME: name,
                       **observer.attributes}
@@ -226,7 +226,7 @@ class Telemetry:
             span.set_status(Status(StatusCode.ERROR))
         span.end(end_time=start_ns + job.duration_ms * 1_000_000)
 
-    def _content(self, observer: SessionObserver, text: str) -> str:
+    def _content(self, observer: ObservedSession, text: str) -> str:
         """Recorded content: every egress credential value masked, then cut."""
         for secret in observer.secrets():
             if secret:
@@ -237,7 +237,7 @@ class Telemetry:
 
     # --- the session -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def lifecycle(self, observer: SessionObserver, step: str,
+    def lifecycle(self, observer: ObservedSession, step: str,
                   attributes: Mapping[str, Any]) -> Iterator[None]:
         with self.lifecycle_span(step, {**observer.attributes, **attributes}) as span:
             yield
@@ -257,10 +257,10 @@ class Telemetry:
                 span.set_status(Status(StatusCode.ERROR, str(exc)))
                 raise
 
-    def session_opened(self, observer: SessionObserver) -> None:
+    def session_opened(self, observer: ObservedSession) -> None:
         self.sessions_open.add(1, {"toolseam.backend": observer.backend})
 
-    def session_closed(self, observer: SessionObserver) -> None:
+    def session_closed(self, observer: ObservedSession) -> None:
         self.finish_calls()
         self.sessions_open.add(-1, {"toolseam.backend": observer.backend})
         if observer.usage.cpu_seconds is not None:
@@ -300,7 +300,7 @@ class Telemetry:
             otel_context.detach(token)
             span.end()
 
-    def egress(self, observer: SessionObserver, event: EgressEvent) -> None:
+    def egress(self, observer: ObservedSession, event: EgressEvent) -> None:
         point = {SERVER_ADDRESS: event.host, "toolseam.backend": observer.backend}
         self.egress_connections.add(1, point)
         self.egress_bytes.add(event.bytes_up + event.bytes_down, point)

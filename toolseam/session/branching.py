@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from ..backends import backend_kind
 from ..backends.snapshots import (
@@ -31,12 +31,25 @@ from ..seam.capabilities import Branching, branching
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from ..seam.models import SyncReport
 from ..seam.protocol import WorkspaceTransfer
+from .toolkit_view import ToolkitView
 
 if TYPE_CHECKING:
     from ..backends.containers.workspace_sync.tar_sync import WorkspaceCopy
-    from .toolkit import Toolkit
 
 MAX_FORK = 64
+
+
+class Branch(Protocol):
+    """A session ``fork`` makes (a ``Toolkit``): it opens and closes, and its own ``Branches``
+    learns where it came from before it opens."""
+
+    _branches: Branches
+
+    async def open(self) -> object: ...
+    async def close(self) -> object: ...
+
+
+Child = TypeVar("Child", bound=Branch)
 
 
 class Branches:
@@ -74,7 +87,7 @@ class Branches:
                           "workspace": self.private_workspace}
         return self.private_workspace, options
 
-    async def opened(self, tk: Toolkit, base: str) -> None:
+    async def opened(self, tk: ToolkitView, base: str) -> None:
         """At open: the base dir becomes the start snapshot's tree."""
         if self.start is not None and not self.filled:
             await branching(tk.backend).restore_files(base, self.start.id)
@@ -85,14 +98,14 @@ class Branches:
             self.private_workspace = None
 
     # --- the public verbs -------------------------------------------------------------------
-    async def snapshot(self, tk: Toolkit, label: str | None, limit: int = DEFAULT_LIMIT
+    async def snapshot(self, tk: ToolkitView, label: str | None, limit: int = DEFAULT_LIMIT
                        ) -> Snapshot:
         await tk.open()
         snap: Snapshot = await branching(tk.backend).snapshot_files(
             tk.base_dir, label, tk.session_id, limit)
         return snap
 
-    async def restore(self, tk: Toolkit, snapshot: Snapshot | str) -> RestoreResult:
+    async def restore(self, tk: ToolkitView, snapshot: Snapshot | str) -> RestoreResult:
         chosen = snapshot if isinstance(snapshot, Snapshot) else Snapshot.load(snapshot)
         await tk.open()
         capability = branching(tk.backend)
@@ -106,25 +119,28 @@ class Branches:
         return RestoreResult(snapshot=chosen.id, ended_jobs=ended, written=done.written,
                              removed=done.removed)
 
-    async def fork(self, tk: Toolkit, n: int) -> list[Toolkit | CouldNotRunError]:
+    async def fork(self, tk: ToolkitView, n: int, make: Callable[..., Child]
+                   ) -> list[Child | CouldNotRunError]:
+        """``n`` children, each ``make(backend, base_dir=..., snapshot=..., session_id=...,
+        **options)`` (``Toolkit`` passes its own class: this module is one of its parts)."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FORK:
             raise ConfigurationError(f"fork: n must be an integer from 1 to {MAX_FORK}, got {n!r}")
         snap = await self.snapshot(tk, f"fork of {tk.session_id}")
         capability = branching(tk.backend)
         home = capability.branch_home(tk.base_dir)
-        return list(await asyncio.gather(*(self._child(tk, capability, snap, home, number)
+        return list(await asyncio.gather(*(self._child(tk, make, capability, snap, home, number)
                                            for number in range(1, n + 1))))
 
-    async def _child(self, tk: Toolkit, capability: Branching, snap: Snapshot,
-                     home: str | None, number: int) -> Toolkit | CouldNotRunError:
-        child: Toolkit | None = None
+    async def _child(self, tk: ToolkitView, make: Callable[..., Child], capability: Branching,
+                     snap: Snapshot, home: str | None, number: int) -> Child | CouldNotRunError:
+        child: Child | None = None
         try:
             workspace = new_branch_workspace()
             try:
                 backend, base_dir = await asyncio.to_thread(capability.branch_backend,
                                                             workspace, snap.id)
-                child = type(tk)(backend, base_dir=base_dir, snapshot=snap,
-                                 session_id=f"{tk.session_id}-{number}", **self.options)
+                child = make(backend, base_dir=base_dir, snapshot=snap,
+                             session_id=f"{tk.session_id}-{number}", **self.options)
             except BaseException:
                 remove_branch_workspace(workspace)
                 raise
@@ -145,7 +161,7 @@ class Branches:
             failed.__cause__ = exc
             return failed
 
-    async def keep(self, tk: Toolkit) -> SyncReport:
+    async def keep(self, tk: ToolkitView) -> SyncReport:
         if self.forked and self.home is None:
             raise ConfigurationError(f"keep: this branch's parent keeps its files on another "
                                      f"machine ({tk.backend.name}); snapshot this branch and "

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..backends import backend_for_handle
 from ..backends.agentlink.durable import canonical_state
@@ -26,11 +27,10 @@ from ..seam.handle import AttachError, SessionHandle
 from ..seam.lifetime import BackendLifetime
 from ..seam.lifetime import Durable as DurableOption
 from ..seam.protocol import BuiltinExec
-
-if TYPE_CHECKING:
-    from .toolkit import Toolkit
+from .toolkit_view import ToolkitView
 
 STATE_VERSION = 1
+Attached = TypeVar("Attached", bound=ToolkitView)  # the toolkit ``attach`` makes
 
 
 async def detach(backend: BuiltinExec) -> None:
@@ -39,7 +39,7 @@ async def detach(backend: BuiltinExec) -> None:
 
 
 # --- the toolkit's own state, kept with the agent ---------------------------------------------
-def session_state(tk: Toolkit) -> dict[str, Any]:
+def session_state(tk: ToolkitView) -> dict[str, Any]:
     return {"v": STATE_VERSION, "session_id": tk.session_id, "base_dir": tk.base_dir,
             "confine": tk.confine, "settings": tk.settings.model_dump(mode="json"),
             "tools": sorted(tk.enabled_builtins),
@@ -48,7 +48,7 @@ def session_state(tk: Toolkit) -> dict[str, Any]:
 
 
 
-def restore(tk: Toolkit, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
+def restore(tk: ToolkitView, state: dict[str, Any], agent_jobs: list[dict[str, Any]]) -> list[int]:
     """Put the saved state back; jobs the agent holds that the table lacks (a call in flight
     when the client died or detached) are taken over as kept jobs — one that ended while no
     client was attached too, so its output is not lost (issue 45). Returns their ids."""
@@ -113,14 +113,14 @@ class Durable:
                 "is built: build it with lifetime=Durable(...) (toolseam.seam.lifetime), or "
                 "give the Toolkit the backend's name")
 
-    async def opened(self, tk: Toolkit) -> None:
+    async def opened(self, tk: ToolkitView) -> None:
         """An attach puts its state back; then the agent gets it."""
         if self.restore is not None:
             state, self.restore = self.restore, None
             tk.adopted_jobs = restore(tk, state, durable_sessions(tk.backend).attached_jobs())
         await self.changed(tk)
 
-    async def changed(self, tk: Toolkit) -> None:
+    async def changed(self, tk: ToolkitView) -> None:
         """Give the agent the toolkit's state when it changed (one digest compare otherwise).
         A failure is the next call's to report: the result in hand is not lost over it."""
         durable = durable_sessions(tk.backend)
@@ -136,16 +136,19 @@ class Durable:
             return
         self._digest = digest
 
-    def handle(self, tk: Toolkit) -> SessionHandle:
+    def handle(self, tk: ToolkitView) -> SessionHandle:
         return durable_sessions(tk.backend).durable_handle(tk.session_id, self.secret)
 
-    async def detach(self, tk: Toolkit) -> None:
+    async def detach(self, tk: ToolkitView) -> None:
         await self.changed(tk)
         await detach(tk.backend)
 
 
-async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[str, Any]
-                 ) -> Toolkit:
+async def attach(make: Callable[..., Attached], handle: SessionHandle | str,
+                 options: dict[str, Any]) -> Attached:
+    """The session ``handle`` names, continued: its backend built to attach, then a toolkit
+    ``make`` builds (``Toolkit`` itself: its class is passed in, this module being one of its
+    parts) with the state the agent kept, opened."""
     if isinstance(handle, str):
         handle = SessionHandle.from_json(handle)
     backend_options = dict(options.pop("backend_options", None) or {})
@@ -160,8 +163,8 @@ async def attach(cls: type[Toolkit], handle: SessionHandle | str, options: dict[
         state = durable_sessions(backend).kept_state("toolkit")
         if not isinstance(state, dict):
             raise AttachError("protocol", "the session kept no toolkit state")
-        tk = cls(backend, **toolkit_options(state, handle), **options,
-                 lifetime=Durable(handle.secret, 0, restore=state))
+        tk = make(backend, **toolkit_options(state, handle), **options,
+                  lifetime=Durable(handle.secret, 0, restore=state))
     except BaseException:
         await _let_go(backend)
         raise

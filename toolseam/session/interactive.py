@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from ..seam.capabilities import InteractiveProcesses, interactive_processes, supports_interactive
 from ..seam.errors import FileOpError
@@ -30,9 +29,7 @@ from ..seam.interactive import (
 )
 from ..seam.models import MAX_MS
 from .raw_checks import checked_argv, checked_env, os_error
-
-if TYPE_CHECKING:
-    from .toolkit import Toolkit
+from .toolkit_view import ToolkitView
 
 TERM = "xterm-256color"
 _SIZE_VARS = ("LINES", "COLUMNS")
@@ -41,7 +38,7 @@ _SIZE_VARS = ("LINES", "COLUMNS")
 class InteractiveSandbox:
     """The ``pty_*`` half of ``RawSandbox`` (which brings ``_tk``, the session)."""
 
-    _tk: Toolkit
+    _tk: ToolkitView
 
     @property
     def supports_pty(self) -> bool:

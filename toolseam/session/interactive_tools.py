@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,9 +28,16 @@ from ..seam.interactive import (
     UnknownProcessError,
 )
 from ..seam.models import PathRef
+from .interactive import InteractiveSandbox
+from .toolkit_view import ToolkitView
 
-if TYPE_CHECKING:
-    from .toolkit import Toolkit
+
+class PtySession(ToolkitView, Protocol):
+    """The session the two tools type into: its raw sandbox's terminals (``Toolkit``)."""
+
+    @property
+    def sandbox(self) -> InteractiveSandbox: ...
+
 
 CHARS_PER_TOKEN = 4
 MAX_YIELD_MS = 300_000
@@ -74,7 +81,7 @@ class _PtyTool:
     description = ""
     input_model: type[BaseModel] = BaseModel
 
-    def __init__(self, toolkit: Toolkit) -> None:
+    def __init__(self, toolkit: PtySession) -> None:
         self._tk = toolkit
         self.input_schema = _schema(self.input_model)
 
@@ -146,7 +153,7 @@ class ExecCommand(_PtyTool):
                    "session ID to use with write_stdin. At most 64 run at once.")
     input_model = ExecCommandInput
 
-    def __init__(self, toolkit: Toolkit) -> None:
+    def __init__(self, toolkit: PtySession) -> None:
         super().__init__(toolkit)
         self._shell: str | None = None
 
@@ -185,7 +192,7 @@ class WriteStdin(_PtyTool):
                                    given.max_output_tokens, began)
 
 
-def interactive_tools(toolkit: Toolkit) -> dict[str, _PtyTool]:
+def interactive_tools(toolkit: PtySession) -> dict[str, _PtyTool]:
     """The two tools bound to ``toolkit``, by name."""
     return {tool.name: tool for tool in (ExecCommand(toolkit), WriteStdin(toolkit))}
 

@@ -8,7 +8,7 @@ class here and one line in ``lifetime_for``."""
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from ..policy.settings import Settings
 from ..seam.capabilities import DurableSessions, lifetime_of, supports
@@ -18,9 +18,7 @@ from ..seam.lifetime import EPHEMERAL, BackendLifetime
 from ..seam.lifetime import Durable as DurableOption
 from ..seam.protocol import BuiltinExec
 from .durable import Durable
-
-if TYPE_CHECKING:
-    from .toolkit import Toolkit
+from .toolkit_view import ToolkitView
 
 
 class Lifetime(Protocol):
@@ -31,10 +29,10 @@ class Lifetime(Protocol):
     def backend_lifetime(self) -> BackendLifetime: ...  # a backend built by name gets it
 
     def before_open(self, backend: BuiltinExec) -> None: ...
-    async def opened(self, tk: Toolkit) -> None: ...
-    async def changed(self, tk: Toolkit) -> None: ...  # after a call, a turn, a pinned shell
-    def handle(self, tk: Toolkit) -> SessionHandle: ...
-    async def detach(self, tk: Toolkit) -> None: ...
+    async def opened(self, tk: ToolkitView) -> None: ...
+    async def changed(self, tk: ToolkitView) -> None: ...  # after a call, a turn, a pinned shell
+    def handle(self, tk: ToolkitView) -> SessionHandle: ...
+    async def detach(self, tk: ToolkitView) -> None: ...
 
 
 class Ephemeral:
@@ -47,17 +45,17 @@ class Ephemeral:
     def before_open(self, backend: BuiltinExec) -> None:
         pass
 
-    async def opened(self, tk: Toolkit) -> None:
+    async def opened(self, tk: ToolkitView) -> None:
         pass
 
-    async def changed(self, tk: Toolkit) -> None:
+    async def changed(self, tk: ToolkitView) -> None:
         pass
 
-    def handle(self, tk: Toolkit) -> SessionHandle:
+    def handle(self, tk: ToolkitView) -> SessionHandle:
         raise ConfigurationError("a session has a handle once it is open with the setting "
                                  "orphan_timeout_s above 0")
 
-    async def detach(self, tk: Toolkit) -> None:
+    async def detach(self, tk: ToolkitView) -> None:
         raise ConfigurationError("detach needs the setting orphan_timeout_s above 0 (how "
                                  "long the sandbox waits for an attach); it is 0")
 

@@ -12,12 +12,8 @@ the sandbox must listen on its loopback (``127.0.0.1`` or every address) to be r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..seam.capabilities import ExposedPort, exposed_ports
-
-if TYPE_CHECKING:
-    from .toolkit import Toolkit
+from .toolkit_view import ToolkitView
 
 _MAX_PORT = 65535
 
@@ -29,7 +25,7 @@ def _port(value: object, what: str, lowest: int) -> int:
     return value
 
 
-async def expose(tk: Toolkit, port: int, host: str, host_port: int) -> ExposedPort:
+async def expose(tk: ToolkitView, port: int, host: str, host_port: int) -> ExposedPort:
     """Validate, open the session if needed, and ask the backend's capability."""
     sandbox_port = _port(port, "port", 1)
     listen_port = _port(host_port, "host_port", 0)

@@ -30,7 +30,6 @@ import secrets
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -42,9 +41,7 @@ from . import ports
 from .interactive import InteractiveSandbox, PtyOutput
 from .path_sides import missing_in_sandbox_hint, side
 from .raw_checks import checked_argv, checked_env, os_error
-
-if TYPE_CHECKING:
-    from .toolkit import Toolkit
+from .toolkit_view import ToolkitView
 
 _USER_UNKNOWN, _USER_UNSUPPORTED = "user-unknown:", "user-unsupported:"  # toolseam_agent/spawn_as.py
 _SPAWN_FAILED = "could not start the command:"  # agentlink/errors.py's reason for a spawn error
@@ -99,7 +96,7 @@ class RawSandbox(InteractiveSandbox):
     """The session's sandbox, raw. Relative paths (and ``cwd``) are against the base dir.
     Interactive processes (``pty_*``) are in ``interactive.py``."""
 
-    def __init__(self, toolkit: Toolkit) -> None:
+    def __init__(self, toolkit: ToolkitView) -> None:
         self._tk = toolkit
 
     async def exec(self, argv: Sequence[str], *, stdin: bytes | str | None = None,

@@ -449,7 +449,7 @@ class Toolkit:
         session's files now, each in a workspace of its own; one that could not start is a
         ``CouldNotRunError`` in its place."""
         with self._observer.lifecycle("fork", **{"toolseam.fork.count": n}):
-            return await self._branches.fork(self, n)
+            return await self._branches.fork(self, n, type(self))
 
     async def keep(self) -> SyncReport:
         """Bring this fork's workspace home to the parent's base dir, by the copy-back rule

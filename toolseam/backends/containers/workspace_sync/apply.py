@@ -12,10 +12,11 @@ import stat
 import tarfile
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import IO, TYPE_CHECKING, Literal
+from typing import IO, Literal, Protocol
 
 from ....seam.errors import CouldNotRunError
 from ....seam.models import SyncReport
+from .host_ops import HostOps
 from .policy import (
     CHUNK,
     CONFLICT_SUFFIX,
@@ -33,8 +34,19 @@ from .policy import (
     fit_name,
 )
 
-if TYPE_CHECKING:  # tar_sync makes each CopyBack: the type only
-    from .tar_sync import WorkspaceCopy
+
+class CopyBaseline(Protocol):
+    """What a copy-back reads of the copy it brings home (``tar_sync.WorkspaceCopy``, which
+    makes each ``CopyBack``: declared here so that this module needs nothing of it), and the
+    baseline and conflict copies it moves on once all of it succeeded."""
+
+    base: str  # the host's base dir, absolute
+    limit: int  # the copy limit in content bytes
+    baseline: dict[str, Entry]
+    copies: dict[str, tuple[str, tuple[int, int]]]
+    host_ops: HostOps  # every change to the host goes through here (tests fail it)
+
+    def entry_of(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Entry | None: ...
 
 
 @dataclass
@@ -83,7 +95,7 @@ class CopyBack:
     """One copy-back: read, plan, stage, apply (or put back). Nothing of ``copy`` changes
     unless all of it succeeded."""
 
-    copy: WorkspaceCopy
+    copy: CopyBaseline
     base_fd: int
     tar: tarfile.TarFile
     source: str
@@ -149,7 +161,7 @@ class CopyBack:
             if rel is None or any(len(os.fsencode(p)) > self.name_max for p in rel.split("/")):
                 self.report.refused.append(shown)
                 continue
-            entry = self.copy._entry(tar, member)
+            entry = self.copy.entry_of(tar, member)
             item: _Item | None = _Item(entry, member) if entry is not None else None
             if member.islnk():  # a second name of a file: that file's content, as a file
                 target = check_name(member.linkname.removeprefix(prefix))
@@ -364,7 +376,7 @@ class CopyBack:
             name = f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}"
             where_fd = os.dup(self.dir_fd(where))  # its own: cached ones close when a dir goes
             try:
-                self.copy._ops.mkdir(name, 0o700, where_fd)
+                self.copy.host_ops.mkdir(name, 0o700, where_fd)
                 fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=where_fd)
             except BaseException:
                 os.close(where_fd)
@@ -414,7 +426,7 @@ class CopyBack:
         entry, member = step.item.entry, step.item.member
         step.dev, fd, temp = self.staging(step.target.rpartition("/")[0])
         step.staged = temp
-        ops = self.copy._ops
+        ops = self.copy.host_ops
         if entry.kind == "link":
             ops.symlink(entry.digest, temp, fd)
             return
@@ -440,7 +452,7 @@ class CopyBack:
 
     def apply(self, step: _Step, done: list[_Done]) -> None:
         parent, _, name = step.target.rpartition("/")
-        ops = self.copy._ops
+        ops = self.copy.host_ops
         now = self.lstat(step.target)
         if step.action == "chmod":  # a directory: this plan's own, or the one the plan saw
             if now is None or not stat.S_ISDIR(now.st_mode) or (
@@ -494,7 +506,7 @@ class CopyBack:
         into staging (put back by moving it back)."""
         parent, _, name = target.rpartition("/")
         pfd = self.dir_fd(parent)
-        ops = self.copy._ops
+        ops = self.copy.host_ops
         if stat.S_ISDIR(now.st_mode):
             self.forget(target)
             try:

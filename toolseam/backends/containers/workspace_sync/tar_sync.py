@@ -78,7 +78,7 @@ class WorkspaceCopy:
         # conflict copies this session made: the sandbox's path -> (copy's path, its stamp);
         # an unchanged earlier copy is replaced by a later one instead of numbering a new one
         self.copies: dict[str, tuple[str, tuple[int, int]]] = {}
-        self._ops: HostOps = HostOps()  # every change to the host goes through here (tests fail it)
+        self.host_ops: HostOps = HostOps()  # every change to the host goes through here (tests fail it)
 
     # --- host → sandbox -------------------------------------------------------------------
     def pack(self, out: IO[bytes]) -> int:
@@ -148,11 +148,11 @@ class WorkspaceCopy:
         with tarfile.open(tar_path) as tar:
             for member in tar:
                 rel = check_name(f"{prefix}/{member.name}" if prefix else member.name)
-                entry = self._entry(tar, member)
+                entry = self.entry_of(tar, member)
                 if rel is not None and entry is not None:
                     self.baseline[rel] = entry
 
-    def _entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Entry | None:
+    def entry_of(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> Entry | None:
         """What a plain member (file, directory, symlink) is under the policy; None for others."""
         if member.isdir():
             return Entry("dir", self._mode(member.mode), "")

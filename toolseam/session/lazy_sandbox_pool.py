@@ -1,6 +1,7 @@
-"""``toolseam.SandboxPool``, imported on first use: the pool lives in the container wing
-(``backends/containers/pool/warm.py``, with ``sandbox_pool.py`` on top), which needs a container
-extra (``requests`` and an engine SDK), while ``import toolseam`` must work on a bare install."""
+"""``toolseam.SandboxPool``, imported on first use — a loader, not a pool (issue 47 renamed
+``session/pool.py``): the pool lives in the container wing (``backends/containers/pool/warm.py``,
+with ``sandbox_pool.py`` on top), which needs a container extra (``requests`` and an engine
+SDK), while ``import toolseam`` must work on a bare install."""
 
 from __future__ import annotations
 
