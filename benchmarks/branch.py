@@ -22,6 +22,9 @@ its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after), on each backend:
   the layer adds. ``--layer-only`` measures only that.
 * ``--snapshot-only``: only the snapshots and the restore (no fork, no layer, no floor) — the
   copy-mode rows of decision 467 in a few minutes.
+* ``--ray``: a column more, ``fork(--ray-children)`` (12) of a session on a three-node Ray
+  cluster of its own (``benchmarks/branch_ray.py``; run it under ``flock /tmp/ray-tests.lock``,
+  one cluster at a time). ``--backends ''`` with it measures only that.
 
 The local engines run in bind mode, the remote ones (their own mount namespaces, over TCP) in
 copy mode; every fork's children are copy-mode sandboxes (docs/branching.md).
@@ -37,6 +40,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from branch_ray import measure_ray  # benchmarks/ is the script's own directory
 
 from toolseam import Toolkit
 from toolseam.seam.protocol import BuiltinExec
@@ -254,10 +259,14 @@ async def run(args: argparse.Namespace) -> None:
     os.environ["TOOLSEAM_SNAPSHOTS"] = str(store)
     rows: dict[str, dict[str, str]] = {}
     try:
-        for name in args.backends.split(","):
+        for name in filter(None, args.backends.split(",")):
             began = time.perf_counter()
             rows[name] = await measure(name, args, scratch, store)
             print(f"{name}: done in {time.perf_counter() - began:.0f} s", flush=True)
+        if args.ray:
+            began = time.perf_counter()
+            rows["ray (3 nodes)"] = await measure_ray(args.files, args.mib, args.ray_children)
+            print(f"ray: done in {time.perf_counter() - began:.0f} s", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     names = list(rows)
@@ -282,6 +291,8 @@ def main() -> None:
     parser.add_argument("--outside-mib", type=int, default=100)
     parser.add_argument("--layer-only", action="store_true")
     parser.add_argument("--snapshot-only", action="store_true")
+    parser.add_argument("--ray", action="store_true")
+    parser.add_argument("--ray-children", type=int, default=12)
     asyncio.run(run(parser.parse_args()))
 
 
