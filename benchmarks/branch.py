@@ -21,7 +21,8 @@ its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after), on each backend:
   OUTSIDE_MIB MiB (1 MiB files in ``/opt/outside``) written outside the workspace — the cost
   the layer adds. ``--layer-only`` measures only that.
 * ``--snapshot-only``: only the snapshots and the restore (no fork, no layer, no floor) — the
-  copy-mode rows of decision 467 in a few minutes.
+  copy-mode rows of decision 467 in a few minutes; with ``--layer-only``, the layer's rows
+  without their forks.
 * ``--ray``: a column more, ``fork(--ray-children)`` (12) of a session on a three-node Ray
   cluster of its own (``benchmarks/branch_ray.py``; run it under ``flock /tmp/ray-tests.lock``,
   one cluster at a time). ``--backends ''`` with it measures only that.
@@ -181,6 +182,8 @@ async def measure_layer(name: str, args: argparse.Namespace, scratch: Path) -> d
             clock = Clock()
             await tk.restore(first)
             row[f"{label}: restore after 1 change"] = ms(clock.read())
+            if args.snapshot_only:
+                continue
             forks = [await timed_fork(tk, args.children) for _ in range(args.repeat)]
             row[f"{label}: fork({args.children}) to every first answer"] = (
                 f"{statistics.median(f[0] for f in forks):.2f} s")
@@ -191,7 +194,7 @@ async def measure_layer(name: str, args: argparse.Namespace, scratch: Path) -> d
 async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Path
                   ) -> dict[str, str]:
     row: dict[str, str] = {}
-    if name != "host" and args.outside_mib and not args.snapshot_only:
+    if name != "host" and args.outside_mib and (args.layer_only or not args.snapshot_only):
         row.update(await measure_layer(name, args, scratch))
     if args.layer_only:
         return row
