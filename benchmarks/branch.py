@@ -21,7 +21,11 @@ its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after), on each backend:
   OUTSIDE_MIB MiB (1 MiB files in ``/opt/outside``) written outside the workspace — the cost
   the layer adds. ``--layer-only`` measures only that.
 * ``--snapshot-only``: only the snapshots and the restore (no fork, no layer, no floor) — the
-  copy-mode rows of decision 467 in a few minutes.
+  copy-mode rows of decision 467 in a few minutes; with ``--layer-only``, the layer's rows
+  without their forks.
+* ``--ray``: a column more, ``fork(--ray-children)`` (12) of a session on a three-node Ray
+  cluster of its own (``benchmarks/branch_ray.py``; run it under ``flock /tmp/ray-tests.lock``,
+  one cluster at a time). ``--backends ''`` with it measures only that.
 
 The local engines run in bind mode, the remote ones (their own mount namespaces, over TCP) in
 copy mode; every fork's children are copy-mode sandboxes (docs/branching.md).
@@ -37,6 +41,8 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from branch_ray import measure_ray  # benchmarks/ is the script's own directory
 
 from toolseam import Toolkit
 from toolseam.seam.protocol import BuiltinExec
@@ -176,6 +182,8 @@ async def measure_layer(name: str, args: argparse.Namespace, scratch: Path) -> d
             clock = Clock()
             await tk.restore(first)
             row[f"{label}: restore after 1 change"] = ms(clock.read())
+            if args.snapshot_only:
+                continue
             forks = [await timed_fork(tk, args.children) for _ in range(args.repeat)]
             row[f"{label}: fork({args.children}) to every first answer"] = (
                 f"{statistics.median(f[0] for f in forks):.2f} s")
@@ -186,7 +194,7 @@ async def measure_layer(name: str, args: argparse.Namespace, scratch: Path) -> d
 async def measure(name: str, args: argparse.Namespace, scratch: Path, store: Path
                   ) -> dict[str, str]:
     row: dict[str, str] = {}
-    if name != "host" and args.outside_mib and not args.snapshot_only:
+    if name != "host" and args.outside_mib and (args.layer_only or not args.snapshot_only):
         row.update(await measure_layer(name, args, scratch))
     if args.layer_only:
         return row
@@ -254,10 +262,14 @@ async def run(args: argparse.Namespace) -> None:
     os.environ["TOOLSEAM_SNAPSHOTS"] = str(store)
     rows: dict[str, dict[str, str]] = {}
     try:
-        for name in args.backends.split(","):
+        for name in filter(None, args.backends.split(",")):
             began = time.perf_counter()
             rows[name] = await measure(name, args, scratch, store)
             print(f"{name}: done in {time.perf_counter() - began:.0f} s", flush=True)
+        if args.ray:
+            began = time.perf_counter()
+            rows["ray (3 nodes)"] = await measure_ray(args.files, args.mib, args.ray_children)
+            print(f"ray: done in {time.perf_counter() - began:.0f} s", flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     names = list(rows)
@@ -282,6 +294,8 @@ def main() -> None:
     parser.add_argument("--outside-mib", type=int, default=100)
     parser.add_argument("--layer-only", action="store_true")
     parser.add_argument("--snapshot-only", action="store_true")
+    parser.add_argument("--ray", action="store_true")
+    parser.add_argument("--ray-children", type=int, default=12)
     asyncio.run(run(parser.parse_args()))
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _KEPT = 0o1777  # never set-id
+_WORKING = ".toolseam-layer-"  # toolseam's own files at the top of /workspace
 
 
 def _parent(name: str, make: bool) -> tuple[int, str]:
@@ -114,10 +115,11 @@ def _keep_only(name: str, children: set[str]) -> None:
 
 
 def apply(archive_path: str) -> int:
-    """Put the layer back: the plan's names removed (``added`` whatever they are, ``changed``
-    unless a directory, what ``keep_only``'s directories hold beyond their names), ``/tmp``
-    emptied, then ``image/`` members (the image's own files a command deleted since), the
-    snapshot's deleted names removed, ``layer/`` members."""
+    """Put the layer back: the plan's names removed (``drop``: the host's read pack outputs,
+    ``added`` whatever they are, ``changed`` unless a directory, what ``keep_only``'s
+    directories hold beyond their names), ``emptied`` ones emptied, then ``image/`` members
+    (the image's own files a command deleted since), the snapshot's deleted names removed,
+    ``layer/`` members."""
     dir_modes: list[tuple[str, int, float]] = []
     with open(archive_path, "rb") as source, tarfile.open(fileobj=source, mode="r|") as tar:
         os.unlink(archive_path)  # open: read to its end, never seen again
@@ -128,13 +130,16 @@ def apply(archive_path: str) -> int:
                 data = tar.extractfile(member)
                 assert data is not None
                 plan = json.loads(data.read().decode("utf-8", "surrogateescape"))
+                for name in plan.get("drop", []):  # the host's own pack outputs, read
+                    if name.startswith(_WORKING) and "/" not in name:
+                        _remove(f"workspace/{name}")
                 for name in plan["added"]:
                     _remove(name)
                 for name in plan["changed"]:
                     _remove(name, keep_dir=True)
                 for name, children in plan.get("keep_only", {}).items():
                     _keep_only(name, set(children))
-                for name in plan["emptied"]:
+                for name in plan.get("emptied", []):
                     fd, last = _parent(name, make=False)
                     try:
                         inner = os.open(last, _DIR, dir_fd=fd)

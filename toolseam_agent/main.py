@@ -28,8 +28,7 @@ def _daemonize() -> None:
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "--layer-pack" in args:  # the layer or the workspace, packed by the sandbox's root
-        at = args.index("--layer-pack")
-        raise SystemExit(pack.pack(args[at + 1], args[at + 2]))
+        raise SystemExit(pack.pack_all(args[args.index("--layer-pack") + 1:]))
     if "--layer-apply" in args:
         raise SystemExit(layer.apply(args[args.index("--layer-apply") + 1]))
     if "--daemonize" in args:

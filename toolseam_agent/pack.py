@@ -2,13 +2,20 @@
 443, 467): the container's writable layer outside ``/workspace`` (``toolseam_agent/layer.py``
 puts it back) and, in copy mode, ``/workspace`` itself.
 
-``--layer-pack PLAN OUT``, both files in ``/workspace``. The plan names a ``base`` (``""``: names
+``--layer-pack PLAN OUT [PLAN OUT]…``, all files in ``/workspace``, packed in order (one run of
+the interpreter for the layer and the workspace); the exit status of the first that fails,
+plus 16 times its place. The plan names a ``base`` (``""``: names
 relative to ``/``; ``"workspace"``: relative to ``/workspace``, the name ``""`` being that
 directory), the archive's first name component (``prefix``), the names to pack (``changed``:
 headers only for directories, ``whole``: with everything below), the file bytes the snapshot may
 still hold (``limit``: a sparse 10 GB file must not fill the disk ``/workspace`` is on), and the
 stat key (inode, size, mtime_ns, ctime_ns) of each file the host stored last (``known``): a file
-whose key is the same is sent as a header marked unchanged, without bytes. ``seconds``: times
+whose key is the same is sent as a header marked unchanged, without bytes. ``dirs``: a summary
+of each directory's entries that are not directories (names, kinds, modes, keys) as the host
+last saw them; a directory packed whole carries its summary now (``TOOLSEAM.sum``) and, when
+it is the one the host gave, is marked unchanged (``TOOLSEAM.same``): its entries that are not
+directories are not sent at all, only its sub-directories are walked — so an unchanged
+directory costs the host one header, whatever it holds. ``seconds``: times
 made whole seconds ("truncate" or "round") as the engine's archive API makes them (a copy-mode
 workspace's manifest is the same whichever way it was read). The host checks everything it
 reads back (names, sizes before bytes, "unchanged" only for a key it knows): this side never
@@ -19,6 +26,7 @@ toolseam's own working files at the top of ``/workspace`` (this pack's output) a
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
@@ -48,6 +56,7 @@ class _Packing:
     known: dict[str, list[int]]
     left: int
     seconds: str  # "": as they are; "truncate" or "round" to whole seconds
+    dirs: dict[str, str] | None = None  # a directory's summary as the host last saw it
     done: set[str] = field(default_factory=set)
 
     def mtime(self, mtime_ns: int) -> float:
@@ -64,6 +73,15 @@ class _Packing:
         return f"{self.prefix}/{name}" if name else self.prefix
 
 
+def pack_all(pairs: list[str]) -> int:
+    """``PLAN OUT`` pairs packed in order; 0, or the first failure's status + 16 x its place."""
+    for place in range(len(pairs) // 2):
+        status = pack(pairs[2 * place], pairs[2 * place + 1])
+        if status:
+            return status + 16 * place
+    return 0
+
+
 def pack(plan_path: str, out_path: str) -> int:
     """The tar of the plan's names, every ancestor directory's header first."""
     with open(plan_path, encoding="utf-8", errors="surrogateescape") as source:
@@ -75,7 +93,7 @@ def pack(plan_path: str, out_path: str) -> int:
                                                       format=tarfile.PAX_FORMAT) as tar:
             packing = _Packing(tar, str(plan.get("base", "")), str(plan.get("prefix", "layer")),
                                plan.get("known", {}), int(plan["limit"]),
-                               str(plan.get("seconds", "")))
+                               str(plan.get("seconds", "")), plan.get("dirs"))
             for name, whole in [*((n, False) for n in plan["changed"]),
                                 *((n, True) for n in plan["whole"])]:
                 parts = name.split("/") if name else []
@@ -114,20 +132,57 @@ def _add(p: _Packing, name: str, whole: bool, tries: int = 2) -> None:
             raise _Raced(name)
         _add(p, name, whole, tries - 1)
         return
-    if not info.isreg():
-        p.tar.addfile(info)
-    if whole and stat.S_ISDIR(st.st_mode):
-        with os.scandir(path) as entries:  # in the order of their bytes, as the engines' archive
-            children = sorted((e.name for e in entries), key=os.fsencode)
-        for child in children:
-            if not name and child.startswith(_WORKING):
-                continue  # toolseam's own working file (this pack's output among them)
-            try:
-                if os.lstat(f"{path}/{child}").st_dev != st.st_dev:
-                    continue  # another mount
-            except FileNotFoundError:
-                continue
-            _add(p, f"{name}/{child}" if name else child, whole=True)
+    if not (whole and stat.S_ISDIR(st.st_mode)):
+        if not info.isreg():
+            p.tar.addfile(info)
+        return
+    listing = _listing(name, path, st)
+    same = False
+    if p.dirs is not None:
+        summary = _summary(listing)
+        same = p.dirs.get(name) == summary
+        info.pax_headers = {"TOOLSEAM.sum": summary, **({"TOOLSEAM.same": "1"} if same else {})}
+    p.tar.addfile(info)
+    for child, child_st in listing:
+        inner = f"{name}/{child}" if name else child
+        if same and not stat.S_ISDIR(child_st.st_mode):
+            if stat.S_ISREG(child_st.st_mode) and child_st.st_nlink > 1:
+                # a later name of the same file is a hard link to the first, as when it is sent
+                inodes: dict[tuple[int, int], str] = p.tar.inodes  # type: ignore[attr-defined]
+                inodes.setdefault((child_st.st_ino, child_st.st_dev), p.arcname(inner))
+            continue
+        _add(p, inner, whole=True)
+
+
+def _listing(name: str, path: str, st: os.stat_result) -> list[tuple[str, os.stat_result]]:
+    """A directory's entries in the order of their bytes (as the engines' archive), with their
+    ``lstat``; toolseam's own working files at the top and other mounts left out."""
+    with os.scandir(path) as entries:
+        children = sorted((e.name for e in entries), key=os.fsencode)
+    listing = []
+    for child in children:
+        if not name and child.startswith(_WORKING):
+            continue  # toolseam's own working file (this pack's output among them)
+        try:
+            child_st = os.lstat(f"{path}/{child}")
+        except FileNotFoundError:
+            continue
+        if child_st.st_dev != st.st_dev:
+            continue  # another mount
+        listing.append((child, child_st))
+    return listing
+
+
+def _summary(listing: list[tuple[str, os.stat_result]]) -> str:
+    """What a directory's entries that are not directories are: their names, kinds and modes,
+    inodes, sizes, times — ctime too, which no command can set back."""
+    digest = hashlib.sha256()
+    for child, st in listing:
+        if not stat.S_ISDIR(st.st_mode):
+            digest.update(os.fsencode(child) + b"\0" + (
+                f"{st.st_mode}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:"
+                f"{st.st_nlink}\n").encode())
+    return digest.hexdigest()
 
 
 def _add_file(p: _Packing, name: str, path: str, info: tarfile.TarInfo) -> bool:

@@ -11,16 +11,20 @@ each costs a few calls)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from toolseam import Snapshot, Toolkit
+from toolseam.backends.containers import branching
 from toolseam.backends.containers.engine.protocol import in_engine_thread
 from toolseam.backends.snapshots import DEFAULT_LIMIT, SnapshotStore
 from toolseam.backends.snapshots.archive import capture_archive
+from toolseam.backends.snapshots.capture import Captured
 from toolseam.backends.snapshots.manifest import Entry
 
 from ..support.engines import backend
@@ -61,19 +65,39 @@ def _tree(snap: Snapshot) -> tuple[list[Entry], list[str]]:
     return manifest.entries, manifest.left_out
 
 
+@pytest.fixture
+def packed(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the chunks of the workspace's pack (or archive) the host reads."""
+    sizes: list[int] = []
+    real = branching.capture_archive
+
+    def counting(chunks: Iterable[bytes], *args: Any, **kwargs: Any) -> Captured:
+        def counted() -> Iterator[bytes]:
+            for chunk in chunks:
+                sizes.append(len(chunk))
+                yield chunk
+        return real(counted(), *args, **kwargs)
+    monkeypatch.setattr(branching, "capture_archive", counting)
+    return sizes
+
+
 @pytest.mark.parametrize(("engine", "options"), COPY_MODE, ids=IDS)
 async def test_a_snapshot_after_one_change_reads_only_that_file(
         engine: str, options: dict[str, object], workspace: Path, ingested: list[int],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        packed: list[int], monkeypatch: pytest.MonkeyPatch) -> None:
     async with Toolkit(backend(engine, str(workspace), **options)) as tk:
         await run(tk, "for d in $(seq 10); do mkdir d$d; for f in $(seq 40); do "
                       "head -c 8192 /dev/urandom > d$d/f$f; done; done")
         first = await tk.snapshot()
         assert sum(ingested) >= 400 * 8192
         ingested.clear()
+        packed.clear()
         await run(tk, "echo changed > d3/f7")
         second = await tk.snapshot()
         assert 0 < sum(ingested) < 100, sum(ingested)  # d3/f7 only
+        # the nine unchanged directories are a header each (decision 488): d3's 40 headers
+        # and 11 directories' — not the 400 files' headers (600 KiB)
+        assert sum(packed) < 120_000, sum(packed)
         assert second.size_bytes < 100 < first.size_bytes
         assert _tree(second) == await _whole_archive(tk)
         copied: list[str] = []

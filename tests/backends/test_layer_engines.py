@@ -143,3 +143,21 @@ async def test_a_second_snapshot_reads_only_the_layers_files_that_changed(
         await run(tk, "head -c 2000000 /dev/urandom > /opt/big")
         await tk.restore(first)
         assert await run(tk, "md5sum /opt/big; cat /tmp/small") == before + "one\n"
+        # a restore writes only the layer's files that differ (decision 489): /opt/big stays
+        # in place, the same inode, and /tmp/small alone is copied out of the store
+        inode = await run(tk, "stat -c %i /opt/big")
+        copied: list[str] = []
+        copy_out = SnapshotStore.copy_out
+
+        def counting(self: SnapshotStore, digest: str, fd: int) -> None:
+            copied.append(digest)
+            copy_out(self, digest, fd)
+        monkeypatch.setattr(SnapshotStore, "copy_out", counting)
+        await run(tk, "echo three > /tmp/small && mkdir /tmp/new && echo n > /tmp/new/f")
+        result = await tk.restore(first)
+        assert (len(copied), result.written) == (1, 1), (copied, result)
+        assert await run(tk, "stat -c %i /opt/big; md5sum /opt/big; cat /tmp/small; ls /tmp"
+                         ) == inode + before + "one\nsmall\n"
+        read.clear()
+        await tk.snapshot()  # what the restore kept in place is known: only /tmp/small is sent
+        assert 0 < sum(read) < 1000, sum(read)

@@ -229,7 +229,8 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
                 try:
                     self._info = await self.sandbox.start()
                     if self._layer_start is not None:  # a fork's child (branch_backend)
-                        await self.restore_layer(SnapshotStore().load(self._layer_start))
+                        await self.restore_layer(SnapshotStore().load(self._layer_start),
+                                                 diff=False)
                         self._layer_start = None
                 except BaseException:
                     self._info = None

@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import tempfile
 from collections.abc import Iterable, Iterator
-from typing import IO
 
 from ..snapshots import DEFAULT_LIMIT, LocalSnapshots, Restored, Snapshot, SnapshotStore
 from ..snapshots.archive import capture_archive, finishing_script, restore_archive
@@ -38,9 +37,8 @@ from ..snapshots.local import keep_manifest
 from ..snapshots.manifest import Manifest
 from .engine.protocol import in_engine_thread
 from .labels import WORKSPACE
-from .layer import token_name
-from .layer_snapshots import LayerSnapshots, PackDenied
-from .workspace_restore import DigestOnly, apply_workspace
+from .layer_snapshots import _OUTSIDE, LayerSnapshots, PackDenied, PackStopped, _still_stored
+from .workspace_restore import DigestOnly, WorkspaceRestore, workspace_restore
 
 # Run by the agent as the sandbox's root, in /workspace: every name in it goes, links as links
 # (find's default never follows one; rm -rf removes a link, not what it names). Directories
@@ -52,47 +50,43 @@ _EMPTY_WORKSPACE = ("cd /workspace && find . -mindepth 1 ; find . -mindepth 1 -t
                     "-maxdepth 1 -exec rm -rf -- {} +")
 
 
-def _still_stored(known: Known | None) -> Known | None:
-    """``known`` while the snapshot it came from is in the store (so are its objects); else
-    None: every file is sent again."""
-    if known is not None and SnapshotStore().has_snapshot(known.source or ""):
-        return known
-    return None
-
-
 class ContainerBranching(LayerSnapshots, LocalSnapshots):
     """The ``Branching`` methods of ``ContainerBackend`` (mixed in there)."""
 
     _layer_start: str | None = None  # a fork's snapshot, whose layer its child opens with
-    _layer_known: Known | None = None  # the layer's files the last snapshot stored, by key
-    _workspace_known: Known | None = None  # copy mode: the same of /workspace
+    _workspace_known: Known | None = None  # copy mode: what /workspace's last pack read
 
     async def snapshot_files(self, root: str,
                              label: str | None, session: str,
                              limit: int = DEFAULT_LIMIT) -> Snapshot:
         container = self._running_container()
         known = _still_stored(self._layer_known)
-        packed, deleted = await self._pack_layer(container, limit, known)
-        drop = [packed]
+        layer_plan, names = await self._layer_plan(container, limit, known)
+        parts = [(layer_plan, "pack its writable layer", _OUTSIDE)]
+        copy = not self.sandbox.mode.shares_host_dir
+        known_files = _still_stored(self._workspace_known) if copy else None
+        if copy:  # the sandbox's root packs what changed since (decision 467), same run
+            parts.append((self._workspace_plan(limit, known_files), "pack its workspace",
+                          WORKSPACE))
+        try:
+            drop = await self._pack(container, parts, limit)
+        except PackStopped as stopped:
+            if stopped.part == 0 or not isinstance(stopped.cause, PackDenied):
+                await self._drop_workspace_file(*stopped.packed)
+                raise stopped.cause from None
+            drop = stopped.packed  # a name its root may not read: the engine's whole archive
+            known_files = None
         taken: list[Captured] = []
 
         def layer(store: SnapshotStore, left: int) -> tuple[Captured, list[str]]:
-            with self._workspace_file(container, packed) as source:
-                chunks = iter(lambda: source.read(1 << 20), b"")
-                taken.append(capture_archive(chunks, store, left, known))
-                return taken[0], deleted
+            taken.append(self._read_packed(container, drop[0], store, left, known))
+            return taken[0], names.deleted
         try:
-            if self.sandbox.mode.shares_host_dir:
+            if not copy:
                 snap = await asyncio.to_thread(self._take, self._workspace, label, session,
                                                limit, layer)
-            else:  # the sandbox's root packs what changed since (decision 467)
-                known_files = _still_stored(self._workspace_known)
-                files: str | None = None
-                try:
-                    files = await self._pack_workspace(container, limit, known_files)
-                    drop.append(files)
-                except PackDenied:  # a name its root may not read: the engine's whole archive
-                    known_files = None
+            else:
+                files = drop[1] if len(drop) > 1 else None
                 workspace: list[Captured] = []
 
                 def take() -> Snapshot:
@@ -131,41 +125,48 @@ class ContainerBranching(LayerSnapshots, LocalSnapshots):
                                            self._give_to())
             done.written += await self.restore_layer(SnapshotStore().load(snapshot_id))
             return done
-        store = SnapshotStore()
-        manifest = store.load(snapshot_id)
+        manifest = SnapshotStore().load(snapshot_id)
         try:
-            done = await self._restore_what_changed(container, manifest)
-        except (SnapshotLimitError, PackDenied):  # more than a snapshot may hold there now,
-            done = await self._restore_whole(container, manifest)  # or locked: emptied
+            return await self._restore_what_changed(container, manifest)
+        except (PackStopped, SnapshotLimitError):  # more than a snapshot may hold there now,
+            done = await self._restore_whole(container, manifest)  # or locked: emptied, refilled
         done.written += await self.restore_layer(manifest)
         return done
 
     async def _restore_what_changed(self, container: str, manifest: Manifest) -> Restored:
-        """Decision 468: the workspace packed as for a snapshot (only what changed since the
-        session last saw it is read), compared with the snapshot, and only the differences
-        applied by the sandbox's root (``workspace_restore.py``)."""
+        """Decisions 468-469: the workspace and the layer packed by one run of the sandbox's
+        root (only what changed since the session last saw them is read), compared with the
+        snapshot, and only the differences applied by one more (``workspace_restore.py``,
+        ``layer_restore.py``)."""
         known = _still_stored(self._workspace_known)
-        packed = await self._pack_workspace(container, DEFAULT_LIMIT, known)
-        store = SnapshotStore()
-        name = token_name() + ".tar"
+        layer_known = _still_stored(self._layer_known)
+        layer_plan, names = await self._layer_plan(container, DEFAULT_LIMIT, layer_known)
+        diff_layer = any(e.kind == "file" for e in manifest.layer)
+        parts = [(self._workspace_plan(DEFAULT_LIMIT, known), "pack its workspace", WORKSPACE)]
+        if diff_layer:
+            parts.append((layer_plan, "pack its writable layer", _OUTSIDE))
         try:
-            def plan(archive: IO[bytes]) -> tuple[int, int, Known]:
-                with self._workspace_file(container, packed) as source:
-                    chunks = iter(lambda: source.read(1 << 20), b"")
-                    now = capture_archive(chunks, DigestOnly(), DEFAULT_LIMIT, known)
-                with store.lock(exclusive=False):  # every object checked before the sandbox
-                    return apply_workspace(manifest, now, store, archive)
-            with tempfile.TemporaryFile(prefix="toolseam-restore-") as archive:
-                written, removed, kept = await in_engine_thread(lambda: plan(archive))
-                archive.seek(0)
-                await self._put_workspace_file(container, name, archive)
-            await self._agent_as_root(["--layer-apply", f"{WORKSPACE}/{name}"],
-                                      "make its workspace the snapshot's", place=WORKSPACE)
-        finally:
-            await self._drop_workspace_file(packed, name)
-        kept.source = manifest.id  # the files kept in place: the snapshot's objects
-        self._workspace_known = kept
-        return Restored(written, removed, Known())
+            packed = await self._pack(container, parts, DEFAULT_LIMIT)
+        except PackStopped as stopped:
+            if stopped.part == 0:
+                raise
+            packed = stopped.packed  # the layer's part: all of it is written again
+        try:
+            def read() -> tuple[WorkspaceRestore, Captured | None]:
+                now = self._read_packed(container, packed[0], DigestOnly(), DEFAULT_LIMIT,
+                                        known)
+                layer = (self._read_packed(container, packed[1], DigestOnly(), DEFAULT_LIMIT,
+                                           layer_known) if len(packed) > 1 else None)
+                return workspace_restore(manifest, now), layer
+            part, current = await in_engine_thread(read)
+        except BaseException:
+            await self._drop_workspace_file(*packed)
+            raise
+        written = await self._apply_restore(container, manifest, names, current, part,
+                                            packed)
+        part.kept.source = manifest.id  # the files kept in place: the snapshot's objects
+        self._workspace_known = part.kept
+        return Restored(written, part.removed, Known())
 
     async def _restore_whole(self, container: str, manifest: Manifest) -> Restored:
         """Decision 402: the workspace emptied and the snapshot's whole tree put back."""

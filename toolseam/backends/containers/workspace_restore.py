@@ -14,16 +14,13 @@ is copied out of the store, before the sandbox is touched. The applier opens eve
 from __future__ import annotations
 
 import hashlib
-import io
-import json
-import tarfile
 from collections.abc import Callable
-from typing import IO
+from dataclasses import dataclass
 
 from ..snapshots.capture import Captured, Known
 from ..snapshots.manifest import Entry, Manifest, checked_tree
 from ..snapshots.store import SnapshotStore
-from .layer import layer_member
+from ..snapshots.unchanged_dirs import kept_dirs
 
 _TOP = "workspace"  # names below "/" as the applier takes them
 
@@ -38,11 +35,23 @@ class DigestOnly(SnapshotStore):
         return digest.hexdigest(), 0
 
 
-def apply_workspace(manifest: Manifest, now: Captured, store: SnapshotStore, out: IO[bytes]
-                    ) -> tuple[int, int, Known]:
-    """The apply tar for ``manifest`` over the workspace ``now`` holds, written to ``out``:
-    files written, names removed, and what is known after (the files kept in place, each
-    with the snapshot's digest)."""
+@dataclass
+class WorkspaceRestore:
+    """What a restore does to ``/workspace`` (under ``workspace/`` in the applier's names):
+    each of the snapshot's directories keeping only its names, the entries to write, names
+    removed, and what is known after."""
+
+    keep_only: dict[str, list[str]]
+    write: list[Entry]
+    removed: int
+    kept: Known
+
+
+def workspace_restore(manifest: Manifest, now: Captured) -> WorkspaceRestore:
+    """The snapshot's tree over the workspace ``now`` holds: every directory (its mode comes
+    back), and only the files and links that differ; the files kept in place keep their keys
+    and the directories none of whose entries changed their sums (with the snapshot's
+    digests)."""
     tree = checked_tree(manifest.entries)
     current = {e.path: e for e in now.entries}
     children: dict[str, list[str]] = {_TOP: []}
@@ -52,22 +61,16 @@ def apply_workspace(manifest: Manifest, now: Captured, store: SnapshotStore, out
         if entry.kind == "dir":
             children.setdefault(f"{_TOP}/{entry.path}", [])
     removed = sum(1 for path in [*current, *now.left_out] if path not in tree)
-    plan = json.dumps({"added": [], "changed": [], "emptied": [], "deleted": [],
-                       "keep_only": children}).encode("utf-8", "surrogateescape")
-    written = 0
-    kept = Known()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo("plan.json")
-        info.size = len(plan)
-        tar.addfile(info, io.BytesIO(plan))
-        for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
-            if entry.kind != "dir" and current.get(entry.path) == entry:
-                seen = now.known.files.get(entry.path)
-                if seen is not None:
-                    kept.files[entry.path] = seen
-                continue  # the same bytes (or target), mode and time are there
-            written += layer_member(_under_top(entry), store, tar)
-    return written, removed, kept
+    kept = Known(dirs=kept_dirs(now.known.dirs, tree))
+    write: list[Entry] = []
+    for entry in sorted(tree.values(), key=lambda e: (e.path.count("/"), e.path)):
+        if entry.kind != "dir" and current.get(entry.path) == entry:
+            seen = now.known.files.get(entry.path)
+            if seen is not None:
+                kept.files[entry.path] = seen
+            continue  # the same bytes (or target), mode and time are there
+        write.append(_under_top(entry))
+    return WorkspaceRestore(children, write, removed, kept)
 
 
 def _under_top(entry: Entry) -> Entry:

@@ -32,6 +32,7 @@ from .manifest import (
     checked_tree,
 )
 from .store import CHUNK, SnapshotStore
+from .unchanged_dirs import SAME_HEADER, Child, UnchangedDirs
 
 
 class ChunkReader:
@@ -53,9 +54,10 @@ class ChunkReader:
         return out
 
 
-# Headers a container's layer pack adds (toolseam_agent/layer.py): a file's stat key, and
-# "unchanged since the key the host gave" (no bytes follow; the host's known digest stands).
-KEY_HEADER, SAME_HEADER = "TOOLSEAM.key", "TOOLSEAM.same"
+# Headers a sandbox's pack adds (toolseam_agent/pack.py): a file's stat key, and "unchanged
+# since the key the host gave" (no bytes follow; the host's known digest stands); a directory's
+# sum and "unchanged" are unchanged_dirs.py's.
+KEY_HEADER = "TOOLSEAM.key"
 
 
 def _stat_key(member: tarfile.TarInfo) -> StatKey | None:
@@ -80,21 +82,46 @@ def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int,
     now = Known()
     trusted = known is not None and known.source is not None and store.has_snapshot(
         known.source)
+    unchanged = UnchangedDirs(known, trusted, now)
     added = total = 0
+    top = ""  # the archive's first name component (the directory it is of)
+
+    def place(children: list[Child]) -> None:  # entries of a directory said unchanged
+        nonlocal total
+        for _, path, entry in children:
+            if entry is None:
+                left_out.append(path)
+                continue
+            entries.append(entry)
+            if entry.kind == "file":
+                total += entry.size
+                if total > limit:
+                    raise SnapshotLimitError(path, limit)
+                digests[f"{top}/{path}"] = entry.digest
+                seen = known.files.get(path) if known is not None else None
+                if seen is not None:
+                    now.files[path] = seen
     with tarfile.open(fileobj=ChunkReader(chunks), mode="r|") as tar:  # type: ignore[call-overload]
         for member in tar:
-            path = (_own_name(member.name) if relative else member.name.partition("/")[2]
-                    ).rstrip("/")
-            if not path or path.split("/")[0].startswith(WORKING_PREFIXES):
+            head, _, rest = member.name.partition("/")
+            path = (_own_name(member.name) if relative else rest).rstrip("/")
+            top = top or head
+            if path and path.split("/")[0].startswith(WORKING_PREFIXES):
+                continue
+            place(unchanged.before(path))
+            if member.isdir():
+                unchanged.directory(path, member)
+            if not path:
                 continue
             check_name(path)
             mode = member.mode & KEPT_MODE_BITS
             mtime_ns = int(member.mtime * 1_000_000_000)
+            entry: Entry | None = None
             if member.isdir():
                 entries.append(Entry(path, "dir", mode, "", 0, mtime_ns))
-            elif member.issym():
-                entries.append(Entry(path, "link", 0, member.linkname, len(member.linkname),
-                                     mtime_ns))
+                continue
+            if member.issym():
+                entry = Entry(path, "link", 0, member.linkname, len(member.linkname), mtime_ns)
             elif member.isreg():
                 key = _stat_key(member)
                 seen = known.files.get(path) if known is not None else None
@@ -115,12 +142,16 @@ def capture_archive(chunks: Iterable[bytes], store: SnapshotStore, limit: int,
                 if key is not None:
                     now.files[path] = (key, digest)
                 digests[member.name] = digest
-                entries.append(Entry(path, "file", mode, digest, size, mtime_ns))
+                entry = Entry(path, "file", mode, digest, size, mtime_ns)
             elif member.islnk() and member.linkname in digests:
-                entries.append(Entry(path, "file", mode, digests[member.linkname],
-                                     member.size, mtime_ns))
-            else:
+                entry = Entry(path, "file", mode, digests[member.linkname], member.size,
+                              mtime_ns)
+            if entry is None:
                 left_out.append(path)
+            else:
+                entries.append(entry)
+            unchanged.child(path, entry)
+        place(unchanged.end())
     checked_tree(entries)  # every name below a directory of the same archive
     return Captured(entries, added, left_out, now)
 

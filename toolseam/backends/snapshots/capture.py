@@ -26,12 +26,24 @@ def stat_key(st: os.stat_result) -> StatKey:
 
 
 @dataclass
+class DirSeen:
+    """A directory's entries that are not directories, as a sandbox's packer last summed them
+    (``toolseam_agent/pack.py`` ``TOOLSEAM.sum``): the summary, and each entry in the order of
+    its name's bytes — ``None`` for one left out (a fifo, a device)."""
+
+    summary: str
+    children: list[tuple[bytes, str, Entry | None]] = field(default_factory=list)
+
+
+@dataclass
 class Known:
     """What this session last knew of its root: a file's stat key → its digest, by name, and
-    the snapshot they came from (while its manifest is in the store, so are its objects)."""
+    the snapshot they came from (while its manifest is in the store, so are its objects); for
+    a tree read from a sandbox's packer, what each directory held (``dirs``)."""
 
     files: dict[str, tuple[StatKey, str]] = field(default_factory=dict)
     source: str | None = None
+    dirs: dict[str, DirSeen] = field(default_factory=dict)
 
     def digest(self, path: str, st: os.stat_result) -> str | None:
         seen = self.files.get(path)
