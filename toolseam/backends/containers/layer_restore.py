@@ -1,4 +1,4 @@
-"""A container's writable layer made a snapshot's (decisions 440-442, 469): the applier's plan,
+"""A container's writable layer made a snapshot's (decisions 440-442, 489): the applier's plan,
 the image's own files a command deleted or rewrote since, and the snapshot's entries — only
 those that differ from what the layer holds now, when the layer could be packed (digests
 only) first; everything the diff names otherwise. ``toolseam_agent/layer.py`` applies it.
