@@ -164,10 +164,6 @@ LAZY_IMPORTS = {
     ("toolseam.frontends.ps", "toolseam.ray"): OPTIONAL_EXTRA.format("ray"),
     ("toolseam.session.pool", "toolseam.session.sandbox_pool"):
         OPTIONAL_EXTRA.format("podman or docker"),
-    # NOT an extra: the one circle left, cluster -> node -> node_shaped -> node_shaped_direct
-    # -> shaped_direct (Outcome) -> cluster; it goes when Ray is placement and transport only
-    # (issue 47, item 2), and this entry with it
-    ("toolseam.ray.cluster", "toolseam.ray.node"): "a circle still to break (issue 47)",
 }
 
 
