@@ -73,7 +73,7 @@ class NodeRemote:
         for owner, (timeout, seen) in list((self._leases or {}).items()):
             if now - seen > timeout and self._leases is not None:
                 self._leases.pop(owner, None)
-                await self._server().drop(owner)
+                await self._drop_owner(owner)
 
     def _hosted(self, spec: HostedSpec) -> tuple[BuiltinExec, Callable[[], None]]:
         kind = self.config.kind.name
@@ -120,10 +120,14 @@ class NodeRemote:
         """The transport ``owner`` closed: end every session it opened here."""
         if self._leases is not None:
             self._leases.pop(str(owner), None)
+        await self._drop_owner(str(owner))
+
+    async def _drop_owner(self, owner: str) -> None:
+        """End the sessions and streams of the transport ``owner``."""
         for (sid, stream), held_by in list((self._stream_owners or {}).items()):
-            if held_by == str(owner):
+            if held_by == owner:
                 self._end_stream(sid, stream)
-        await self._server().drop(str(owner))
+        await self._server().drop(owner)
 
     async def remote_live(self, payload: bytes, owner: str, orphan_timeout: float | None = None
                           ) -> bytes:
@@ -146,7 +150,8 @@ class NodeRemote:
         """``begin`` (the session's own ``request``), ``next`` or ``cancel`` of a stream of
         session ``sid``, whose holder proved its key."""
         if self._streams is None:
-            self._streams, self._stream_owners = LiveStarts(), {}
+            self._streams = LiveStarts(lambda exc: ("err", error_answer(exc)))
+            self._stream_owners = {}
         assert self._stream_owners is not None
         if step == "cancel":
             self._end_stream(sid, stream)

@@ -55,8 +55,11 @@ class LiveStarts:
     or a remote stream's id): ``begin_call`` starts one, ``next`` answers its next batch
     ``(events, None)`` or its last ``(events, answer)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Callable[[Exception], Answer] = encode) -> None:
+        """``error``: a failure as its route's error answer (``_wire``'s, or the one map's
+        for a remote session's stream)."""
         self._live: dict[tuple[str, str], _Live] = {}
+        self._error = error
 
     def begin_call(self, sid: str, name: str, run: Run) -> None:
         if (sid, name) in self._live:
@@ -90,7 +93,7 @@ class LiveStarts:
             return events, None
         del self._live[(sid, name)]
         if live.started.cancelled():
-            return events, encode(HostError("the streamed call was cancelled on the node"))
+            return events, self._error(HostError("the streamed call was cancelled on the node"))
         return events, live.started.result()
 
     async def call(self, sid: str, backend: BuiltinExec, method: str, args: tuple[Any, ...]
@@ -121,7 +124,9 @@ async def follow(first: Callable[[], Awaitable[Batch]], following: Callable[[], 
                  ) -> Answer:
     """The caller's side of the long poll: the events to ``on_event`` batch by batch, then the
     call's answer. Cancelled, the call in flight is cancelled by its route and the call on the
-    node by ``cancel`` (a failure of which is ignored: the session may be over)."""
+    node by ``cancel`` (a failure of which is ignored: the session may be over) — as it is
+    when ``on_event`` raises, or the route fails: nothing is left running for nobody."""
+    final: Answer | None = None
     try:
         events, final = await first()
         while True:
@@ -130,9 +135,10 @@ async def follow(first: Callable[[], Awaitable[Batch]], following: Callable[[], 
             if final is not None:
                 return final
             events, final = await following()
-    except asyncio.CancelledError:
-        _cancels.add(task := asyncio.ensure_future(_quietly(cancel)))
-        task.add_done_callback(_cancels.discard)
+    except BaseException:
+        if final is None:  # ended here, not there
+            _cancels.add(task := asyncio.ensure_future(_quietly(cancel)))
+            task.add_done_callback(_cancels.discard)
         raise
 
 
