@@ -51,7 +51,7 @@ async def test_the_first_chunk_arrives_before_the_command_ends(
     backend = on_docker(ray_cluster, direct=route == "direct")
     await backend.open()
     try:
-        assert (await backend.stat(PathRef(base="/workspace", path="."))).exists
+        assert (await backend.stat(PathRef(base="/workspace", path="."))).kind == "dir"
         assert backend.transport.direct_connected == (route == "direct")  # type: ignore[attr-defined]
         arrived: list[tuple[float, OutputChunk]] = []
         request = spawn("echo first; sleep 2; echo second; echo late >&2", stream=True)
