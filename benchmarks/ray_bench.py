@@ -216,13 +216,13 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
     from toolseam import Toolkit
     from toolseam.backends.remote import HostedSpec, RemoteBackend
     from toolseam.ray import RayBackend, RayPool
-    from toolseam.ray import cluster as ray_cluster
+    from toolseam.ray.actors import node_actor
     from toolseam.ray.placement import Placement
     from toolseam.ray.transport import RayTransport
 
     address = made.address
     results: dict[str, Any] = {}
-    actors = [ray_cluster.node_actor(ray, made.node_id(n)) for n in NODE_NAMES]
+    actors = [node_actor(ray, made.node_id(n)) for n in NODE_NAMES]
     await asyncio.gather(*(a.ready.remote() for a in actors))
     results["ray_empty_call_ms"] = await ray_floor(actors[0], args.calls)
 

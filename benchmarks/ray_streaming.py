@@ -9,7 +9,10 @@ the docker node, ``start`` of a short command (``echo hi``) three ways — p50 a
 * ``batched``: ``stream=True`` carried by one plain actor call, the chunks handed over when
   it returns (how streamed starts went before: not live);
 * ``live``: ``stream=True`` through the long poll of toolseam/ray/streaming.py (the chunks
-  as they come, then the status).
+  as they come, then the status);
+* ``remote plain`` / ``remote live``: the same two through the remote backend over
+  ``RayTransport`` (issue 47: its calls on the node's direct port, its streams the same long
+  poll on that route, decision 469).
 
 Ray's streaming generator (an async generator method of the node actor called with
 ``num_returns="streaming"``) was measured the same way before the long poll replaced it
@@ -58,20 +61,30 @@ async def timed(backend: Any, how: str, calls: int) -> dict[str, float]:
 
 async def measure(address: str, calls: int) -> dict[str, Any]:
     from tests.support.ray_cluster import resource
+    from toolseam.backends.remote import HostedSpec, RemoteBackend
     from toolseam.ray import RayBackend
+    from toolseam.ray.placement import Placement
+    from toolseam.ray.transport import RayTransport
 
     backend = RayBackend(resources=resource("docker"), address=address)
+    remote = RemoteBackend(transport=RayTransport(Placement(resource("docker")), address),
+                           hosted=HostedSpec(kind="docker"))
+    ways = {"plain": (backend, "plain"), "batched": (backend, "batched"),
+            "live": (backend, "live"), "remote plain": (remote, "plain"),
+            "remote live": (remote, "live")}
     await backend.open()
+    await remote.open()
     try:
-        for how in ("plain", "batched", "live"):  # warm-up
-            await timed(backend, how, 20)
+        for on, how in ways.values():  # warm-up
+            await timed(on, how, 20)
         results: dict[str, list[dict[str, float]]] = {}
         for _ in range(2):  # interleaved rounds: the machine's load moves
-            for how in ("plain", "batched", "live"):
-                results.setdefault(how, []).append(await timed(backend, how, calls))
+            for name, (on, how) in ways.items():
+                results.setdefault(name, []).append(await timed(on, how, calls))
         return results
     finally:
         await backend.close()
+        await remote.close()
 
 
 def main() -> None:

@@ -122,8 +122,8 @@ async def test_a_killed_driver_loses_nothing_before_its_orphan_timeout_and_leave
             driver.stdout.close()
     import ray
 
-    from toolseam.ray import cluster
-    node = cluster.node_actor(ray, ray_cluster.node_id("podman"))
+    from toolseam.ray import actors
+    node = actors.node_actor(ray, ray_cluster.node_id("podman"))
     assert (await node.stats.remote())["sessions"] == 2
     # a new driver attaches to one of them and goes on with it
     backend = RayBackend.attach(attached, address=ray_cluster.address)

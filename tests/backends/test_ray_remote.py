@@ -20,7 +20,7 @@ import pytest
 
 from toolseam import Snapshot, Toolkit
 from toolseam.backends.remote import HostedSpec, RemoteBackend
-from toolseam.ray import cluster
+from toolseam.ray import actors, cluster
 from toolseam.ray.identity import VERIFY_WAIT_S
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
@@ -93,7 +93,7 @@ DRIVER = """
 import asyncio, json, sys
 from toolseam import Toolkit
 from toolseam.backends.remote import HostedSpec, RemoteBackend
-from toolseam.ray import cluster
+from toolseam.ray import actors, cluster
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
 
@@ -113,7 +113,7 @@ async def test_a_killed_drivers_remote_sessions_end_after_its_orphan_timeout(
         ray_cluster: RayTestCluster) -> None:
     import ray  # the ray extra: imported where a test needs it, as the other Ray tests do
 
-    node = cluster.node_actor(ray, ray_cluster.node_id("podman"))
+    node = actors.node_actor(ray, ray_cluster.node_id("podman"))
     before = (await node.stats.remote())["remote_sessions"]
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster.address,
                                json.dumps(resource("podman"))], stdout=subprocess.PIPE,

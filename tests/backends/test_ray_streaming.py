@@ -91,11 +91,11 @@ async def test_another_job_cannot_stream_a_session_it_was_not_handed(
         ray_cluster: RayTestCluster) -> None:
     import ray
 
-    from toolseam.ray import cluster
+    from toolseam.ray import actors
     backend = RayBackend(resources=resource("docker"), address=ray_cluster.address)
     await backend.open()
     try:
-        actor = cluster.node_actor(ray, ray_cluster.node_id("docker"))
+        actor = actors.node_actor(ray, ray_cluster.node_id("docker"))
         sid = backend.session_id
         refused = ("err", "host", "HostError",
                    f"no session {sid[:8]}… on {backend.where} answers this handle")

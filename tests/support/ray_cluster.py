@@ -139,8 +139,8 @@ async def assert_node_empty(ray_cluster: RayTestCluster, node: str) -> None:
     import ray
 
     from toolseam.backends.containers.labels import OWNER_LABEL
-    from toolseam.ray import cluster
-    actor = cluster.node_actor(ray, ray_cluster.node_id(node))
+    from toolseam.ray import actors
+    actor = actors.node_actor(ray, ray_cluster.node_id(node))
     stats = await actor.stats.remote()
     ready = await actor.ready.remote()
     assert stats["sessions"] == 0

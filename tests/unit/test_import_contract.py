@@ -166,10 +166,6 @@ LAZY_IMPORTS = {
     ("toolseam.frontends.ps", "toolseam.ray"): OPTIONAL_EXTRA.format("ray"),
     ("toolseam.session.lazy_sandbox_pool", "toolseam.session.sandbox_pool"):
         OPTIONAL_EXTRA.format("podman or docker"),
-    # NOT an extra: the one circle left, cluster -> node -> node_shaped -> node_shaped_direct
-    # -> shaped_direct (Outcome) -> cluster; it goes when Ray is placement and transport only
-    # (issue 47, item 2), and this entry with it
-    ("toolseam.ray.cluster", "toolseam.ray.node"): "a circle still to break (issue 47)",
 }
 
 
@@ -211,11 +207,7 @@ def test_the_lazy_import_check_sees_one() -> None:
 # ``if TYPE_CHECKING:`` (a type is a dependency too, decision 483) and one inside a function
 # (LAZY_IMPORTS above) alike. A circle is broken by moving code: a protocol the lower module
 # declares (``session/toolkit_view.py``), a callable passed in, a module split by what it is about.
-TOLERATED_CIRCLES = {
-    frozenset({"toolseam.ray.cluster", "toolseam.ray.node", "toolseam.ray.node_shaped",
-               "toolseam.ray.node_shaped_direct", "toolseam.ray.shaped_direct"}):
-        "issue 47: helper raythin removes it",
-}
+TOLERATED_CIRCLES: dict[frozenset[str], str] = {}  # none (the Ray wing's went: decision 470)
 
 
 def strongly_connected(nodes: Iterable[str], edges: dict[str, set[str]]) -> list[list[str]]:

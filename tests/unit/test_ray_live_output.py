@@ -170,3 +170,64 @@ async def test_a_cancelled_caller_ends_the_start_on_the_node() -> None:
     await asyncio.gather(started, return_exceptions=True)  # live_cancel reached the node
     assert started.cancelled() and not live._live
     await backend.kill("j1")
+
+
+async def test_a_remote_streams_events_are_never_dropped_nor_held_back(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A remote stream's events other than output (the egress stream's frames) are each
+    delivered, past the output cap, and a batch of them does not wait for the call's end."""
+    monkeypatch.setattr(streaming, "UNREAD_CHARS", 10)
+    monkeypatch.setattr(streaming, "LINGER_S", 5.0)  # held back, a batch would wait this long
+    live, go_on = streaming.LiveStarts(), asyncio.Event()
+
+    async def run(emit: Any) -> Any:
+        for number in range(50):
+            emit({"c": number, "d": b"x" * 100})
+        await go_on.wait()
+        return ("ok", "done")
+
+    live.begin_call("s", "stream-1", run)
+    events, final = await asyncio.wait_for(live.next("s", "stream-1"), 1.0)
+    assert final is None and [e["c"] for e in events] == list(range(50))
+    go_on.set()
+    assert await live.next("s", "stream-1") == ([], ("ok", "done"))
+
+
+async def test_a_cancelled_remote_stream_answers_in_its_routes_error_shape() -> None:
+    live = streaming.LiveStarts(lambda exc: ("err", {"kind": "host", "message": str(exc)}))
+
+    async def run(emit: Any) -> Any:
+        emit("first")
+        await asyncio.sleep(30)
+        return ("ok", None)
+
+    live.begin_call("s", "stream-1", run)
+    assert await live.next("s", "stream-1") == (["first"], None)
+    live._live[("s", "stream-1")].started.cancel()
+    events, final = await live.next("s", "stream-1")
+    assert events == [] and final == ("err", {"kind": "host", "message":
+                                              "the streamed call was cancelled on the node"})
+
+
+async def test_a_caller_whose_callback_fails_ends_the_call_on_the_node() -> None:
+    """``on_event`` raising stops the caller; the node's call is cancelled, not left running
+    for nobody."""
+    live = streaming.LiveStarts()
+    backend = FakeBackend("/workspace")
+    began: list[asyncio.Future[Any]] = []
+    begin_call = live.begin_call
+
+    def recording(sid: str, name: str, run: streaming.Run) -> None:
+        begin_call(sid, name, run)
+        began.append(live._live[(sid, name)].started)
+    live.begin_call = recording  # type: ignore[method-assign]
+
+    def broken(_: OutputChunk) -> None:
+        raise RuntimeError("the caller's callback broke")
+
+    with pytest.raises(RuntimeError, match="callback broke"):
+        await streaming.caller_live(wired(live, backend), spawn("echo go; sleep 30"), broken,
+                                    "node x")
+    await asyncio.wait(began, timeout=2)  # the cancel is a task of its own (wait cancels none)
+    assert began[0].cancelled() and not live._live
+    await backend.kill("j1")

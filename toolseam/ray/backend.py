@@ -49,6 +49,7 @@ from ..seam.models import (
 from ..seam.protocol import OutputCallback, WorkspaceTransfer
 from . import cluster
 from ._wire import decode, pack_call, unpack_answer
+from .actors import node_actor
 from .direct import DirectLink, Dropped
 from .egress import NOT_CAPTURED, CallerEnd, Serve
 from .handshake import session_key
@@ -157,7 +158,7 @@ class RayBackend:
         if self._claim_from is not None and self.placement.node is not None:
             node_id = self.placement.node  # the pool's choice: a lost node fails the claim
             self.node_id, self.where = node_id, f"Ray node {node_id[:12]}"
-            self._actor = await asyncio.to_thread(cluster.node_actor, ray, node_id)
+            self._actor = await asyncio.to_thread(node_actor, ray, node_id)
         else:
             node_id, self._actor = await asyncio.to_thread(self.placement.reach, ray)
             self.node_id, self.where = node_id, f"Ray node {node_id[:12]}"

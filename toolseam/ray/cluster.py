@@ -30,7 +30,6 @@ UNAUTHENTICATED = (
     "user, even on 127.0.0.1 — can run code on its nodes, end its node actors and read the "
     "sessions there (docs/ray.md, 'Who may reach it')")
 _lock = threading.Lock()
-_actor_class: Any = None
 _actors: dict[str, Any] = {}
 
 
@@ -169,38 +168,34 @@ def actor_name(node_id: str) -> str:
     return identity.actor_name(ACTOR_PREFIX, identity.node_key(cluster_key(), node_id), node_id)
 
 
-def node_actor(ray: Any, node_id: str) -> Any:
-    """The node's actor: named (a name only holders of the cluster key can know), detached,
-    pinned to its node, no CPU. Made here, it is given the node key by its first call; found
-    made by another driver, it is used only once it proved that key on its direct port
-    (identity.py) — an impostor under the name is never sent anything. May block a few
-    seconds (an actor another driver is still starting): call it off the event loop."""
+def known_actor(node_id: str) -> Any:
+    """The node's actor this process holds already, or None."""
     with _lock:
-        actor = _actors.get(node_id)
-        if actor is not None:
-            return actor
-        global _actor_class
-        if _actor_class is None:
-            # not at the top: the node side's ref-ahead answers (node_shaped_direct) are the
-            # caller side's Outcome (shaped_direct), which reaches the actor through here — a
-            # circle the Ray wing's split into placement and transport removes (issue 47)
-            from .node import NodeSessions
-            _actor_class = ray.remote(NodeSessions)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        key = identity.node_key(cluster_key(), node_id)
-        name = identity.actor_name(ACTOR_PREFIX, key, node_id)
-        try:
-            actor = _actor_class.options(
-                name=name, namespace=NAMESPACE, lifetime="detached", get_if_exists=False,
-                num_cpus=0, max_concurrency=10_000, max_restarts=0,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
-            ).remote()
-            actor.bind_key.remote(key)  # its first call from here: before any other
-        except ValueError:  # the name is taken (ActorAlreadyExistsError): prove it first
-            actor = ray.get_actor(name, namespace=NAMESPACE)
-            identity.wait_proven(ray, actor, key, name)
-        _actors[node_id] = actor
+        return _actors.get(node_id)
+
+
+def keep_actor(node_id: str, actor: Any) -> Any:
+    """Hold ``actor`` as the node's (the first one kept wins: two threads may make it)."""
+    with _lock:
+        return _actors.setdefault(node_id, actor)
+
+
+def found_actor(ray: Any, node_id: str) -> Any:
+    """The node's actor made already (by this process or another driver): held, or found by
+    its name and used only once it proved the node key (identity.py). Making one is
+    ``actors.node_actor``'s."""
+    actor = known_actor(node_id)
+    if actor is not None:
         return actor
+    key = identity.node_key(cluster_key(), node_id)
+    name = identity.actor_name(ACTOR_PREFIX, key, node_id)
+    try:
+        actor = ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        raise CouldNotRunError(f"Ray node {node_id[:12]} has no toolseam node actor (any "
+                               "more)", retryable=False) from None
+    identity.wait_proven(ray, actor, key, name)
+    return keep_actor(node_id, actor)
 
 
 def forget_actor(node_id: str, lost: bool = False) -> None:

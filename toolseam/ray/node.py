@@ -35,7 +35,7 @@ from .node_config import NodeConfig
 from .node_observe import NodeTelemetry
 from .node_operator import NodeOperatorView
 from .node_pool import NodePools
-from .node_remote import REMOTE, NodeRemote
+from .node_remote import REMOTE, REMOTE_LIVE, NodeRemote
 from .node_session import (
     WORKSPACE_DIR,
     NodeSession,
@@ -218,6 +218,8 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
     async def _call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
         if method == REMOTE:  # a remote session's request (node_remote.py)
             return await self.remote_direct(sid, args)
+        if method == REMOTE_LIVE:  # a step of a remote session's streamed request
+            return await self.remote_live_direct(sid, args)
         if method in SHAPED_DIRECT:  # a Ray-shaped sandbox's call on the direct port
             key = self._key_for(sid)
             if key is None:

@@ -12,11 +12,15 @@ every third of it) — nothing of a dead driver stays running.
 
 After its open, a session's requests may come on the node's direct port instead
 (``direct.py``: its handshake proves the session's key before anything is decoded), as the
-call ``REMOTE`` whose arguments are the request and the transport's id.
+call ``REMOTE`` whose arguments are the request and the transport's id. A streamed request
+(``start`` with live output, the egress event stream) is a long poll on either route
+(``streaming.py``): ``begin`` answers its first batch of events, each ``next`` the following
+one, the last with the answer; ``cancel`` ends it.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
 import shutil
 import time
@@ -25,7 +29,8 @@ from typing import Any
 
 from ..backends.agentlink.errors import error_answer
 from ..backends.remote.codec import dumps, loads
-from ..backends.remote.server import RemoteServer
+from ..backends.remote.handshake import derived_key
+from ..backends.remote.server import SESSION_LABEL, RemoteServer
 from ..backends.remote.spec import HostedSpec
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, HostError
@@ -33,8 +38,10 @@ from ..seam.protocol import BuiltinExec
 from ._wire import Answer, encode
 from .node_config import NodeConfig
 from .node_session import WORKSPACE_DIR, own_workdir, session_root
+from .streaming import Batch, LiveStarts
 
 REMOTE = "remote"  # a remote request on the direct port
+REMOTE_LIVE = "remote_live"  # a step of a streamed remote request on the direct port
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
 
 
@@ -45,6 +52,8 @@ class NodeRemote:
     where: str
     _remote_server: RemoteServer | None = None
     _leases: dict[str, tuple[float, float]] | None = None  # owner -> (timeout, last heard)
+    _streams: LiveStarts | None = None  # streamed requests in progress (streaming.py)
+    _stream_owners: dict[tuple[str, str], str] | None = None  # (session, stream) -> owner
 
     def _heard(self, owner: str, timeout: float | None = None) -> None:
         if self._leases is None:
@@ -64,7 +73,7 @@ class NodeRemote:
         for owner, (timeout, seen) in list((self._leases or {}).items()):
             if now - seen > timeout and self._leases is not None:
                 self._leases.pop(owner, None)
-                await self._server().drop(owner)
+                await self._drop_owner(owner)
 
     def _hosted(self, spec: HostedSpec) -> tuple[BuiltinExec, Callable[[], None]]:
         kind = self.config.kind.name
@@ -96,25 +105,74 @@ class NodeRemote:
             self._remote_server = RemoteServer(spool, self._hosted)
         return self._remote_server
 
-    async def remote_call(self, payload: bytes, owner: str, streaming: bool,
+    async def remote_call(self, payload: bytes, owner: str,
                           orphan_timeout: float | None = None) -> bytes:
-        """One remote request as bytes; its answer and, for a stream, the events it emitted."""
+        """One remote request as bytes; its answer as bytes."""
         self._heard(str(owner), orphan_timeout)
-        events: list[Any] = []
         try:
             request = loads(payload)
         except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
-            return dumps((("err", error_answer(HostError(
-                f"not a remote call ({type(exc).__name__})"))), events))
-        answer = await self._server().handle(request, events.append if streaming else None,
-                                             str(owner))
-        return dumps((answer, events))
+            return dumps(("err", error_answer(HostError(
+                f"not a remote call ({type(exc).__name__})"))))
+        return dumps(await self._server().handle(request, None, str(owner)))
 
     async def remote_drop(self, owner: str) -> None:
         """The transport ``owner`` closed: end every session it opened here."""
         if self._leases is not None:
             self._leases.pop(str(owner), None)
-        await self._server().drop(str(owner))
+        await self._drop_owner(str(owner))
+
+    async def _drop_owner(self, owner: str) -> None:
+        """End the sessions and streams of the transport ``owner``."""
+        for (sid, stream), held_by in list((self._stream_owners or {}).items()):
+            if held_by == owner:
+                self._end_stream(sid, stream)
+        await self._server().drop(owner)
+
+    async def remote_live(self, payload: bytes, owner: str, orphan_timeout: float | None = None
+                          ) -> bytes:
+        """A step of a streamed request through Ray: ``(step, stream id, session, secret,
+        request)``; its batch ``(events, answer or None)`` as bytes."""
+        self._heard(str(owner), orphan_timeout)
+        try:
+            step, stream, sid, secret, request = loads(payload)
+            key = self._remote_key(str(sid))
+            if key is None or not hmac.compare_digest(key, derived_key(str(secret),
+                                                                       SESSION_LABEL)):
+                raise HostError(f"no session {str(sid)[:8]}… on this server answers this secret")
+            batch = await self._stream_step(str(sid), str(step), str(stream), request, str(owner))
+        except Exception as exc:  # noqa: BLE001 - a refusal is an answer too
+            batch = ([], ("err", error_answer(exc)))
+        return dumps(batch)
+
+    async def _stream_step(self, sid: str, step: str, stream: str, request: Any, owner: str
+                           ) -> Batch:
+        """``begin`` (the session's own ``request``), ``next`` or ``cancel`` of a stream of
+        session ``sid``, whose holder proved its key."""
+        if self._streams is None:
+            self._streams = LiveStarts(lambda exc: ("err", error_answer(exc)))
+            self._stream_owners = {}
+        assert self._stream_owners is not None
+        if step == "cancel":
+            self._end_stream(sid, stream)
+            return [], ("ok", None)
+        if step == "begin":
+            if not (isinstance(request, tuple) and request[:1] == (sid,)):
+                raise HostError("a streamed request names another session than its own")
+            self._streams.begin_call(sid, stream, lambda emit: self._server().handle(
+                request, emit, owner))
+            self._stream_owners[(sid, stream)] = owner
+        elif step != "next":
+            raise HostError(f"{step!r} is not a step of a streamed request")
+        batch = await self._streams.next(sid, stream)
+        if batch[1] is not None:
+            self._stream_owners.pop((sid, stream), None)
+        return batch
+
+    def _end_stream(self, sid: str, stream: str) -> None:
+        if self._streams is not None and self._stream_owners is not None:
+            self._stream_owners.pop((sid, stream), None)
+            self._streams.cancel(sid, stream)
 
     def _remote_key(self, sid: str) -> bytes | None:
         """A remote session's key, for the direct port's proofs; None: no such session."""
@@ -127,3 +185,15 @@ class NodeRemote:
                                     "connection's"))
         self._heard(str(args[1]))
         return ("ok", await self._server().handle(args[0], None, str(args[1])))
+
+    async def remote_live_direct(self, sid: str, args: tuple[Any, ...]) -> Answer:
+        """A step of a streamed request of the session the direct connection proved:
+        ``(step, stream id, request or None, owner)``."""
+        if len(args) != 4:
+            return encode(HostError("a streamed step is (step, stream, request, owner)"))
+        self._heard(str(args[3]))
+        try:
+            return ("ok", await self._stream_step(sid, str(args[0]), str(args[1]), args[2],
+                                                  str(args[3])))
+        except Exception as exc:  # noqa: BLE001 - a refusal is an answer too
+            return ("ok", ([], ("err", error_answer(exc))))

@@ -20,7 +20,7 @@ from typing import Any
 from ..seam.errors import HostError
 from ._wire import Answer, encode
 from .handshake import session_key
-from .shaped_direct import Outcome
+from .shaped_outcome import Outcome
 from .shaped_types import ExecResult, SandboxExecError
 
 # the direct port's shaped calls: method -> the sandbox method that runs it

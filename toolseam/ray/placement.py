@@ -14,6 +14,7 @@ from typing import Any
 
 from ..seam.errors import CouldNotRunError
 from . import cluster
+from .actors import node_actor
 from .identity import ActorGone
 
 _placed: Counter[str] = Counter()
@@ -55,7 +56,7 @@ class Placement:
                     raise gone from None
                 raise
             try:
-                return node_id, cluster.node_actor(ray, node_id)
+                return node_id, node_actor(ray, node_id)
             except ActorGone as exc:
                 cluster.forget_actor(node_id, lost=True)
                 if self.node is not None:

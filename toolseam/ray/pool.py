@@ -18,6 +18,7 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, HostError
 from ..session.toolkit import open_toolkit
 from . import cluster
+from .actors import node_actor
 from .backend import DEFAULT_ORPHAN_TIMEOUT_S, RayBackend
 
 
@@ -49,7 +50,7 @@ class RayPool:
         total = sum(cpus.values())
         shares = {node: max(1, round(self.size * c / total)) for node, c in cpus.items()}
         answers = await asyncio.gather(*(
-            cluster.node_actor(ray, node).pool_start.remote(self.pool_id, self.image,
+            node_actor(ray, node).pool_start.remote(self.pool_id, self.image,
                                                             self.limits, share, self.refill)
             for node, share in shares.items()))
         for (node, share), answer in zip(shares.items(), answers, strict=True):
@@ -62,7 +63,7 @@ class RayPool:
         """Until every node's share is warm."""
         await self.start()
         ray = cluster.ray_module()
-        await asyncio.gather(*(cluster.node_actor(ray, node).pool_wait.remote(self.pool_id)
+        await asyncio.gather(*(node_actor(ray, node).pool_wait.remote(self.pool_id)
                                for node in self._nodes))
 
     def _choose(self) -> str:
@@ -102,7 +103,7 @@ class RayPool:
             return
         self._closed = True
         ray = cluster.ray_module()
-        await asyncio.gather(*(cluster.node_actor(ray, node).pool_close.remote(self.pool_id)
+        await asyncio.gather(*(node_actor(ray, node).pool_close.remote(self.pool_id)
                                for node in self._nodes), return_exceptions=True)
 
     async def __aenter__(self) -> Self:

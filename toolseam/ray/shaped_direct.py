@@ -33,47 +33,19 @@ import threading
 import time
 import uuid
 import weakref
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cluster
 from .direct import CONNECT_TIMEOUT_S, DirectLink
 from .handshake import session_key
+from .shaped_outcome import answered
 from .shaped_types import ExecResult
 
 GRACE_S = 0.03  # a call still running after this is handed to Ray (see the module docstring)
 DIRECT_CALLS = frozenset({"exec", "read_file", "write_file"})
 OFF_VARIABLE = "TOOLSEAM_RAY_SHAPED_DIRECT"  # "0": every call through Ray (for comparison)
-ANSWERS_KEPT = 1024  # answers this process keeps for its refs (then the node's copy is read)
 AHEAD, LOW = 32, 8  # refs made at once; when fewer are left, the next batch is asked for
-
-
-def _outcome_of(node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
-    """What a ref put ahead reads as (its unpickling, in the process reading it)."""
-    with _lock:
-        if token in _answers:
-            return _answers[token]
-    ray = cluster.ray_module()
-    actor = cluster.node_actor(ray, node_id)
-    return ray.get(actor.sb_collect.remote(sandbox_id, secret, token))
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """The value a ref put ahead holds: which call of which sandbox (its secret included —
-    only a holder of the sandbox gets such a ref, as it gets the sandbox itself)."""
-
-    node_id: str
-    sandbox_id: str
-    secret: str
-    token: str
-
-    def __reduce__(self) -> tuple[Any, tuple[str, str, str, str]]:
-        return (_outcome_of, (self.node_id, self.sandbox_id, self.secret, self.token))
-
-    def __repr__(self) -> str:  # never the secret
-        return f"Outcome({self.token[:8]}…)"
 
 
 @dataclass
@@ -89,8 +61,6 @@ class _ThreadState(threading.local):
     links: dict[str, _Link]
 
 
-_lock = threading.Lock()
-_answers: OrderedDict[str, Any] = OrderedDict()  # token -> the answer this process received
 _unreachable: set[str] = set()  # nodes this process could not connect to in time
 _state = _ThreadState()
 
@@ -126,10 +96,7 @@ def call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
     if answer[0] != "ok":  # failed: the node raises it again through Ray, as Ray's own
         return sandbox._actor.sb_collect.remote(sandbox.sandbox_id, sandbox._secret, token)
     value = ExecResult(*answer[1]) if name == "exec" else answer[1]
-    with _lock:
-        _answers[token] = value
-        while len(_answers) > ANSWERS_KEPT:
-            _answers.popitem(last=False)
+    answered(token, value)
     return ref
 
 

@@ -1,14 +1,15 @@
-"""Live output through the cluster: a job's chunks reach the caller while it runs.
+"""Live output through the cluster: a call's events reach the caller while it runs.
 
-A streamed ``start`` (``request.stream`` and an ``on_output``) is a long poll of the node
-actor by the session's ordinary calls (``NodeSessions.call``, so whatever route a session's
-calls take, this takes too): ``start_live`` starts the job on the node's local backend and
-answers its first batch of output; each ``live_next`` answers the next — every chunk that
-queued since, as soon as one does — until the last, which carries the start's answer. A
-batch waits up to ``LINGER_S`` after its first chunk for the command's end, so a short command
-is ONE call, as a start without a stream is: its cost per call does not grow. Ray's
-streaming generators (an async generator method, ``num_returns="streaming"``) cost ≈ 1.5 ms
-more per call here and were not kept (decision 301, docs/benchmarks.md).
+A streamed call is a long poll of the node actor: the first request begins the call on the
+node (a remote session's ``start`` through its ``RemoteServer``, ``node_remote.py``; an old
+``RayBackend`` session's ``start_live``) and answers its first batch of events; each next
+request answers the next — every event that queued since, as soon as one does — until the
+last, which carries the call's answer. A batch waits up to ``LINGER_S`` after its first event
+for the call's end, so a short command is ONE round trip, as a call without a stream is: its
+cost per call does not grow. The polls go on whatever route the session's calls take (Ray
+calls, or the node's direct port). Ray's streaming generators (an async generator method,
+``num_returns="streaming"``) cost ≈ 1.5 ms more per call here and were not kept (decision
+301, docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -20,65 +21,80 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..seam.errors import HostError
-from ..seam.models import JobStatus, OutputChunk, SpawnRequest
+from ..seam.models import OutputChunk, SpawnRequest
 from ..seam.protocol import BuiltinExec
 from ._wire import Answer, decode, encode
 
 LIVE_CALLS = frozenset({"start_live", "live_next", "live_cancel"})  # beside the seam's calls
-_END = None  # the queue's last item: the start has returned
-LINGER_S = 0.02  # after a chunk, how long a batch waits for the command's end to ride along
-# Output a caller has not fetched yet, per streamed start: a command that floods while its
+_END = None  # the queue's last item: the call has returned
+LINGER_S = 0.02  # after output, how long a batch waits for the call's end to ride along
+# Output a caller has not fetched yet, per streamed call: a command that floods while its
 # caller is slow or gone must not grow the node actor (every session of the node lives in it)
-# without bound. Past it, live chunks are dropped; the result's own capture stays whole.
+# without bound. Past it, live output chunks are dropped (the result's own capture stays
+# whole); other events (an egress stream's) are never dropped.
 UNREAD_CHARS = 16 << 20  # characters (≤ 64 MiB)
+Run = Callable[[Callable[[Any], None]], Awaitable[Answer]]  # the call, given where events go
 
 
 @dataclass
 class _Live:
-    queue: asyncio.Queue[OutputChunk | None]
-    started: asyncio.Future[JobStatus] = field(init=False)  # the start, fed by ``put``
-    unread: int = 0  # characters queued and not fetched
+    queue: asyncio.Queue[Any]
+    started: asyncio.Future[Answer] = field(init=False)  # the call, fed by ``put``
+    unread: int = 0  # output characters queued and not fetched
 
-    def put(self, chunk: OutputChunk) -> None:
-        if self.unread + len(chunk.text) > UNREAD_CHARS:
+    def put(self, event: Any) -> None:
+        size = len(event.text) if isinstance(event, OutputChunk) else 0
+        if size and self.unread + size > UNREAD_CHARS:
             return
-        self.unread += len(chunk.text)
-        self.queue.put_nowait(chunk)
+        self.unread += size
+        self.queue.put_nowait(event)
 
 
 class LiveStarts:
-    """The node's streamed starts in progress, by session and job: ``begin`` starts one,
-    ``next`` answers its next batch ``(chunks, None)`` or its last ``(chunks, answer)``."""
+    """The node's streamed calls in progress, by session and a name the caller gave (a job's,
+    or a remote stream's id): ``begin_call`` starts one, ``next`` answers its next batch
+    ``(events, None)`` or its last ``(events, answer)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, error: Callable[[Exception], Answer] = encode) -> None:
+        """``error``: a failure as its route's error answer (``_wire``'s, or the one map's
+        for a remote session's stream)."""
         self._live: dict[tuple[str, str], _Live] = {}
+        self._error = error
+
+    def begin_call(self, sid: str, name: str, run: Run) -> None:
+        if (sid, name) in self._live:
+            raise HostError(f"job {name!r} is being started already")
+        live = _Live(asyncio.Queue())
+        live.started = asyncio.ensure_future(run(live.put))
+        live.started.add_done_callback(lambda _: live.queue.put_nowait(_END))
+        self._live[(sid, name)] = live
 
     def begin(self, sid: str, backend: BuiltinExec, request: SpawnRequest) -> None:
-        if (sid, request.job) in self._live:
-            raise HostError(f"job {request.job!r} is being started already")
-        live = _Live(asyncio.Queue())
-        live.started = asyncio.ensure_future(backend.start(request, live.put))
-        live.started.add_done_callback(lambda _: live.queue.put_nowait(_END))
-        self._live[(sid, request.job)] = live
+        """A ``start`` of ``backend`` with its output live (an old ``RayBackend`` session)."""
+        async def run(put: Callable[[Any], None]) -> Answer:
+            try:
+                return ("ok", await backend.start(request, put))
+            except Exception as exc:  # noqa: BLE001 - a failure is an answer, not a Ray error
+                return encode(exc)
+        self.begin_call(sid, request.job, run)
 
-    async def next(self, sid: str, job: str) -> tuple[list[OutputChunk], Answer | None]:
-        live = self._live.get((sid, job))
+    async def next(self, sid: str, name: str) -> tuple[list[Any], Answer | None]:
+        live = self._live.get((sid, name))
         if live is None:
-            raise HostError(f"no streamed start of job {job!r} in this session")
+            raise HostError(f"no streamed start of job {name!r} in this session")
         batch = [await live.queue.get()]
-        if batch[-1] is not _END:  # a short command's end rides with its output
+        if isinstance(batch[-1], OutputChunk):  # a short command's end rides with its output
             await asyncio.wait([live.started], timeout=LINGER_S)
         while not live.queue.empty():
             batch.append(live.queue.get_nowait())
-        chunks = [chunk for chunk in batch if chunk is not None]
-        live.unread -= sum(len(chunk.text) for chunk in chunks)
+        events = [event for event in batch if event is not _END]
+        live.unread -= sum(len(e.text) for e in events if isinstance(e, OutputChunk))
         if batch[-1] is not _END:
-            return chunks, None
-        del self._live[(sid, job)]
-        try:
-            return chunks, ("ok", live.started.result())
-        except Exception as exc:  # noqa: BLE001 - a failure is an answer, not a Ray error
-            return chunks, encode(exc)
+            return events, None
+        del self._live[(sid, name)]
+        if live.started.cancelled():
+            return events, self._error(HostError("the streamed call was cancelled on the node"))
+        return events, live.started.result()
 
     async def call(self, sid: str, backend: BuiltinExec, method: str, args: tuple[Any, ...]
                    ) -> Any:
@@ -94,35 +110,52 @@ class LiveStarts:
         self.cancel(sid, str(args[0]))
         return None
 
-    def cancel(self, sid: str, job: str | None = None) -> None:
-        """End a caller's streamed start (it was cancelled), or all of a session's (closed)."""
-        for key in [k for k in self._live if k[0] == sid and job in (None, k[1])]:
+    def cancel(self, sid: str, name: str | None = None) -> None:
+        """End a caller's streamed call (it was cancelled), or all of a session's (closed)."""
+        for key in [k for k in self._live if k[0] == sid and name in (None, k[1])]:
             self._live.pop(key).started.cancel()
+
+
+Batch = tuple[list[Any], Answer | None]
+
+
+async def follow(first: Callable[[], Awaitable[Batch]], following: Callable[[], Awaitable[Batch]],
+                 cancel: Callable[[], Awaitable[Any]], on_event: Callable[[Any], None]
+                 ) -> Answer:
+    """The caller's side of the long poll: the events to ``on_event`` batch by batch, then the
+    call's answer. Cancelled, the call in flight is cancelled by its route and the call on the
+    node by ``cancel`` (a failure of which is ignored: the session may be over) — as it is
+    when ``on_event`` raises, or the route fails: nothing is left running for nobody."""
+    final: Answer | None = None
+    try:
+        events, final = await first()
+        while True:
+            for event in events:
+                on_event(event)
+            if final is not None:
+                return final
+            events, final = await following()
+    except BaseException:
+        if final is None:  # ended here, not there
+            _cancels.add(task := asyncio.ensure_future(_quietly(cancel)))
+            task.add_done_callback(_cancels.discard)
+        raise
 
 
 async def caller_live(call: Callable[..., Awaitable[Any]], request: SpawnRequest,
                       on_output: Callable[[OutputChunk], None], where: str) -> Any:
-    """The caller's side of the long poll: the chunks to ``on_output`` batch by batch, then
-    the start's status (or its seam exception raised). ``call(method, *args)`` is the
-    backend's own call (its route to the node; a lost node is the session's end)."""
-    try:
-        chunks, final = await call("start_live", request)
-        while True:
-            for chunk in chunks:
-                on_output(chunk)
-            if final is not None:
-                return decode(final, where)
-            chunks, final = await call("live_next", request.job)
-    except asyncio.CancelledError:
-        # the call in flight is cancelled on the node; the start itself is ended by this
-        _cancels.add(task := asyncio.ensure_future(_cancel(call, request.job)))
-        task.add_done_callback(_cancels.discard)
-        raise
+    """``follow`` for an old ``RayBackend`` session: ``call(method, *args)`` is the backend's
+    own call (its route to the node; a lost node is the session's end); the start's status
+    or its seam exception raised."""
+    answer = await follow(lambda: call("start_live", request),
+                          lambda: call("live_next", request.job),
+                          lambda: call("live_cancel", request.job), on_output)
+    return decode(answer, where)
 
 
 _cancels: set[asyncio.Future[None]] = set()  # in flight; held so none is collected early
 
 
-async def _cancel(call: Callable[..., Awaitable[Any]], job: str) -> None:
+async def _quietly(cancel: Callable[[], Awaitable[Any]]) -> None:
     with contextlib.suppress(Exception):  # the session may be over: nothing left to end
-        await call("live_cancel", job)
+        await cancel()

@@ -7,10 +7,10 @@ answer is decoded here as data, never as classes a node names (issue 44).
 Once its session is open, a ``call`` goes on the node actor's direct port instead
 (``direct.py``, decision 312: an empty Ray call costs 0.9-1.8 ms here, over the budget of
 "local + 1 ms"), whose handshake proves the session's key both ways before anything is
-decoded; where that port cannot be reached the calls stay on Ray. A ``stream`` request goes
-through Ray, its events coming back with its answer, in order (every event before the answer,
-as the interface asks; not live yet). A lost node or actor under a call is ``TransportLost``:
-the session's end, never retried.
+decoded; where that port cannot be reached the calls stay on Ray. A ``stream`` request is a
+long poll on the same route (``streaming.py``): its events reach the caller while it runs on
+the node, batch by batch, every one before the answer; a short command is one round trip. A
+lost node or actor under a call is ``TransportLost``: the session's end, never retried.
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from ..backends.remote.transport import Answer, OnEvent, Request, TransportLost
 from ..seam.errors import ConfigurationError, CouldNotRunError
 from . import cluster
 from .direct import DirectLink, Dropped
-from .node_remote import DEFAULT_ORPHAN_TIMEOUT_S, REMOTE
+from .node_remote import DEFAULT_ORPHAN_TIMEOUT_S, REMOTE, REMOTE_LIVE
 from .placement import Placement
+from .streaming import Batch, follow
 
 DROP_PROBE_S = 5.0  # a dropped direct connection: how long the node actor may take to answer
 
@@ -77,10 +78,11 @@ class RayTransport:
                 self._renewing = asyncio.ensure_future(self._renew())
         return self._actor
 
-    async def _send(self, request: Request, streaming: bool) -> tuple[Answer, list[Any]]:
+    async def _ray_call(self, call: Any, *args: Any) -> Any:
+        """One call of the node actor's (``remote_call`` or ``remote_live``) carrying bytes;
+        its answer decoded as data."""
         actor = await self._placed()
-        ref = actor.remote_call.remote(dumps(request), self.owner, streaming,
-                                       self.orphan_timeout_s)
+        ref = getattr(actor, call).remote(*args, self.owner, self.orphan_timeout_s)
         try:
             payload = await ref
         except asyncio.CancelledError:
@@ -90,13 +92,10 @@ class RayTransport:
             cluster.forget_actor(self.node_id or "", lost=True)
             raise TransportLost(f"{self.where} was lost ({type(exc).__name__})") from None
         try:
-            answer, events = loads(payload) if isinstance(payload, bytes) else (None, None)
+            return loads(payload) if isinstance(payload, bytes) else None
         except (pickle.UnpicklingError, EOFError, ValueError) as exc:
             raise CouldNotRunError(f"{self.where} answered what is not a toolseam answer "
                                    f"({exc})", retryable=False, cause="agent_failed") from None
-        # anything but a tuple is refused by the client as "not a toolseam answer"
-        return (answer if isinstance(answer, tuple) else (),
-                events if isinstance(events, list) else [])
 
     @property
     def direct_connected(self) -> bool:
@@ -111,7 +110,8 @@ class RayTransport:
             except Dropped:
                 raise await self._dropped() from None
             return answer[1] if answer[:1] == ("ok",) else answer
-        answer = (await self._send(request, False))[0]
+        answer = await self._ray_call("remote_call", dumps(request))
+        answer = answer if isinstance(answer, tuple) else ()  # refused by the client
         if request[2] == "open" and answer[:1] == ("ok",):
             self._opened = request[0]
         return answer
@@ -144,10 +144,29 @@ class RayTransport:
         return TransportLost(f"the direct connection to {self.where} dropped")
 
     async def stream(self, request: Request, on_event: OnEvent) -> Answer:
-        answer, events = await self._send(request, True)
-        for event in events:
-            on_event(event)
-        return answer
+        """A long poll of the node (``streaming.py``): each batch of events to ``on_event``
+        as it comes, while the call runs there; then its answer."""
+        stream = uuid.uuid4().hex
+        return await follow(lambda: self._stream_step("begin", stream, request),
+                            lambda: self._stream_step("next", stream, request),
+                            lambda: self._stream_step("cancel", stream, request), on_event)
+
+    async def _stream_step(self, step: str, stream: str, request: Request) -> Batch:
+        """One step of a streamed request, on the route the session's calls take."""
+        link = await self._linked(request) if self._direct else None
+        given = request if step == "begin" else None
+        if link is not None:
+            try:
+                answer = await link.call(REMOTE_LIVE, (step, stream, given, self.owner))
+            except Dropped:
+                raise await self._dropped() from None
+            batch = answer[1] if answer[:1] == ("ok",) else ([], answer)
+        else:
+            batch = await self._ray_call("remote_live", dumps((step, stream, request[0],
+                                                                request[1], given)))
+        if not (isinstance(batch, tuple) and len(batch) == 2 and isinstance(batch[0], list)):
+            return [], ()  # refused by the client as "not a toolseam answer"
+        return batch
 
     async def _renew(self) -> None:
         while True:
