@@ -37,9 +37,9 @@ async def main():
     transport = RayTransport(Placement(res), address, orphan_timeout_s=2)  # a short lease
     tk = Toolkit(RemoteBackend(transport=transport, hosted=HostedSpec(kind="podman"),
                                lifetime=Durable(orphan_timeout_s=60)),
-                 settings={"timeout_policy": "detach"})
+                 settings={"timeout_policy": "detach", "default_timeout_ms": 300})
     await tk.call("write", {"path": "before.txt", "content": "made before the kill"})
-    await tk.call("bash", {"command": "sleep 2; echo finished", "run_in_background": True})
+    await tk.call("bash", {"command": "sleep 2; echo finished", "keep": True})  # job 1
     print(tk.handle.to_json(), flush=True)
     await asyncio.sleep(600)
 
