@@ -1,17 +1,23 @@
 """A durable session (one that outlives its client, docs/sessions.md) is held to the same
 contract as an ordinary one: the whole suite, on the host and on every engine in both
 workspace modes, with the backend built durable (``lifetime=Durable(...)``) — as ``Toolkit``
-builds it when ``orphan_timeout_s`` is above 0. The pooled sessions' run is
+builds it when ``orphan_timeout_s`` is above 0 — and through the remote backend (issue 47): a
+server in a process of its own hosting the host backend over its unix socket, and a node of
+the Ray cluster hosting podman through ``RayTransport``. The pooled sessions' run is
 ``test_pool_contract.py``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from toolseam.backends.host import HostBackend
+from toolseam.backends.remote import HostedSpec, RemoteBackend, UnixTransport
+from toolseam.ray.placement import Placement
+from toolseam.ray.transport import RayTransport
 from toolseam.seam.capabilities import DurableSessions, durable_sessions, supports
 from toolseam.seam.errors import ConfigurationError
 from toolseam.seam.lifetime import Durable
@@ -29,8 +35,9 @@ from toolseam.testing.contract import (
 
 from ..support.contract_bindings import ContainerBinding, CopyModeBinding
 from ..support.processes import host_survivors
-from ..support.ray_cluster import RAY_TESTS
+from ..support.ray_cluster import RAY_TESTS, resource
 from ..support.ray_contract import RayBinding
+from ..support.remote_server import ServerProcess, remote_server
 
 
 def _lifetime() -> Durable:
@@ -50,6 +57,35 @@ class TestDurableHost(FileContract, ListingContract, ExecContract, ProcessTreeCo
         backend = HostBackend(str(host_dir), lifetime=_lifetime())
         assert supports(backend, DurableSessions) and isinstance(backend.lifetime, Durable)
         return backend, str(host_dir)
+
+    async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
+        return host_survivors(marker)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with remote_server() as running:
+        yield running
+
+
+class TestDurableRemoteHost(ExecContract, JobContract):
+    """The host backend's durable sessions, hosted by a remote server (its unix socket): the
+    command and job parts, where a durable session's lifetime requests (its state kept after
+    every call) meet the wire; the file, listing and hostile parts cross the same rows as an
+    ephemeral remote session's (test_contract_remote.py) and a local durable one's (above),
+    and the attach itself is tests/host/test_remote_durable.py's."""
+
+    @pytest.fixture(autouse=True)
+    def _on(self, server: ServerProcess) -> None:
+        self.server = server
+
+    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
+        backend = RemoteBackend(transport=UnixTransport(self.server.directory),
+                                hosted=HostedSpec(kind="host",
+                                                  options={"workspace": str(host_dir)}),
+                                lifetime=_lifetime())
+        assert supports(backend, DurableSessions) and isinstance(backend.lifetime, Durable)
+        return backend, str(host_dir)  # type: ignore[return-value]
 
     async def survivors(self, sandbox: Sandbox, marker: str) -> list[str]:
         return host_survivors(marker)
@@ -79,6 +115,26 @@ class TestDurableRay(_Durable, RayBinding):
     pytestmark = RAY_TESTS
     node = "rootless"
     capability = DurableSessions
+
+
+class TestDurableRayRemote(ExecContract):
+    """A durable session of ``RemoteBackend`` over ``RayTransport`` on the rootful podman node:
+    the command part alone (the whole suite runs through the same transport ephemeral,
+    test_contract_ray_remote.py; what durability adds — the node keeping the session for
+    another driver — is test_ray_remote_durable.py's)."""
+
+    pytestmark = RAY_TESTS
+    address = ""
+
+    @pytest.fixture(autouse=True)
+    def _cluster(self, ray_cluster: Any) -> None:
+        self.address = ray_cluster.address
+
+    async def make_backend(self, host_dir: Path) -> tuple[BuiltinExec, str]:
+        backend = RemoteBackend(transport=RayTransport(Placement(resource("podman")),
+                                                       self.address),
+                                hosted=HostedSpec(kind="podman"), lifetime=_lifetime())
+        return backend, "/workspace"  # type: ignore[return-value]
 
 
 def test_the_ray_backend_says_it_keeps_no_durable_session() -> None:

@@ -74,9 +74,10 @@ def test_what_each_backend_declares() -> None:
         "docker": agent | {"DurableSessions", "Branching", "EngineShell", "SandboxKill",
                          "ResourceUsage", "WorkspaceTransfer"},
         "ray": {"Egress", "WorkspaceTransfer", "ResourceUsage", "SandboxKill"},
-        # the class a name finds declares nothing: an instance is of the class made for its
-        # hosted kind's capabilities (remote/client.py: remote_class)
-        "remote": set(),
+        # the class a name finds declares the kind's one class-level fact (its sessions can
+        # outlive their client: from_handle); an instance is of the class made for its hosted
+        # kind's capabilities (remote/client.py: remote_class)
+        "remote": {"DurableSessions"},
     }
 
 

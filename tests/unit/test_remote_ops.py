@@ -17,7 +17,13 @@ from toolseam.backends.remote import HostedSpec, LoopbackTransport, RemoteBacken
 from toolseam.backends.remote.client import remote_class
 from toolseam.backends.remote.codec import dumps, loads
 from toolseam.seam import errors, interactive
-from toolseam.seam.capabilities import Branching, InteractiveProcesses, ResourceUsage, supports
+from toolseam.seam.capabilities import (
+    Branching,
+    DurableSessions,
+    InteractiveProcesses,
+    ResourceUsage,
+    supports,
+)
 from toolseam.seam.handle import AttachError
 from toolseam.seam.models import COULD_NOT_RUN_CAUSES
 from toolseam.seam.protocol import BuiltinExec, WorkspaceTransfer
@@ -43,7 +49,7 @@ async def _unused(*args: object) -> Any:
 def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     held = ops.declared_capabilities(HostBackend)
     assert held == {"WorkspaceTransfer", "InteractiveProcesses", "Egress", "Branching",
-                    "ResourceUsage"}
+                    "ResourceUsage", "DurableSessions"}  # the last as lifetime requests
     full, bare = remote_class(held), remote_class(frozenset())
     for name in ops.BY_NAME:
         method = getattr(full, name)
@@ -60,6 +66,9 @@ def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     assert hasattr(probe, "open_egress") and not hasattr(none, "open_egress")
     # Branching's synchronous three are the client's own, there only with the capability
     assert supports(probe, Branching) and supports(probe, ResourceUsage)
+    # durable sessions cross as requests of the lifetime, not rows; declared as the hosted kind
+    assert supports(probe, DurableSessions) and not supports(none, DurableSessions)
+    assert not {"detach", "keep_state", "keep_backend_state"} & set(ops.BY_NAME)
     assert all(hasattr(probe, name) and not hasattr(none, name)
                for name in ("branch_backend", "branch_home", "home_stamps"))
 

@@ -76,18 +76,21 @@ class NodeConfig:
         """``docker at unix:///var/run/docker.sock`` — for messages."""
         return f"{self.engine} at {self.endpoint}" if self.contained else f"the {self.engine} backend"
 
-    def make(self, workspace: str, image: str | None, limits: Any) -> BuiltinExec:
-        """A local backend on this node for one session, on ``workspace`` (a node-local dir)."""
+    def make(self, workspace: str, image: str | None, limits: Any, lifetime: Any = None
+             ) -> BuiltinExec:
+        """A local backend on this node for one session, on ``workspace`` (a node-local dir);
+        ``lifetime``: a durable session's (``seam/lifetime.py``), None for the default."""
+        chosen = {} if lifetime is None else {"lifetime": lifetime}
         if not self.contained:
             options = dict(self.options)
             options.pop("image", None)
             local: Any = backend_class(self.kind.name)
             _check_options(local, options, self.engine)
-            made: BuiltinExec = local(workspace, **options)
+            made: BuiltinExec = local(workspace, **options, **chosen)
             return made
         container, options = self.container_factory(image, limits)
         _check_options(container, options, self.engine)
-        made = container(workspace, **options)
+        made = container(workspace, **options, **chosen)
         return made
 
     def container_factory(self, image: str | None, limits: Any) -> tuple[Any, dict[str, Any]]:

@@ -79,7 +79,8 @@ class NodeRemote:
         kind = self.config.kind.name
         if spec.kind != kind:
             raise ConfigurationError(f"{self.where} runs {kind} sandboxes, not {spec.kind}")
-        unknown = sorted(set(spec.options) - {"image", "limits"})
+        # "lifetime": a durable session's, put there by the RemoteServer, never by a caller
+        unknown = sorted(set(spec.options) - {"image", "limits", "lifetime"})
         if unknown:
             raise ConfigurationError(f"{self.where} decides its backend's options itself; a "
                                      f"Ray session may give image and limits, not "
@@ -92,7 +93,8 @@ class NodeRemote:
             os.mkdir(workspace, 0o755)
             backend = self.config.make(
                 workspace, image if isinstance(image, str) else None,
-                SandboxLimits.model_validate(limits) if limits is not None else None)
+                SandboxLimits.model_validate(limits) if limits is not None else None,
+                spec.options.get("lifetime"))
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise

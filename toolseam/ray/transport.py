@@ -196,6 +196,23 @@ class RayTransport:
         return RayTransport(Placement(dict(self.placement.resources), self.placement.strategy),
                             self.address, self._direct, self.orphan_timeout_s)
 
+    # --- a durable session's handle (backends/remote/durable.py, decision 477) --------------
+    def durable_address(self) -> str:
+        """``ray:NODE[@CLUSTER]``: the node this transport reached (and the cluster's address
+        when one was given), so an attach from another driver reaches the same node actor."""
+        if self.node_id is None:
+            raise ConfigurationError("a Ray transport has an address once it reached its node")
+        return f"ray:{self.node_id}" + (f"@{self.address}" if self.address else "")
+
+    @classmethod
+    def at_address(cls, rest: str) -> RayTransport:
+        """The transport to the node a handle's ``ray:NODE[@CLUSTER]`` names: placed on that
+        node alone (one that is gone is named by the attach's error, never replaced)."""
+        node, _, address = rest.partition("@")
+        if not (16 <= len(node) <= 128 and all(c in "0123456789abcdef" for c in node)):
+            raise ConfigurationError(f"session handle: ray:{rest} does not name a Ray node")
+        return cls(Placement({}, node=node), address or None)
+
 
 async def _ready(actor: Any) -> Any:
     """The actor's ``ready`` answer (asked only when ``node_where`` awaits it)."""

@@ -12,7 +12,7 @@ capability (``tests/unit/test_capabilities.py`` checks each declaration against 
   (``limits.network = "egress"``): every backend whose commands an agent runs, and Ray's.
 
 * ``DurableSessions`` — a sandbox that outlives its client (docs/sessions.md): the host backend
-  and the container backends, in both workspace modes.
+  and the container backends, in both workspace modes, and the remote backend hosting them.
 * ``EngineShell`` — the engine's own command line for a shell in the sandbox (inspect_ai's
   ``connection()``): the container backends.
 * ``ExposedPorts`` — a sandbox port reachable from this machine over the session's channel

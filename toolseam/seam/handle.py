@@ -47,10 +47,13 @@ class SessionHandle(BaseModel):
         "(``toolseam.backends.KINDS``, a kind's variant such as ``podman-rootless`` included), "
         "whose class reads the handle back (``from_handle``); checked against the table "
         "when the handle is used.")
-    endpoint: str | None = Field(None, description="The engine's URL; None for the host.")
-    socket: str = Field(description="The agent's unix socket on this machine.")
-    sandbox: str = Field(description="The sandbox's identity: a container id, or the host "
-                                     "agent's pid.")
+    endpoint: str | None = Field(None, description="The engine's URL; None for the host; a "
+                                 "remote backend's: where its server is reached, the "
+                                 "transport's address (``unix:DIR``, ``ray:NODE[@CLUSTER]``).")
+    socket: str = Field(description="The agent's unix socket on the machine that runs it.")
+    sandbox: str = Field(description="The sandbox's identity: a container id, the host "
+                                     "agent's pid, or a remote backend's session id on its "
+                                     "server.")
     workspace_mode: Literal["host", "bind", "copy"] = Field(
         description="How the sandbox has its workspace.")
     workspace: str = Field(description="The host directory the sandbox works in (or copies).")
@@ -60,6 +63,10 @@ class SessionHandle(BaseModel):
         "the proxy, with credentials from its own environment).")
     session_id: str = Field(description="The toolkit's session id.")
     secret: str = Field(repr=False, min_length=16, description="Proves the right to attach.")
+    hosted: SessionHandle | None = Field(None, description="A remote backend's: the handle of "
+                                         "the session its server hosts (its secret derived "
+                                         "one-way from this one's: backends/remote/durable.py); "
+                                         "None for every other backend.")
 
     def to_json(self) -> str:
         return self.model_dump_json()

@@ -14,6 +14,10 @@ Branching crosses too (decision 445): a snapshot lands in this user's store
 session of the same server (``Transport.another``) opened from the snapshot by the hosted
 kind's own ``branch_backend``; its files live on the server, so ``keep()`` has no home here.
 
+A session may outlive its client (``lifetime=Durable(...)``, ``durable.py``): the server keeps
+it when the client's connection ends, and ``from_handle`` (``Toolkit.attach``) attaches to it
+from another process through a transport made again from the handle's address.
+
 A server that goes away (crashed, killed, its machine lost) ends the session: the call in
 flight and every later one raise ``CouldNotRunError(cause="sandbox_lost")`` saying the call
 may have run there. Nothing is retried: a call that ran twice is worse than one that failed.
@@ -29,41 +33,70 @@ import uuid
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ...seam.capabilities import SandboxUsage
-from ...seam.errors import ConfigurationError, CouldNotRunError, SessionClosedError
+from ...seam.capabilities import DurableSessions, SandboxUsage
+from ...seam.errors import (
+    BackendUnavailable,
+    ConfigurationError,
+    CouldNotRunError,
+    SessionClosedError,
+)
+from ...seam.handle import AttachError, SessionHandle
+from ...seam.lifetime import EPHEMERAL, BackendLifetime, Durable, Ephemeral
 from ...seam.models import SandboxInfo
-from .. import backend_class
+from .. import backend_class, backend_kind
 from ..agentlink.errors import map_seam_error
 from ..snapshots import Restored, Snapshot
 from ..snapshots.capture import Known
 from . import ops, snapshots, workspace
+from .durable import RemoteDurability, transport_at, wire_secret
 from .egress import ClientEgress
 from .spec import HostedSpec
 from .transport import OnEvent, Transport, TransportLost
 
 
-class RemoteBackend:
+class RemoteBackend(RemoteDurability):
     """``RemoteBackend(transport=UnixTransport(directory), hosted=HostedSpec(kind="host",
-    options={"workspace": "/srv/ws"}))``: the hosted backend's sessions, driven from here."""
+    options={"workspace": "/srv/ws"}))``: the hosted backend's sessions, driven from here.
+    ``lifetime``: ``Ephemeral`` (default) or ``Durable`` — a session the server keeps past
+    its client (``seam/lifetime.py``; the hosted kind must keep durable sessions)."""
 
     name = "remote"
 
-    def __new__(cls, *, transport: Transport, hosted: HostedSpec, branch: str | None = None
-                ) -> RemoteBackend:
+    def __new__(cls, *, transport: Transport, hosted: HostedSpec, branch: str | None = None,
+                lifetime: BackendLifetime = EPHEMERAL) -> RemoteBackend:
         if cls is RemoteBackend:  # the class with the hosted kind's capabilities, chosen once
             cls = remote_class(ops.declared_capabilities(backend_class(hosted.kind)))
         return super().__new__(cls)
 
-    capabilities: frozenset[type] = frozenset()  # seam.capabilities: what supports() reads
-    capability_names: frozenset[str] = frozenset()  # the same, as the wire names them
+    # seam.capabilities: what supports() reads. The class a name finds declares the kind's
+    # one class-level fact, that its sessions can outlive their client (``from_handle``);
+    # an instance is of the class made for its hosted kind's capabilities (``remote_class``)
+    capabilities: frozenset[type] = frozenset({DurableSessions})
+    capability_names: frozenset[str] = frozenset()  # an instance's, as the wire names them
 
-    def __init__(self, *, transport: Transport, hosted: HostedSpec, branch: str | None = None
-                 ) -> None:
+    def __init__(self, *, transport: Transport, hosted: HostedSpec, branch: str | None = None,
+                 lifetime: BackendLifetime = EPHEMERAL) -> None:
         """``branch``: a snapshot id of this user's store the session opens from (a fork's
         child, made by ``branch_backend``)."""
+        if not isinstance(lifetime, Ephemeral | Durable):
+            raise ConfigurationError("remote backend: lifetime must be toolseam.seam.lifetime's "
+                                     f"Ephemeral() or Durable(...), got {type(lifetime).__name__}")
+        durable = isinstance(lifetime, Durable)
+        if durable and "DurableSessions" not in self.capability_names:
+            raise ConfigurationError(f"remote backend: lifetime=Durable(...), but the hosted "
+                                     f"{hosted.kind} backend keeps no session past its client")
+        if durable and branch is not None:
+            raise ConfigurationError("remote backend: a fork's child ends with its client; "
+                                     "it cannot be built durable")
         self.transport, self.hosted, self.branch = transport, hosted, branch
-        self.session_id = uuid.uuid4().hex
-        self._secret = secrets.token_urlsafe(32)
+        self._lifetime = lifetime
+        adopt = lifetime.adopt if isinstance(lifetime, Durable) else None
+        # an attach continues the session its server kept under the same id
+        self.session_id = adopt.sandbox if adopt is not None else uuid.uuid4().hex
+        self._secret = (wire_secret(lifetime.secret) if isinstance(lifetime, Durable)
+                        else secrets.token_urlsafe(32))
+        self._hosted_handle: SessionHandle | None = None
+        self._kept: dict[str, Any] = {}  # what a durable open answered: jobs, kept state
         self._info: SandboxInfo | None = None
         self._opening = asyncio.Lock()
         self._closed = False
@@ -85,11 +118,12 @@ class RemoteBackend:
         self._check_open()
         async with self._opening:
             if self._info is None:
-                opening: dict[str, Any] = {"spec": self.hosted.model_dump()}
+                opening: dict[str, Any] = {"spec": self.hosted.model_dump(),
+                                           **self._lifetime_opening()}
                 if self.branch is not None:  # the snapshot first, then the open from it
                     await snapshots.push(self._send, self.branch)
                     opening["branch"] = self.branch
-                info, held = await self._send("open", opening)
+                info, held, *durable = await self._opened(opening)
                 if frozenset(held) != self.capability_names:
                     await self.close()
                     raise CouldNotRunError(
@@ -97,11 +131,46 @@ class RemoteBackend:
                         f"{sorted(held)}, this client expected "
                         f"{sorted(self.capability_names)} "
                         "(another toolseam version?)", retryable=False, cause="refused")
+                if isinstance(self._lifetime, Durable):
+                    self._durable_opened(durable[0] if durable else None)
                 # paths and processes are this machine's only when the server's are
                 local = info.local and self.transport.same_machine
                 self._info = info.model_copy(update={"local": local})
         assert self._info is not None
         return self._info
+
+    # --- sessions that outlive their client (durable.py) -----------------------------------
+    @classmethod
+    def from_handle(cls, handle: SessionHandle, options: dict[str, Any]) -> RemoteBackend:
+        """A backend (not open) that attaches to the session the handle's server kept, through
+        a transport made from the handle's address — or ``options["transport"]``, one the
+        caller made to the same server."""
+        if handle.hosted is None:
+            raise AttachError("protocol", "session handle: a remote session's handle names "
+                              "the session its server hosts (hosted); this one has none")
+        stray = sorted(set(options) - {"transport"})
+        if stray:
+            raise ConfigurationError(f"backend_options: attaching to a remote session takes "
+                                     f"transport alone, not {', '.join(stray)}")
+        try:
+            kind = backend_kind(handle.hosted.backend).name
+        except BackendUnavailable as exc:
+            raise AttachError("unsupported", f"session handle: {exc}") from None
+        given = options.get("transport")
+        transport = given if given is not None else transport_at(handle.endpoint or "")
+        return RemoteBackend(transport=transport, hosted=HostedSpec(kind=kind),
+                             lifetime=Durable.attaching(handle))
+
+    async def _opened(self, opening: dict[str, Any]) -> Any:
+        """The server's answer to ``open``; an attach whose server cannot be reached is
+        ``AttachError("gone")`` naming it."""
+        try:
+            return await self._send("open", opening)
+        except CouldNotRunError as exc:
+            if "attach" in opening and exc.cause == "engine_unreachable":
+                raise AttachError("gone", f"{exc.reason}: the server that kept the session "
+                                  "is gone, and the session with it") from None
+            raise
 
     async def close(self) -> None:
         """End the session on the server (its jobs killed, its sandbox down). Idempotent;

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import pickle
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...seam.errors import HostError
@@ -28,8 +29,13 @@ class Connection:
     """One client's connection; ``owner`` of the sessions it opens (``RemoteServer.drop``)."""
 
     def __init__(self, handle: Handler, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter) -> None:
+                 writer: asyncio.StreamWriter,
+                 drop: Callable[[object], Awaitable[None]] | None = None) -> None:
+        """``drop``: the server's, called once the peer left and before its calls still in
+        flight are cancelled — a durable session's are its hosted session's to keep as jobs
+        (server.py), as a local client's calls are when it dies."""
         self._handle, self._reader, self._writer = handle, reader, writer
+        self._drop = drop
         self._tasks: dict[int, asyncio.Task[None]] = {}
 
     async def serve(self) -> None:
@@ -55,6 +61,9 @@ class Connection:
                 self._tasks[req] = task
                 task.add_done_callback(functools.partial(_forget, self._tasks, req))
         finally:
+            if self._drop is not None:
+                with contextlib.suppress(Exception):
+                    await self._drop(self)
             for task in list(self._tasks.values()):
                 task.cancel()
             self._writer.close()

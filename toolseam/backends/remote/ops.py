@@ -14,8 +14,14 @@ the client user's, where it lands (``snapshots.py``, decision 445); ``usage`` â€
 other members (``WorkspaceTransfer.copy_back_error``, ``Branching``'s synchronous three) are
 the client's own (``client.py``).
 
-Not forwarded yet (the hosted backend's own, reachable only where it runs): durable sessions,
-exposed ports, kill from outside (a synchronous call from any thread) (docs/architecture.md).
+Durable sessions (``DurableSessions``) cross as requests of the session's lifetime, as ``open``
+and ``close`` do, never as rows: a durable ``open``, ``attach`` (an ``open`` that adopts a
+session the server kept), ``detach``, ``keep_state`` and ``keep_backend_state``; the
+protocol's synchronous members are the client's own, read from what ``open`` answered
+(``durable.py``, decision 476).
+
+Not forwarded yet (the hosted backend's own, reachable only where it runs): exposed ports,
+kill from outside (a synchronous call from any thread) (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -25,7 +31,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from ...seam.capabilities import Branching, Egress, InteractiveProcesses, ResourceUsage
+from ...seam.capabilities import (
+    Branching,
+    DurableSessions,
+    Egress,
+    InteractiveProcesses,
+    ResourceUsage,
+)
 from ...seam.capabilities import declared_capabilities as declared_by
 from ...seam.protocol import ExecPart, FilePart, WorkspaceTransfer
 
@@ -70,12 +82,16 @@ def _rows() -> Iterator[SeamOp]:
 
 TABLE: tuple[SeamOp, ...] = tuple(_rows())
 BY_NAME: dict[str, SeamOp] = {op.name: op for op in TABLE}
-CAPABILITIES: dict[str, type] = {protocol.__name__: protocol for protocol in OPTIONAL}
+# Capabilities whose operations are requests of the session's lifetime (server.py), not rows
+LIFECYCLE: tuple[type, ...] = (DurableSessions,)
+CAPABILITIES: dict[str, type] = {protocol.__name__: protocol for protocol in (*OPTIONAL,
+                                                                             *LIFECYCLE)}
 
 
 def declared_capabilities(backend: object) -> frozenset[str]:
     """The forwarded optional protocols ``backend`` (a backend or its class) declares, by
-    name (what crosses the wire): its ``capabilities``, never its methods' names."""
+    name (what crosses the wire), lifetime ones included: its ``capabilities``, never its
+    methods' names."""
     declared = declared_by(backend)
     return frozenset(name for name, protocol in CAPABILITIES.items() if protocol in declared)
 

@@ -8,7 +8,9 @@ another client of the same server can neither drive nor probe a session it was n
 Only the operations of the one table (``ops.py``) are called, each on a backend that declares
 its capability; every failure is an answer through the one error map, never an exception
 out of the server. A session lives as long as the connection that opened it (its
-transport's ``owner``): a client that dies leaves nothing running.
+transport's ``owner``): a client that dies leaves nothing running — unless the session is
+durable (``durable.py``): then the hosted session is detached, not ended, and kept for an
+attach (``kept.py``) until the hosted kind's own orphan timeout ends it.
 
 A session may open from a snapshot (a fork's child, ``branch``): the client pushes the snapshot
 first (``snapshots.py``), and the hosted kind's own ``branch_backend`` makes its sandbox in a
@@ -21,70 +23,53 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
 
-from ...seam.capabilities import Branching, branching, supports
+from ...seam.capabilities import Branching, branching, durable_sessions, supports
 from ...seam.errors import ConfigurationError, HostError
+from ...seam.handle import SessionHandle
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
-from .. import create_backend
 from ..agentlink.errors import error_answer
 from ..snapshots import SnapshotStore, new_branch_workspace, remove_branch_workspace
 from . import ops, snapshots, workspace
-from .egress import EVENTS, NOT_CAPTURED, SEND, ServerEgress
+from .egress import EVENTS, NOT_CAPTURED, SEND
 from .handshake import derived_key
+from .hosted import (
+    LIFETIME_OPS,
+    SESSION_LABEL,
+    Adopting,
+    HostedSession,
+    Hosting,
+    adopt_hosted,
+    create_hosted,
+    durable_answer,
+    durable_lifetime,
+)
+from .kept import KeptSessions
+from .server_durable import DurableHosting
 from .spec import HostedSpec
 from .transport import Answer, OnEvent, Request
 
-SESSION_LABEL = b"toolseam remote session key v1"
-# What a spec becomes on this server, and what to do once its session ended (a Ray node makes
-# its own engine's backend in a directory of its own, which goes with the session).
-Hosting = Callable[[HostedSpec], tuple[BuiltinExec, Callable[[], None] | None]]
+__all__ = ["SESSION_LABEL", "Adopting", "Hosting", "RemoteServer", "create_hosted"]
 
-
-def create_hosted(spec: HostedSpec) -> tuple[BuiltinExec, None]:
-    """The default hosting: the name table's backend of that kind and options."""
-    return create_backend(spec.kind, **spec.options), None
-
-
-@dataclass
-class _Session:
-    key: bytes
-    backend: BuiltinExec
-    owner: object
-    capabilities: frozenset[str]
-    calls: set[asyncio.Task[Any]] = field(default_factory=set)
-    egress: ServerEgress = field(default_factory=ServerEgress)
-    exported: set[str] = field(default_factory=set)  # objects of the snapshots it took
-    branch_workspace: str | None = None  # opened from a snapshot: this server's private dir
-    after: Callable[[], None] | None = None  # the hosting's own end of it
-
-    async def end(self) -> None:
-        self.egress.close()
-        try:
-            await self.backend.close()
-        finally:
-            if self.branch_workspace is not None:
-                await asyncio.to_thread(remove_branch_workspace, self.branch_workspace)
-            if self.after is not None:
-                await asyncio.to_thread(self.after)
-
-
-class RemoteServer:
+class RemoteServer(DurableHosting):
     """The sessions of one server process. ``handle`` is what a transport's listener calls for
     each request of a proven peer; ``drop`` when that peer's connection ends."""
 
-    def __init__(self, spool: str, hosting: Hosting = create_hosted) -> None:
-        self._hosting = hosting
-        self._sessions: dict[str, _Session] = {}
+    def __init__(self, spool: str, hosting: Hosting = create_hosted,
+                 adopting: Adopting = adopt_hosted) -> None:
+        self._hosting, self._adopting = hosting, adopting
+        self.where = "this server"  # for messages; a listener names its place
+        self._kept = KeptSessions(self._forget)
+        self._sessions: dict[str, HostedSession] = {}
         self._opening: set[str] = set()
+        self._leaving: dict[str, asyncio.Event] = {}
         self._arrivals: dict[str, snapshots.Arrivals] = {}  # snapshots pushed, by session id
         self._spool = spool  # a private directory for workspace transfers
 
-    def _session(self, sid: str, secret: str) -> _Session:
+    def _session(self, sid: str, secret: str) -> HostedSession:
         session = self._sessions.get(sid)
         if session is None or not hmac.compare_digest(session.key,
                                                       derived_key(secret, SESSION_LABEL)):
@@ -106,14 +91,19 @@ class RemoteServer:
     async def handle(self, request: Request, emit: OnEvent | None, owner: object) -> Answer:
         try:
             sid, secret, name, args, kwargs = _checked(request)
+            if name == "open" and kwargs.get("attach"):
+                return ("ok", await self._attach(sid, secret, owner))
             if name == "open":
                 return ("ok", await self._open(sid, secret, kwargs.get("spec"), owner,
-                                               kwargs.get("branch")))
+                                               kwargs.get("branch"), kwargs.get("lifetime")))
             if name in snapshots.CARRIER_OPS:
                 return ("ok", self._carry(sid, secret, name, kwargs, owner))
             session = self._session(sid, secret)
             if name == "close":
                 return ("ok", await self._close(sid, session))
+            if name in LIFETIME_OPS:
+                await self._lifetime_op(sid, session, name, kwargs)
+                return ("ok", None)
             if name == EVENTS:  # the egress shape's event stream (egress.py)
                 await session.egress.events(emit)
                 return ("ok", None)
@@ -146,8 +136,8 @@ class RemoteServer:
         return None
 
     async def _open(self, sid: str, secret: str, given: object, owner: object,
-                    branch: object = None) -> tuple[Any, list[str]]:
-        if sid in self._sessions or sid in self._opening:
+                    branch: object = None, lifetime: object = None) -> tuple[Any, ...]:
+        if sid in self._sessions or sid in self._opening or sid in self._kept:
             raise HostError(f"session {sid[:8]}… exists on this server")
         try:
             spec = HostedSpec.model_validate(given)
@@ -155,6 +145,14 @@ class RemoteServer:
             fields = ", ".join(".".join(map(str, e["loc"])) or "(top level)" for e in exc.errors())
             raise ConfigurationError(f"hosted: not a backend spec (bad or missing {fields})"
                                      ) from None
+        if "lifetime" in spec.options:
+            raise ConfigurationError("hosted: lifetime is not a hosted backend's option here; "
+                                     "build the RemoteBackend with lifetime=Durable(...)")
+        durable = durable_lifetime(lifetime)
+        if durable is not None:
+            if branch is not None:
+                raise ConfigurationError("open: a fork's child ends with its client")
+            spec = spec.model_copy(update={"options": {**spec.options, "lifetime": durable}})
         backend, after = self._hosting(spec)
         self._opening.add(sid)  # a second open of the id while this one waits is refused
         branch_workspace: str | None = None
@@ -165,7 +163,15 @@ class RemoteServer:
                     await asyncio.to_thread(after)
                     after = None
             capabilities = ops.declared_capabilities(backend)
+            if durable is not None and "DurableSessions" not in capabilities:
+                raise ConfigurationError(f"the {backend.name} backend keeps no session past "
+                                         "its client")
             info = await backend.open()
+            kept: SessionHandle | None = None
+            answer: tuple[Any, ...] = ()
+            if durable is not None:
+                kept = durable_sessions(backend).durable_handle(sid, durable.secret)
+                answer = (durable_answer(backend, kept),)
         except BaseException:
             await asyncio.shield(backend.close())
             if branch_workspace is not None:
@@ -176,17 +182,18 @@ class RemoteServer:
         finally:
             self._opening.discard(sid)
             self._drop_arrivals(sid)
-        self._sessions[sid] = _Session(derived_key(secret, SESSION_LABEL), backend, owner,
-                                       capabilities, branch_workspace=branch_workspace,
-                                       after=after)
-        return info, sorted(capabilities)
+        self._sessions[sid] = HostedSession(
+            derived_key(secret, SESSION_LABEL), backend, owner, capabilities,
+            branch_workspace=branch_workspace, after=after, kept=kept,
+            orphan_timeout_s=durable.orphan_timeout_s if durable else 0.0)
+        return (info, sorted(capabilities), *answer)
 
     def _drop_arrivals(self, sid: str) -> None:
         arrivals = self._arrivals.pop(sid, None)
         if arrivals is not None:
             arrivals.close()
 
-    async def _call(self, session: _Session, name: str, args: tuple[Any, ...],
+    async def _call(self, session: HostedSession, name: str, args: tuple[Any, ...],
                     kwargs: dict[str, Any], emit: OnEvent | None) -> Any:
         op = ops.BY_NAME.get(name)
         if op is None:
@@ -221,7 +228,7 @@ class RemoteServer:
             if task is not None:
                 session.calls.discard(task)
 
-    async def _close(self, sid: str, session: _Session) -> Any:
+    async def _close(self, sid: str, session: HostedSession) -> Any:
         """End the session; what its backend could not bring home (``copy_back_error``, as an
         error answer), or None."""
         self._sessions.pop(sid, None)
@@ -231,10 +238,15 @@ class RemoteServer:
                    if isinstance(session.backend, WorkspaceTransfer) else None)
         return None if failure is None else error_answer(failure)
 
-    async def drop(self, owner: object) -> None:
-        """The connection ``owner`` ended: close every session it opened (their calls first)."""
+    async def drop(self, owner: object, ending: bool = False) -> None:
+        """The connection ``owner`` ended: close every session it opened (their calls first);
+        a durable one is detached and kept instead, unless the server is ``ending``."""
         for sid, session in list(self._sessions.items()):
             if session.owner == owner:  # a connection, or a Ray transport's id
+                if session.kept is not None and not ending:
+                    with contextlib.suppress(Exception):
+                        await self._detach(sid, session)
+                    continue
                 self._sessions.pop(sid, None)
                 for task in list(session.calls):
                     task.cancel()
@@ -245,8 +257,13 @@ class RemoteServer:
                 self._drop_arrivals(sid)
 
     async def close(self) -> None:
+        """End every session, durable ones and kept ones included: with the server gone,
+        nobody could attach to them."""
         for owner in {session.owner for session in self._sessions.values()}:
-            await self.drop(owner)
+            await self.drop(owner, ending=True)
+        for kept in self._kept.take_all():
+            await self._end_kept(kept)
+        await self._kept.settled()
 
 
 async def _branched(template: BuiltinExec, snapshot_id: object) -> tuple[BuiltinExec, str]:

@@ -20,6 +20,7 @@ import stat
 import struct
 from pathlib import Path
 
+from ...seam.errors import ConfigurationError
 from ..staging import UnsafePath, check_owned
 from .frames import Refused, client_handshake, server_handshake
 from .link import StreamLink
@@ -97,11 +98,11 @@ class UnixListener:
             self.refused += 1
             writer.close()
             return
-        connection = Connection(self.server.handle, reader, writer)
+        connection = Connection(self.server.handle, reader, writer, self.server.drop)
         try:
             await connection.serve()
         finally:
-            await self.server.drop(connection)
+            await self.server.drop(connection)  # again, if serve itself was cancelled
 
     async def close(self) -> None:
         if self._listening is not None:
@@ -164,3 +165,16 @@ class UnixTransport:
 
     def another(self) -> UnixTransport:
         return UnixTransport(self.directory)
+
+    def durable_address(self) -> str:
+        """``unix:DIR``: what a durable session's handle names (``durable.Reconnectable``)."""
+        return f"unix:{self.directory.resolve()}"
+
+    @classmethod
+    def at_address(cls, rest: str) -> UnixTransport:
+        """The transport to the server a handle's ``unix:DIR`` names (its socket and key are
+        proven at the first call, as always)."""
+        if not rest.startswith("/"):
+            raise ConfigurationError(f"session handle: unix:{rest} is not an absolute "
+                                     "directory")
+        return cls(rest)
