@@ -85,6 +85,8 @@ def _apply(root: Path, op: tuple[str, str, object]) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if kind == "write":
             assert isinstance(arg, bytes)
+            if path.exists() and not path.is_file():  # a fifo's open would wait for a reader
+                return
             with open(path, "ab") as out:  # the same inode, a new size
                 out.write(arg)
         elif kind == "rm" and not path.is_dir():
