@@ -28,9 +28,10 @@ from ..support.engines import remove_shared, required_env, shared_dir
 EXAMPLES = all_examples()
 RUN_ELSEWHERE = [e for e in EXAMPLES if e.tag == "python" and e.where.startswith("docs/integrations/")]
 HERE = [e for e in EXAMPLES if e not in RUN_ELSEWHERE]
-MOST_SKIPPED = 17  # keep it small: a skipped example is one that can break unseen (6: docs/ray.md,
+MOST_SKIPPED = 18  # keep it small: a skipped example is one that can break unseen (6: docs/ray.md,
 # three of them run by their own ray-marked tests: test_ray_recipe.py, test_ray_shaped.py; the
-# remote backend over Ray's steps are test_ray_remote.py's)
+# remote backend over Ray's steps are test_ray_remote.py's; docs/sessions.md's durable remote
+# session, whose steps test_remote_durable.py's killed-client case takes over a server process)
 
 # a Python block may await at top level (the fragments inside "async with" of the docs)
 RUNNER = """import ast, asyncio, sys
