@@ -385,3 +385,33 @@ async def test_the_front_ends_know_the_remote_kind(server: ServerProcess, tmp_pa
     assert "remote" not in BACKENDS
     with pytest.raises(BackendUnavailable, match="needs a transport"):
         Toolkit("remote")
+
+
+async def test_a_session_still_ending_is_counted(tmp_path: Path) -> None:
+    """A node's ``sessions`` figure counts a session until its end has returned (stop 53's CI:
+    the Ray test saw the figure fall while the podman container was still being removed)."""
+    from toolseam.backends.remote.server import create_hosted
+
+    ending, release = threading.Event(), threading.Event()
+
+    def hosting(spec: HostedSpec) -> tuple[Any, Any]:
+        backend, _after = create_hosted(spec)
+
+        def after() -> None:  # the hosting's own end: held until the test has looked
+            ending.set()
+            release.wait(patience(10))
+        return backend, after
+
+    server = RemoteServer(str(tmp_path), hosting=hosting)
+    backend = RemoteBackend(transport=LoopbackTransport(server.handle, server.drop),
+                            hosted=HostedSpec(kind="host", options={"workspace": str(tmp_path)}))
+    await backend.open()
+    assert server.sessions == 1
+    closing = asyncio.create_task(backend.close())
+    try:
+        assert await asyncio.to_thread(ending.wait, patience(10))
+        assert server.sessions == 1
+    finally:
+        release.set()
+        await closing
+    assert server.sessions == 0

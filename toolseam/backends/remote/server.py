@@ -64,6 +64,7 @@ class RemoteServer(DurableHosting):
         self.where = "this server"  # for messages; a listener names its place
         self._kept = KeptSessions(self._forget)
         self._sessions: dict[str, HostedSession] = {}
+        self._ending = 0  # sessions out of the table whose end (engine removal) still runs
         self._opening: set[str] = set()
         self._leaving: dict[str, asyncio.Event] = {}
         self._arrivals: dict[str, snapshots.Arrivals] = {}  # snapshots pushed, by session id
@@ -78,8 +79,9 @@ class RemoteServer(DurableHosting):
 
     @property
     def sessions(self) -> int:
-        """How many sessions are open here (no id named: a node's figures)."""
-        return len(self._sessions)
+        """How many sessions are open here or still ending (no id named: a node's figures).
+        One still ending counts: its container may be there until its end returns."""
+        return len(self._sessions) + self._ending
 
     def key_for(self, sid: str) -> bytes | None:
         """An open session's one-way key (``derived_key(secret, SESSION_LABEL)``), for a
@@ -233,10 +235,18 @@ class RemoteServer(DurableHosting):
         error answer), or None."""
         self._sessions.pop(sid, None)
         self._drop_arrivals(sid)
-        await session.end()
+        await self._end(session)
         failure = (session.backend.copy_back_error
                    if isinstance(session.backend, WorkspaceTransfer) else None)
         return None if failure is None else error_answer(failure)
+
+    async def _end(self, session: HostedSession) -> None:
+        """End a session already out of the table, counted in ``sessions`` until it has."""
+        self._ending += 1
+        try:
+            await session.end()
+        finally:
+            self._ending -= 1
 
     async def drop(self, owner: object, ending: bool = False) -> None:
         """The connection ``owner`` ended: close every session it opened (their calls first);
@@ -251,7 +261,7 @@ class RemoteServer(DurableHosting):
                 for task in list(session.calls):
                     task.cancel()
                 with contextlib.suppress(Exception):
-                    await session.end()
+                    await self._end(session)
         for sid, arrivals in list(self._arrivals.items()):
             if arrivals.owner == owner:
                 self._drop_arrivals(sid)
