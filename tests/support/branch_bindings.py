@@ -80,6 +80,11 @@ class SharedBranchBinding:
             setattr(cls, name, None)  # left out (decision 464)
 
     @classmethod
+    def made(cls, host_dir: Path) -> Any:
+        """The backend a branch starts from: the binding's engine (a Ray binding's node)."""
+        return backend(cls.engine, str(host_dir))
+
+    @classmethod
     async def open_branch(cls, host_dir: Path, opened: list[Toolkit]) -> tuple[Toolkit, Snapshot]:
         """The branched session (its toolkits appended to ``opened``, closed at the end) and
         the snapshot every case starts from."""
@@ -117,7 +122,7 @@ class RestoredSession(SharedBranchBinding):
 
     @classmethod
     async def open_branch(cls, host_dir: Path, opened: list[Toolkit]) -> tuple[Toolkit, Snapshot]:
-        tk = Toolkit(backend(cls.engine, str(host_dir)))
+        tk = Toolkit(cls.made(host_dir))
         opened.append(tk)
         await run_or_fail(tk, START_LAYER)
         return tk, await tk.snapshot("start")
@@ -133,7 +138,7 @@ class ForkedChild(SharedBranchBinding):
 
     @classmethod
     async def open_branch(cls, host_dir: Path, opened: list[Toolkit]) -> tuple[Toolkit, Snapshot]:
-        parent = Toolkit(backend(cls.engine, str(host_dir)))
+        parent = Toolkit(cls.made(host_dir))
         opened.append(parent)
         await run_or_fail(parent, f"{START_LAYER} && {WORKSPACE_CHANGES}")
         await run_or_fail(parent, EMPTY_WORKSPACE)
