@@ -24,6 +24,7 @@ from toolseam.seam.capabilities import (
     InteractiveProcesses,
     ResourceUsage,
     SandboxKill,
+    SandboxRootOwner,
     declared_capabilities,
     supports,
 )
@@ -33,7 +34,8 @@ from toolseam.testing.fake import FakeBackend
 from toolseam.testing.hostile import HostileBackend
 
 CAPABILITIES = (Branching, DurableSessions, Egress, EngineShell, ExposedPorts,
-                InteractiveProcesses, ResourceUsage, SandboxKill, WorkspaceTransfer)
+                InteractiveProcesses, ResourceUsage, SandboxKill, SandboxRootOwner,
+                WorkspaceTransfer)
 CLASSES = [*(backend_class(name) for name in KINDS), ComposedBackend, FakeBackend]
 
 
@@ -70,9 +72,9 @@ def test_what_each_backend_declares() -> None:
         "host": agent | {"DurableSessions", "Branching", "SandboxKill", "ResourceUsage",
                          "WorkspaceTransfer"},
         "podman": agent | {"DurableSessions", "Branching", "EngineShell", "SandboxKill",
-                         "ResourceUsage", "WorkspaceTransfer"},
+                         "ResourceUsage", "SandboxRootOwner", "WorkspaceTransfer"},
         "docker": agent | {"DurableSessions", "Branching", "EngineShell", "SandboxKill",
-                         "ResourceUsage", "WorkspaceTransfer"},
+                         "ResourceUsage", "SandboxRootOwner", "WorkspaceTransfer"},
         "ray": {"Egress", "WorkspaceTransfer", "ResourceUsage", "SandboxKill"},
         # the class a name finds declares the kind's one class-level fact (its sessions can
         # outlive their client: from_handle); an instance is of the class made for its hosted

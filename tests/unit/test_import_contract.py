@@ -150,8 +150,6 @@ LAZY_IMPORTS = {
         OPTIONAL_EXTRA.format("podman"),
     ("toolseam.frontends.inspect._cleanup", "toolseam.backends.docker"):
         OPTIONAL_EXTRA.format("docker"),
-    ("toolseam.frontends.inspect._provider", "toolseam.backends.podman"):
-        OPTIONAL_EXTRA.format("podman"),
     ("toolseam.frontends.mcp.server", "toolseam.egress.session"): OPTIONAL_EXTRA.format("egress"),
     ("toolseam.frontends.stdio", "toolseam.egress.session"): OPTIONAL_EXTRA.format("egress"),
     ("toolseam.session.toolkit", "toolseam.egress.session"): OPTIONAL_EXTRA.format("egress"),

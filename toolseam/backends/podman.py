@@ -62,7 +62,7 @@ class PodmanBackend(ContainerBackend):
                  agent_bundles: Mapping[str, str] | None = None,
                  copy_keep_group_write: bool = False, setid_files: SetidFiles = None,
                  provisioning: Pooled | None = None,
-                 lifetime: BackendLifetime = EPHEMERAL) -> None:
+                 lifetime: BackendLifetime = EPHEMERAL, session_id: str | None = None) -> None:
         """``endpoint``: ``unix://…``, ``tcp://host:port`` (podman's API service) or
         ``ssh://[user@]host[:port][/path/to/podman.sock]`` (default ``/run/podman/podman.sock``).
         ``copy_keep_group_write``: copy mode brings group/other write bits home (by default
@@ -71,13 +71,15 @@ class PodmanBackend(ContainerBackend):
         never come home), no in bind mode; "allow" in bind mode only where container root is
         not host root (rootless podman); "refuse" everywhere (docs/security.md, decision 146).
         ``lifetime``: ``Ephemeral`` (default) or ``Durable`` — a session that outlives its
-        client (``seam/lifetime.py``), chosen here, never changed after."""
+        client (``seam/lifetime.py``), chosen here, never changed after. ``session_id``: names
+        the container and its session label (a caller's own session's id, which its cleanup
+        finds it by); None, a fresh one."""
         options = ContainerOptions(
             image=image, hardening=hardening, limits=limits, pull=pull, auth=auth,
             on_pull_progress=on_pull_progress, workspace_mode=workspace_mode,
             copy_limit=copy_limit, agent_bundles=dict(agent_bundles or {}),
             copy_keep_group_write=copy_keep_group_write, setid_files=setid_files,
-            provisioning=provisioning, lifetime=lifetime)
+            provisioning=provisioning, lifetime=lifetime, session_id=session_id)
         super().__init__(podman_engine(endpoint, rootless),
                          "podman-rootless" if rootless else "podman",
                          os.path.abspath(workspace), options)

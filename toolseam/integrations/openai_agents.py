@@ -77,7 +77,12 @@ from ..backends import (
     check_backend_options,
     create_backend,
 )
-from ..seam.capabilities import ExposedPorts, supports, supports_interactive
+from ..seam.capabilities import (
+    ExposedPorts,
+    hand_workspace_to_sandbox,
+    supports,
+    supports_interactive,
+)
 from ..seam.errors import ConfigurationError, ToolseamError
 from ..seam.handle import AttachError, SessionHandle
 from ..session.raw import UnknownUserError, UserUnsupportedError
@@ -508,7 +513,7 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
                 state.host_dir, state.host_dir_owned = made_dir, True
             if pool is not None:
                 # the options describe the pool's engine: whose user a rootless one maps to
-                _give_to_engine_user(create_backend(state.backend, workspace=state.host_dir,
+                hand_workspace_to_sandbox(create_backend(state.backend, workspace=state.host_dir,
                                                     **state.backend_options), state.host_dir)
                 pooled = await pool.backend(state.host_dir)  # a warm sandbox, open
                 try:
@@ -523,7 +528,7 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
                                   confine_to_base_dir=True, settings=state.settings,
                                   env_extra=env, backend_options={**state.backend_options,
                                                                   "workspace": state.host_dir})
-                _give_to_engine_user(toolkit.backend, state.host_dir)
+                hand_workspace_to_sandbox(toolkit.backend, state.host_dir)
         assert toolkit is not None
         await toolkit.open()
         done = await toolkit.sandbox.exec(["mkdir", "-p", state.manifest.root], cwd="/")
@@ -539,18 +544,3 @@ async def _open_sandbox(state: ToolseamSandboxSessionState, pool: Any) -> Toolki
             shutil.rmtree(made_dir, ignore_errors=True)
             state.host_dir, state.host_dir_owned = None, False
         raise
-
-
-def _give_to_engine_user(backend: object, directory: str) -> None:
-    """Rootless podman's container root is the engine's user: the directory the client made
-    (0700, this user's) must be that user's to be reachable inside (bind mode, pooled too)."""
-    engine = getattr(getattr(backend, "sandbox", None), "engine", None)
-    endpoint = str(getattr(engine, "endpoint", "") or "")
-    if not endpoint.startswith("unix://"):
-        return
-    try:
-        owner = os.stat(endpoint.removeprefix("unix://")).st_uid
-    except OSError:
-        return
-    if owner != os.geteuid():
-        os.chown(directory, owner, -1)

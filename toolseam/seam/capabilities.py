@@ -24,6 +24,10 @@ capability (``tests/unit/test_capabilities.py`` checks each declaration against 
 * ``SandboxKill`` — end the sandbox from outside its session, from any thread
   (``toolseam ps --kill``): the container backends, the host backend and Ray's (through its
   node actor).
+* ``SandboxRootOwner`` — the host uid the sandbox's root writes a bind-mounted workspace as,
+  where it is another than this process's (rootless podman's engine user, this process being
+  root): what a front end that makes a workspace directory for a session hands it to (the
+  container backends).
 * ``ResourceUsage`` — what the whole sandbox has used (CPU, memory, processes), measured by
   its engine's cgroup statistics or, on the host, the agent's process tree: the container
   backends, the host backend and Ray's (its node's engine).
@@ -31,6 +35,7 @@ capability (``tests/unit/test_capabilities.py`` checks each declaration against 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -181,6 +186,25 @@ def egress(backend: object) -> Egress:
         return backend  # type: ignore[return-value]
     raise ConfigurationError(f"network 'egress': the {_name(backend)} backend has no agent "
                              "channel to carry it")
+
+
+@runtime_checkable
+class SandboxRootOwner(Protocol):
+    """Whose a bind-mounted workspace must be for the sandbox's root to reach it."""
+
+    def sandbox_root_uid(self) -> int | None:
+        """The host uid the sandbox's root is (a local engine socket's owner: rootless
+        podman's user); None where the engine is not on this machine (it works on a copy)."""
+
+
+def hand_workspace_to_sandbox(backend: object, directory: str) -> None:
+    """A directory this process made for ``backend``'s session (0700, this user's), given to
+    the uid the sandbox's root is where that is another user (rootless podman, run as root):
+    opening it to every local user instead would hand the session's files to all of them.
+    Nothing for a backend without ``SandboxRootOwner`` or whose root is this user."""
+    uid = backend.sandbox_root_uid() if supports(backend, SandboxRootOwner) else None  # type: ignore[attr-defined]
+    if uid is not None and uid != os.geteuid():
+        os.chown(directory, uid, -1)
 
 
 def exposed_ports(backend: object) -> ExposedPorts:

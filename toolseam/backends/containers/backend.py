@@ -23,6 +23,7 @@ from ...seam.capabilities import (
     EngineShell,
     ResourceUsage,
     SandboxKill,
+    SandboxRootOwner,
     SandboxUsage,
     ShellAccess,
 )
@@ -42,10 +43,10 @@ from .engine.sdk import SdkEngine
 from .labels import POOL_LABEL, WORKSPACE
 from .lifetimes.durable import DurableLifetime
 from .lifetimes.ephemeral import EphemeralLifetime
-from .modes.bind import BindMode
+from .modes.bind import BindMode, socket_owner
 from .modes.copy import CopyMode
 from .options import DEFAULT_IMAGE, ContainerOptions
-from .sandbox import ContainerLifetime, ContainerSandbox, WorkspaceMode, WorkspaceModeImpl
+from .sandbox import ContainerLifetime, ContainerSandbox, WorkspaceMode, WorkspaceModeImpl, fresh_session_id
 from .usage import NOT_MEASURED, usage_from_stats
 
 __all__ = ["DEFAULT_IMAGE", "LIFETIMES", "MODES", "ContainerBackend", "resolve_mode"]
@@ -71,7 +72,8 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
     the session (``CouldNotRunError``); it never falls back to the host."""
 
     capabilities: ClassVar[frozenset[type]] = ComposedBackend.capabilities | {
-        DurableSessions, Branching, EngineShell, SandboxKill, ResourceUsage, WorkspaceTransfer}
+        DurableSessions, Branching, EngineShell, SandboxKill, ResourceUsage, SandboxRootOwner,
+        WorkspaceTransfer}
 
     agent_writes_resolv_conf = True  # composed.py: a container's own resolv.conf
 
@@ -92,7 +94,8 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             registry_auth=self.options.auth, on_pull_progress=self.options.on_pull_progress,
             agent_bundles=dict(self.options.agent_bundles),
             awaiting_workspace=pooled is not None,
-            extra_labels={POOL_LABEL: pooled.pool_id} if pooled else {})
+            extra_labels={POOL_LABEL: pooled.pool_id} if pooled else {},
+            session_id=options.session_id or fresh_session_id())
         self.liveness = mode.liveness(self.sandbox)
 
     @property
@@ -117,6 +120,11 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         except CouldNotRunError:
             return NOT_MEASURED
         return usage_from_stats(stats)
+
+    def sandbox_root_uid(self) -> int | None:
+        """``seam.capabilities.SandboxRootOwner``: the engine socket's owner, where the engine
+        is on this machine (rootless podman maps the container's root to it)."""
+        return socket_owner(self.sandbox.engine.endpoint)
 
     def kill_sandbox(self) -> None:
         """``seam.capabilities.SandboxKill``: the engine removes the container (its pid

@@ -4,6 +4,7 @@ when it is made, and read — never re-checked — by everything after."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,6 +25,7 @@ DEFAULT_IMAGE = "docker.io/library/debian:bookworm-slim"
 # default — allowed in copy mode (the copy-back strips the bits), refused in bind mode.
 SetidFiles = Literal["refuse", "allow"] | None
 SETID_FILES = ("refuse", "allow", None)
+SESSION_ID = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")  # a part of container and volume names
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class ContainerOptions:
     setid_files: SetidFiles = None  # commands making set-id files (decision 146)
     provisioning: Pooled | None = None  # None: fresh, the workspace there at the start
     lifetime: BackendLifetime = EPHEMERAL  # how long the sandbox lives (seam/lifetime.py)
+    session_id: str | None = None  # the container's name and label; None: a fresh one
 
     def __post_init__(self) -> None:
         if self.pull not in PULL_POLICIES:
@@ -71,6 +74,10 @@ class ContainerOptions:
             raise ConfigurationError("orphan_timeout_s: a pool's sandbox is started as an "
                                      "ordinary one, before any session; a session that "
                                      "outlives its client starts its own")
+        if self.session_id is not None and not SESSION_ID.fullmatch(self.session_id):
+            raise ConfigurationError("session_id names a container: 1-64 of a-z, 0-9, '_', "
+                                     f"'.', '-', starting with a letter or digit, got "
+                                     f"{self.session_id!r}")
         if self.copy_limit is not None and self.copy_limit <= 0:
             raise ConfigurationError(
                 f"copy_limit must be a positive number of bytes, got {self.copy_limit}")

@@ -148,6 +148,11 @@ class WorkspaceModeImpl(Protocol):
     async def keep_state(self, sandbox: ContainerSandbox) -> None: ...  # what a later close needs
 
 
+def fresh_session_id() -> str:
+    """A container session's id: part of its container's and volumes' names."""
+    return uuid.uuid4().hex[:12]
+
+
 @dataclass
 class ContainerSandbox:
     """The lifecycle both modes share: engine checks, image, bundle, the container's spec,
@@ -161,7 +166,7 @@ class ContainerSandbox:
     environment: dict[str, str]
     mode: WorkspaceModeImpl
     lifetime: ContainerLifetime
-    session_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    session_id: str = field(default_factory=fresh_session_id)
     container: str | None = None
     channel: AgentChannel | None = None
     enforce_limits: bool = False  # the host set limits: refuse a sandbox the engine left unlimited

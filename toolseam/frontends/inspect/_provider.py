@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -46,7 +45,7 @@ from ...backends import backend_for, backend_kind
 from ...backends.containers.engine.attach import TlsFiles
 from ...backends.containers.engine.protocol import Hardening
 from ...policy.settings import Settings, describe_validation_error, parse_settings
-from ...seam.capabilities import EngineShell, supports
+from ...seam.capabilities import EngineShell, hand_workspace_to_sandbox, supports
 from ...seam.errors import ConfigurationError, CouldNotRunError
 from ...session.lifetime import lifetime_for
 from ...session.raw import FileLimitError, UnknownUserError, UserUnsupportedError
@@ -95,9 +94,11 @@ def session_settings(config: ToolseamSandboxConfig) -> Settings:
     return parse_settings(data, "toolseam sandbox config: settings")
 
 
-def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, Any]:
+def backend_options(config: ToolseamSandboxConfig, workspace: str,
+                    session: str | None = None) -> dict[str, Any]:
     """The backend's options; a container's workspace is the sample's own dir (bind-mounted
-    or copied), never the current directory."""
+    or copied), never the current directory, and its name the sample's ``session`` (what
+    ``cli_cleanup`` finds it by)."""
     kind = backend_kind(config.backend)
     if not kind.contained:
         refused = [name for name in ("image", "endpoint", "tls_cert_path")
@@ -112,6 +113,8 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
         return {}
     options: dict[str, Any] = {"workspace_mode": config.workspace_mode, "workspace": workspace,
                                "hardening": Hardening(read_only_root=config.read_only_root)}
+    if session is not None:
+        options["session_id"] = session
     if config.image is not None:
         options["image"] = config.image
     if config.endpoint is not None:
@@ -125,24 +128,6 @@ def backend_options(config: ToolseamSandboxConfig, workspace: str) -> dict[str, 
             raise ConfigurationError("toolseam sandbox config: rootless is a podman option")
         options["rootless"] = True
     return options
-
-
-def _give_to_engine_user(workspace: str, config: ToolseamSandboxConfig) -> None:
-    """A rootless engine's container root is the engine user's uid on this machine: root
-    running the eval hands it the (0700) workspace — the owner of the engine's socket — rather
-    than opening the directory to every local user. Run as that user, it is already theirs."""
-    if not (config.rootless and os.geteuid() == 0):  # rootless: podman's alone (backend_options)
-        return
-    from ...backends.podman import default_endpoint
-
-    url = config.endpoint or os.environ.get("TOOLSEAM_PODMAN_ROOTLESS_URL") or default_endpoint(True)
-    if not url.startswith("unix://"):
-        return  # an engine elsewhere works on a copy of the workspace
-    try:
-        owner = os.stat(url.removeprefix("unix://"))
-    except OSError:
-        return  # opening the session will say the engine is not there
-    os.chown(workspace, owner.st_uid, owner.st_gid)
 
 
 @sandboxenv(name="toolseam")
@@ -185,16 +170,13 @@ class ToolseamSandboxEnvironment(SandboxEnvironment):
         session = _cleanup.new_session()
         workspace = tempfile.mkdtemp(prefix=f"{WORKSPACE_PREFIX}{session}-",
                                      dir=chosen.workspace_parent)
-        _give_to_engine_user(workspace, chosen)
         try:
             # the settings' lifetime (orphan_timeout_s: durable) is the backend's, chosen
             # when it is built (seam/lifetime.py)
             backend = backend_for(chosen.backend, workspace, settings.limits,
-                                  backend_options(chosen, workspace), settings.pull,
+                                  backend_options(chosen, workspace, session), settings.pull,
                                   lifetime_for(settings).backend_lifetime)
-            sandbox = getattr(backend, "sandbox", None)
-            if sandbox is not None:  # the container's name and label: cli_cleanup finds it
-                sandbox.session_id = session
+            hand_workspace_to_sandbox(backend, workspace)  # a rootless engine's root: its user
             toolkit = Toolkit(backend, base_dir=None if backend_kind(chosen.backend).contained else workspace,
                               settings=settings, tools={"bash": False}, session_id=session)
             try:
