@@ -9,32 +9,32 @@ cases included; a pool made to copy skips the same cases as copy mode everywhere
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
-
-import pytest_asyncio
 
 from toolseam import SandboxPool
 from toolseam.backends.containers.backend import ContainerBackend
 from toolseam.testing.contract import Sandbox
 
 from ..support.contract_bindings import ContainerBinding, CopyModeBinding, pool_factory
+from ..support.shared_cases import SharedParameterSandbox
 
 
-class _Pooled:
-    """Mixed in before a container binding, whose ``host_root`` and ``engine`` it uses."""
+class _Pooled(SharedParameterSandbox):
+    """Mixed in before a container binding, whose ``host_root`` and ``engine`` it uses; the
+    rows of a read-only table share a sandbox (``support/shared_cases.py``)."""
 
     engine = ""
     pool_options: dict[str, Any] = {}
-    host_root: Any
 
-    @pytest_asyncio.fixture
-    async def sandbox(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
+    @contextlib.asynccontextmanager
+    async def opened(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
         host_dir = self.host_root(tmp_path) / "ws"
         host_dir.mkdir(parents=True)
         host_dir.chmod(0o777)  # a rootless sandbox maps to another uid
-        # one sandbox per test, as the unpooled suite: started before the workspace exists
+        # one sandbox per case, as the unpooled suite: started before the workspace exists
         async with SandboxPool(pool_factory(self.engine), size=1, refill=False,
                                **self.pool_options) as pool:
             await pool.wait_full()
