@@ -14,6 +14,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+import pytest_asyncio
+
 from toolseam import SandboxPool
 from toolseam.backends.containers.backend import ContainerBackend
 from toolseam.testing.contract import Sandbox
@@ -28,6 +31,19 @@ class _Pooled(SharedParameterSandbox):
 
     engine = ""
     pool_options: dict[str, Any] = {}
+    pool: SandboxPool
+
+    @pytest_asyncio.fixture(scope="class", loop_scope="class")
+    @classmethod
+    async def _class_pool(cls) -> AsyncIterator[SandboxPool]:
+        """One pool of one sandbox per class, refilled as a user's is: it starts the next
+        case's sandbox while a case runs (a pool per case cost each case a cold start)."""
+        async with SandboxPool(pool_factory(cls.engine), size=1, **cls.pool_options) as pool:
+            yield pool
+
+    @pytest.fixture(autouse=True)
+    def _pooled_from(self, _class_pool: SandboxPool) -> None:
+        self.pool = _class_pool
 
     @contextlib.asynccontextmanager
     async def opened(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
@@ -35,14 +51,12 @@ class _Pooled(SharedParameterSandbox):
         host_dir.mkdir(parents=True)
         host_dir.chmod(0o777)  # a rootless sandbox maps to another uid
         # one sandbox per case, as the unpooled suite: started before the workspace exists
-        async with SandboxPool(pool_factory(self.engine), size=1, refill=False,
-                               **self.pool_options) as pool:
-            await pool.wait_full()
-            pooled: ContainerBackend = await pool.backend(host_dir)
-            try:
-                yield Sandbox(pooled, "/workspace", host_dir)
-            finally:
-                await pooled.close()
+        await self.pool.wait_full()
+        pooled: ContainerBackend = await self.pool.backend(host_dir)
+        try:
+            yield Sandbox(pooled, "/workspace", host_dir)
+        finally:
+            await pooled.close()
 
 
 class TestPooledPodman(_Pooled, ContainerBinding):
