@@ -1,4 +1,5 @@
-"""Podman (rootful and rootless) and docker, against the same contract suite as the host."""
+"""Podman (rootful and rootless) and docker, against the same contract suite as the host (the
+rows of a read-only table share a sandbox: ``support/shared_cases.py``)."""
 
 from __future__ import annotations
 
@@ -8,17 +9,18 @@ from toolseam.testing.contract import (
 )
 
 from ..support.contract_bindings import HOST_FILESYSTEM_CASES, ContainerBinding, CopyModeBinding
+from ..support.shared_cases import SharedParameterSandbox
 
 
-class TestPodman(ContainerBinding):
+class TestPodman(SharedParameterSandbox, ContainerBinding):
     engine = "podman"
 
 
-class TestPodmanRootless(ContainerBinding):
+class TestPodmanRootless(SharedParameterSandbox, ContainerBinding):
     engine = "podman-rootless"
 
 
-class TestDocker(ContainerBinding):
+class TestDocker(SharedParameterSandbox, ContainerBinding):
     engine = "docker"
 
 
@@ -29,11 +31,11 @@ class TestDocker(ContainerBinding):
 HOST_DIR_CONTRACT = "HostDirContract (symlinks, FIFOs and modes made in the host dir during the session)"
 
 
-class TestPodmanRemote(CopyModeBinding):
+class TestPodmanRemote(SharedParameterSandbox, CopyModeBinding):
     engine = "podman-remote"
 
 
-class TestDockerRemote(CopyModeBinding):
+class TestDockerRemote(SharedParameterSandbox, CopyModeBinding):
     engine = "docker-remote"
 
 

@@ -38,6 +38,7 @@ from ..support.processes import host_survivors
 from ..support.ray_cluster import RAY_TESTS, resource
 from ..support.ray_contract import RayBinding
 from ..support.remote_server import ServerProcess, remote_server
+from ..support.shared_cases import SharedParameterSandbox
 
 
 def _lifetime() -> Durable:
@@ -91,19 +92,19 @@ class TestDurableRemoteHost(ExecContract, JobContract):
         return host_survivors(marker)
 
 
-class TestDurablePodman(_Durable, ContainerBinding):
+class TestDurablePodman(_Durable, SharedParameterSandbox, ContainerBinding):
     engine = "podman"
 
 
-class TestDurablePodmanRootless(_Durable, ContainerBinding):
+class TestDurablePodmanRootless(_Durable, SharedParameterSandbox, ContainerBinding):
     engine = "podman-rootless"
 
 
-class TestDurableDocker(_Durable, ContainerBinding):
+class TestDurableDocker(_Durable, SharedParameterSandbox, ContainerBinding):
     engine = "docker"
 
 
-class TestDurablePodmanRemote(_Durable, CopyModeBinding):
+class TestDurablePodmanRemote(_Durable, SharedParameterSandbox, CopyModeBinding):
     engine = "podman-remote"
 
 
