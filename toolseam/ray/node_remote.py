@@ -75,7 +75,8 @@ class NodeRemote:
                 self._leases.pop(owner, None)
                 await self._drop_owner(owner)
 
-    def _hosted(self, spec: HostedSpec) -> tuple[BuiltinExec, Callable[[], None]]:
+    def _hosted(self, spec: HostedSpec, copied: str | None) -> tuple[BuiltinExec,
+                                                                      Callable[[], None]]:
         kind = self.config.kind.name
         if spec.kind != kind:
             raise ConfigurationError(f"{self.where} runs {kind} sandboxes, not {spec.kind}")
@@ -89,8 +90,9 @@ class NodeRemote:
         limits = spec.options.get("limits")
         root = session_root(own_workdir(self.config.workdir), os.urandom(8).hex())
         try:
-            workspace = os.path.join(root, WORKSPACE_DIR)
-            os.mkdir(workspace, 0o755)
+            workspace = copied or os.path.join(root, WORKSPACE_DIR)  # the caller's copy, or new
+            if copied is None:
+                os.mkdir(workspace, 0o755)
             backend = self.config.make(
                 workspace, image if isinstance(image, str) else None,
                 SandboxLimits.model_validate(limits) if limits is not None else None,

@@ -45,9 +45,11 @@ from ...seam.lifetime import EPHEMERAL, BackendLifetime, Durable, Ephemeral
 from ...seam.models import SandboxInfo
 from .. import backend_class, backend_kind
 from ..agentlink.errors import map_seam_error
+from ..containers.workspace_sync.policy import DEFAULT_COPY_LIMIT
+from ..containers.workspace_sync.tar_sync import WorkspaceCopy
 from ..snapshots import Restored, Snapshot
 from ..snapshots.capture import Known
-from . import ops, snapshots, workspace
+from . import copied, ops, snapshots, workspace
 from .durable import RemoteDurability, transport_at, wire_secret
 from .egress import ClientEgress
 from .spec import HostedSpec
@@ -63,7 +65,8 @@ class RemoteBackend(RemoteDurability):
     name = "remote"
 
     def __new__(cls, *, transport: Transport, hosted: HostedSpec, branch: str | None = None,
-                lifetime: BackendLifetime = EPHEMERAL) -> RemoteBackend:
+                lifetime: BackendLifetime = EPHEMERAL, workspace: str | None = None,
+                copy_limit: int | None = None) -> RemoteBackend:
         if cls is RemoteBackend:  # the class with the hosted kind's capabilities, chosen once
             cls = remote_class(ops.declared_capabilities(backend_class(hosted.kind)))
         return super().__new__(cls)
@@ -75,9 +78,13 @@ class RemoteBackend(RemoteDurability):
     capability_names: frozenset[str] = frozenset()  # an instance's, as the wire names them
 
     def __init__(self, *, transport: Transport, hosted: HostedSpec, branch: str | None = None,
-                 lifetime: BackendLifetime = EPHEMERAL) -> None:
+                 lifetime: BackendLifetime = EPHEMERAL, workspace: str | None = None,
+                 copy_limit: int | None = None) -> None:
         """``branch``: a snapshot id of this user's store the session opens from (a fork's
-        child, made by ``branch_backend``)."""
+        child, made by ``branch_backend``). ``workspace``: a directory of this machine copied
+        to the server at open, the hosted backend's workspace there, and brought home at
+        ``sync`` and ``close`` by the copy-back rule (``copied.py``; ``copy_limit`` bytes at
+        most either way)."""
         if not isinstance(lifetime, Ephemeral | Durable):
             raise ConfigurationError("remote backend: lifetime must be toolseam.seam.lifetime's "
                                      f"Ephemeral() or Durable(...), got {type(lifetime).__name__}")
@@ -88,6 +95,15 @@ class RemoteBackend(RemoteDurability):
         if durable and branch is not None:
             raise ConfigurationError("remote backend: a fork's child ends with its client; "
                                      "it cannot be built durable")
+        if workspace is not None and (durable or branch is not None):
+            raise ConfigurationError("remote backend: workspace= is copied home by this client; "
+                                     "a durable session or a fork's child keeps its files on "
+                                     "the server (upload and download them)")
+        if workspace is not None and "workspace" in hosted.options:
+            raise ConfigurationError("remote backend: workspace= is this machine's directory, "
+                                     "copied there; the hosted options name none")
+        self._copy = (None if workspace is None else
+                      WorkspaceCopy(workspace, copy_limit or DEFAULT_COPY_LIMIT))
         self.transport, self.hosted, self.branch = transport, hosted, branch
         self._lifetime = lifetime
         adopt = lifetime.adopt if isinstance(lifetime, Durable) else None
@@ -123,6 +139,8 @@ class RemoteBackend(RemoteDurability):
                 if self.branch is not None:  # the snapshot first, then the open from it
                     await snapshots.push(self._send, self.branch)
                     opening["branch"] = self.branch
+                if self._copy is not None:  # the base dir, and the copy-back's baseline
+                    opening["workspace"] = await asyncio.to_thread(copied.packed, self._copy)
                 info, held, *durable = await self._opened(opening)
                 if frozenset(held) != self.capability_names:
                     await self.close()
@@ -173,8 +191,14 @@ class RemoteBackend(RemoteDurability):
             raise
 
     async def close(self) -> None:
-        """End the session on the server (its jobs killed, its sandbox down). Idempotent;
-        never raises: what the hosted backend could not bring home is ``copy_back_error``."""
+        """End the session on the server (its jobs killed, its sandbox down; a copied
+        workspace brought home). Idempotent; never raises: what could not be brought home is
+        ``copy_back_error``."""
+        await self._end_session("close")
+
+    async def _end_session(self, request: str) -> None:
+        """This client's part ends by ``request`` (``close``, or a durable ``detach``): its
+        egress, the request when the server can still answer it, then the transport."""
         if self._closed:
             return
         self._closed = True
@@ -182,16 +206,27 @@ class RemoteBackend(RemoteDurability):
             if self._egress is not None:
                 await self._egress.close()
             if self._info is not None and self._over is None:
-                failure = await self._send("close", {})
-                if isinstance(failure, dict):
-                    found = map_seam_error(failure)
-                    self._copy_back_error = (found if isinstance(found, CouldNotRunError) else
-                                             CouldNotRunError(str(found), retryable=False,
-                                                              cause="copy_back_failed"))
-        except Exception:  # noqa: BLE001 - close never raises; the server ends it anyway
-            pass
+                self._ended(await self._send(request, {}))
+        except CouldNotRunError as failure:  # a copy that could not come home
+            if request == "close" and self._copy is not None:
+                self._copy_back_error = _as_copy_back(failure)
+            elif request != "close":
+                raise
+        except Exception:
+            if request != "close":
+                raise
         finally:
-            await self.transport.close()
+            await self.transport.close()  # the server ends (or detaches) it at this end anyway
+
+    def _ended(self, answer: Any) -> None:
+        """What ``close`` answered: the hosted backend's copy-back failure, or the copied
+        workspace to bring home (applied here by the copy-back rule)."""
+        if not (isinstance(answer, tuple | list) and len(answer) == 2):
+            return
+        if answer[0] == "failed" and isinstance(answer[1], dict):
+            self._copy_back_error = _as_copy_back(map_seam_error(answer[1]))
+        elif answer[0] == "workspace" and self._copy is not None:
+            copied.applied(self._copy, answer[1], self.transport.where)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -238,6 +273,10 @@ class RemoteBackend(RemoteDurability):
         self._check_open()
         if self._info is None:
             await self.open()
+        if op.name == "sync" and self._copy is not None:  # the server's copy, brought home
+            archive = await self._send("sync", {})
+            return await asyncio.to_thread(copied.applied, self._copy, archive,
+                                           self.transport.where)
         if op.shape == "stream":
             on_output = arguments.pop("on_output", None)
             wanted = on_output is not None and getattr(arguments.get("request"), "stream", False)
@@ -264,6 +303,11 @@ class RemoteBackend(RemoteDurability):
             done = await self._send(op.name, arguments)
             return Restored(int(done["written"]), int(done["removed"]), Known())
         return await self._send(op.name, arguments)
+
+
+def _as_copy_back(found: Exception) -> CouldNotRunError:
+    return (found if isinstance(found, CouldNotRunError) else
+            CouldNotRunError(str(found), retryable=False, cause="copy_back_failed"))
 
 
 def _usage(figures: Any) -> SandboxUsage:

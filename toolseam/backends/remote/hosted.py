@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...seam.capabilities import durable_sessions
-from ...seam.errors import HostError
+from ...seam.errors import ConfigurationError, HostError
 from ...seam.handle import AttachError, SessionHandle
 from ...seam.lifetime import Durable
 from ...seam.protocol import BuiltinExec
 from .. import backend_for_handle, create_backend
 from ..agentlink.errors import error_answer
 from ..snapshots import remove_branch_workspace
+from . import copied
 from .durable import KEPT_PARTS
 from .egress import ServerEgress
 from .spec import HostedSpec
@@ -26,16 +27,24 @@ SESSION_LABEL = b"toolseam remote session key v1"
 # What a spec becomes on this server, and what to do once its session ended (a Ray node makes
 # its own engine's backend in a directory of its own, which goes with the session).
 # A durable session's spec carries its lifetime in ``options["lifetime"]`` (put there by this
-# server, never by a client). An attach builds the backend from the hosted session's handle.
-Hosting = Callable[[HostedSpec], tuple[BuiltinExec, Callable[[], None] | None]]
+# server, never by a client). The second argument: a directory of this server's holding the
+# caller's workspace (``copied.py``), the backend's workspace — None: the hosting's own. An
+# attach builds the backend from the hosted session's handle.
+Hosting = Callable[[HostedSpec, str | None], tuple[BuiltinExec, Callable[[], None] | None]]
 Adopting = Callable[[SessionHandle], BuiltinExec]
 # the requests of a durable session's lifetime besides open and close (ops.py)
 LIFETIME_OPS = frozenset({"detach", "keep_state", "keep_backend_state"})
 
 
-def create_hosted(spec: HostedSpec) -> tuple[BuiltinExec, None]:
-    """The default hosting: the name table's backend of that kind and options."""
-    return create_backend(spec.kind, **spec.options), None
+def create_hosted(spec: HostedSpec, workspace: str | None = None) -> tuple[BuiltinExec, None]:
+    """The default hosting: the name table's backend of that kind and options (on the
+    caller's copied ``workspace`` when there is one)."""
+    if workspace is None:
+        return create_backend(spec.kind, **spec.options), None
+    if "workspace" in spec.options:
+        raise ConfigurationError("hosted: a session whose workspace is the caller's copy "
+                                 "names no workspace option of the server's")
+    return create_backend(spec.kind, workspace=workspace, **spec.options), None
 
 
 @dataclass
@@ -51,16 +60,24 @@ class HostedSession:
     after: Callable[[], None] | None = None  # the hosting's own end of it
     kept: SessionHandle | None = None  # durable: the hosted session's handle
     orphan_timeout_s: float = 0.0
+    copied: str | None = None  # the caller's workspace, copied here (copied.py)
 
-    async def end(self) -> None:
+    async def end(self, bring_back: bool = False) -> bytes | None:
+        """Close the hosted backend and remove what the session had here; ``bring_back``: the
+        copied workspace as it is after that close (None when nothing was copied)."""
         self.egress.close()
         try:
             await self.backend.close()
+            if bring_back and self.copied is not None:
+                return await copied.brought_back(self.copied)
+            return None
         finally:
             if self.branch_workspace is not None:
                 await asyncio.to_thread(remove_branch_workspace, self.branch_workspace)
             if self.after is not None:
                 await asyncio.to_thread(self.after)
+            if self.copied is not None:
+                await asyncio.to_thread(copied.removed, self.copied)
 
     async def leave(self) -> None:
         """Detach (durable): the hosted session goes on, its orphan timeout running."""

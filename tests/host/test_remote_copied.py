@@ -1,0 +1,93 @@
+"""The caller's workspace copied to a remote server and back (``RemoteBackend(workspace=…)``,
+``backends/remote/copied.py``): the base dir reaches the hosted backend at open, ``sync`` and
+``close`` bring the sandbox's work home by the copy-back rule (a change made on both sides
+kept as a conflict copy, never overwritten), and the server keeps nothing of it after the
+session. A real server process on a unix socket; the host backend hosted there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from toolseam.backends.remote import HostedSpec, RemoteBackend, UnixTransport
+from toolseam.seam.errors import ConfigurationError
+from toolseam.seam.lifetime import Durable
+from toolseam.seam.models import PathRef
+
+from ..support.remote_server import ServerProcess, remote_server
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ServerProcess]:
+    with remote_server() as running:
+        yield running
+
+
+def _copied(server: ServerProcess, base: Path) -> RemoteBackend:
+    return RemoteBackend(transport=UnixTransport(server.directory), hosted=HostedSpec(kind="host"),
+                         workspace=str(base))
+
+
+async def test_the_workspace_goes_there_and_comes_home(server: ServerProcess,
+                                                       tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    (base / "src").mkdir(parents=True)
+    (base / "src" / "a.py").write_text("one\n")
+    (base / "both.txt").write_text("original\n")
+    (base / "gone.txt").write_text("to delete\n")
+    backend = _copied(server, base)
+    try:
+        info = await backend.open()
+        there = Path(info.workspace)
+        assert there != base and (there / "src" / "a.py").read_text() == "one\n"
+        assert "copied-" in str(there)  # a private directory of the server's spool
+        await backend.write(PathRef(base=str(there), path="src/a.py"), b"two\n")
+        await backend.write(PathRef(base=str(there), path="new.txt"), b"made there\n")
+        report = await backend.sync()
+        assert (base / "src" / "a.py").read_text() == "two\n"
+        assert (base / "new.txt").read_text() == "made there\n"
+        assert report.changed
+        # changed on both sides since the last sync: the base dir's stays, theirs beside it
+        (base / "both.txt").write_text("here\n")
+        await backend.write(PathRef(base=str(there), path="both.txt"), b"there\n")
+        os.remove(there / "gone.txt")
+    finally:
+        await backend.close()
+    assert backend.copy_back_error is None
+    assert (base / "both.txt").read_text() == "here\n"
+    conflicts = [p for p in os.listdir(base) if p.startswith("both.txt.toolseam-conflict")]
+    assert conflicts and (base / conflicts[0]).read_text() == "there\n"
+    assert not (base / "gone.txt").exists()
+    assert not there.exists()  # the server's copy went with the session
+
+
+async def test_a_copied_workspace_is_refused_where_nobody_brings_it_home(
+        server: ServerProcess, tmp_path: Path) -> None:
+    transport = UnixTransport(server.directory)
+    with pytest.raises(ConfigurationError, match="durable session"):
+        RemoteBackend(transport=transport, hosted=HostedSpec(kind="host"),
+                      workspace=str(tmp_path), lifetime=Durable(orphan_timeout_s=5))
+    with pytest.raises(ConfigurationError, match="hosted options name none"):
+        RemoteBackend(transport=transport, hosted=HostedSpec(
+            kind="host", options={"workspace": str(tmp_path)}), workspace=str(tmp_path))
+    await transport.close()
+
+
+async def test_a_link_in_the_copy_is_not_followed_home(server: ServerProcess,
+                                                       tmp_path: Path) -> None:
+    """A symlink the sandbox makes crosses as a link: nothing it points to is read or
+    written on either side."""
+    base, outside = tmp_path / "base", tmp_path / "outside.txt"
+    base.mkdir()
+    outside.write_text("mine\n")
+    backend = _copied(server, base)
+    try:
+        info = await backend.open()
+        os.symlink(str(outside), Path(info.workspace) / "escape")
+        await backend.sync()
+    finally:
+        await backend.close()
+    assert (base / "escape").is_symlink() and outside.read_text() == "mine\n"
