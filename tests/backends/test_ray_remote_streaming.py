@@ -121,7 +121,7 @@ async def test_another_job_cannot_stream_a_session_it_was_not_handed(
                    (spawn(f"echo {marker} > stolen.txt; echo leaked", stream=True),), {})
         for step in ("begin", "next", "cancel"):
             events, answer = loads(await actor.remote_live.remote(
-                dumps((step, "s1", sid, "guessed", request)), "intruder", 60.0))
+                dumps((step, "s1", sid, "guessed", request, None)), "intruder", 60.0))
             assert events == [] and answer[0] == "err", (step, answer)
             assert f"no session {sid[:8]}" in answer[1]["message"], answer
         # nothing ran: the holder's own session has no such file

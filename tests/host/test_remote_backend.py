@@ -267,8 +267,8 @@ async def test_capabilities_forward_through_the_loopback(tmp_path: Path) -> None
             seen += out.data
             assert not out.exited or b"got it" in seen, seen
         answer = await backend.transport.call((backend.session_id, backend._secret,
-                                               "kill_sandbox", (), {}))  # the host's, not a row
-        assert answer[1]["message"] == "'kill_sandbox' is not a seam operation"
+                                               "durable_handle", (), {}))  # the host's, not a row
+        assert answer[1]["message"] == "'durable_handle' is not a seam operation"
     finally:
         await backend.close()
     assert backend.copy_back_error is None

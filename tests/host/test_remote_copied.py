@@ -6,16 +6,23 @@ session. A real server process on a unix socket; the host backend hosted there."
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from toolseam.backends.remote import HostedSpec, RemoteBackend, UnixTransport
-from toolseam.seam.errors import ConfigurationError
+from toolseam.backends.remote import (
+    HostedSpec,
+    LoopbackTransport,
+    RemoteBackend,
+    RemoteServer,
+    UnixTransport,
+)
+from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 from toolseam.seam.lifetime import Durable
-from toolseam.seam.models import PathRef
+from toolseam.seam.models import PathRef, SpawnRequest
 
 from ..support.remote_server import ServerProcess, remote_server
 
@@ -91,3 +98,45 @@ async def test_a_link_in_the_copy_is_not_followed_home(server: ServerProcess,
     finally:
         await backend.close()
     assert (base / "escape").is_symlink() and outside.read_text() == "mine\n"
+
+
+async def test_an_operator_lists_the_sessions_and_ends_one(
+        tmp_path: Path) -> None:
+    """``RemoteServer.rows`` (``toolseam ps --ray``'s rows of a node's remote sessions): each
+    open session with its kind and calls, never its secret; one is ended from outside by its
+    backend's ``kill_sandbox`` (its client's next call fails), and a session not there is
+    False."""
+    server = RemoteServer(str(tmp_path))
+    backend = RemoteBackend(transport=LoopbackTransport(server.handle, server.drop),
+                            hosted=HostedSpec(kind="host"), workspace=str(tmp_path))
+    try:
+        info = await backend.open()
+        await backend.stat(PathRef(base=info.workspace, path="."))
+        (row,) = await server.rows()
+        assert (row["id"], row["backend"], row["calls"], row["durable"]) == (
+            backend.session_id, "host", 1, False)
+        assert backend._secret not in repr(row)
+        assert await server.kill_from_outside(backend.session_id) is True
+        assert (await server.rows())[0]["cpu_seconds"] is None  # killed: no figures
+        assert await server.kill_from_outside("no-such-session") is False
+    finally:
+        await backend.close()
+    assert await server.rows() == []
+
+
+async def test_kill_sandbox_from_another_thread_ends_it_on_the_server(
+        server: ServerProcess, tmp_path: Path) -> None:
+    """``SandboxKill`` through the remote backend (``toolseam ps --kill`` calls it from its
+    own thread): sent on a connection of its own, it ends the hosted sandbox — its command
+    with it — while the session's loop is busy elsewhere."""
+    backend = _copied(server, tmp_path)
+    try:
+        info = await backend.open()
+        await backend.start(SpawnRequest(job="j", argv=["/bin/sleep", "60"], cwd=info.workspace,
+                                         env={"PATH": "/usr/bin:/bin"}, wait_ms=0))
+        await asyncio.to_thread(backend.kill_sandbox)
+        with pytest.raises(CouldNotRunError) as ended:
+            await backend.wait("j", 100)
+        assert ended.value.cause == "sandbox_lost"
+    finally:
+        await backend.close()

@@ -213,13 +213,13 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
         """A seam call of session ``sid``, whose holder proved its key (a Ray call's secret
         checked by ``call``, a direct connection's proofs by direct.py); ``trace``: the
         caller's span's context, when it traces (a ``TraceContext`` the codec validated)."""
+        if method == REMOTE:  # a remote session's request, spanned by its op (node_remote.py)
+            return await self.remote_direct(sid, args, trace)
+        if method == REMOTE_LIVE:  # a step of a remote session's streamed request
+            return await self.remote_live_direct(sid, args, trace)
         return await self.telemetry.answer(trace, method, sid, self._call_held(sid, method, args))
 
     async def _call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
-        if method == REMOTE:  # a remote session's request (node_remote.py)
-            return await self.remote_direct(sid, args)
-        if method == REMOTE_LIVE:  # a step of a remote session's streamed request
-            return await self.remote_live_direct(sid, args)
         if method in SHAPED_DIRECT:  # a Ray-shaped sandbox's call on the direct port
             key = self._key_for(sid)
             if key is None:

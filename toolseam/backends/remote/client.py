@@ -43,17 +43,19 @@ from ...seam.errors import (
 from ...seam.handle import AttachError, SessionHandle
 from ...seam.lifetime import EPHEMERAL, BackendLifetime, Durable, Ephemeral
 from ...seam.models import SandboxInfo
-from .. import backend_class, backend_kind
+from .. import BACKEND_NAMES, backend_class, backend_kind
 from ..agentlink.errors import map_seam_error
 from ..containers.workspace_sync.policy import DEFAULT_COPY_LIMIT
 from ..containers.workspace_sync.tar_sync import WorkspaceCopy
 from ..snapshots import Restored, Snapshot
 from ..snapshots.capture import Known
 from . import copied, ops, snapshots, workspace
-from .durable import RemoteDurability, transport_at, wire_secret
+from .durable import Reconnectable, RemoteDurability, transport_at, wire_secret
 from .egress import ClientEgress
-from .spec import HostedSpec
-from .transport import OnEvent, Transport, TransportLost
+from .spec import PLACED, HostedSpec
+from .transport import OnEvent, Request, Transport, TransportLost
+
+KILL_WAIT_S = 30.0  # toolseam ps --kill: an engine removing a container can take a while
 
 
 class RemoteBackend(RemoteDurability):
@@ -68,7 +70,7 @@ class RemoteBackend(RemoteDurability):
                 lifetime: BackendLifetime = EPHEMERAL, workspace: str | None = None,
                 copy_limit: int | None = None) -> RemoteBackend:
         if cls is RemoteBackend:  # the class with the hosted kind's capabilities, chosen once
-            cls = remote_class(ops.declared_capabilities(backend_class(hosted.kind)))
+            cls = remote_class(expected_capabilities(hosted.kind))
         return super().__new__(cls)
 
     # seam.capabilities: what supports() reads. The class a name finds declares the kind's
@@ -119,6 +121,7 @@ class RemoteBackend(RemoteDurability):
         self._over: CouldNotRunError | None = None
         self._copy_back_error: CouldNotRunError | None = None
         self._egress: ClientEgress | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         network = hosted.options.get("network")  # what the toolkit checks its settings against
         self.network = network if isinstance(network, str) else None
 
@@ -142,13 +145,18 @@ class RemoteBackend(RemoteDurability):
                 if self._copy is not None:  # the base dir, and the copy-back's baseline
                     opening["workspace"] = await asyncio.to_thread(copied.packed, self._copy)
                 info, held, *durable = await self._opened(opening)
-                if frozenset(held) != self.capability_names:
+                missing = self.capability_names - frozenset(held)
+                if missing or (self.hosted.kind != PLACED
+                               and frozenset(held) != self.capability_names):
                     await self.close()
                     raise CouldNotRunError(
-                        f"{self.transport.where}: its {self.hosted.kind} backend has "
+                        f"{self.transport.where}: its {info.backend} backend has "
                         f"{sorted(held)}, this client expected "
                         f"{sorted(self.capability_names)} "
-                        "(another toolseam version?)", retryable=False, cause="refused")
+                        + ("(it cannot give " + ", ".join(sorted(missing)) + ")" if missing
+                           else "(another toolseam version?)"),
+                        retryable=False, cause="refused")
+                self._loop = asyncio.get_running_loop()
                 if isinstance(self._lifetime, Durable):
                     self._durable_opened(durable[0] if durable else None)
                 # paths and processes are this machine's only when the server's are
@@ -344,6 +352,41 @@ def _forwarder(op: ops.SeamOp) -> Method:
     return forward
 
 
+def expected_capabilities(kind: str) -> frozenset[str]:
+    """What a client of a ``kind`` session declares: the kind's own; for ``PLACED`` (the
+    server's engine, known once placed) what every local kind has — a server that cannot give
+    one of them is refused at open, naming it (decision 493)."""
+    if kind != PLACED:
+        return ops.declared_capabilities(backend_class(kind))
+    kinds = {backend_kind(name).name for name in BACKEND_NAMES if backend_kind(name).local}
+    return frozenset.intersection(*(ops.declared_capabilities(backend_class(kind))
+                                    for kind in sorted(kinds)))
+
+
+def _kill_sandbox(self: RemoteBackend) -> None:
+    """``SandboxKill`` (``toolseam ps --kill``, from its thread): the server ends the sandbox
+    with everything in it, and this session's calls then fail; its close still ends the
+    session there. Sent on a transport of its own to the same server (the session's address),
+    so it waits for no event loop of the session's."""
+    if self._info is None or self._closed or self._over is not None:
+        return
+    if not isinstance(self.transport, Reconnectable):
+        raise ConfigurationError(f"{self.transport.where} cannot be reached from another "
+                                 "thread: its sandbox is ended by closing the session")
+    transport = transport_at(self.transport.durable_address())
+    request: Request = (self.session_id, self._secret, "kill_sandbox", (), {})
+
+    async def kill() -> Any:
+        try:
+            return await asyncio.wait_for(transport.call(request), KILL_WAIT_S)
+        finally:
+            await transport.close()
+
+    answer = asyncio.run(kill())
+    if answer[:1] == ("err",) and isinstance(answer[1], dict):
+        raise map_seam_error(answer[1])
+
+
 def _copy_back_error(self: RemoteBackend) -> CouldNotRunError | None:
     """What the hosted backend's close could not bring home (WorkspaceTransfer)."""
     return self._copy_back_error
@@ -375,6 +418,8 @@ def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
     members: dict[str, Any] = {op.name: _forwarder(op) for op in ops.ops_for(capabilities)}
     if "WorkspaceTransfer" in capabilities:
         members["copy_back_error"] = property(_copy_back_error)
+    if "SandboxKill" in capabilities:
+        members["kill_sandbox"] = _kill_sandbox
     if "Branching" in capabilities:
         members.update(branch_backend=_branch_backend, branch_home=_branch_home,
                        home_stamps=_home_stamps)

@@ -6,6 +6,7 @@ kept durable session's handle (the default: the hosted kind's own ``from_handle`
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from ..snapshots import remove_branch_workspace
 from . import copied
 from .durable import KEPT_PARTS
 from .egress import ServerEgress
-from .spec import HostedSpec
+from .spec import PLACED, HostedSpec
 
 SESSION_LABEL = b"toolseam remote session key v1"
 # What a spec becomes on this server, and what to do once its session ended (a Ray node makes
@@ -39,6 +40,9 @@ LIFETIME_OPS = frozenset({"detach", "keep_state", "keep_backend_state"})
 def create_hosted(spec: HostedSpec, workspace: str | None = None) -> tuple[BuiltinExec, None]:
     """The default hosting: the name table's backend of that kind and options (on the
     caller's copied ``workspace`` when there is one)."""
+    if spec.kind == PLACED:
+        raise ConfigurationError("hosted: this server has no engine of its own to place a "
+                                 "session on (a Ray node has); name the kind to host")
     if workspace is None:
         return create_backend(spec.kind, **spec.options), None
     if "workspace" in spec.options:
@@ -61,6 +65,9 @@ class HostedSession:
     kept: SessionHandle | None = None  # durable: the hosted session's handle
     orphan_timeout_s: float = 0.0
     copied: str | None = None  # the caller's workspace, copied here (copied.py)
+    started: float = field(default_factory=time.time)  # wall clock: toolseam ps shows it
+    served: int = 0  # requests answered so far (toolseam ps)
+    killed: bool = False  # its sandbox ended from outside (server_operator.py)
 
     async def end(self, bring_back: bool = False) -> bytes | None:
         """Close the hosted backend and remove what the session had here; ``bring_back``: the

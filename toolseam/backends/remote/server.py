@@ -49,12 +49,13 @@ from .hosted import (
 )
 from .kept import KeptSessions
 from .server_durable import DurableHosting
+from .server_operator import OperatedSessions
 from .spec import HostedSpec
 from .transport import Answer, OnEvent, Request
 
 __all__ = ["SESSION_LABEL", "Adopting", "Hosting", "RemoteServer", "create_hosted"]
 
-class RemoteServer(DurableHosting):
+class RemoteServer(DurableHosting, OperatedSessions):
     """The sessions of one server process. ``handle`` is what a transport's listener calls for
     each request of a proven peer; ``drop`` when that peer's connection ends."""
 
@@ -83,6 +84,11 @@ class RemoteServer(DurableHosting):
         One still ending counts: its container may be there until its end returns."""
         return len(self._sessions) + self._ending
 
+    @property
+    def open_sessions(self) -> int:
+        """How many sessions are open here (a clients' figure: ``toolseam.sessions.open``)."""
+        return len(self._sessions)
+
     def key_for(self, sid: str) -> bytes | None:
         """An open session's one-way key (``derived_key(secret, SESSION_LABEL)``), for a
         transport whose connection proves it before any request (Ray's direct port); None: no
@@ -108,6 +114,8 @@ class RemoteServer(DurableHosting):
                 return ("ok", await copied.synced(
                     session.backend, "WorkspaceTransfer" in session.capabilities,
                     session.copied))
+            if name == "kill_sandbox":  # SandboxKill, its own session's (server_operator.py)
+                return ("ok", await self._kill_own(sid, session))
             if name in LIFETIME_OPS:
                 await self._lifetime_op(sid, session, name, kwargs)
                 return ("ok", None)
@@ -222,6 +230,7 @@ class RemoteServer(DurableHosting):
         if op.capability not in ops.REQUIRED and op.capability.__name__ not in session.capabilities:
             raise HostError(f"this server's {session.backend.name} backend has no {name}")
         method = getattr(session.backend, name)
+        session.served += 1
         task = asyncio.current_task()
         if task is not None:
             session.calls.add(task)
