@@ -1,4 +1,5 @@
-"""Egress mode for a session on a Ray node (``toolseam/ray/egress.py``): the sandbox on the node
+"""Egress mode for a session on a Ray node (``toolseam/ray/egress.py``, and the remote
+backend's over Ray, ``backends/remote/egress.py``): the sandbox on the node
 has loopback alone; its proxy clients reach the allowed host through this process's proxy (the
 rules and the audit stay with the caller), a refused host is a 403 in the caller's log and the
 model's text, a peer without the session's egress token gets nothing, and close leaves nothing.
@@ -19,8 +20,11 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit
+from toolseam.backends.remote import HostedSpec, RemoteBackend
 from toolseam.policy.limits import SandboxLimits
 from toolseam.ray import RayBackend
+from toolseam.ray.placement import Placement
+from toolseam.ray.transport import RayTransport
 from toolseam.seam.models import SpawnRequest
 
 from ..support.egress_servers import serve, static_handler
@@ -45,12 +49,18 @@ def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         yield port
 
 
+def egress_settings(upstream: int) -> dict[str, object]:
+    """The toolkit's settings of these tests: web.test allowed, other.test not, both the
+    upstream on 127.0.0.1."""
+    return {"limits": {"network": "egress"}, "egress_allow": [f"web.test:{upstream}"],
+            "egress_resolve": {"web.test": "127.0.0.1", "other.test": "127.0.0.1"},
+            "egress_private": True}
+
+
 @pytest.mark.parametrize("node", ["rootless", "docker"])
 async def test_a_ray_session_in_egress_mode_reaches_only_the_allowed_host(
         ray_cluster: RayTestCluster, upstream: int, node: str) -> None:
-    settings = {"limits": {"network": "egress"}, "egress_allow": [f"web.test:{upstream}"],
-                "egress_resolve": {"web.test": "127.0.0.1", "other.test": "127.0.0.1"},
-                "egress_private": True}
+    settings = egress_settings(upstream)
     backend = RayBackend(resources=resource(node), address=ray_cluster.address,
                          limits=SandboxLimits(network="egress"))
     async with Toolkit(backend, settings=settings) as tk:
@@ -138,3 +148,31 @@ async def test_a_local_user_on_a_crashed_drivers_port_gets_nothing_and_reaches_n
         await backend.close()
         shutil.rmtree(records, ignore_errors=True)
     await assert_node_empty(ray_cluster, "rootless")
+
+
+async def test_a_remote_session_in_egress_mode_reaches_only_the_allowed_host(
+        ray_cluster: RayTestCluster, upstream: int) -> None:
+    """The sandbox's connections come to this process's proxy as events of one long stream
+    (``backends/remote/egress.py``): delivered while the session lives, they reach the
+    allowed host and are refused another, in this process's log."""
+    settings = egress_settings(upstream)
+    backend = RemoteBackend(transport=RayTransport(Placement(resource("docker")),
+                                                   ray_cluster.address),
+                            hosted=HostedSpec(kind="docker",
+                                              options={"limits": {"network": "egress"}}))
+    async with Toolkit(backend, settings=settings) as tk:
+        assert (await tk.call("write", {"path": "fetch.py", "content": FETCH})).is_error is False
+        allowed = await asyncio.wait_for(tk.call("bash", {
+            "command": f"python3 fetch.py http://web.test:{upstream}/hello.txt"}), 60)
+        assert allowed.output.startswith("200 hello from the upstream"), allowed.output
+        refused = await tk.call("bash", {
+            "command": f"python3 fetch.py http://other.test:{upstream}/"})
+        assert refused.output.startswith("403"), refused.output
+        assert [(e.host, e.allowed, e.status) for e in tk.egress_log()] == [
+            ("web.test", True, 200), ("other.test", False, 403)]
+        # no way around the proxy: the sandbox on the node has loopback alone
+        direct = await tk.call("bash", {"command": (
+            "python3 -c \"import socket; s=socket.socket(); s.settimeout(3); "
+            f"print(s.connect_ex(('127.0.0.1', {upstream})))\"")})
+        assert direct.output.strip() != "0", direct.output
+    await assert_node_empty(ray_cluster, "docker")

@@ -7,26 +7,18 @@ import asyncio
 import secrets
 import time
 import uuid
-from typing import Any
 
 import pytest
 
 from toolseam import Toolkit
 from toolseam.ray import RayBackend
-from toolseam.seam.models import OutputChunk, PathRef, SpawnRequest
+from toolseam.seam.models import OutputChunk, PathRef
 
 from ..support.processes import host_survivors
 from ..support.ray_cluster import NODES, RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.ray_streams import by_stream, spawn
 
 pytestmark = RAY_TESTS
-
-PATH = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
-
-
-def spawn(command: str, **fields: Any) -> SpawnRequest:
-    return SpawnRequest(job=f"s-{uuid.uuid4().hex[:8]}", argv=["/bin/sh", "-c", command],
-                        cwd="/workspace", env=PATH, **fields)
-
 
 @pytest.mark.parametrize("node", sorted(NODES))
 async def test_the_first_chunk_arrives_before_the_command_ends(
@@ -44,9 +36,6 @@ async def test_the_first_chunk_arrives_before_the_command_ends(
         assert arrived[0][1] == OutputChunk(stream="stdout", text="first\n")
         assert ended - arrived[0][0] > 1.5, [(round(ended - t, 2), c.text) for t, c in arrived]
         # every chunk, in order, and nothing the status does not hold
-        def by_stream(chunks: list[OutputChunk]) -> dict[str, str]:
-            return {name: "".join(c.text for c in chunks if c.stream == name)
-                    for name in ("stdout", "stderr")}
         assert by_stream([c for _, c in arrived]) == by_stream(status.chunks) == {
             "stdout": "first\nsecond\n", "stderr": "late\n"}
     finally:

@@ -394,8 +394,8 @@ async def test_a_session_still_ending_is_counted(tmp_path: Path) -> None:
 
     ending, release = threading.Event(), threading.Event()
 
-    def hosting(spec: HostedSpec, workspace: str | None) -> tuple[Any, Any]:
-        backend, _after = create_hosted(spec, workspace)
+    async def hosting(spec: HostedSpec, workspace: str | None) -> tuple[Any, Any]:
+        backend, _after = await create_hosted(spec, workspace)
 
         def after() -> None:  # the hosting's own end: held until the test has looked
             ending.set()

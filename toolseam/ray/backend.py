@@ -49,7 +49,6 @@ from ..seam.models import (
 from ..seam.protocol import OutputCallback, WorkspaceTransfer
 from . import cluster
 from ._wire import decode, pack_call, unpack_answer
-from .actors import node_actor
 from .direct import DirectLink, Dropped
 from .egress import NOT_CAPTURED, CallerEnd, Serve
 from .handshake import session_key
@@ -130,7 +129,6 @@ class RayBackend:
         return made
 
     _attaching = False
-    _claim_from: str | None = None  # the RayPool whose warm sandbox this session takes
 
     # --- lifecycle -----------------------------------------------------------------------
     @property
@@ -155,24 +153,14 @@ class RayBackend:
             cluster.connect(self.address)
         else:
             await asyncio.to_thread(cluster.connect, self.address)
-        if self._claim_from is not None and self.placement.node is not None:
-            node_id = self.placement.node  # the pool's choice: a lost node fails the claim
-            self.node_id, self.where = node_id, f"Ray node {node_id[:12]}"
-            self._actor = await asyncio.to_thread(node_actor, ray, node_id)
-        else:
-            node_id, self._actor = await asyncio.to_thread(self.placement.reach, ray)
-            self.node_id, self.where = node_id, f"Ray node {node_id[:12]}"
+        node_id, self._actor = await asyncio.to_thread(self.placement.reach, ray)
+        self.node_id, self.where = node_id, f"Ray node {node_id[:12]}"
         self.where = await cluster.node_where(node_id, self._ray_call(self._actor.ready.remote()))
         if self._attaching:  # renewed as often as the session's own orphan timeout asks
             answer = await self._ray_call(self._actor.attach.remote(self.session_id, self._secret))
             attached: SandboxInfo
             attached, self.orphan_timeout = decode(answer, self.where)
             return attached.model_copy(update={"local": False})
-        elif self._claim_from is not None:  # a warm sandbox of a RayPool (pool.py)
-            archive = await asyncio.to_thread(self._pack) if self._copy is not None else None
-            answer = await self._ray_call(self._actor.pool_claim.remote(
-                self._claim_from, self.session_id, self._secret, archive, self.orphan_timeout,
-                self.image, self.limits))
         else:
             archive = await asyncio.to_thread(self._pack) if self._copy is not None else None
             answer = await self._ray_call(self._actor.open.remote(

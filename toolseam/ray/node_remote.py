@@ -59,6 +59,9 @@ class NodeRemote:
     _stream_owners: dict[tuple[str, str], str] | None = None  # (session, stream) -> owner
     _counted = 0  # the open sessions last reported to the node's telemetry
 
+    def _warm_pool(self, pool_id: object) -> Any:  # node_pool.py
+        raise NotImplementedError
+
     def _heard(self, owner: str, timeout: float | None = None) -> None:
         if self._leases is None:
             self._leases = {}
@@ -79,28 +82,31 @@ class NodeRemote:
                 self._leases.pop(owner, None)
                 await self._drop_owner(owner)
 
-    def _hosted(self, spec: HostedSpec, copied: str | None) -> tuple[BuiltinExec,
-                                                                      Callable[[], None]]:
+    async def _hosted(self, spec: HostedSpec, copied: str | None
+                      ) -> tuple[BuiltinExec, Callable[[], None]]:
+        """The node's own engine's backend for one session, in a private directory (or the
+        caller's copied workspace); with ``pool``, a warm sandbox of that ``RayPool``'s share
+        here (``node_pool.py``): a claim is an ordinary session of this server."""
         kind = self.config.kind.name
         if spec.kind not in (kind, PLACED):  # placed: this node's own engine
             raise ConfigurationError(f"{self.where} runs {kind} sandboxes, not {spec.kind}")
         # "lifetime": a durable session's, put there by the RemoteServer, never by a caller
-        unknown = sorted(set(spec.options) - {"image", "limits", "lifetime"})
+        unknown = sorted(set(spec.options) - {"image", "limits", "lifetime", "pool"})
         if unknown:
             raise ConfigurationError(f"{self.where} decides its backend's options itself; a "
-                                     f"Ray session may give image and limits, not "
+                                     f"Ray session may give image, limits and pool, not "
                                      f"{', '.join(unknown)}")
-        image = spec.options.get("image")
-        limits = spec.options.get("limits")
+        image, limits = spec.options.get("image"), spec.options.get("limits")
+        chosen = (image if isinstance(image, str) else None,
+                  SandboxLimits.model_validate(limits) if limits is not None else None)
+        pool = self._warm_pool(spec.options.get("pool"))
         root = session_root(own_workdir(self.config.workdir), os.urandom(8).hex())
         try:
             workspace = copied or os.path.join(root, WORKSPACE_DIR)  # the caller's copy, or new
             if copied is None:
                 os.mkdir(workspace, 0o755)
-            backend = self.config.make(
-                workspace, image if isinstance(image, str) else None,
-                SandboxLimits.model_validate(limits) if limits is not None else None,
-                spec.options.get("lifetime"))
+            backend = (await pool.backend(workspace) if pool is not None else
+                       self.config.make(workspace, *chosen, spec.options.get("lifetime")))
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise

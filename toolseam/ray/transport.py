@@ -70,7 +70,10 @@ class RayTransport:
             if self._actor is None:
                 try:
                     ray = self._ray = cluster.ray_module()
-                    await asyncio.to_thread(cluster.connect, self.address)
+                    if ray.is_initialized():  # the usual case: no thread hop per session
+                        cluster.connect(self.address)
+                    else:
+                        await asyncio.to_thread(cluster.connect, self.address)
                     node_id, actor = await asyncio.to_thread(self.placement.reach, ray)
                     self.where = await cluster.node_where(node_id, _ready(actor))
                 except (ConfigurationError, CouldNotRunError) as exc:

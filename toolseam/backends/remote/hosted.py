@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,13 +31,16 @@ SESSION_LABEL = b"toolseam remote session key v1"
 # server, never by a client). The second argument: a directory of this server's holding the
 # caller's workspace (``copied.py``), the backend's workspace — None: the hosting's own. An
 # attach builds the backend from the hosted session's handle.
-Hosting = Callable[[HostedSpec, str | None], tuple[BuiltinExec, Callable[[], None] | None]]
+# A hosting is a coroutine: a Ray node's takes a warm sandbox of its pool (``pool`` option).
+Hosting = Callable[[HostedSpec, str | None],
+                   Awaitable[tuple[BuiltinExec, Callable[[], None] | None]]]
 Adopting = Callable[[SessionHandle], BuiltinExec]
 # the requests of a durable session's lifetime besides open and close (ops.py)
 LIFETIME_OPS = frozenset({"detach", "keep_state", "keep_backend_state"})
 
 
-def create_hosted(spec: HostedSpec, workspace: str | None = None) -> tuple[BuiltinExec, None]:
+async def create_hosted(spec: HostedSpec, workspace: str | None = None
+                        ) -> tuple[BuiltinExec, None]:
     """The default hosting: the name table's backend of that kind and options (on the
     caller's copied ``workspace`` when there is one)."""
     if spec.kind == PLACED:

@@ -175,7 +175,7 @@ class RemoteServer(DurableHosting, OperatedSessions):
         copied_root = (None if workspace is None else
                        await asyncio.to_thread(copied.unpacked, workspace, self._spool))
         try:
-            backend, after = self._hosting(
+            backend, after = await self._hosting(
                 spec, None if copied_root is None else copied.workspace_of(copied_root))
         except BaseException:
             if copied_root is not None:
