@@ -25,6 +25,7 @@ from toolseam.ray.handshake import session_key
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
+from ..support.ray_remote import placed
 from .test_ray_cluster import make_tree, run_calls
 
 pytestmark = RAY_TESTS
@@ -170,19 +171,24 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         assert backend.direct_connected
 
 
+@pytest.mark.parametrize("how", ["ray", "remote"])
 async def test_a_dropped_connection_fails_the_call_in_flight_and_the_session_goes_on(
-        ray_cluster: RayTestCluster) -> None:
-    backend = RayBackend(resources=resource("rootless"), address=ray_cluster.address)
+        ray_cluster: RayTestCluster, how: str) -> None:
+    """Through ``RayBackend`` and through the remote backend over Ray alike (a dropped
+    direct port with its node actor answering is ``server_gone=False``)."""
+    backend: Any = (RayBackend(resources=resource("rootless"), address=ray_cluster.address)
+                    if how == "ray" else placed(resource("rootless"), ray_cluster.address))
+    connection = backend if how == "ray" else backend.transport
     async with Toolkit(backend, raise_could_not_run=True) as tk:
-        assert backend.direct_connected
+        assert connection.direct_connected
         in_flight = asyncio.ensure_future(tk.call("bash", {"command": "sleep 3; echo late"}))
         await asyncio.sleep(0.5)
-        assert backend._link is not None
-        backend._link._writer.transport.abort()  # the network dropped it; the node is there
+        assert connection._link is not None
+        connection._link._writer.transport.abort()  # the network dropped it; the node is there
         with pytest.raises(CouldNotRunError) as caught:
             await asyncio.wait_for(in_flight, 10)
         assert caught.value.retryable is False
         assert "may have run" in caught.value.reason and "dropped" in caught.value.reason
         # not a lost node: the next call answers (through Ray now)
         assert (await tk.call("bash", {"command": "echo on"})).output == "on\n"
-        assert not backend.direct_connected
+        assert not connection.direct_connected

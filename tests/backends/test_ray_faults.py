@@ -21,6 +21,7 @@ from toolseam.ray import RayBackend
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.ray_remote import placed
 from ..support.timing import patience
 
 pytestmark = RAY_TESTS
@@ -63,15 +64,17 @@ async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(
     await ray_cluster.wait_dead(doomed.node_id or "")  # the next tests see three nodes
 
 
+@pytest.mark.parametrize("how", ["ray", "remote"])
 async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
-        ray_cluster: RayTestCluster) -> None:
+        ray_cluster: RayTestCluster, how: str) -> None:
     missing = "unix:///run/toolseam-no-such-engine/podman.sock"
     ray_cluster.add_node("noengine", "podman", missing)  # main thread: Ray sets signals
     node_id = ray_cluster.node_id("noengine")
     try:
         began = time.monotonic()
         with pytest.raises(CouldNotRunError) as caught:
-            await RayBackend(resources=resource("noengine"), address=ray_cluster.address).open()
+            await (RayBackend(resources=resource("noengine"), address=ray_cluster.address)
+                   if how == "ray" else placed(resource("noengine"), ray_cluster.address)).open()
         # a net for a hang (an engine that never answers), not a speed: the node was just
         # added, and its actor's worker took 13 s to start under a CPU hog on both cores
         assert time.monotonic() - began < patience(30)
@@ -81,9 +84,14 @@ async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
         await ray_cluster.wait_dead(node_id)
 
 
-async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster) -> None:
-    with pytest.raises(CouldNotRunError, match="toolseam-gone=1"):
-        await RayBackend(resources={"toolseam-gone": 1}, address=ray_cluster.address).open()
+@pytest.mark.parametrize("how", ["ray", "remote"])
+async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster, how: str
+                                                    ) -> None:
+    gone: dict[str, float] = {"toolseam-gone": 1}
+    with pytest.raises(CouldNotRunError, match="toolseam-gone=1") as caught:
+        await (RayBackend(resources=gone, address=ray_cluster.address) if how == "ray"
+               else placed(gone, ray_cluster.address)).open()
+    assert caught.value.retryable is False  # no node offers it: a refusal, not a lost server
 
 
 DRIVER = """
@@ -140,8 +148,10 @@ async def test_a_killed_driver_loses_nothing_before_its_orphan_timeout_and_leave
     await assert_node_empty(ray_cluster, "podman")
 
 
-async def test_a_cluster_that_does_not_answer_is_a_configuration_error() -> None:
+@pytest.mark.parametrize("how", ["ray", "remote"])
+async def test_a_cluster_that_does_not_answer_is_a_configuration_error(how: str) -> None:
     began = time.monotonic()
     with pytest.raises(ConfigurationError, match=r"127\.0\.0\.1:9"):
-        await RayBackend(address="127.0.0.1:9").open()
+        await (RayBackend(address="127.0.0.1:9") if how == "ray"
+               else placed({}, "127.0.0.1:9")).open()
     assert time.monotonic() - began < 10

@@ -11,13 +11,12 @@ import json
 import pytest
 
 from toolseam import CouldNotRunError, Toolkit
-from toolseam.backends.remote import HostedSpec, RemoteBackend
+from toolseam.backends.remote import RemoteBackend
 from toolseam.ray import RayBackend
-from toolseam.ray.placement import Placement
-from toolseam.ray.transport import RayTransport
 
 from ..support.cli import run
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.ray_remote import placed
 
 pytestmark = RAY_TESTS
 NODE = "docker"  # cgroups v1: docker's engine measures a container's CPU and memory
@@ -68,8 +67,7 @@ def _on_node(how: str, address: str) -> RayBackend | RemoteBackend:
     the node's own engine (``placed``, decision 493)."""
     if how == "ray":
         return RayBackend(resources=resource(NODE), address=address)
-    return RemoteBackend(transport=RayTransport(Placement(resource(NODE)), address),
-                         hosted=HostedSpec(kind="placed"))
+    return placed(resource(NODE), address)
 
 
 @pytest.mark.parametrize("how", ["ray", "remote"])

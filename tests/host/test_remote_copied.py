@@ -19,6 +19,7 @@ from toolseam.backends.remote import (
     RemoteBackend,
     RemoteServer,
     UnixTransport,
+    copied,
 )
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 from toolseam.seam.lifetime import Durable
@@ -140,3 +141,25 @@ async def test_kill_sandbox_from_another_thread_ends_it_on_the_server(
         assert ended.value.cause == "sandbox_lost"
     finally:
         await backend.close()
+
+
+async def test_a_copy_too_large_to_carry_home_is_refused_and_nothing_applied(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server packs the copy in memory: past what an answer may carry it refuses by
+    name (``copy_back_error``) before packing, and the base dir is left as it was."""
+    monkeypatch.setattr(copied, "MAX_ANSWER", 1000)
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "kept.txt").write_text("mine\n")
+    server = RemoteServer(str(tmp_path))
+    backend = RemoteBackend(transport=LoopbackTransport(server.handle, server.drop),
+                            hosted=HostedSpec(kind="host"), workspace=str(base))
+    info = await backend.open()
+    with open(Path(info.workspace) / "big.bin", "wb") as big:
+        big.truncate(1 << 30)  # sparse: a GiB that takes no disk
+    (Path(info.workspace) / "kept.txt").write_text("changed there\n")
+    await backend.close()
+    assert backend.copy_back_error is not None
+    assert "more than a copy home carries" in backend.copy_back_error.reason
+    assert sorted(os.listdir(base)) == ["kept.txt"]
+    assert (base / "kept.txt").read_text() == "mine\n"

@@ -76,7 +76,9 @@ class RayTransport:
                         await asyncio.to_thread(cluster.connect, self.address)
                     node_id, actor = await asyncio.to_thread(self.placement.reach, ray)
                     self.where = await cluster.node_where(node_id, _ready(actor))
-                except (ConfigurationError, CouldNotRunError) as exc:
+                except CouldNotRunError as exc:
+                    if self.placement.node is None:  # none fits: a refusal, said as such
+                        raise
                     raise TransportLost(f"no Ray node for this session: {exc}",
                                         sent=False) from None
                 self.node_id, self._actor = node_id, actor
@@ -140,14 +142,16 @@ class RayTransport:
 
     async def _dropped(self) -> TransportLost:
         """The direct connection ended under a call: the node actor gone (or silent for
-        ``DROP_PROBE_S``) is the session's end, as on the Ray path."""
+        ``DROP_PROBE_S``) is the session's end, as on the Ray path; there, only this call
+        failed (it may have run) and the next goes through Ray."""
         gone: tuple[type[BaseException], ...] = (TimeoutError, *cluster.ray_failures(self._ray))
         try:
             await asyncio.wait_for(self._actor.ready.remote(), DROP_PROBE_S)
         except gone as exc:
             cluster.forget_actor(self.node_id or "", lost=True)
             return TransportLost(f"{self.where} was lost ({type(exc).__name__})")
-        return TransportLost(f"the direct connection to {self.where} dropped")
+        return TransportLost(f"the direct connection to {self.where} dropped",
+                             server_gone=False)
 
     async def stream(self, request: Request, on_event: OnEvent) -> Answer:
         """A long poll of the node (``streaming.py``): each batch of events to ``on_event``

@@ -196,7 +196,11 @@ class RemoteBackend(RemoteDurability):
             if "attach" in opening and exc.cause == "engine_unreachable":
                 raise AttachError("gone", f"{exc.reason}: the server that kept the session "
                                   "is gone, and the session with it") from None
-            raise
+            where = self.transport.where
+            if exc.reason.startswith(where):
+                raise
+            raise CouldNotRunError(f"{where}: {exc.reason}", exc.retryable,  # which server
+                                   exc.cause) from None
 
     async def close(self) -> None:
         """End the session on the server (its jobs killed, its sandbox down; a copied
@@ -253,6 +257,9 @@ class RemoteBackend(RemoteDurability):
             if not lost.sent and self._info is None:  # never reached: the session never was
                 raise CouldNotRunError(str(lost), retryable=True,
                                        cause="engine_unreachable") from None
+            if not lost.server_gone:  # the route dropped, the server and the session are there
+                raise CouldNotRunError(f"{lost}; the call may have run there",
+                                       retryable=False) from None
             raise self._lost(lost) from None
         if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ("ok", "err")):
             raise CouldNotRunError(f"{self.transport.where} answered what is not a toolseam "

@@ -12,6 +12,7 @@ directory (tarfile's ``data`` filter); the archive is the caller's, the director
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import shutil
@@ -19,10 +20,11 @@ import tarfile
 import tempfile
 from typing import Any, cast
 
-from ...seam.errors import HostError
+from ...seam.errors import CouldNotRunError, HostError
 from ...seam.models import SyncReport
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from ..containers.workspace_sync.tar_sync import WorkspaceCopy
+from .codec import MAX_ANSWER
 
 WORKSPACE = "workspace"  # the first entry of a copy-back archive (WorkspaceCopy.apply)
 
@@ -70,6 +72,17 @@ def removed(root: str) -> None:
 
 
 def _pack_dir(root: str) -> bytes:
+    """The copy as one tar in memory, refused by name past what an answer may carry (a
+    sandbox's sparse or huge file must not exhaust the server's memory first)."""
+    total = 0
+    for folder, _dirs, files in os.walk(workspace_of(root)):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    if total > MAX_ANSWER:
+        raise CouldNotRunError(f"the sandbox's workspace holds {total} bytes, more than a "
+                               f"copy home carries ({MAX_ANSWER}); download what you need",
+                               retryable=False, cause="copy_back_failed")
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.add(workspace_of(root), arcname=WORKSPACE, recursive=True)  # links as links
