@@ -6,11 +6,6 @@ ended by its orphan timeout."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -92,60 +87,6 @@ async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster,
         await (RayBackend(resources=gone, address=ray_cluster.address) if how == "ray"
                else placed(gone, ray_cluster.address)).open()
     assert caught.value.retryable is False  # no node offers it: a refusal, not a lost server
-
-
-DRIVER = """
-import asyncio, json, sys, time
-from toolseam.ray import RayBackend
-from toolseam import Toolkit
-
-async def main():
-    address, res = sys.argv[1], json.loads(sys.argv[2])
-    handles = []
-    for name in ("attached", "orphaned"):
-        backend = RayBackend(resources=res, address=address, orphan_timeout=4)
-        tk = Toolkit(backend)
-        await tk.call("bash", {"command": f"echo {name} > mark.txt"})
-        handles.append(backend.handle)
-    print(json.dumps(handles), flush=True)
-    await asyncio.sleep(600)
-
-asyncio.run(main())
-"""
-
-
-async def test_a_killed_driver_loses_nothing_before_its_orphan_timeout_and_leaves_nothing_after(
-        ray_cluster: RayTestCluster) -> None:
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster.address,
-                               json.dumps(resource("podman"))], stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
-    try:
-        assert driver.stdout is not None
-        line = await asyncio.to_thread(driver.stdout.readline)
-        attached, orphaned = json.loads(line)
-    finally:
-        driver.send_signal(signal.SIGKILL)
-        driver.wait()
-        if driver.stdout is not None:
-            driver.stdout.close()
-    import ray
-
-    from toolseam.ray import actors
-    node = actors.node_actor(ray, ray_cluster.node_id("podman"))
-    assert (await node.stats.remote())["sessions"] == 2
-    # a new driver attaches to one of them and goes on with it
-    backend = RayBackend.attach(attached, address=ray_cluster.address)
-    async with Toolkit(backend) as tk:
-        assert (await tk.call("bash", {"command": "cat mark.txt"})).output == "attached\n"
-        # the other one, held by nobody, is ended by its orphan timeout (4 s)
-        deadline = time.monotonic() + 15
-        while (await node.stats.remote())["sessions"] != 1:
-            assert time.monotonic() < deadline, "the orphaned session outlived its timeout"
-            await asyncio.sleep(0.5)
-        with pytest.raises(Exception, match="no session"):
-            await RayBackend.attach(orphaned, address=ray_cluster.address).open()
-        assert (await tk.call("bash", {"command": "cat mark.txt"})).output == "attached\n"
-    await assert_node_empty(ray_cluster, "podman")
 
 
 @pytest.mark.parametrize("how", ["ray", "remote"])

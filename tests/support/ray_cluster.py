@@ -143,7 +143,7 @@ async def assert_node_empty(ray_cluster: RayTestCluster, node: str) -> None:
     actor = actors.node_actor(ray, ray_cluster.node_id(node))
     stats = await actor.stats.remote()
     ready = await actor.ready.remote()
-    assert stats["sessions"] == 0
+    assert stats["sessions"] == 0 and stats["remote_sessions"] == 0
     engine, variable = {**NODES, **REMOTE_NODE}[node]
     url = os.environ[variable]
     made: Any

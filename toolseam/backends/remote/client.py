@@ -402,9 +402,11 @@ def _copy_back_error(self: RemoteBackend) -> CouldNotRunError | None:
 def _branch_backend(self: RemoteBackend, workspace: str, snapshot_id: str
                     ) -> tuple[RemoteBackend, None]:
     """Branching: a new session of the same server and hosted kind, opened from the snapshot
-    there (its files are the server's; ``workspace``, a directory here, stays empty)."""
-    return type(self)(transport=self.transport.another(), hosted=self.hosted,
-                      branch=snapshot_id), None
+    there (its files are the server's; ``workspace``, a directory here, stays empty). The
+    child is the remote client itself (a subclass's constructor, ``RayBackend``'s, takes
+    other arguments)."""
+    return RemoteBackend(transport=self.transport.another(), hosted=self.hosted,
+                         branch=snapshot_id), None
 
 
 def _branch_home(self: RemoteBackend, root: str) -> None:
