@@ -108,7 +108,7 @@ class TestDurablePodmanRemote(_Durable, CopyModeBinding):
 class TestDurableRayRemote(ExecContract):
     """A durable session of ``RemoteBackend`` over ``RayTransport`` on the rootful podman node:
     the command part alone (the whole suite runs through the same transport ephemeral,
-    test_contract_ray_remote.py; what durability adds — the node keeping the session for
+    test_contract_ray.py; what durability adds — the node keeping the session for
     another driver — is test_ray_remote_durable.py's)."""
 
     pytestmark = RAY_TESTS
