@@ -17,14 +17,15 @@ from typing import Any
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends.remote.handshake import nonce, proof
+from toolseam.backends.remote.handshake import derived_key, nonce, proof
+from toolseam.backends.remote.server import SESSION_LABEL
 from toolseam.ray import RayBackend
 from toolseam.ray import cluster as ray_cluster_module
 from toolseam.ray.direct import HELLO, HELLO_TIMEOUT_S
-from toolseam.ray.handshake import session_key
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
+from ..support.ray_remote import placed
 from .test_ray_cluster import make_tree, run_calls
 
 pytestmark = RAY_TESTS
@@ -125,8 +126,8 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
             writer.write(framed(b"\0".join((HELLO, session, mine.encode()))))
             (length,) = struct.unpack(">I", await reader.readexactly(4))
             theirs = (await reader.readexactly(length)).split(b"\0")[0].decode()
-            writer.write(framed(proof(session_key(secret.decode()), "caller", session.decode(),
-                                      mine, theirs).encode()))
+            writer.write(framed(proof(derived_key(secret.decode(), SESSION_LABEL), "caller",
+                                      session.decode(), mine, theirs).encode()))
             return reader, writer
 
         refusals = []
@@ -157,7 +158,7 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         assert await closed(reader)
         writer.close()
         # with the right secret: a crafted pickle is refused, a non-seam name is an error
-        reader, writer = await hello(sid, backend.handle.rsplit(":", 1)[1].encode())
+        reader, writer = await hello(sid, backend._secret.encode())
         assert (await answer_or_eof(reader)) == ("ok", None)
         writer.write(framed(pickle.dumps((1, "close", (), None))))
         req, refused = await answer_or_eof(reader)
@@ -170,19 +171,24 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         assert backend.direct_connected
 
 
+@pytest.mark.parametrize("how", ["ray", "remote"])
 async def test_a_dropped_connection_fails_the_call_in_flight_and_the_session_goes_on(
-        ray_cluster: RayTestCluster) -> None:
-    backend = RayBackend(resources=resource("rootless"), address=ray_cluster.address)
+        ray_cluster: RayTestCluster, how: str) -> None:
+    """Through ``RayBackend`` and through the remote backend over Ray alike (a dropped
+    direct port with its node actor answering is ``server_gone=False``)."""
+    backend: Any = (RayBackend(resources=resource("rootless"), address=ray_cluster.address)
+                    if how == "ray" else placed(resource("rootless"), ray_cluster.address))
+    connection = backend.transport
     async with Toolkit(backend, raise_could_not_run=True) as tk:
-        assert backend.direct_connected
+        assert connection.direct_connected
         in_flight = asyncio.ensure_future(tk.call("bash", {"command": "sleep 3; echo late"}))
         await asyncio.sleep(0.5)
-        assert backend._link is not None
-        backend._link._writer.transport.abort()  # the network dropped it; the node is there
+        assert connection._link is not None
+        connection._link._writer.transport.abort()  # the network dropped it; the node is there
         with pytest.raises(CouldNotRunError) as caught:
             await asyncio.wait_for(in_flight, 10)
         assert caught.value.retryable is False
         assert "may have run" in caught.value.reason and "dropped" in caught.value.reason
         # not a lost node: the next call answers (through Ray now)
         assert (await tk.call("bash", {"command": "echo on"})).output == "on\n"
-        assert not backend.direct_connected
+        assert not connection.direct_connected

@@ -6,11 +6,6 @@ ended by its orphan timeout."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,6 +16,7 @@ from toolseam.ray import RayBackend
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.ray_remote import placed
 from ..support.timing import patience
 
 pytestmark = RAY_TESTS
@@ -63,15 +59,17 @@ async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(
     await ray_cluster.wait_dead(doomed.node_id or "")  # the next tests see three nodes
 
 
+@pytest.mark.parametrize("how", ["ray", "remote"])
 async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
-        ray_cluster: RayTestCluster) -> None:
+        ray_cluster: RayTestCluster, how: str) -> None:
     missing = "unix:///run/toolseam-no-such-engine/podman.sock"
     ray_cluster.add_node("noengine", "podman", missing)  # main thread: Ray sets signals
     node_id = ray_cluster.node_id("noengine")
     try:
         began = time.monotonic()
         with pytest.raises(CouldNotRunError) as caught:
-            await RayBackend(resources=resource("noengine"), address=ray_cluster.address).open()
+            await (RayBackend(resources=resource("noengine"), address=ray_cluster.address)
+                   if how == "ray" else placed(resource("noengine"), ray_cluster.address)).open()
         # a net for a hang (an engine that never answers), not a speed: the node was just
         # added, and its actor's worker took 13 s to start under a CPU hog on both cores
         assert time.monotonic() - began < patience(30)
@@ -81,67 +79,20 @@ async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
         await ray_cluster.wait_dead(node_id)
 
 
-async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster) -> None:
-    with pytest.raises(CouldNotRunError, match="toolseam-gone=1"):
-        await RayBackend(resources={"toolseam-gone": 1}, address=ray_cluster.address).open()
+@pytest.mark.parametrize("how", ["ray", "remote"])
+async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster, how: str
+                                                    ) -> None:
+    gone: dict[str, float] = {"toolseam-gone": 1}
+    with pytest.raises(CouldNotRunError, match="toolseam-gone=1") as caught:
+        await (RayBackend(resources=gone, address=ray_cluster.address) if how == "ray"
+               else placed(gone, ray_cluster.address)).open()
+    assert caught.value.retryable is False  # no node offers it: a refusal, not a lost server
 
 
-DRIVER = """
-import asyncio, json, sys, time
-from toolseam.ray import RayBackend
-from toolseam import Toolkit
-
-async def main():
-    address, res = sys.argv[1], json.loads(sys.argv[2])
-    handles = []
-    for name in ("attached", "orphaned"):
-        backend = RayBackend(resources=res, address=address, orphan_timeout=4)
-        tk = Toolkit(backend)
-        await tk.call("bash", {"command": f"echo {name} > mark.txt"})
-        handles.append(backend.handle)
-    print(json.dumps(handles), flush=True)
-    await asyncio.sleep(600)
-
-asyncio.run(main())
-"""
-
-
-async def test_a_killed_driver_loses_nothing_before_its_orphan_timeout_and_leaves_nothing_after(
-        ray_cluster: RayTestCluster) -> None:
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, ray_cluster.address,
-                               json.dumps(resource("podman"))], stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
-    try:
-        assert driver.stdout is not None
-        line = await asyncio.to_thread(driver.stdout.readline)
-        attached, orphaned = json.loads(line)
-    finally:
-        driver.send_signal(signal.SIGKILL)
-        driver.wait()
-        if driver.stdout is not None:
-            driver.stdout.close()
-    import ray
-
-    from toolseam.ray import actors
-    node = actors.node_actor(ray, ray_cluster.node_id("podman"))
-    assert (await node.stats.remote())["sessions"] == 2
-    # a new driver attaches to one of them and goes on with it
-    backend = RayBackend.attach(attached, address=ray_cluster.address)
-    async with Toolkit(backend) as tk:
-        assert (await tk.call("bash", {"command": "cat mark.txt"})).output == "attached\n"
-        # the other one, held by nobody, is ended by its orphan timeout (4 s)
-        deadline = time.monotonic() + 15
-        while (await node.stats.remote())["sessions"] != 1:
-            assert time.monotonic() < deadline, "the orphaned session outlived its timeout"
-            await asyncio.sleep(0.5)
-        with pytest.raises(Exception, match="no session"):
-            await RayBackend.attach(orphaned, address=ray_cluster.address).open()
-        assert (await tk.call("bash", {"command": "cat mark.txt"})).output == "attached\n"
-    await assert_node_empty(ray_cluster, "podman")
-
-
-async def test_a_cluster_that_does_not_answer_is_a_configuration_error() -> None:
+@pytest.mark.parametrize("how", ["ray", "remote"])
+async def test_a_cluster_that_does_not_answer_is_a_configuration_error(how: str) -> None:
     began = time.monotonic()
     with pytest.raises(ConfigurationError, match=r"127\.0\.0\.1:9"):
-        await RayBackend(address="127.0.0.1:9").open()
+        await (RayBackend(address="127.0.0.1:9") if how == "ray"
+               else placed({}, "127.0.0.1:9")).open()
     assert time.monotonic() - began < 10

@@ -121,9 +121,9 @@ async def test_an_actor_another_driver_made_is_adopted_once_it_proved_the_key(
     again = RayBackend(resources=resource("rootless"), address=ray_cluster.address)
     try:
         await again.open()
-        assert again.direct_connected
-        status, _ = await again._call("start", _request())
+        status = await again.start(_request())
         assert status.exit_code == 0
+        assert again.direct_connected  # made at the first call after the open
     finally:
         await again.close()
 

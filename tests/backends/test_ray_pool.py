@@ -24,7 +24,7 @@ async def test_claims_at_once_spread_over_every_nodes_warm_sandboxes(
         await pool.wait_full()
         toolkits = await asyncio.gather(*(pool.toolkit(base) for base in bases))
         assert sorted(pool.claims().values()) == [2, 2, 2]  # one CPU each: an equal share
-        assert {tk.backend.node_id for tk in toolkits} == {
+        assert {tk.backend.transport.node_id for tk in toolkits} == {
             ray_cluster.node_id(n) for n in NODES}
         answers = await asyncio.gather(*(
             tk.call("bash", {"command": "cat in.txt; echo out > out.txt"}) for tk in toolkits))

@@ -20,7 +20,7 @@ import pytest
 
 from toolseam import Snapshot, Toolkit
 from toolseam.backends.remote import HostedSpec, RemoteBackend
-from toolseam.ray import actors, cluster
+from toolseam.ray import RayBackend, actors, cluster
 from toolseam.ray.identity import VERIFY_WAIT_S
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
@@ -46,9 +46,17 @@ def _on(cluster: RayTestCluster, node: str, **options: object) -> RemoteBackend:
                          hosted=HostedSpec(kind="podman", options=options))
 
 
+def _ray_on(cluster: RayTestCluster, node: str) -> RayBackend:
+    return RayBackend(resources=resource(node), address=cluster.address)
+
+
+@pytest.mark.parametrize("how", ["remote", "ray"])
 async def test_a_snapshot_on_one_node_forks_and_opens_on_the_cluster(
-        ray_cluster: RayTestCluster) -> None:
-    async with Toolkit(_on(ray_cluster, "podman")) as tk:
+        ray_cluster: RayTestCluster, how: str) -> None:
+    """Through the remote client and through ``RayBackend`` (that client, decision 497): a
+    snapshot taken on one node is usable on another (issue 48)."""
+    on = _on if how == "remote" else _ray_on
+    async with Toolkit(on(ray_cluster, "podman")) as tk:
         await run(tk, "mkdir -p src && echo 'x = 1' > src/mod.py && ln -s src/mod.py link")
         transport = tk.backend.transport  # type: ignore[attr-defined]
         assert transport.direct_connected  # the calls after the open skip Ray's own call
@@ -70,7 +78,7 @@ async def test_a_snapshot_on_one_node_forks_and_opens_on_the_cluster(
         await tk.restore(snap)
         assert await run(tk, "cat link") == "x = 1\n"
     # another node (rootless podman) never saw it: it is pushed there from this store
-    async with Toolkit(_on(ray_cluster, "rootless"), snapshot=snap) as other:
+    async with Toolkit(on(ray_cluster, "rootless"), snapshot=snap) as other:
         assert await run(other, "cat src/mod.py; ls") == "x = 1\nlink\nsrc\n"
         usage = await other.backend.resource_usage()  # type: ignore[attr-defined]
         assert usage.pids is None or usage.pids >= 1
@@ -93,7 +101,7 @@ DRIVER = """
 import asyncio, json, sys
 from toolseam import Toolkit
 from toolseam.backends.remote import HostedSpec, RemoteBackend
-from toolseam.ray import actors, cluster
+from toolseam.ray import RayBackend, actors, cluster
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
 

@@ -1,8 +1,8 @@
 """Live output through Ray as the remote backend's transport (issue 47, item 2): a streamed
 ``start``'s chunks reach the caller while the command runs on its node — on the node's direct
-port and through Ray calls alike —, the egress stream delivers while the session lives (so a
-remote session on a node reaches the caller's proxy), and nobody but the session's holder can
-begin, follow or end a stream of it (toolseam/ray/streaming.py, node_remote.py)."""
+port and through Ray calls alike —, and nobody but the session's holder can begin, follow or
+end a stream of it (toolseam/ray/streaming.py, node_remote.py). The egress stream's test is
+with the other egress tests (test_ray_egress.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,6 @@ import asyncio
 import secrets
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -21,39 +19,18 @@ from toolseam.backends.remote.codec import dumps, loads
 from toolseam.ray import actors
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
-from toolseam.seam.models import OutputChunk, PathRef, SpawnRequest
+from toolseam.seam.models import OutputChunk, PathRef
 
-from ..support.egress_servers import serve, static_handler
 from ..support.processes import host_survivors
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.ray_streams import by_stream, spawn
 
 pytestmark = RAY_TESTS
-
-PATH = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
-
-
-def spawn(command: str, **fields: Any) -> SpawnRequest:
-    return SpawnRequest(job=f"s-{uuid.uuid4().hex[:8]}", argv=["/bin/sh", "-c", command],
-                        cwd="/workspace", env=PATH, **fields)
-
 
 def on_docker(ray_cluster: RayTestCluster, direct: bool = True) -> RemoteBackend:
     return RemoteBackend(transport=RayTransport(Placement(resource("docker")),
                                                 ray_cluster.address, direct=direct),
                          hosted=HostedSpec(kind="docker"))
-
-
-@pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    root = tmp_path_factory.mktemp("upstream")
-    (root / "hello.txt").write_text("hello from the upstream\n")
-    with serve(static_handler(root)) as port:
-        yield port
-
-
-def by_stream(chunks: list[OutputChunk]) -> dict[str, str]:
-    return {name: "".join(c.text for c in chunks if c.stream == name)
-            for name in ("stdout", "stderr")}
 
 
 @pytest.mark.parametrize("route", ["direct", "ray"])
@@ -121,7 +98,7 @@ async def test_another_job_cannot_stream_a_session_it_was_not_handed(
                    (spawn(f"echo {marker} > stolen.txt; echo leaked", stream=True),), {})
         for step in ("begin", "next", "cancel"):
             events, answer = loads(await actor.remote_live.remote(
-                dumps((step, "s1", sid, "guessed", request)), "intruder", 60.0))
+                dumps((step, "s1", sid, "guessed", request, None)), "intruder", 60.0))
             assert events == [] and answer[0] == "err", (step, answer)
             assert f"no session {sid[:8]}" in answer[1]["message"], answer
         # nothing ran: the holder's own session has no such file
@@ -129,41 +106,3 @@ async def test_another_job_cannot_stream_a_session_it_was_not_handed(
         assert "stolen.txt" not in listing.entries
     finally:
         await backend.close()
-
-
-FETCH = ("import sys, urllib.request, urllib.error\n"
-         "try:\n"
-         "    body = urllib.request.urlopen(sys.argv[1], timeout=30).read().decode()\n"
-         "    print('200', body)\n"
-         "except urllib.error.HTTPError as error:\n"
-         "    print(error.code, error.read().decode()[:200])\n")
-
-
-async def test_a_remote_session_in_egress_mode_reaches_only_the_allowed_host(
-        ray_cluster: RayTestCluster, upstream: int) -> None:
-    """The sandbox's connections come to this process's proxy as events of one long stream
-    (``backends/remote/egress.py``): delivered while the session lives, they reach the
-    allowed host and are refused another, in this process's log."""
-    settings = {"limits": {"network": "egress"}, "egress_allow": [f"web.test:{upstream}"],
-                "egress_resolve": {"web.test": "127.0.0.1", "other.test": "127.0.0.1"},
-                "egress_private": True}
-    backend = RemoteBackend(transport=RayTransport(Placement(resource("docker")),
-                                                   ray_cluster.address),
-                            hosted=HostedSpec(kind="docker",
-                                              options={"limits": {"network": "egress"}}))
-    async with Toolkit(backend, settings=settings) as tk:
-        assert (await tk.call("write", {"path": "fetch.py", "content": FETCH})).is_error is False
-        allowed = await asyncio.wait_for(tk.call("bash", {
-            "command": f"python3 fetch.py http://web.test:{upstream}/hello.txt"}), 60)
-        assert allowed.output.startswith("200 hello from the upstream"), allowed.output
-        refused = await tk.call("bash", {
-            "command": f"python3 fetch.py http://other.test:{upstream}/"})
-        assert refused.output.startswith("403"), refused.output
-        assert [(e.host, e.allowed, e.status) for e in tk.egress_log()] == [
-            ("web.test", True, 200), ("other.test", False, 403)]
-        # no way around the proxy: the sandbox on the node has loopback alone
-        direct = await tk.call("bash", {"command": (
-            "python3 -c \"import socket; s=socket.socket(); s.settimeout(3); "
-            f"print(s.connect_ex(('127.0.0.1', {upstream})))\"")})
-        assert direct.output.strip() != "0", direct.output
-    await assert_node_empty(ray_cluster, "docker")

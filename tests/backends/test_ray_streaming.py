@@ -6,27 +6,18 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-import uuid
-from typing import Any
 
 import pytest
 
 from toolseam import Toolkit
 from toolseam.ray import RayBackend
-from toolseam.seam.models import OutputChunk, PathRef, SpawnRequest
+from toolseam.seam.models import OutputChunk
 
 from ..support.processes import host_survivors
 from ..support.ray_cluster import NODES, RAY_TESTS, RayTestCluster, assert_node_empty, resource
+from ..support.ray_streams import by_stream, spawn
 
 pytestmark = RAY_TESTS
-
-PATH = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
-
-
-def spawn(command: str, **fields: Any) -> SpawnRequest:
-    return SpawnRequest(job=f"s-{uuid.uuid4().hex[:8]}", argv=["/bin/sh", "-c", command],
-                        cwd="/workspace", env=PATH, **fields)
-
 
 @pytest.mark.parametrize("node", sorted(NODES))
 async def test_the_first_chunk_arrives_before_the_command_ends(
@@ -44,9 +35,6 @@ async def test_the_first_chunk_arrives_before_the_command_ends(
         assert arrived[0][1] == OutputChunk(stream="stdout", text="first\n")
         assert ended - arrived[0][0] > 1.5, [(round(ended - t, 2), c.text) for t, c in arrived]
         # every chunk, in order, and nothing the status does not hold
-        def by_stream(chunks: list[OutputChunk]) -> dict[str, str]:
-            return {name: "".join(c.text for c in chunks if c.stream == name)
-                    for name in ("stdout", "stderr")}
         assert by_stream([c for _, c in arrived]) == by_stream(status.chunks) == {
             "stdout": "first\nsecond\n", "stderr": "late\n"}
     finally:
@@ -85,27 +73,3 @@ async def test_closing_a_streamed_call_early_ends_its_command_on_the_node(
             assert time.monotonic() < deadline, host_survivors(marker)
             await asyncio.sleep(0.2)
         assert (await tk.call("bash", {"command": "echo still here"})).output == "still here\n"
-
-
-async def test_another_job_cannot_stream_a_session_it_was_not_handed(
-        ray_cluster: RayTestCluster) -> None:
-    import ray
-
-    from toolseam.ray import actors
-    backend = RayBackend(resources=resource("docker"), address=ray_cluster.address)
-    await backend.open()
-    try:
-        actor = actors.node_actor(ray, ray_cluster.node_id("docker"))
-        sid = backend.session_id
-        refused = ("err", "host", "HostError",
-                   f"no session {sid[:8]}… on {backend.where} answers this handle")
-        marker = f"not-yours-{uuid.uuid4().hex[:8]}"
-        request = spawn(f"echo {marker} > stolen.txt; echo leaked", stream=True)
-        for method, args in (("start_live", (request,)), ("live_next", (request.job,)),
-                             ("live_cancel", (request.job,))):
-            assert await actor.call.remote(sid, "guessed", method, args) == refused
-        # nothing ran: the holder's own session has no such file
-        listing = await backend.list_dir(PathRef(base="/workspace", path="."), 100)
-        assert "stolen.txt" not in listing.entries
-    finally:
-        await backend.close()

@@ -18,8 +18,7 @@ from toolseam.backends.host import HostBackend
 from toolseam.backends.remote import HostedSpec, RemoteBackend, UnixTransport
 from toolseam.ray.placement import Placement
 from toolseam.ray.transport import RayTransport
-from toolseam.seam.capabilities import DurableSessions, durable_sessions, supports
-from toolseam.seam.errors import ConfigurationError
+from toolseam.seam.capabilities import DurableSessions, supports
 from toolseam.seam.lifetime import Durable
 from toolseam.seam.protocol import BuiltinExec
 from toolseam.testing.contract import (
@@ -36,7 +35,6 @@ from toolseam.testing.contract import (
 from ..support.contract_bindings import ContainerBinding, CopyModeBinding
 from ..support.processes import host_survivors
 from ..support.ray_cluster import RAY_TESTS, resource
-from ..support.ray_contract import RayBinding
 from ..support.remote_server import ServerProcess, remote_server
 from ..support.shared_cases import SharedParameterSandbox
 
@@ -108,20 +106,10 @@ class TestDurablePodmanRemote(_Durable, SharedParameterSandbox, CopyModeBinding)
     engine = "podman-remote"
 
 
-class TestDurableRay(_Durable, RayBinding):
-    """Runs where ``RayBackend`` claims ``DurableSessions``; it does not (a Ray session outlives
-    its driver by its own handle: ``RayBackend.attach``, test_ray_cluster.py), so
-    tests/contract/conftest.py deselects these cases by that capability (decision 302)."""
-
-    pytestmark = RAY_TESTS
-    node = "rootless"
-    capability = DurableSessions
-
-
 class TestDurableRayRemote(ExecContract):
     """A durable session of ``RemoteBackend`` over ``RayTransport`` on the rootful podman node:
     the command part alone (the whole suite runs through the same transport ephemeral,
-    test_contract_ray_remote.py; what durability adds — the node keeping the session for
+    test_contract_ray.py; what durability adds — the node keeping the session for
     another driver — is test_ray_remote_durable.py's)."""
 
     pytestmark = RAY_TESTS
@@ -136,12 +124,3 @@ class TestDurableRayRemote(ExecContract):
                                                        self.address),
                                 hosted=HostedSpec(kind="podman"), lifetime=_lifetime())
         return backend, "/workspace"  # type: ignore[return-value]
-
-
-def test_the_ray_backend_says_it_keeps_no_durable_session() -> None:
-    """What deselects ``TestDurableRay``: the backend's own answer, and Toolkit's refusal of
-    ``orphan_timeout_s`` over it names the backend."""
-    assert not supports(RayBinding.capability_probe(), DurableSessions)
-    with pytest.raises(ConfigurationError, match="the ray backend cannot keep a session") as no:
-        durable_sessions(RayBinding.capability_probe())
-    assert "RayBackend.attach(handle)" in str(no.value)  # and says what does

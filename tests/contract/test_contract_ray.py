@@ -3,11 +3,10 @@
 podman node (tests/support/ray_cluster.py), held to the same cases as every local backend
 (the binding: tests/support/ray_contract.py).
 
-The whole suite runs on the rootless node (the default engine of a Ray node); the docker node
-runs every case but the file part's two grids, which it runs by one point each (decision 300:
-the same agent code on every engine, and the Ray run's time). The podman node's run is the
-remote backend over Ray's (test_contract_ray_remote.py, decision 457): the same cases, the
-node's same engine, one class less in the Ray run's time.
+The whole suite runs on the rootless node (the default engine of a Ray node); the docker and
+podman nodes run every case but the file part's two grids, which they run by one point each
+(decision 300: the same agent code on every engine, and the Ray run's time). ``RayBackend`` is
+the remote backend over Ray (decision 497), so these are also its contract runs.
 """
 
 from __future__ import annotations
@@ -24,4 +23,12 @@ class TestRayRootless(RayBinding):
 
 class TestRayDocker(RaySubsetBinding):
     node = "docker"
+
+
+class TestRayPodman(RaySubsetBinding):
+    """The rootful podman node, by the same subset: ``RayBackend`` is the remote client of the
+    node's own engine over ``RayTransport`` (decision 497), so this is also the remote
+    backend's contract run through Ray (decision 457, formerly test_contract_ray_remote.py)."""
+
+    node = "podman"
 

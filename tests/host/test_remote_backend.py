@@ -267,8 +267,8 @@ async def test_capabilities_forward_through_the_loopback(tmp_path: Path) -> None
             seen += out.data
             assert not out.exited or b"got it" in seen, seen
         answer = await backend.transport.call((backend.session_id, backend._secret,
-                                               "kill_sandbox", (), {}))  # the host's, not a row
-        assert answer[1]["message"] == "'kill_sandbox' is not a seam operation"
+                                               "durable_handle", (), {}))  # the host's, not a row
+        assert answer[1]["message"] == "'durable_handle' is not a seam operation"
     finally:
         await backend.close()
     assert backend.copy_back_error is None
@@ -394,8 +394,8 @@ async def test_a_session_still_ending_is_counted(tmp_path: Path) -> None:
 
     ending, release = threading.Event(), threading.Event()
 
-    def hosting(spec: HostedSpec) -> tuple[Any, Any]:
-        backend, _after = create_hosted(spec)
+    async def hosting(spec: HostedSpec, workspace: str | None) -> tuple[Any, Any]:
+        backend, _after = await create_hosted(spec, workspace)
 
         def after() -> None:  # the hosting's own end: held until the test has looked
             ending.set()

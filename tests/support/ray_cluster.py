@@ -8,6 +8,7 @@ as a machine of a real cluster would be. Everything binds 127.0.0.1; no dashboar
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -144,6 +145,13 @@ async def assert_node_empty(ray_cluster: RayTestCluster, node: str) -> None:
     stats = await actor.stats.remote()
     ready = await actor.ready.remote()
     assert stats["sessions"] == 0
+    # a remote session a driver's close has ended is gone at once; one an earlier test's
+    # dead driver left ends when its transport's lease runs out: wait for that, not longer
+    deadline = time.monotonic() + patience(15)
+    while stats["remote_sessions"]:
+        assert time.monotonic() < deadline, f"{stats['remote_sessions']} remote session(s) left"
+        await asyncio.sleep(0.2)
+        stats = await actor.stats.remote()
     engine, variable = {**NODES, **REMOTE_NODE}[node]
     url = os.environ[variable]
     made: Any

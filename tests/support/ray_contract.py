@@ -82,7 +82,8 @@ class DirectOnly(RayBackend):
     """A ``RayBackend`` whose every tool call must go on the direct connection: a call that
     finds it gone (the node refused a request and dropped it) fails the test."""
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        if self._info is not None:
-            assert self.direct_connected, f"{method}: the direct connection is gone"
-        return await super()._call(method, *args)
+    async def _send(self, name: str, kwargs: dict[str, Any], on_event: Any = None) -> Any:
+        answer = await super()._send(name, kwargs, on_event)
+        if self._info is not None and name != "close":
+            assert self.direct_connected, f"{name}: the direct connection is gone"
+        return answer

@@ -60,7 +60,6 @@ def test_each_backend_reads_its_own_handle_back(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("name", "words"), [
     ("lxc", "unknown backend 'lxc'; choose one of host, podman, docker, ray"),
-    ("ray", "the ray backend keeps no session a handle can attach to"),
 ])
 def test_a_handle_of_a_kind_that_cannot_attach_is_unsupported(tmp_path: Path, name: str,
                                                               words: str) -> None:

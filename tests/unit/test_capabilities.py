@@ -75,7 +75,10 @@ def test_what_each_backend_declares() -> None:
                          "ResourceUsage", "SandboxRootOwner", "WorkspaceTransfer"},
         "docker": agent | {"DurableSessions", "Branching", "EngineShell", "SandboxKill",
                          "ResourceUsage", "SandboxRootOwner", "WorkspaceTransfer"},
-        "ray": {"Egress", "WorkspaceTransfer", "ResourceUsage", "SandboxKill"},
+        # the remote client of the node's own engine: what every local kind forwards
+        # (decision 493; exposed ports and the engine's shell are not forwarded)
+        "ray": {"Egress", "InteractiveProcesses", "DurableSessions", "Branching",
+                "SandboxKill", "ResourceUsage", "WorkspaceTransfer"},
         # the class a name finds declares the kind's one class-level fact (its sessions can
         # outlive their client: from_handle); an instance is of the class made for its hosted
         # kind's capabilities (remote/client.py: remote_class)

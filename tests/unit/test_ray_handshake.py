@@ -1,14 +1,14 @@
-"""Both ends of the connections toolseam opens across a Ray cluster prove the shared key before
-either sends anything of value (toolseam/backends/remote/handshake.py, toolseam/ray/direct.py,
-egress.py; decision 337): a listener that merely sits where the other end should be — a crashed driver's port
-bound by someone else, an impostor actor's port — is sent no call, no request and no secret,
-and nothing it answers is taken. Real sockets on 127.0.0.1, no cluster."""
+"""Both ends of the direct connection toolseam opens across a Ray cluster prove the shared key
+before either sends anything of value (toolseam/backends/remote/handshake.py,
+toolseam/ray/direct.py; decision 337): a listener that merely sits where the other end should
+be — an impostor actor's port — is sent no call, no request and no secret, and nothing it
+answers is taken. Real sockets on 127.0.0.1, no cluster. (The egress relay to a listener of
+the driver's is gone with decision 497: a Ray session's egress is its own event stream.)"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +18,6 @@ import pytest
 
 from toolseam.backends.remote.codec import MAX_REQUEST
 from toolseam.ray.direct import DirectLink, NodeServer
-from toolseam.ray.egress import CallerEnd, NodeRelay
 from toolseam.ray.handshake import session_key
 from toolseam.seam.models import TraceContext
 
@@ -139,71 +138,6 @@ async def test_direct_a_request_above_the_cap_ends_the_connection() -> None:
         server.close()
 
 
-async def relayed(relay: NodeRelay, request: bytes) -> bytes:
-    """What a sandbox's client that sent ``request`` through the node's relay reads back."""
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:  # as the node's agent channel does: the client's connection ends with the relay
-            await relay.serve(reader, writer)
-        finally:
-            writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    async with server:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(request)
-        writer.write_eof()
-        try:
-            async with asyncio.timeout(15):
-                return await reader.read()
-        except ConnectionResetError:
-            return b""
-        finally:
-            writer.close()
-
-
-async def test_egress_the_relay_reaches_the_caller_that_proves_the_key() -> None:
-    served: list[dict[str, Any]] = []
-
-    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    opened: dict[str, Any]) -> None:
-        served.append(opened)
-        writer.write(b"proxied:" + await reader.read(65536))  # TLS has no half-close
-        writer.close()
-        await writer.wait_closed()
-
-    end = CallerEnd(proxy)
-    at = await end.start("127.0.0.1")
-    try:
-        assert await relayed(NodeRelay(at, end.token), b"GET /") == b"proxied:GET /"
-        assert served and served[0]["egress_target"] is None
-        # a node with another key: refused by the caller, and it sends the caller nothing
-        stranger = NodeRelay(at, secrets.token_hex(32))
-        assert await relayed(stranger, b"GET /") == b""
-        assert stranger.refused == 1 and end.refused == 1 and len(served) == 1
-        # a session nobody renews: the node relays nothing at all
-        assert await relayed(NodeRelay(at, end.token, lambda: False), b"GET /") == b""
-        assert end.refused == 1 and len(served) == 1
-    finally:
-        await end.close()
-
-
-@pytest.mark.parametrize("reply", [b"HTTP/1.1 200 OK\r\n\r\nPWNED-BY-LOCAL-USER",
-                                   b'{"n":"' + b"0" * 64 + b'","p":"' + b"0" * 64 + b'"}\n'])
-async def test_egress_a_listener_on_a_dead_callers_port_gets_nothing_and_reaches_no_one(
-        reply: bytes) -> None:
-    """The port of a crashed driver, bound by someone else: it is sent a nonce, never the
-    token or the sandbox's request, and its answer never reaches the sandbox's client."""
-    token = secrets.token_hex(32)
-    async with listening(Listener(reply)) as squatter:
-        relay = NodeRelay(("127.0.0.1", squatter.port), token)
-        answered = await relayed(relay, b"GET http://web.test/secret HTTP/1.1\r\n\r\n")
-    assert answered == b""
-    assert relay.refused == 1
-    assert token.encode() not in squatter.received
-    assert b"GET" not in squatter.received and squatter.received.startswith(b'{"n":')
-
-
 @pytest.fixture
 def ray_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A CA and a certificate signed by it, set as Ray's TLS is (``RAY_USE_TLS`` and its files)."""
@@ -222,7 +156,7 @@ def ray_tls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-async def test_with_rays_tls_both_connections_are_tls_and_a_plain_peer_gets_nothing(
+async def test_with_rays_tls_the_connection_is_tls_and_a_plain_peer_gets_nothing(
         ray_tls: Path) -> None:
     calls: list[tuple[str, str]] = []
     server = await node_server(calls)
@@ -241,16 +175,3 @@ async def test_with_rays_tls_both_connections_are_tls_and_a_plain_peer_gets_noth
         assert calls == [("s1", "stat")]
     finally:
         server.close()
-
-    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    opened: dict[str, Any]) -> None:
-        writer.write(b"proxied:" + await reader.read(65536))  # TLS has no half-close
-        writer.close()
-        await writer.wait_closed()
-
-    end = CallerEnd(proxy)
-    at = await end.start("127.0.0.1")
-    try:
-        assert await relayed(NodeRelay(at, end.token), b"GET /") == b"proxied:GET /"
-    finally:
-        await end.close()

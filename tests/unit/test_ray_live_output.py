@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolseam.ray import streaming
+from toolseam.ray._wire import decode
 from toolseam.seam.errors import HostError
 from toolseam.seam.models import OutputChunk, SpawnRequest
 from toolseam.testing.fake import FakeBackend
@@ -139,29 +140,35 @@ def test_what_arrives_is_the_output_in_order_within_the_cap(
     asyncio.run(run())
 
 
-def wired(live: streaming.LiveStarts, backend: FakeBackend) -> Any:
-    """The backend's ``_call`` with no cluster between: straight into the node's side."""
-    async def call(method: str, *args: Any) -> Any:
-        return await live.call("s", backend, method, args)
-    return call
+async def following(live: streaming.LiveStarts, backend: FakeBackend, request: SpawnRequest,
+                    on_output: Any) -> Any:
+    """A caller's ``follow`` of a streamed start with no cluster between: straight into the
+    node's side (begin, next, cancel); the status, or the failure raised."""
+    async def first() -> streaming.Batch:
+        live.begin("s", backend, request)
+        return await live.next("s", request.job)
+
+    async def cancel() -> None:
+        live.cancel("s", request.job)
+
+    answer = await streaming.follow(first, lambda: live.next("s", request.job), cancel,
+                                    on_output)
+    return decode(answer, "node x")
 
 
 async def test_the_caller_hands_each_batch_on_and_returns_the_status() -> None:
     live, got = streaming.LiveStarts(), list[OutputChunk]()
-    status = await streaming.caller_live(wired(live, FakeBackend("/workspace")),
-                                         spawn("echo a; sleep 0.1; echo b >&2; exit 2"),
-                                         got.append, "node x")
+    status = await following(live, FakeBackend("/workspace"),
+                             spawn("echo a; sleep 0.1; echo b >&2; exit 2"), got.append)
     assert [(c.stream, c.text) for c in got] == [("stdout", "a\n"), ("stderr", "b\n")]
     assert status.exit_code == 2 and not live._live
-    with pytest.raises(HostError, match="takes a SpawnRequest"):
-        await live.call("s", FakeBackend("/workspace"), "start_live", ("echo",))
 
 
 async def test_a_cancelled_caller_ends_the_start_on_the_node() -> None:
     live, first = streaming.LiveStarts(), asyncio.Event()
     backend = FakeBackend("/workspace")
-    caller = asyncio.ensure_future(streaming.caller_live(
-        wired(live, backend), spawn("echo go; sleep 30"), lambda c: first.set(), "node x"))
+    caller = asyncio.ensure_future(following(
+        live, backend, spawn("echo go; sleep 30"), lambda c: first.set()))
     await asyncio.wait_for(first.wait(), 1)
     started = live._live[("s", "j1")].started
     caller.cancel()
@@ -226,8 +233,7 @@ async def test_a_caller_whose_callback_fails_ends_the_call_on_the_node() -> None
         raise RuntimeError("the caller's callback broke")
 
     with pytest.raises(RuntimeError, match="callback broke"):
-        await streaming.caller_live(wired(live, backend), spawn("echo go; sleep 30"), broken,
-                                    "node x")
+        await following(live, backend, spawn("echo go; sleep 30"), broken)
     await asyncio.wait(began, timeout=2)  # the cancel is a task of its own (wait cancels none)
     assert began[0].cancelled() and not live._live
     await backend.kill("j1")

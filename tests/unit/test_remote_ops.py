@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from toolseam.backends.agentlink.errors import error_answer, map_seam_error
 from toolseam.backends.host import HostBackend
 from toolseam.backends.remote import HostedSpec, LoopbackTransport, RemoteBackend, ops
-from toolseam.backends.remote.client import remote_class
+from toolseam.backends.remote.client import expected_capabilities, remote_class
 from toolseam.backends.remote.codec import dumps, loads
+from toolseam.backends.remote.spec import PLACED
 from toolseam.seam import errors, interactive
 from toolseam.seam.capabilities import (
     Branching,
@@ -49,7 +50,7 @@ async def _unused(*args: object) -> Any:
 def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     held = ops.declared_capabilities(HostBackend)
     assert held == {"WorkspaceTransfer", "InteractiveProcesses", "Egress", "Branching",
-                    "ResourceUsage", "DurableSessions"}  # the last as lifetime requests
+                    "ResourceUsage", "DurableSessions", "SandboxKill"}  # the last two as requests
     full, bare = remote_class(held), remote_class(frozenset())
     for name in ops.BY_NAME:
         method = getattr(full, name)
@@ -70,7 +71,9 @@ def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     assert supports(probe, DurableSessions) and not supports(none, DurableSessions)
     assert not {"detach", "keep_state", "keep_backend_state"} & set(ops.BY_NAME)
     assert all(hasattr(probe, name) and not hasattr(none, name)
-               for name in ("branch_backend", "branch_home", "home_stamps"))
+               for name in ("branch_backend", "branch_home", "home_stamps", "kill_sandbox"))
+    # the node's own engine (placed): what every local kind declares, decision 493
+    assert expected_capabilities(PLACED) == held
 
 
 HOST_ERRORS = [found for module in (errors, interactive) for found in vars(module).values()

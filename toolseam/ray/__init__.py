@@ -1,7 +1,8 @@
 """toolseam sandboxes across a Ray cluster (the ``ray`` extra): docs/ray.md.
 
-``RayBackend`` places one sandbox on a node of the cluster and forwards the seam to it; the
-node's own engine runs it (``TOOLSEAM_RAY_BACKEND`` in the node's environment).
+``RayBackend`` places one sandbox on a node of the cluster: the remote backend over
+``RayTransport``, the node's own engine running it (``TOOLSEAM_RAY_BACKEND`` in the node's
+environment).
 ``create(...)`` is Ray's own sandbox shape (``ray.experimental.sandbox.create``) on those
 engines. Ray is imported only when a session opens, so this module imports without it.
 """

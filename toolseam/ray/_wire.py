@@ -8,55 +8,18 @@ raises the seam's own exception again: the three failure kinds stay apart across
 
 from __future__ import annotations
 
-import pickle
 from typing import Any
 
-from ..backends.remote.codec import dumps, loads
 from ..seam import errors
 from ..seam.models import COULD_NOT_RUN_CAUSES, CouldNotRunCause, TraceContext
 
 Answer = tuple[Any, ...]
-
-# A tool call that goes through Ray (not the direct path, direct.py) crosses as ONE bytes
-# argument and comes back as bytes (decision 310): Ray serializes each argument and result of
-# an actor call on its own, and a pydantic model or a tuple costs it 0.3-0.5 ms a time where
-# bytes cost nothing measurable. Both ends decode them as the direct path does (codec.py):
-# seam models only, validated again (issue 44).
-
-
-def pack_call(sid: str, secret: str, method: str, args: tuple[Any, ...],
-              trace: TraceContext | None = None) -> bytes:
-    """``trace``: the caller's span's context, when it traces (observability/across.py)."""
-    return dumps((sid, secret, method, args, trace))
-
-
-def unpack_call(payload: bytes) -> tuple[str, str, str, tuple[Any, ...], TraceContext | None]:
-    sid, secret, method, args, trace = loads(payload)
-    return str(sid), str(secret), str(method), tuple(args), trace_context(trace)
-
 
 def trace_context(value: object) -> TraceContext | None:
     """A request's trace context: a ``TraceContext`` (the codec validated it) or nothing."""
     if value is not None and not isinstance(value, TraceContext):
         raise TypeError("a call's trace context is not a TraceContext")
     return value
-
-
-def pack_answer(answer: Answer) -> bytes:
-    return dumps(answer)
-
-
-def unpack_answer(payload: bytes) -> Answer:
-    """A node's answer, never trusted to name a class (a node actor may not be ours)."""
-    try:
-        answer = loads(payload) if isinstance(payload, bytes) else None
-    except (pickle.UnpicklingError, EOFError, ValueError) as exc:
-        raise errors.CouldNotRunError(f"a Ray node answered what is not a toolseam answer "
-                                      f"({exc})", retryable=False) from None
-    if not (isinstance(answer, tuple) and answer and answer[0] in ("ok", "err")):
-        raise errors.CouldNotRunError("a Ray node answered what is not a toolseam answer",
-                                      retryable=False)
-    return answer
 
 
 def encode(exc: BaseException) -> Answer:

@@ -6,7 +6,7 @@ ends a session's sandbox here, through its holder."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..observability.across import continued, count_session
@@ -20,6 +20,20 @@ def error_kind(answer: Answer) -> str | None:
     if answer[1] == "could_not_run":
         return str(answer[4]) if len(answer) > 4 and answer[4] else "other"
     return str(answer[2]) if answer[1] == "host" else str(answer[1])
+
+
+def remote_error_kind(answer: Answer) -> str | None:
+    """A remote ``("err", error answer)``'s ``error.type`` (``agentlink/errors.py``'s shape):
+    a could-not-run's cause, a host error's code, a file operation's ``file_op``."""
+    if not (answer[:1] == ("err",) and len(answer) == 2 and isinstance(answer[1], dict)):
+        return None
+    error = answer[1]
+    kind = str(error.get("kind"))
+    if kind == "could_not_run":
+        return str(error.get("cause") or "other")
+    if kind == "host":
+        return str(error.get("code") or "host")
+    return "file_op" if kind == "fs" else kind
 
 
 class NodeTelemetry:
@@ -42,6 +56,25 @@ class NodeTelemetry:
             if kind is not None:
                 fail(kind)
             return answer
+
+    async def remote(self, came: object, request: object,
+                     run: Callable[[], Awaitable[Answer]]) -> Answer:
+        """A remote request's answer (``node_remote.py``), spanned by its operation's name
+        when its caller sent a trace context."""
+        if came is None:
+            return await run()
+        name, sid = (str(request[2]), str(request[0])) if (
+            isinstance(request, tuple) and len(request) == 5) else ("request", "")
+        with continued(came, f"toolseam node {name}",
+                       {**self.attributes, "toolseam.ray.session.id": sid}) as fail:
+            answer = await run()
+            kind = remote_error_kind(answer)
+            if kind is not None:
+                fail(kind)
+            return answer
+
+    def sessions_changed(self, delta: int) -> None:
+        count_session(delta, self.attributes)
 
     def session_opened(self) -> None:
         count_session(1, self.attributes)

@@ -17,6 +17,7 @@ import secrets
 from collections import OrderedDict
 from typing import Any, cast
 
+from ..backends.remote.server import RemoteServer
 from ..seam.capabilities import ResourceUsage, SandboxKill, SandboxUsage, supports
 from ..seam.errors import HostError
 from ._wire import Answer, encode
@@ -31,6 +32,7 @@ class NodeOperatorView:
     """Mixed into the node actor (``node.py``), whose sessions, node key and name it reads."""
 
     _sessions: dict[str, NodeSession]
+    _remote_server: RemoteServer | None  # the remote sessions' (node_remote.py)
     _node_key: bytes | None
     node_id: str
     where: str
@@ -60,13 +62,20 @@ class NodeOperatorView:
             return encode(HostError(f"{self.where}: not a holder of the cluster key"))
         rows = await asyncio.gather(*(self._row(sid, session)
                                       for sid, session in list(self._sessions.items())))
-        return ("ok", list(rows))
+        hosted = [] if self._remote_server is None else await self._remote_server.rows()
+        return ("ok", [*rows, *({**row, "backend": "ray", "node": self.node_id}
+                                for row in hosted)])
 
     async def operator_kill(self, sid: str, nonce: str, proof: str) -> Answer:
         """End session ``sid``'s sandbox with everything in it; False: no such session here."""
         if not self._proven(f"kill {sid}", nonce, proof):
             return encode(HostError(f"{self.where}: not a holder of the cluster key"))
         session = self._sessions.get(sid)
+        if session is None and self._remote_server is not None:  # a remote session's
+            try:
+                return ("ok", await self._remote_server.kill_from_outside(sid))
+            except HostError as exc:
+                return encode(HostError(f"{self.where}: {exc}"))
         if session is None:
             return ("ok", False)
         backend = session.toolkit.backend if session.toolkit is not None else session.backend

@@ -1,6 +1,7 @@
 """The node actor's side of ``RayPool``: a warm ``SandboxPool`` of the node's own engine per
-cluster pool, and claims from it that become ordinary sessions of the node (their secret, their
-orphan timeout, the workspace in as a tar, back by the copy-back rule).
+cluster pool; a claim is a remote session of the node's ``RemoteServer`` whose hosting takes a
+warm sandbox of it (``node_remote.py``: the ``pool`` option) — its secret, its transport's
+lease, the workspace copied in and home by the copy-back rule, as any remote session's.
 
 A host-engine node keeps no warm sandboxes (a host session opens in milliseconds): a claim
 there opens one as ``open`` does.
@@ -10,13 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 from typing import Any
 
 from ..backends.containers.pool.warm import ContainerPool
-from ..seam.errors import CouldNotRunError, HostError
-from ._wire import Answer, encode
-from .node_session import NodeSession, extract_archive, secret_hash, session_root
+from ..seam.errors import HostError
 
 
 class NodePools:
@@ -56,34 +54,15 @@ class NodePools:
         if pool is not None:
             await pool.wait_full()
 
-    async def pool_claim(self, pool_id: str, sid: str, secret: str, archive: bytes | None,
-                         orphan_timeout: float, image: str | None, limits: Any) -> Answer:
-        """A warm sandbox of the pool with this workspace, as a session of this node."""
-        pool = self._pools.get(pool_id)
+    def _warm_pool(self, pool_id: object) -> ContainerPool | None:
+        """The pool a remote session's ``pool`` option names (``node_remote.py``); None: no
+        pool asked, or a host node (which keeps none warm: its sessions open as any)."""
+        if pool_id is None:
+            return None
+        pool = self._pools.get(str(pool_id))
         if pool is None and self.config.contained:
-            return encode(HostError(f"no pool {pool_id[:8]}… on {self.where}"))
-        if sid in self._sessions:
-            return encode(HostError(f"session {sid[:8]}… exists on {self.where}"))
-        root = session_root(self._workdir(), sid)
-        workspace = os.path.join(root, "workspace")
-        try:
-            os.mkdir(workspace, 0o755)
-            if archive:
-                await asyncio.to_thread(extract_archive, archive, workspace)
-            if pool is None:
-                backend = self.config.make(workspace, image, limits)
-                info = await backend.open()
-            else:
-                backend = await pool.backend(workspace)
-                info = await backend.open()
-        except CouldNotRunError as exc:
-            shutil.rmtree(root, ignore_errors=True)
-            return encode(CouldNotRunError(f"{self.where}: {exc.reason}", exc.retryable))
-        except Exception as exc:  # noqa: BLE001 - every failure is an answer
-            shutil.rmtree(root, ignore_errors=True)
-            return encode(exc)
-        self._sessions[sid] = NodeSession(secret_hash(secret), backend, root, orphan_timeout)
-        return ("ok", info)
+            raise HostError(f"no pool {str(pool_id)[:8]}… on {self.where}")
+        return pool
 
     async def pool_close(self, pool_id: str) -> None:
         pool = self._pools.pop(pool_id, None)

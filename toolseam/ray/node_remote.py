@@ -31,12 +31,14 @@ from ..backends.agentlink.errors import error_answer
 from ..backends.remote.codec import dumps, loads
 from ..backends.remote.handshake import derived_key
 from ..backends.remote.server import SESSION_LABEL, RemoteServer
-from ..backends.remote.spec import HostedSpec
+from ..backends.remote.spec import PLACED, HostedSpec
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, HostError
+from ..seam.models import TraceContext
 from ..seam.protocol import BuiltinExec
-from ._wire import Answer, encode
+from ._wire import Answer, encode, trace_context
 from .node_config import NodeConfig
+from .node_observe import NodeTelemetry
 from .node_session import WORKSPACE_DIR, own_workdir, session_root
 from .streaming import Batch, LiveStarts
 
@@ -50,10 +52,15 @@ class NodeRemote:
 
     config: NodeConfig
     where: str
+    telemetry: NodeTelemetry
     _remote_server: RemoteServer | None = None
     _leases: dict[str, tuple[float, float]] | None = None  # owner -> (timeout, last heard)
     _streams: LiveStarts | None = None  # streamed requests in progress (streaming.py)
     _stream_owners: dict[tuple[str, str], str] | None = None  # (session, stream) -> owner
+    _counted = 0  # the open sessions last reported to the node's telemetry
+
+    def _warm_pool(self, pool_id: object) -> Any:  # node_pool.py
+        raise NotImplementedError
 
     def _heard(self, owner: str, timeout: float | None = None) -> None:
         if self._leases is None:
@@ -75,26 +82,31 @@ class NodeRemote:
                 self._leases.pop(owner, None)
                 await self._drop_owner(owner)
 
-    def _hosted(self, spec: HostedSpec) -> tuple[BuiltinExec, Callable[[], None]]:
+    async def _hosted(self, spec: HostedSpec, copied: str | None
+                      ) -> tuple[BuiltinExec, Callable[[], None]]:
+        """The node's own engine's backend for one session, in a private directory (or the
+        caller's copied workspace); with ``pool``, a warm sandbox of that ``RayPool``'s share
+        here (``node_pool.py``): a claim is an ordinary session of this server."""
         kind = self.config.kind.name
-        if spec.kind != kind:
+        if spec.kind not in (kind, PLACED):  # placed: this node's own engine
             raise ConfigurationError(f"{self.where} runs {kind} sandboxes, not {spec.kind}")
         # "lifetime": a durable session's, put there by the RemoteServer, never by a caller
-        unknown = sorted(set(spec.options) - {"image", "limits", "lifetime"})
+        unknown = sorted(set(spec.options) - {"image", "limits", "lifetime", "pool"})
         if unknown:
             raise ConfigurationError(f"{self.where} decides its backend's options itself; a "
-                                     f"Ray session may give image and limits, not "
+                                     f"Ray session may give image, limits and pool, not "
                                      f"{', '.join(unknown)}")
-        image = spec.options.get("image")
-        limits = spec.options.get("limits")
+        image, limits = spec.options.get("image"), spec.options.get("limits")
+        chosen = (image if isinstance(image, str) else None,
+                  SandboxLimits.model_validate(limits) if limits is not None else None)
+        pool = self._warm_pool(spec.options.get("pool"))
         root = session_root(own_workdir(self.config.workdir), os.urandom(8).hex())
         try:
-            workspace = os.path.join(root, WORKSPACE_DIR)
-            os.mkdir(workspace, 0o755)
-            backend = self.config.make(
-                workspace, image if isinstance(image, str) else None,
-                SandboxLimits.model_validate(limits) if limits is not None else None,
-                spec.options.get("lifetime"))
+            workspace = copied or os.path.join(root, WORKSPACE_DIR)  # the caller's copy, or new
+            if copied is None:
+                os.mkdir(workspace, 0o755)
+            backend = (await pool.backend(workspace) if pool is not None else
+                       self.config.make(workspace, *chosen, spec.options.get("lifetime")))
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
@@ -109,14 +121,34 @@ class NodeRemote:
 
     async def remote_call(self, payload: bytes, owner: str,
                           orphan_timeout: float | None = None) -> bytes:
-        """One remote request as bytes; its answer as bytes."""
+        """One remote request as bytes, ``(request, trace)``: the request and its caller's
+        trace context (None when it does not trace); its answer as bytes."""
         self._heard(str(owner), orphan_timeout)
         try:
-            request = loads(payload)
+            request, came = loads(payload)
+            trace = trace_context(came)
         except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
             return dumps(("err", error_answer(HostError(
                 f"not a remote call ({type(exc).__name__})"))))
-        return dumps(await self._server().handle(request, None, str(owner)))
+        return dumps(await self._handled(trace, request, None, str(owner)))
+
+    async def _handled(self, trace: TraceContext | None, request: Any, emit: Any, owner: str
+                       ) -> Answer:
+        """The server's answer to one request, spanned when its caller traces; the node's
+        count of open sessions follows what it did."""
+        try:
+            return await self.telemetry.remote(
+                trace, request, lambda: self._server().handle(request, emit, owner))
+        finally:
+            self._count_sessions()
+
+    def _count_sessions(self) -> None:
+        """``toolseam.sessions.open`` of this node: the server's open sessions, reported as
+        they change (decision 390)."""
+        now = 0 if self._remote_server is None else self._remote_server.open_sessions
+        if now != self._counted:
+            self.telemetry.sessions_changed(now - self._counted)
+            self._counted = now
 
     async def remote_drop(self, owner: str) -> None:
         """The transport ``owner`` closed: end every session it opened here."""
@@ -129,26 +161,30 @@ class NodeRemote:
         for (sid, stream), held_by in list((self._stream_owners or {}).items()):
             if held_by == owner:
                 self._end_stream(sid, stream)
-        await self._server().drop(owner)
+        try:
+            await self._server().drop(owner)
+        finally:
+            self._count_sessions()
 
     async def remote_live(self, payload: bytes, owner: str, orphan_timeout: float | None = None
                           ) -> bytes:
         """A step of a streamed request through Ray: ``(step, stream id, session, secret,
-        request)``; its batch ``(events, answer or None)`` as bytes."""
+        request, trace)``; its batch ``(events, answer or None)`` as bytes."""
         self._heard(str(owner), orphan_timeout)
         try:
-            step, stream, sid, secret, request = loads(payload)
+            step, stream, sid, secret, request, trace = loads(payload)
             key = self._remote_key(str(sid))
             if key is None or not hmac.compare_digest(key, derived_key(str(secret),
                                                                        SESSION_LABEL)):
                 raise HostError(f"no session {str(sid)[:8]}… on this server answers this secret")
-            batch = await self._stream_step(str(sid), str(step), str(stream), request, str(owner))
+            batch = await self._stream_step(str(sid), str(step), str(stream), request, str(owner),
+                                            trace_context(trace))
         except Exception as exc:  # noqa: BLE001 - a refusal is an answer too
             batch = ([], ("err", error_answer(exc)))
         return dumps(batch)
 
-    async def _stream_step(self, sid: str, step: str, stream: str, request: Any, owner: str
-                           ) -> Batch:
+    async def _stream_step(self, sid: str, step: str, stream: str, request: Any, owner: str,
+                           trace: TraceContext | None = None) -> Batch:
         """``begin`` (the session's own ``request``), ``next`` or ``cancel`` of a stream of
         session ``sid``, whose holder proved its key."""
         if self._streams is None:
@@ -161,8 +197,8 @@ class NodeRemote:
         if step == "begin":
             if not (isinstance(request, tuple) and request[:1] == (sid,)):
                 raise HostError("a streamed request names another session than its own")
-            self._streams.begin_call(sid, stream, lambda emit: self._server().handle(
-                request, emit, owner))
+            self._streams.begin_call(sid, stream, lambda emit: self._handled(
+                trace, request, emit, owner))
             self._stream_owners[(sid, stream)] = owner
         elif step != "next":
             raise HostError(f"{step!r} is not a step of a streamed request")
@@ -180,15 +216,18 @@ class NodeRemote:
         """A remote session's key, for the direct port's proofs; None: no such session."""
         return None if self._remote_server is None else self._remote_server.key_for(sid)
 
-    async def remote_direct(self, sid: str, args: tuple[Any, ...]) -> Answer:
-        """A request of the session the direct connection proved (``sid``), nobody else's."""
+    async def remote_direct(self, sid: str, args: tuple[Any, ...], trace: Any = None
+                            ) -> Answer:
+        """A request of the session the direct connection proved (``sid``), nobody else's;
+        ``trace``: its caller's span's context (direct.py carries it beside the call)."""
         if not (len(args) == 2 and isinstance(args[0], tuple) and args[0][:1] == (sid,)):
             return encode(HostError("a direct request names another session than its "
                                     "connection's"))
         self._heard(str(args[1]))
-        return ("ok", await self._server().handle(args[0], None, str(args[1])))
+        return ("ok", await self._handled(trace, args[0], None, str(args[1])))
 
-    async def remote_live_direct(self, sid: str, args: tuple[Any, ...]) -> Answer:
+    async def remote_live_direct(self, sid: str, args: tuple[Any, ...], trace: Any = None
+                                 ) -> Answer:
         """A step of a streamed request of the session the direct connection proved:
         ``(step, stream id, request or None, owner)``."""
         if len(args) != 4:
@@ -196,6 +235,6 @@ class NodeRemote:
         self._heard(str(args[3]))
         try:
             return ("ok", await self._stream_step(sid, str(args[0]), str(args[1]), args[2],
-                                                  str(args[3])))
+                                                  str(args[3]), trace))
         except Exception as exc:  # noqa: BLE001 - a refusal is an answer too
             return ("ok", ([], ("err", error_answer(exc))))

@@ -26,10 +26,13 @@ class Placement:
     resources: dict[str, float]
     strategy: str = "spread"
     node: str | None = None  # a node id: this node, or none (attach)
+    # the node was chosen just now from the cluster's live nodes (a RayPool's claim): not
+    # asked of the GCS again per session — a node lost since fails the session's first call
+    fresh: bool = False
 
     def choose(self, ray: Any) -> str:
         if self.node is not None:
-            if not cluster.node_is_alive(ray, self.node):
+            if not self.fresh and not cluster.node_is_alive(ray, self.node):
                 raise CouldNotRunError(f"Ray node {self.node[:12]} is not alive in the cluster",
                                        retryable=False)
             return self.node

@@ -3,7 +3,7 @@ every fitting node, sized by that node's CPUs; claims go to the node with the mo
 sandboxes left (nodes that had the image before the pool started first), so a burst spreads.
 
     async with RayPool(image=…, size=32, address=…) as pool:
-        async with await pool.toolkit(base_dir) as tk:   # an open Toolkit, RayBackend inside
+        async with await pool.toolkit(base_dir) as tk:   # an open Toolkit, a remote session
             ...
 """
 
@@ -12,14 +12,19 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from typing import Any, Self
+from typing import Any, Self, cast
 
+from ..backends.remote import HostedSpec, RemoteBackend
+from ..backends.remote.spec import PLACED
 from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, HostError
+from ..seam.protocol import BuiltinExec
 from ..session.toolkit import open_toolkit
 from . import cluster
 from .actors import node_actor
-from .backend import DEFAULT_ORPHAN_TIMEOUT_S, RayBackend
+from .node_remote import DEFAULT_ORPHAN_TIMEOUT_S
+from .placement import Placement
+from .transport import RayTransport
 
 
 class RayPool:
@@ -72,26 +77,40 @@ class RayPool:
         return max(self._nodes, key=lambda n: (self._nodes[n]["share"] - self._claims[n],
                                                self._nodes[n]["has_image"], n))
 
-    async def backend(self, base_dir: str | os.PathLike[str] | None = None) -> RayBackend:
-        """An open ``RayBackend`` on a warm sandbox with ``base_dir`` (copied there; none:
-        an empty workspace)."""
+    async def backend(self, base_dir: str | os.PathLike[str] | None = None) -> RemoteBackend:
+        """An open remote session on a warm sandbox of the chosen node, with ``base_dir``
+        copied there and home by the copy-back rule (none: an empty workspace): the node's
+        ``RemoteServer`` hosts it from its pool (``node_pool.py``); a lost node fails the
+        claim."""
         if self._closed:
             raise HostError("the Ray pool was closed")
         await self.start()
         async with self._lock:
             node = self._choose()
             self._claims[node] += 1
-        made = RayBackend(os.fspath(base_dir) if base_dir is not None else None,
-                          image=self.image, node=node, address=self.address,
-                          limits=self.limits, orphan_timeout=self.orphan_timeout)
-        made._claim_from = self.pool_id
-        await made.open()
+        options: dict[str, Any] = {"pool": self.pool_id}
+        if self.image:
+            options["image"] = self.image
+        if self.limits is not None:
+            options["limits"] = self.limits.model_dump(mode="json")
+        made = RemoteBackend(
+            transport=RayTransport(Placement({}, node=node, fresh=True), self.address,
+                                   orphan_timeout_s=self.orphan_timeout),
+            hosted=HostedSpec(kind=PLACED, options=options),
+            workspace=os.fspath(base_dir) if base_dir is not None else None)
+        made.network = self.limits.network if self.limits is not None else "none"
+        try:
+            await made.open()
+        except BaseException:
+            await made.close()
+            raise
         return made
 
     async def toolkit(self, base_dir: str | os.PathLike[str] | None = None,
                       **toolkit_kwargs: Any) -> Any:
         """An open ``Toolkit`` on a warm sandbox of the pool."""
-        return await open_toolkit(await self.backend(base_dir), **toolkit_kwargs)
+        return await open_toolkit(cast(BuiltinExec, await self.backend(base_dir)),
+                                  **toolkit_kwargs)
 
     def claims(self) -> dict[str, int]:
         """Claims per node (by the node's description), for placement checks."""

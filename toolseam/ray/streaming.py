@@ -1,8 +1,8 @@
 """Live output through the cluster: a call's events reach the caller while it runs.
 
 A streamed call is a long poll of the node actor: the first request begins the call on the
-node (a remote session's ``start`` through its ``RemoteServer``, ``node_remote.py``; an old
-``RayBackend`` session's ``start_live``) and answers its first batch of events; each next
+node (a remote session's ``start`` or egress stream through its ``RemoteServer``,
+``node_remote.py``) and answers its first batch of events; each next
 request answers the next — every event that queued since, as soon as one does — until the
 last, which carries the call's answer. A batch waits up to ``LINGER_S`` after its first event
 for the call's end, so a short command is ONE round trip, as a call without a stream is: its
@@ -23,9 +23,8 @@ from typing import Any
 from ..seam.errors import HostError
 from ..seam.models import OutputChunk, SpawnRequest
 from ..seam.protocol import BuiltinExec
-from ._wire import Answer, decode, encode
+from ._wire import Answer, encode
 
-LIVE_CALLS = frozenset({"start_live", "live_next", "live_cancel"})  # beside the seam's calls
 _END = None  # the queue's last item: the call has returned
 LINGER_S = 0.02  # after output, how long a batch waits for the call's end to ride along
 # Output a caller has not fetched yet, per streamed call: a command that floods while its
@@ -70,7 +69,7 @@ class LiveStarts:
         self._live[(sid, name)] = live
 
     def begin(self, sid: str, backend: BuiltinExec, request: SpawnRequest) -> None:
-        """A ``start`` of ``backend`` with its output live (an old ``RayBackend`` session)."""
+        """A ``start`` of ``backend`` with its output live (its answer in ``_wire``'s shape)."""
         async def run(put: Callable[[Any], None]) -> Answer:
             try:
                 return ("ok", await backend.start(request, put))
@@ -95,20 +94,6 @@ class LiveStarts:
         if live.started.cancelled():
             return events, self._error(HostError("the streamed call was cancelled on the node"))
         return events, live.started.result()
-
-    async def call(self, sid: str, backend: BuiltinExec, method: str, args: tuple[Any, ...]
-                   ) -> Any:
-        """One of ``LIVE_CALLS`` for session ``sid`` (its secret checked by the caller)."""
-        if method == "start_live":
-            request = args[0]
-            if not isinstance(request, SpawnRequest):
-                raise HostError("start_live takes a SpawnRequest")
-            self.begin(sid, backend, request)
-            return await self.next(sid, request.job)
-        if method == "live_next":
-            return await self.next(sid, str(args[0]))
-        self.cancel(sid, str(args[0]))
-        return None
 
     def cancel(self, sid: str, name: str | None = None) -> None:
         """End a caller's streamed call (it was cancelled), or all of a session's (closed)."""
@@ -140,17 +125,6 @@ async def follow(first: Callable[[], Awaitable[Batch]], following: Callable[[], 
             _cancels.add(task := asyncio.ensure_future(_quietly(cancel)))
             task.add_done_callback(_cancels.discard)
         raise
-
-
-async def caller_live(call: Callable[..., Awaitable[Any]], request: SpawnRequest,
-                      on_output: Callable[[OutputChunk], None], where: str) -> Any:
-    """``follow`` for an old ``RayBackend`` session: ``call(method, *args)`` is the backend's
-    own call (its route to the node; a lost node is the session's end); the start's status
-    or its seam exception raised."""
-    answer = await follow(lambda: call("start_live", request),
-                          lambda: call("live_next", request.job),
-                          lambda: call("live_cancel", request.job), on_output)
-    return decode(answer, where)
 
 
 _cancels: set[asyncio.Future[None]] = set()  # in flight; held so none is collected early

@@ -24,7 +24,9 @@ from ..backends.remote.codec import dumps, loads
 from ..backends.remote.handshake import derived_key
 from ..backends.remote.server import SESSION_LABEL
 from ..backends.remote.transport import Answer, OnEvent, Request, TransportLost
+from ..observability.across import outgoing
 from ..seam.errors import ConfigurationError, CouldNotRunError
+from ..seam.models import TraceContext
 from . import cluster
 from .direct import DirectLink, Dropped
 from .node_remote import DEFAULT_ORPHAN_TIMEOUT_S, REMOTE, REMOTE_LIVE
@@ -68,10 +70,15 @@ class RayTransport:
             if self._actor is None:
                 try:
                     ray = self._ray = cluster.ray_module()
-                    await asyncio.to_thread(cluster.connect, self.address)
+                    if ray.is_initialized():  # the usual case: no thread hop per session
+                        cluster.connect(self.address)
+                    else:
+                        await asyncio.to_thread(cluster.connect, self.address)
                     node_id, actor = await asyncio.to_thread(self.placement.reach, ray)
                     self.where = await cluster.node_where(node_id, _ready(actor))
-                except (ConfigurationError, CouldNotRunError) as exc:
+                except CouldNotRunError as exc:
+                    if self.placement.node is None:  # none fits: a refusal, said as such
+                        raise
                     raise TransportLost(f"no Ray node for this session: {exc}",
                                         sent=False) from None
                 self.node_id, self._actor = node_id, actor
@@ -103,14 +110,15 @@ class RayTransport:
         return self._link is not None and self._link.alive
 
     async def call(self, request: Request) -> Answer:
+        trace = outgoing()  # the node's spans continue the caller's trace (decision 390)
         link = await self._linked(request) if self._direct else None
         if link is not None:
             try:
-                answer = await link.call(REMOTE, (request, self.owner))
+                answer = await link.call(REMOTE, (request, self.owner), trace)
             except Dropped:
                 raise await self._dropped() from None
             return answer[1] if answer[:1] == ("ok",) else answer
-        answer = await self._ray_call("remote_call", dumps(request))
+        answer = await self._ray_call("remote_call", dumps((request, trace)))
         answer = answer if isinstance(answer, tuple) else ()  # refused by the client
         if request[2] == "open" and answer[:1] == ("ok",):
             self._opened = request[0]
@@ -134,36 +142,40 @@ class RayTransport:
 
     async def _dropped(self) -> TransportLost:
         """The direct connection ended under a call: the node actor gone (or silent for
-        ``DROP_PROBE_S``) is the session's end, as on the Ray path."""
+        ``DROP_PROBE_S``) is the session's end, as on the Ray path; there, only this call
+        failed (it may have run) and the next goes through Ray."""
         gone: tuple[type[BaseException], ...] = (TimeoutError, *cluster.ray_failures(self._ray))
         try:
             await asyncio.wait_for(self._actor.ready.remote(), DROP_PROBE_S)
         except gone as exc:
             cluster.forget_actor(self.node_id or "", lost=True)
             return TransportLost(f"{self.where} was lost ({type(exc).__name__})")
-        return TransportLost(f"the direct connection to {self.where} dropped")
+        return TransportLost(f"the direct connection to {self.where} dropped",
+                             server_gone=False)
 
     async def stream(self, request: Request, on_event: OnEvent) -> Answer:
         """A long poll of the node (``streaming.py``): each batch of events to ``on_event``
         as it comes, while the call runs there; then its answer."""
-        stream = uuid.uuid4().hex
-        return await follow(lambda: self._stream_step("begin", stream, request),
+        stream, trace = uuid.uuid4().hex, outgoing()
+        return await follow(lambda: self._stream_step("begin", stream, request, trace),
                             lambda: self._stream_step("next", stream, request),
                             lambda: self._stream_step("cancel", stream, request), on_event)
 
-    async def _stream_step(self, step: str, stream: str, request: Request) -> Batch:
-        """One step of a streamed request, on the route the session's calls take."""
+    async def _stream_step(self, step: str, stream: str, request: Request,
+                           trace: TraceContext | None = None) -> Batch:
+        """One step of a streamed request, on the route the session's calls take (its
+        ``begin`` with the caller's trace context)."""
         link = await self._linked(request) if self._direct else None
         given = request if step == "begin" else None
         if link is not None:
             try:
-                answer = await link.call(REMOTE_LIVE, (step, stream, given, self.owner))
+                answer = await link.call(REMOTE_LIVE, (step, stream, given, self.owner), trace)
             except Dropped:
                 raise await self._dropped() from None
             batch = answer[1] if answer[:1] == ("ok",) else ([], answer)
         else:
             batch = await self._ray_call("remote_live", dumps((step, stream, request[0],
-                                                                request[1], given)))
+                                                                request[1], given, trace)))
         if not (isinstance(batch, tuple) and len(batch) == 2 and isinstance(batch[0], list)):
             return [], ()  # refused by the client as "not a toolseam answer"
         return batch

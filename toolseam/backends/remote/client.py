@@ -43,15 +43,19 @@ from ...seam.errors import (
 from ...seam.handle import AttachError, SessionHandle
 from ...seam.lifetime import EPHEMERAL, BackendLifetime, Durable, Ephemeral
 from ...seam.models import SandboxInfo
-from .. import backend_class, backend_kind
+from .. import BACKEND_NAMES, backend_class, backend_kind
 from ..agentlink.errors import map_seam_error
+from ..containers.workspace_sync.policy import DEFAULT_COPY_LIMIT
+from ..containers.workspace_sync.tar_sync import WorkspaceCopy
 from ..snapshots import Restored, Snapshot
 from ..snapshots.capture import Known
-from . import ops, snapshots, workspace
-from .durable import RemoteDurability, transport_at, wire_secret
+from . import copied, ops, snapshots, workspace
+from .durable import Reconnectable, RemoteDurability, transport_at, wire_secret
 from .egress import ClientEgress
-from .spec import HostedSpec
-from .transport import OnEvent, Transport, TransportLost
+from .spec import PLACED, HostedSpec
+from .transport import OnEvent, Request, Transport, TransportLost
+
+KILL_WAIT_S = 30.0  # toolseam ps --kill: an engine removing a container can take a while
 
 
 class RemoteBackend(RemoteDurability):
@@ -63,9 +67,10 @@ class RemoteBackend(RemoteDurability):
     name = "remote"
 
     def __new__(cls, *, transport: Transport, hosted: HostedSpec, branch: str | None = None,
-                lifetime: BackendLifetime = EPHEMERAL) -> RemoteBackend:
+                lifetime: BackendLifetime = EPHEMERAL, workspace: str | None = None,
+                copy_limit: int | None = None) -> RemoteBackend:
         if cls is RemoteBackend:  # the class with the hosted kind's capabilities, chosen once
-            cls = remote_class(ops.declared_capabilities(backend_class(hosted.kind)))
+            cls = remote_class(expected_capabilities(hosted.kind))
         return super().__new__(cls)
 
     # seam.capabilities: what supports() reads. The class a name finds declares the kind's
@@ -75,9 +80,13 @@ class RemoteBackend(RemoteDurability):
     capability_names: frozenset[str] = frozenset()  # an instance's, as the wire names them
 
     def __init__(self, *, transport: Transport, hosted: HostedSpec, branch: str | None = None,
-                 lifetime: BackendLifetime = EPHEMERAL) -> None:
+                 lifetime: BackendLifetime = EPHEMERAL, workspace: str | None = None,
+                 copy_limit: int | None = None) -> None:
         """``branch``: a snapshot id of this user's store the session opens from (a fork's
-        child, made by ``branch_backend``)."""
+        child, made by ``branch_backend``). ``workspace``: a directory of this machine copied
+        to the server at open, the hosted backend's workspace there, and brought home at
+        ``sync`` and ``close`` by the copy-back rule (``copied.py``; ``copy_limit`` bytes at
+        most either way)."""
         if not isinstance(lifetime, Ephemeral | Durable):
             raise ConfigurationError("remote backend: lifetime must be toolseam.seam.lifetime's "
                                      f"Ephemeral() or Durable(...), got {type(lifetime).__name__}")
@@ -88,6 +97,15 @@ class RemoteBackend(RemoteDurability):
         if durable and branch is not None:
             raise ConfigurationError("remote backend: a fork's child ends with its client; "
                                      "it cannot be built durable")
+        if workspace is not None and (durable or branch is not None):
+            raise ConfigurationError("remote backend: workspace= is copied home by this client; "
+                                     "a durable session or a fork's child keeps its files on "
+                                     "the server (upload and download them)")
+        if workspace is not None and "workspace" in hosted.options:
+            raise ConfigurationError("remote backend: workspace= is this machine's directory, "
+                                     "copied there; the hosted options name none")
+        self._copy = (None if workspace is None else
+                      WorkspaceCopy(workspace, copy_limit or DEFAULT_COPY_LIMIT))
         self.transport, self.hosted, self.branch = transport, hosted, branch
         self._lifetime = lifetime
         adopt = lifetime.adopt if isinstance(lifetime, Durable) else None
@@ -103,6 +121,7 @@ class RemoteBackend(RemoteDurability):
         self._over: CouldNotRunError | None = None
         self._copy_back_error: CouldNotRunError | None = None
         self._egress: ClientEgress | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         network = hosted.options.get("network")  # what the toolkit checks its settings against
         self.network = network if isinstance(network, str) else None
 
@@ -123,14 +142,21 @@ class RemoteBackend(RemoteDurability):
                 if self.branch is not None:  # the snapshot first, then the open from it
                     await snapshots.push(self._send, self.branch)
                     opening["branch"] = self.branch
+                if self._copy is not None:  # the base dir, and the copy-back's baseline
+                    opening["workspace"] = await asyncio.to_thread(copied.packed, self._copy)
                 info, held, *durable = await self._opened(opening)
-                if frozenset(held) != self.capability_names:
+                missing = self.capability_names - frozenset(held)
+                if missing or (self.hosted.kind != PLACED
+                               and frozenset(held) != self.capability_names):
                     await self.close()
                     raise CouldNotRunError(
-                        f"{self.transport.where}: its {self.hosted.kind} backend has "
+                        f"{self.transport.where}: its {info.backend} backend has "
                         f"{sorted(held)}, this client expected "
                         f"{sorted(self.capability_names)} "
-                        "(another toolseam version?)", retryable=False, cause="refused")
+                        + ("(it cannot give " + ", ".join(sorted(missing)) + ")" if missing
+                           else "(another toolseam version?)"),
+                        retryable=False, cause="refused")
+                self._loop = asyncio.get_running_loop()
                 if isinstance(self._lifetime, Durable):
                     self._durable_opened(durable[0] if durable else None)
                 # paths and processes are this machine's only when the server's are
@@ -170,11 +196,21 @@ class RemoteBackend(RemoteDurability):
             if "attach" in opening and exc.cause == "engine_unreachable":
                 raise AttachError("gone", f"{exc.reason}: the server that kept the session "
                                   "is gone, and the session with it") from None
-            raise
+            where = self.transport.where
+            if exc.reason.startswith(where):
+                raise
+            raise CouldNotRunError(f"{where}: {exc.reason}", exc.retryable,  # which server
+                                   exc.cause) from None
 
     async def close(self) -> None:
-        """End the session on the server (its jobs killed, its sandbox down). Idempotent;
-        never raises: what the hosted backend could not bring home is ``copy_back_error``."""
+        """End the session on the server (its jobs killed, its sandbox down; a copied
+        workspace brought home). Idempotent; never raises: what could not be brought home is
+        ``copy_back_error``."""
+        await self._end_session("close")
+
+    async def _end_session(self, request: str) -> None:
+        """This client's part ends by ``request`` (``close``, or a durable ``detach``): its
+        egress, the request when the server can still answer it, then the transport."""
         if self._closed:
             return
         self._closed = True
@@ -182,16 +218,27 @@ class RemoteBackend(RemoteDurability):
             if self._egress is not None:
                 await self._egress.close()
             if self._info is not None and self._over is None:
-                failure = await self._send("close", {})
-                if isinstance(failure, dict):
-                    found = map_seam_error(failure)
-                    self._copy_back_error = (found if isinstance(found, CouldNotRunError) else
-                                             CouldNotRunError(str(found), retryable=False,
-                                                              cause="copy_back_failed"))
-        except Exception:  # noqa: BLE001 - close never raises; the server ends it anyway
-            pass
+                self._ended(await self._send(request, {}))
+        except CouldNotRunError as failure:  # a copy that could not come home
+            if request == "close" and self._copy is not None:
+                self._copy_back_error = _as_copy_back(failure)
+            elif request != "close":
+                raise
+        except Exception:
+            if request != "close":
+                raise
         finally:
-            await self.transport.close()
+            await self.transport.close()  # the server ends (or detaches) it at this end anyway
+
+    def _ended(self, answer: Any) -> None:
+        """What ``close`` answered: the hosted backend's copy-back failure, or the copied
+        workspace to bring home (applied here by the copy-back rule)."""
+        if not (isinstance(answer, tuple | list) and len(answer) == 2):
+            return
+        if answer[0] == "failed" and isinstance(answer[1], dict):
+            self._copy_back_error = _as_copy_back(map_seam_error(answer[1]))
+        elif answer[0] == "workspace" and self._copy is not None:
+            copied.applied(self._copy, answer[1], self.transport.where)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -210,6 +257,9 @@ class RemoteBackend(RemoteDurability):
             if not lost.sent and self._info is None:  # never reached: the session never was
                 raise CouldNotRunError(str(lost), retryable=True,
                                        cause="engine_unreachable") from None
+            if not lost.server_gone:  # the route dropped, the server and the session are there
+                raise CouldNotRunError(f"{lost}; the call may have run there",
+                                       retryable=False) from None
             raise self._lost(lost) from None
         if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ("ok", "err")):
             raise CouldNotRunError(f"{self.transport.where} answered what is not a toolseam "
@@ -238,6 +288,10 @@ class RemoteBackend(RemoteDurability):
         self._check_open()
         if self._info is None:
             await self.open()
+        if op.name == "sync" and self._copy is not None:  # the server's copy, brought home
+            archive = await self._send("sync", {})
+            return await asyncio.to_thread(copied.applied, self._copy, archive,
+                                           self.transport.where)
         if op.shape == "stream":
             on_output = arguments.pop("on_output", None)
             wanted = on_output is not None and getattr(arguments.get("request"), "stream", False)
@@ -264,6 +318,11 @@ class RemoteBackend(RemoteDurability):
             done = await self._send(op.name, arguments)
             return Restored(int(done["written"]), int(done["removed"]), Known())
         return await self._send(op.name, arguments)
+
+
+def _as_copy_back(found: Exception) -> CouldNotRunError:
+    return (found if isinstance(found, CouldNotRunError) else
+            CouldNotRunError(str(found), retryable=False, cause="copy_back_failed"))
 
 
 def _usage(figures: Any) -> SandboxUsage:
@@ -300,6 +359,41 @@ def _forwarder(op: ops.SeamOp) -> Method:
     return forward
 
 
+def expected_capabilities(kind: str) -> frozenset[str]:
+    """What a client of a ``kind`` session declares: the kind's own; for ``PLACED`` (the
+    server's engine, known once placed) what every local kind has — a server that cannot give
+    one of them is refused at open, naming it (decision 493)."""
+    if kind != PLACED:
+        return ops.declared_capabilities(backend_class(kind))
+    kinds = {backend_kind(name).name for name in BACKEND_NAMES if backend_kind(name).local}
+    return frozenset.intersection(*(ops.declared_capabilities(backend_class(kind))
+                                    for kind in sorted(kinds)))
+
+
+def _kill_sandbox(self: RemoteBackend) -> None:
+    """``SandboxKill`` (``toolseam ps --kill``, from its thread): the server ends the sandbox
+    with everything in it, and this session's calls then fail; its close still ends the
+    session there. Sent on a transport of its own to the same server (the session's address),
+    so it waits for no event loop of the session's."""
+    if self._info is None or self._closed or self._over is not None:
+        return
+    if not isinstance(self.transport, Reconnectable):
+        raise ConfigurationError(f"{self.transport.where} cannot be reached from another "
+                                 "thread: its sandbox is ended by closing the session")
+    transport = transport_at(self.transport.durable_address())
+    request: Request = (self.session_id, self._secret, "kill_sandbox", (), {})
+
+    async def kill() -> Any:
+        try:
+            return await asyncio.wait_for(transport.call(request), KILL_WAIT_S)
+        finally:
+            await transport.close()
+
+    answer = asyncio.run(kill())
+    if answer[:1] == ("err",) and isinstance(answer[1], dict):
+        raise map_seam_error(answer[1])
+
+
 def _copy_back_error(self: RemoteBackend) -> CouldNotRunError | None:
     """What the hosted backend's close could not bring home (WorkspaceTransfer)."""
     return self._copy_back_error
@@ -308,9 +402,11 @@ def _copy_back_error(self: RemoteBackend) -> CouldNotRunError | None:
 def _branch_backend(self: RemoteBackend, workspace: str, snapshot_id: str
                     ) -> tuple[RemoteBackend, None]:
     """Branching: a new session of the same server and hosted kind, opened from the snapshot
-    there (its files are the server's; ``workspace``, a directory here, stays empty)."""
-    return type(self)(transport=self.transport.another(), hosted=self.hosted,
-                      branch=snapshot_id), None
+    there (its files are the server's; ``workspace``, a directory here, stays empty). The
+    child is the remote client itself (a subclass's constructor, ``RayBackend``'s, takes
+    other arguments)."""
+    return RemoteBackend(transport=self.transport.another(), hosted=self.hosted,
+                         branch=snapshot_id), None
 
 
 def _branch_home(self: RemoteBackend, root: str) -> None:
@@ -331,6 +427,8 @@ def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
     members: dict[str, Any] = {op.name: _forwarder(op) for op in ops.ops_for(capabilities)}
     if "WorkspaceTransfer" in capabilities:
         members["copy_back_error"] = property(_copy_back_error)
+    if "SandboxKill" in capabilities:
+        members["kill_sandbox"] = _kill_sandbox
     if "Branching" in capabilities:
         members.update(branch_backend=_branch_backend, branch_home=_branch_home,
                        home_stamps=_home_stamps)

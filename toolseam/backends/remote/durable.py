@@ -108,6 +108,9 @@ class RemoteDurability:
     async def _send(self, name: str, kwargs: dict[str, Any], on_event: Any = None) -> Any:
         raise NotImplementedError
 
+    async def _end_session(self, request: str) -> None:
+        raise NotImplementedError
+
     def _lifetime_opening(self) -> dict[str, Any]:
         """What ``open`` tells the server of the session's lifetime."""
         if not isinstance(self._lifetime, Durable):
@@ -132,16 +135,7 @@ class RemoteDurability:
         if not isinstance(self._lifetime, Durable):
             raise ConfigurationError("this remote backend was built to end with its client "
                                      "(lifetime=Ephemeral): it cannot detach")
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            if self._egress is not None:
-                await self._egress.close()
-            if self._info is not None and self._over is None:
-                await self._send("detach", {})
-        finally:
-            await self.transport.close()  # the server detaches it at this end anyway
+        await self._end_session("detach")
 
     @property
     def lifetime(self) -> BackendLifetime:

@@ -20,8 +20,11 @@ session the server kept), ``detach``, ``keep_state`` and ``keep_backend_state``;
 protocol's synchronous members are the client's own, read from what ``open`` answered
 (``durable.py``, decision 476).
 
-Not forwarded yet (the hosted backend's own, reachable only where it runs): exposed ports,
-kill from outside (a synchronous call from any thread) (docs/architecture.md).
+``SandboxKill`` crosses as the request ``kill_sandbox``, sent on a transport of its own made
+from the session's address, so it waits for no event loop of the session's (``client.py``).
+
+Not forwarded yet (the hosted backend's own, reachable only where it runs): exposed ports
+(docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from ...seam.capabilities import (
     Egress,
     InteractiveProcesses,
     ResourceUsage,
+    SandboxKill,
 )
 from ...seam.capabilities import declared_capabilities as declared_by
 from ...seam.protocol import ExecPart, FilePart, WorkspaceTransfer
@@ -82,8 +86,9 @@ def _rows() -> Iterator[SeamOp]:
 
 TABLE: tuple[SeamOp, ...] = tuple(_rows())
 BY_NAME: dict[str, SeamOp] = {op.name: op for op in TABLE}
-# Capabilities whose operations are requests of the session's lifetime (server.py), not rows
-LIFECYCLE: tuple[type, ...] = (DurableSessions,)
+# Capabilities whose operations are requests of the session's lifetime (server.py), not rows:
+# durable sessions, and the end of a sandbox from outside (a synchronous call, any thread)
+LIFECYCLE: tuple[type, ...] = (DurableSessions, SandboxKill)
 CAPABILITIES: dict[str, type] = {protocol.__name__: protocol for protocol in (*OPTIONAL,
                                                                              *LIFECYCLE)}
 

@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -33,7 +33,7 @@ from ...seam.handle import SessionHandle
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from ..agentlink.errors import error_answer
 from ..snapshots import SnapshotStore, new_branch_workspace, remove_branch_workspace
-from . import ops, snapshots, workspace
+from . import copied, ops, snapshots, workspace
 from .egress import EVENTS, NOT_CAPTURED, SEND
 from .handshake import derived_key
 from .hosted import (
@@ -49,12 +49,13 @@ from .hosted import (
 )
 from .kept import KeptSessions
 from .server_durable import DurableHosting
+from .server_operator import OperatedSessions
 from .spec import HostedSpec
 from .transport import Answer, OnEvent, Request
 
 __all__ = ["SESSION_LABEL", "Adopting", "Hosting", "RemoteServer", "create_hosted"]
 
-class RemoteServer(DurableHosting):
+class RemoteServer(DurableHosting, OperatedSessions):
     """The sessions of one server process. ``handle`` is what a transport's listener calls for
     each request of a proven peer; ``drop`` when that peer's connection ends."""
 
@@ -83,6 +84,11 @@ class RemoteServer(DurableHosting):
         One still ending counts: its container may be there until its end returns."""
         return len(self._sessions) + self._ending
 
+    @property
+    def open_sessions(self) -> int:
+        """How many sessions are open here (a clients' figure: ``toolseam.sessions.open``)."""
+        return len(self._sessions)
+
     def key_for(self, sid: str) -> bytes | None:
         """An open session's one-way key (``derived_key(secret, SESSION_LABEL)``), for a
         transport whose connection proves it before any request (Ray's direct port); None: no
@@ -97,12 +103,19 @@ class RemoteServer(DurableHosting):
                 return ("ok", await self._attach(sid, secret, owner))
             if name == "open":
                 return ("ok", await self._open(sid, secret, kwargs.get("spec"), owner,
-                                               kwargs.get("branch"), kwargs.get("lifetime")))
+                                               kwargs.get("branch"), kwargs.get("lifetime"),
+                                               kwargs.get("workspace")))
             if name in snapshots.CARRIER_OPS:
                 return ("ok", self._carry(sid, secret, name, kwargs, owner))
             session = self._session(sid, secret)
             if name == "close":
                 return ("ok", await self._close(sid, session))
+            if name == "sync" and session.copied is not None:  # the copy, home (copied.py)
+                return ("ok", await copied.synced(
+                    session.backend, "WorkspaceTransfer" in session.capabilities,
+                    session.copied))
+            if name == "kill_sandbox":  # SandboxKill, its own session's (server_operator.py)
+                return ("ok", await self._kill_own(sid, session))
             if name in LIFETIME_OPS:
                 await self._lifetime_op(sid, session, name, kwargs)
                 return ("ok", None)
@@ -138,7 +151,8 @@ class RemoteServer(DurableHosting):
         return None
 
     async def _open(self, sid: str, secret: str, given: object, owner: object,
-                    branch: object = None, lifetime: object = None) -> tuple[Any, ...]:
+                    branch: object = None, lifetime: object = None, workspace: object = None
+                    ) -> tuple[Any, ...]:
         if sid in self._sessions or sid in self._opening or sid in self._kept:
             raise HostError(f"session {sid[:8]}… exists on this server")
         try:
@@ -155,7 +169,18 @@ class RemoteServer(DurableHosting):
             if branch is not None:
                 raise ConfigurationError("open: a fork's child ends with its client")
             spec = spec.model_copy(update={"options": {**spec.options, "lifetime": durable}})
-        backend, after = self._hosting(spec)
+        if workspace is not None and (branch is not None or durable is not None):
+            raise ConfigurationError("open: a copied workspace is the client's to bring home; "
+                                     "a fork's child or a durable session has none")
+        copied_root = (None if workspace is None else
+                       await asyncio.to_thread(copied.unpacked, workspace, self._spool))
+        try:
+            backend, after = await self._hosting(
+                spec, None if copied_root is None else copied.workspace_of(copied_root))
+        except BaseException:
+            if copied_root is not None:
+                await asyncio.to_thread(copied.removed, copied_root)
+            raise
         self._opening.add(sid)  # a second open of the id while this one waits is refused
         branch_workspace: str | None = None
         try:
@@ -180,6 +205,8 @@ class RemoteServer(DurableHosting):
                 await asyncio.to_thread(remove_branch_workspace, branch_workspace)
             if after is not None:
                 await asyncio.to_thread(after)
+            if copied_root is not None:
+                await asyncio.to_thread(copied.removed, copied_root)
             raise
         finally:
             self._opening.discard(sid)
@@ -187,7 +214,7 @@ class RemoteServer(DurableHosting):
         self._sessions[sid] = HostedSession(
             derived_key(secret, SESSION_LABEL), backend, owner, capabilities,
             branch_workspace=branch_workspace, after=after, kept=kept,
-            orphan_timeout_s=durable.orphan_timeout_s if durable else 0.0)
+            orphan_timeout_s=durable.orphan_timeout_s if durable else 0.0, copied=copied_root)
         return (info, sorted(capabilities), *answer)
 
     def _drop_arrivals(self, sid: str) -> None:
@@ -203,6 +230,7 @@ class RemoteServer(DurableHosting):
         if op.capability not in ops.REQUIRED and op.capability.__name__ not in session.capabilities:
             raise HostError(f"this server's {session.backend.name} backend has no {name}")
         method = getattr(session.backend, name)
+        session.served += 1
         task = asyncio.current_task()
         if task is not None:
             session.calls.add(task)
@@ -231,20 +259,22 @@ class RemoteServer(DurableHosting):
                 session.calls.discard(task)
 
     async def _close(self, sid: str, session: HostedSession) -> Any:
-        """End the session; what its backend could not bring home (``copy_back_error``, as an
-        error answer), or None."""
+        """End the session: ``("failed", error answer)`` for what its backend could not bring
+        home (``copy_back_error``), ``("workspace", tar)`` for a copied workspace, or None."""
         self._sessions.pop(sid, None)
         self._drop_arrivals(sid)
-        await self._end(session)
-        failure = (session.backend.copy_back_error
-                   if isinstance(session.backend, WorkspaceTransfer) else None)
-        return None if failure is None else error_answer(failure)
+        archive = await self._end(session, bring_back=True)
+        failure = (cast(WorkspaceTransfer, session.backend).copy_back_error
+                   if "WorkspaceTransfer" in session.capabilities else None)
+        if failure is not None:
+            return ("failed", error_answer(failure))
+        return None if archive is None else ("workspace", archive)
 
-    async def _end(self, session: HostedSession) -> None:
+    async def _end(self, session: HostedSession, bring_back: bool = False) -> bytes | None:
         """End a session already out of the table, counted in ``sessions`` until it has."""
         self._ending += 1
         try:
-            await session.end()
+            return await session.end(bring_back)
         finally:
             self._ending -= 1
 

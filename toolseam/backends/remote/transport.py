@@ -25,11 +25,12 @@ OnEvent = Callable[[Any], None]
 class TransportLost(Exception):
     """The connection to the server ended with this call in flight (it may have run there), or
     could not be made (``sent`` false: nothing reached the server); the message says which
-    server and why."""
+    server and why. ``server_gone`` false: only this call's route dropped while the server is
+    known to be there (a Ray node's direct port, its actor answering): the session goes on."""
 
-    def __init__(self, message: str, sent: bool = True) -> None:
+    def __init__(self, message: str, sent: bool = True, server_gone: bool = True) -> None:
         super().__init__(message)
-        self.sent = sent
+        self.sent, self.server_gone = sent, server_gone
 
 
 @runtime_checkable

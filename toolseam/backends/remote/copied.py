@@ -1,0 +1,103 @@
+"""The caller's workspace, copied to the server and back (``RemoteBackend(workspace=PATH)``).
+
+The client packs its base dir at ``open`` (``WorkspaceCopy.pack``: the baseline of the
+copy-back rule, ``containers/workspace_sync/tar_sync.py``); the server unpacks it in a private
+directory of its spool and hosts the backend on it; ``sync`` and ``close`` bring that
+directory back as a tar whose first entry is the workspace itself, which the client applies by
+the same copy-back rule a remote engine's copy mode uses (what changed on both sides is kept as
+a conflict copy, never overwritten). Nothing here follows a link or unpacks outside its
+directory (tarfile's ``data`` filter); the archive is the caller's, the directory the server's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from typing import Any, cast
+
+from ...seam.errors import CouldNotRunError, HostError
+from ...seam.models import SyncReport
+from ...seam.protocol import BuiltinExec, WorkspaceTransfer
+from ..containers.workspace_sync.tar_sync import WorkspaceCopy
+from .codec import MAX_ANSWER
+
+WORKSPACE = "workspace"  # the first entry of a copy-back archive (WorkspaceCopy.apply)
+
+
+# --- the client's side -----------------------------------------------------------------------
+def packed(copy: WorkspaceCopy) -> bytes:
+    """The base dir as ``open`` carries it (and the copy's baseline, set by packing)."""
+    out = io.BytesIO()
+    copy.pack(out)
+    return out.getvalue()
+
+
+def applied(copy: WorkspaceCopy, archive: Any, where: str) -> SyncReport:
+    """The server's workspace brought home by the copy-back rule."""
+    if not isinstance(archive, bytes):
+        raise HostError(f"{where} answered a workspace that is not an archive")
+    with copy.spool([archive], "the sandbox's workspace") as spool:
+        return copy.apply(spool, source=f"the sandbox on {where}")
+
+
+# --- the server's side -----------------------------------------------------------------------
+def unpacked(archive: object, spool: str) -> str:
+    """A new private directory of ``spool`` whose ``workspace`` holds the caller's archive;
+    the directory (the session's, removed with it by ``removed``)."""
+    if not isinstance(archive, bytes):
+        raise HostError("open: a workspace is carried as a tar's bytes")
+    root = tempfile.mkdtemp(prefix="copied-", dir=spool)
+    try:
+        workspace = os.path.join(root, WORKSPACE)
+        os.mkdir(workspace, 0o755)
+        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
+            tar.extractall(workspace, filter="data")
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
+    return root
+
+
+def workspace_of(root: str) -> str:
+    return os.path.join(root, WORKSPACE)
+
+
+def removed(root: str) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _pack_dir(root: str) -> bytes:
+    """The copy as one tar in memory, refused by name past what an answer may carry (a
+    sandbox's sparse or huge file must not exhaust the server's memory first)."""
+    total = 0
+    for folder, _dirs, files in os.walk(workspace_of(root)):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, name)).st_size
+    if total > MAX_ANSWER:
+        raise CouldNotRunError(f"the sandbox's workspace holds {total} bytes, more than a "
+                               f"copy home carries ({MAX_ANSWER}); download what you need",
+                               retryable=False, cause="copy_back_failed")
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(workspace_of(root), arcname=WORKSPACE, recursive=True)  # links as links
+    return out.getvalue()
+
+
+async def synced(backend: BuiltinExec, transfers: bool, root: str) -> bytes:
+    """``sync`` of a copied session: a backend that declares ``WorkspaceTransfer``
+    (``transfers``: a copy-mode container) brings its sandbox's changes to the directory
+    first, then the directory goes back whole."""
+    if transfers:
+        await cast(WorkspaceTransfer, backend).sync()
+    return await asyncio.to_thread(_pack_dir, root)
+
+
+async def brought_back(root: str) -> bytes:
+    """What ``close`` answers after the hosted backend's own close (and copy-back) ran."""
+    return await asyncio.to_thread(_pack_dir, root)
