@@ -1,7 +1,8 @@
 """The contract suite on a branch through Ray (issue 48: "the contract suite runs on a forked
-child and on a restored session of each" backend, Ray's included): a session on the rootful
-podman node of the test cluster, restored to its start snapshot before every case, and the
-child of a real ``fork(1)``. The bindings are test_contract_branching.py's (one branched
+child and on a restored session of each" backend, Ray's included): a ``RayBackend`` session
+(the remote client of the node's own engine, decision 497) on the rootful podman node of the
+test cluster, its base dir copied there and home: restored to its start snapshot before every
+case, and the child of a real ``fork(1)``. The bindings are test_contract_branching.py's (one branched
 session per class, hostile changes and a check of the whole state before each case,
 ``support/branch_bindings.py``); the cases are the copy-mode ones, as the session's workspace
 travels to the node and back as in copy mode (decision 464 lists what is left out)."""
@@ -13,9 +14,7 @@ from typing import Any
 
 import pytest
 
-from toolseam.backends.remote import HostedSpec, RemoteBackend
-from toolseam.ray.placement import Placement
-from toolseam.ray.transport import RayTransport
+from toolseam.ray import RayBackend
 
 from ..support.branch_bindings import ForkedChild, RestoredSession
 from ..support.contract_bindings import CopyModeBinding
@@ -37,8 +36,7 @@ class _OnRayNode:
 
     @classmethod
     def made(cls, host_dir: Path) -> Any:
-        return RemoteBackend(transport=RayTransport(Placement(resource(cls.node)), cls.address),
-                             hosted=HostedSpec(kind="podman"))
+        return RayBackend(str(host_dir), resources=resource(cls.node), address=cls.address)
 
 
 class TestRayRestoredSession(_OnRayNode, RestoredSession, CopyModeBinding):

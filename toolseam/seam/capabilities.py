@@ -121,12 +121,9 @@ def durable_sessions(backend: object) -> DurableSessions:
     it cannot keep a session past its client."""
     if supports(backend, DurableSessions):
         return backend  # type: ignore[return-value]
-    name = _name(backend)
-    # a backend that keeps sessions its own way says how (RayBackend: its handle)
-    instead = getattr(backend, "durable_instead", None)
-    raise ConfigurationError(f"orphan_timeout_s: the {name} backend cannot keep a session past "
-                             "its client (host, podman and docker can)"
-                             + (f"; {instead}" if isinstance(instead, str) else ""))
+    raise ConfigurationError(f"orphan_timeout_s: the {_name(backend)} backend cannot keep a "
+                             "session past its client (host, podman, docker, remote and ray "
+                             "can)")
 
 
 def lifetime_of(backend: object) -> BackendLifetime:
