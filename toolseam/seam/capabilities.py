@@ -328,7 +328,8 @@ def branching(backend: object) -> Branching:
         return backend  # type: ignore[return-value]
     name = _name(backend)
     raise ConfigurationError(f"snapshot: the {name} backend cannot snapshot, restore or fork "
-                             "a session's files (the host, podman and docker backends can)")
+                             "a session's files (the host, podman, docker, remote and ray "
+                             "backends can)")
 
 
 @dataclass(frozen=True)
