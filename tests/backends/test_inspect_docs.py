@@ -28,23 +28,27 @@ def _env() -> dict[str, str]:
             "PYTHONPATH": str(PAGE.parents[2])}
 
 
-def _no_leftovers() -> list[str]:
-    return [p.name for p in Path("/tmp").glob("toolseam-inspect-*")]
+def _leftovers_of(pid: int) -> list[str]:
+    """What process ``pid``'s samples left in /tmp: their workspaces are named by their
+    session, which names the process (``_cleanup.new_session``). Only the eval's own: another
+    worker's inspect tests may hold live sessions of theirs at the same moment (rehearsal 14)."""
+    return [p.name for p in Path("/tmp").glob(f"toolseam-inspect-{pid}-*")]
 
 
 def test_inspect_eval_runs_the_page_in_rootless_podman(tmp_path: Path) -> None:
     (tmp_path / "hello_toolseam.py").write_text(_block("python"))
-    done = subprocess.run([INSPECT, "eval", "hello_toolseam.py", "--log-dir", "logs",
-                           "--display", "plain"], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path, env=_env())
-    assert done.returncode == 0, done.stdout + done.stderr
+    with subprocess.Popen([INSPECT, "eval", "hello_toolseam.py", "--log-dir", "logs",
+                           "--display", "plain"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=tmp_path, env=_env()) as done:
+        out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, out + err
     (info,) = list_eval_logs(str(tmp_path / "logs"))
     log = read_eval_log(info)
     assert log.status == "success" and log.samples is not None
     assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 1.0
     tool = [m for m in log.samples[0].messages if m.role == "tool"]
     assert [m.text for m in tool] == ["42\n"] and tool[0].error is None  # type: ignore[union-attr]
-    assert _no_leftovers() == []
+    assert _leftovers_of(done.pid) == []
 
 
 def test_the_script_prints_what_the_page_says(tmp_path: Path) -> None:

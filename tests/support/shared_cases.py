@@ -17,8 +17,7 @@ with it), kill processes or leave jobs, and the read-only file case (it chmods a
 from __future__ import annotations
 
 import contextlib
-import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,6 @@ import pytest
 import pytest_asyncio
 
 from toolseam import Toolkit
-from toolseam.seam.protocol import BuiltinExec
 from toolseam.testing.contract import Sandbox
 
 SHARED_CASES = frozenset({
@@ -56,22 +54,8 @@ class SharedParameterSandbox:
 
     pytestmark = [pytest.mark.asyncio(loop_scope="class")]
 
-    # the binding's, after this class in the method order (annotations only: no attribute)
-    make_backend: Callable[[Path], Awaitable[tuple[BuiltinExec, str]]]
-    host_root: Callable[[Path], Path]
-
-    @contextlib.asynccontextmanager
-    async def opened(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
-        """A sandbox as the suite's own ``sandbox`` fixture opens it."""
-        host_dir = self.host_root(tmp_path) / "ws"
-        host_dir.mkdir(parents=True)
-        os.chmod(host_dir, 0o777)  # a rootless sandbox maps to another uid
-        backend, base = await self.make_backend(host_dir)
-        await backend.open()
-        try:
-            yield Sandbox(backend, base, host_dir)
-        finally:
-            await backend.close()
+    # the suite's, after this class in the method order (an annotation only: no attribute)
+    opened: Callable[[Path], contextlib.AbstractAsyncContextManager[Sandbox]]
 
     @pytest_asyncio.fixture(scope="class", loop_scope="class")
     @classmethod

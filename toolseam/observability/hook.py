@@ -17,6 +17,8 @@ from ..backends import backend_kind
 from ..builtins import CallContext, ToolResult
 from ..seam.capabilities import ResourceUsage, SandboxUsage, supports
 from ..seam.errors import CouldNotRunError, HostError
+from ..seam.models import SandboxInfo
+from ..seam.protocol import BuiltinExec
 from . import config
 from .live import LIVE, LiveSession
 from .meter import SessionMeter
@@ -79,19 +81,17 @@ class SessionObserver:
         with self.telemetry.lifecycle(self, step, attributes):
             yield
 
-    def opened_on(self, backend: object, durable: bool = False) -> None:
-        """What the open found out: the backend's kind, its image and node (span attributes)."""
-        name = str(getattr(backend, "name", self.backend))
+    def opened_on(self, backend: BuiltinExec, info: SandboxInfo, durable: bool = False) -> None:
+        """What the open found out: the backend's kind, its image and node (span attributes),
+        as the backend's info says them."""
+        name = backend.name
         with contextlib.suppress(HostError):
             name = backend_kind(name).name
         self.attributes["toolseam.backend.kind"] = name
-        options = getattr(backend, "options", None)
-        image = getattr(options, "image", None) or getattr(backend, "image", None)
-        node = getattr(backend, "node_id", None)
-        if isinstance(image, str):
-            self.attributes["container.image.name"] = image
-        if isinstance(node, str):
-            self.attributes["toolseam.node"] = node
+        if info.image is not None:
+            self.attributes["container.image.name"] = info.image
+        if info.node is not None:
+            self.attributes["toolseam.node"] = info.node
         self.opened = True
         LIVE.add(LiveSession(self, backend, asyncio.get_running_loop(), durable))
         if self.telemetry is not None:

@@ -52,6 +52,7 @@ class NodeRemote:
 
     config: NodeConfig
     where: str
+    node_id: str
     telemetry: NodeTelemetry
     _remote_server: RemoteServer | None = None
     _leases: dict[str, tuple[float, float]] | None = None  # owner -> (timeout, last heard)
@@ -116,7 +117,7 @@ class NodeRemote:
         if self._remote_server is None:
             spool = os.path.join(own_workdir(self.config.workdir), "remote-spool")
             os.makedirs(spool, mode=0o700, exist_ok=True)
-            self._remote_server = RemoteServer(spool, self._hosted)
+            self._remote_server = RemoteServer(spool, self._hosted, node=self.node_id)
         return self._remote_server
 
     async def remote_call(self, payload: bytes, owner: str,

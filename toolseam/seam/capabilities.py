@@ -166,6 +166,10 @@ class Egress(Protocol):
     """The sandbox's outgoing connections carried to this process, where the session's egress
     proxy (``toolseam.egress``) decides each one; the sandbox itself has loopback alone."""
 
+    # the network mode the backend was built with ("none", "bridge", "egress", "host"), which
+    # a toolkit's settings must agree with; None: the hosted backend's own (a remote client)
+    network: str | None
+
     async def open_egress(self, serve: Any, ca_pem: str | None,
                           ports_for: Any = None) -> dict[str, object]:
         """Start carrying: each connection a command makes to the agent's listener is served

@@ -261,6 +261,9 @@ class SandboxInfo(_Wire):
     agent_pid: int | None = None
     cold_start_ms: int | None = Field(None, description="Container created to agent answering.")
     local: bool = Field(False, description="Paths and processes are this machine's own (host).")
+    image: str | None = Field(None, description="The image the sandbox runs (a container's).")
+    node: str | None = Field(None, description="The node it runs on, where a backend places "
+                             "sandboxes on a cluster (a Ray node's id).")
     base_env: dict[str, str] | None = Field(
         None, description="The environment commands start from (before the host's policy); "
         "None: this process's own environment (a local sandbox).")

@@ -35,7 +35,7 @@ from ..policy.readscope import Approver, ReadScope
 from ..policy.session import Session
 from ..policy.settings import Settings, parse_settings
 from ..policy.shells import ShellChoice, ShellResolver
-from ..seam.capabilities import supports
+from ..seam.capabilities import Egress, egress, supports
 from ..seam.errors import (
     ConfigurationError,
     CouldNotRunError,
@@ -259,7 +259,7 @@ class Toolkit:
             return self.info
         with self._observer.lifecycle("open"):
             info = await self._open()
-            self._observer.opened_on(self.backend, not isinstance(self._lifetime, Ephemeral))
+            self._observer.opened_on(self.backend, info, not isinstance(self._lifetime, Ephemeral))
         return info
 
     async def _open(self) -> SandboxInfo:
@@ -302,7 +302,7 @@ class Toolkit:
 
     def _check_network(self) -> None:
         """The settings and a backend made by the caller must agree on egress mode."""
-        made = getattr(self.backend, "network", None)
+        made = egress(self.backend).network if supports(self.backend, Egress) else None
         wanted = self.settings.limits.network
         if made is None or (made == "egress") == (wanted == "egress"):
             return

@@ -26,6 +26,7 @@ sandbox sees it (the same dir for the host backend, ``/workspace`` for a bind mo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
@@ -104,8 +105,9 @@ class _Bound:
         finally:
             await sandbox.backend.release(request.job)
 
-    @pytest_asyncio.fixture
-    async def sandbox(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
+    @contextlib.asynccontextmanager
+    async def opened(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
+        """An open sandbox of the binding's backend in a fresh workspace, closed after."""
         host_dir = self.host_root(tmp_path) / "ws"
         host_dir.mkdir(parents=True)
         os.chmod(host_dir, 0o777)  # a rootless sandbox maps to another uid
@@ -115,6 +117,11 @@ class _Bound:
             yield Sandbox(backend, base, host_dir)
         finally:
             await backend.close()
+
+    @pytest_asyncio.fixture
+    async def sandbox(self, tmp_path: Path) -> AsyncIterator[Sandbox]:
+        async with self.opened(tmp_path) as opened:
+            yield opened
 
 
 class FileContract(_Bound):

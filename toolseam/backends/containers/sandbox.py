@@ -205,7 +205,7 @@ class ContainerSandbox:
         bundle = select_bundle(await self._call(self._engine_arch), bundle, self.agent_bundles)
         hello = await self.mode.start(self, bundle, labels)
         self.started = True
-        return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE,
+        return SandboxInfo(backend=self.engine_name, workspace=WORKSPACE, image=self.image,
                            base_env=dict(self.environment),
                            pid_namespace=True, agent_pid=int(hello["pid"]),
                            cold_start_ms=int((time.monotonic() - started) * 1000))

@@ -78,6 +78,7 @@ class RemoteBackend(RemoteDurability):
     # an instance is of the class made for its hosted kind's capabilities (``remote_class``)
     capabilities: frozenset[type] = frozenset({DurableSessions})
     capability_names: frozenset[str] = frozenset()  # an instance's, as the wire names them
+    network: str | None = None  # seam.capabilities.Egress: the hosted options' network
 
     def __init__(self, *, transport: Transport, hosted: HostedSpec, branch: str | None = None,
                  lifetime: BackendLifetime = EPHEMERAL, workspace: str | None = None,

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from ...seam.capabilities import Branching, branching, durable_sessions, supports
 from ...seam.errors import ConfigurationError, HostError
 from ...seam.handle import SessionHandle
+from ...seam.models import SandboxInfo
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from ..agentlink.errors import error_answer
 from ..snapshots import SnapshotStore, new_branch_workspace, remove_branch_workspace
@@ -60,8 +61,9 @@ class RemoteServer(DurableHosting, OperatedSessions):
     each request of a proven peer; ``drop`` when that peer's connection ends."""
 
     def __init__(self, spool: str, hosting: Hosting = create_hosted,
-                 adopting: Adopting = adopt_hosted) -> None:
+                 adopting: Adopting = adopt_hosted, node: str | None = None) -> None:
         self._hosting, self._adopting = hosting, adopting
+        self.node = node  # a cluster's node this server runs on: named in each session's info
         self.where = "this server"  # for messages; a listener names its place
         self._kept = KeptSessions(self._forget)
         self._sessions: dict[str, HostedSession] = {}
@@ -215,7 +217,11 @@ class RemoteServer(DurableHosting, OperatedSessions):
             derived_key(secret, SESSION_LABEL), backend, owner, capabilities,
             branch_workspace=branch_workspace, after=after, kept=kept,
             orphan_timeout_s=durable.orphan_timeout_s if durable else 0.0, copied=copied_root)
-        return (info, sorted(capabilities), *answer)
+        return (self._placed(info), sorted(capabilities), *answer)
+
+    def _placed(self, info: SandboxInfo) -> SandboxInfo:
+        """The hosted backend's info, with this server's node where it runs on one."""
+        return info if self.node is None else info.model_copy(update={"node": self.node})
 
     def _drop_arrivals(self, sid: str) -> None:
         arrivals = self._arrivals.pop(sid, None)

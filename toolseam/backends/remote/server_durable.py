@@ -13,6 +13,7 @@ from typing import Any
 from ...seam.capabilities import durable_sessions
 from ...seam.errors import ConfigurationError, HostError
 from ...seam.handle import AttachError
+from ...seam.models import SandboxInfo
 from ...seam.protocol import BuiltinExec
 from . import ops
 from .handshake import derived_key
@@ -31,6 +32,9 @@ class DurableHosting:
     _leaving: dict[str, asyncio.Event]  # sessions being detached: an attach waits for them
 
     def _drop_arrivals(self, sid: str) -> None:
+        raise NotImplementedError
+
+    def _placed(self, info: SandboxInfo) -> SandboxInfo:
         raise NotImplementedError
 
     async def _attach(self, sid: str, secret: str, owner: object) -> tuple[Any, ...]:
@@ -70,7 +74,7 @@ class DurableHosting:
         self._sessions[sid] = HostedSession(key, backend, owner, capabilities,
                                             after=kept.after, kept=kept.handle,
                                             orphan_timeout_s=kept.orphan_timeout_s)
-        return info, sorted(capabilities), answer
+        return self._placed(info), sorted(capabilities), answer
 
     async def _lifetime_op(self, sid: str, session: HostedSession, name: str,
                            kwargs: dict[str, Any]) -> None:
