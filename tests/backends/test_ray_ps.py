@@ -42,6 +42,7 @@ async def test_ps_lists_a_ray_session_and_kill_ends_its_sandbox_on_the_node(
         assert listed.returncode == 0, listed.stderr
         row = {r["id"]: r for r in json.loads(listed.stdout)}[tk.session_id]
         assert row["backend"] == "ray" and row["node"] == ray_cluster.node_id(NODE)
+        assert row["image"] and row["image"] == tk.info.image  # SandboxInfo's (decision 487)
         assert row["cpu_seconds"] is not None and row["memory_bytes"]
         killed = await asyncio.to_thread(run, "ps", "--kill", tk.session_id)
         assert killed.returncode == 0, killed.stderr
@@ -88,6 +89,7 @@ async def test_ps_ray_lists_the_clusters_sessions_and_ends_one(
         row = rows[backend.session_id]
         assert row["backend"] == "ray" and row["node"] == ray_cluster.node_id(NODE)
         assert row["calls"] >= 1 and row["cpu_seconds"] is not None and row["memory_bytes"]
+        assert row["image"] and row["image"] == tk.info.image  # what its open said it runs
         assert row["owner_pid"] is None  # the driver may be on any machine
         assert backend._secret not in listed.stdout  # no session's secret is ever shown
         unknown = await asyncio.to_thread(run, "ps", "--ray", ray_cluster.address, "--kill",

@@ -68,6 +68,7 @@ class HostedSession:
     kept: SessionHandle | None = None  # durable: the hosted session's handle
     orphan_timeout_s: float = 0.0
     copied: str | None = None  # the caller's workspace, copied here (copied.py)
+    image: str | None = None  # what its open's info said it runs (toolseam ps shows it)
     started: float = field(default_factory=time.time)  # wall clock: toolseam ps shows it
     served: int = 0  # requests answered so far (toolseam ps)
     killed: bool = False  # its sandbox ended from outside (server_operator.py)

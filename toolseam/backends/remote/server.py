@@ -216,7 +216,8 @@ class RemoteServer(DurableHosting, OperatedSessions):
         self._sessions[sid] = HostedSession(
             derived_key(secret, SESSION_LABEL), backend, owner, capabilities,
             branch_workspace=branch_workspace, after=after, kept=kept,
-            orphan_timeout_s=durable.orphan_timeout_s if durable else 0.0, copied=copied_root)
+            orphan_timeout_s=durable.orphan_timeout_s if durable else 0.0, copied=copied_root,
+            image=info.image)
         return (self._placed(info), sorted(capabilities), *answer)
 
     def _placed(self, info: SandboxInfo) -> SandboxInfo:

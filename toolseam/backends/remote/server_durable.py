@@ -73,7 +73,8 @@ class DurableHosting:
             self._opening.discard(sid)
         self._sessions[sid] = HostedSession(key, backend, owner, capabilities,
                                             after=kept.after, kept=kept.handle,
-                                            orphan_timeout_s=kept.orphan_timeout_s)
+                                            orphan_timeout_s=kept.orphan_timeout_s,
+                                            image=info.image)
         return self._placed(info), sorted(capabilities), answer
 
     async def _lifetime_op(self, sid: str, session: HostedSession, name: str,

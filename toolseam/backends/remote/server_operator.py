@@ -59,8 +59,7 @@ async def _row(sid: str, session: HostedSession) -> dict[str, Any]:
                                           USAGE_WAIT_S)
         except Exception:  # noqa: BLE001 - listed without figures, as a busy one is
             used = SandboxUsage()
-    options = getattr(backend, "options", None)
-    return {"id": sid, "backend": backend.name, "image": getattr(options, "image", None),
+    return {"id": sid, "backend": backend.name, "image": session.image,
             "started": session.started, "owner_pid": None, "durable": session.kept is not None,
             "calls": session.served, "cpu_seconds": used.cpu_seconds,
             "memory_bytes": used.memory_bytes, "pids": used.pids}
