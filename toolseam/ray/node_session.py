@@ -8,10 +8,8 @@ use it without importing the actor that is made of them.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import shutil
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -84,14 +82,3 @@ def own_workdir(workdir: str) -> str:
     return workdir
 
 
-def extract_archive(archive: bytes, dest: str) -> None:
-    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
-        tar.extractall(dest, filter="tar")
-
-
-def pack_dir(directory: str, arcname: str = WORKSPACE_DIR) -> bytes:
-    """The directory as a tar (symlinks as links, never followed)."""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(directory, arcname=arcname, recursive=True)
-    return out.getvalue()

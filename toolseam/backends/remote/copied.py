@@ -25,6 +25,7 @@ from ...seam.models import SyncReport
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from ..containers.workspace_sync.tar_sync import WorkspaceCopy
 from .codec import MAX_ANSWER
+from .workspace import pack
 
 WORKSPACE = "workspace"  # the first entry of a copy-back archive (WorkspaceCopy.apply)
 
@@ -53,7 +54,7 @@ def unpacked(archive: object, spool: str) -> str:
         raise HostError("open: a workspace is carried as a tar's bytes")
     root = tempfile.mkdtemp(prefix="copied-", dir=spool)
     try:
-        workspace = os.path.join(root, WORKSPACE)
+        workspace = workspace_of(root)
         os.mkdir(workspace, 0o755)
         with tarfile.open(fileobj=io.BytesIO(archive), mode="r:") as tar:
             tar.extractall(workspace, filter="data")
@@ -83,10 +84,7 @@ def _pack_dir(root: str) -> bytes:
         raise CouldNotRunError(f"the sandbox's workspace holds {total} bytes, more than a "
                                f"copy home carries ({MAX_ANSWER}); download what you need",
                                retryable=False, cause="copy_back_failed")
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(workspace_of(root), arcname=WORKSPACE, recursive=True)  # links as links
-    return out.getvalue()
+    return pack(workspace_of(root), WORKSPACE)
 
 
 async def synced(backend: BuiltinExec, transfers: bool, root: str) -> bytes:
@@ -95,7 +93,7 @@ async def synced(backend: BuiltinExec, transfers: bool, root: str) -> bytes:
     first, then the directory goes back whole."""
     if transfers:
         await cast(WorkspaceTransfer, backend).sync()
-    return await asyncio.to_thread(_pack_dir, root)
+    return await brought_back(root)
 
 
 async def brought_back(root: str) -> bytes:

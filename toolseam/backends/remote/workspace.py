@@ -19,11 +19,11 @@ from ...seam.errors import ConfigurationError
 ENTRY = "entry"  # the one member name of a transfer's tar
 
 
-def pack(path: str) -> bytes:
-    """``path`` (file or directory; symlinks as links) as a tar of one entry."""
+def pack(path: str, arcname: str = ENTRY) -> bytes:
+    """``path`` (file or directory; symlinks as links) as a tar of one entry, ``arcname``."""
     out = io.BytesIO()
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(path, arcname=ENTRY, recursive=True)
+        tar.add(path, arcname=arcname, recursive=True)
     return out.getvalue()
 
 
