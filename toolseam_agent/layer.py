@@ -167,7 +167,9 @@ def apply(archive_path: str) -> int:
             st = os.stat(last, dir_fd=fd, follow_symlinks=False)
             if stat.S_IMODE(st.st_mode) != mode:
                 os.chmod(last, mode, dir_fd=fd, follow_symlinks=False)
-            if int(st.st_mtime) != int(mtime):
+            # the exact time, not its whole second: a snapshot reads it rounded on an engine
+            # whose archive rounds (podman), so T.6 left in place of T reads as T+1
+            if st.st_mtime_ns != round(mtime * 1_000_000_000):
                 os.utime(last, (mtime, mtime), dir_fd=fd, follow_symlinks=False)
         except OSError:
             pass  # a read-only directory of the image (its mode is the image's)

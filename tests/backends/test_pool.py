@@ -8,12 +8,14 @@ import asyncio
 import concurrent.futures
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -177,21 +179,39 @@ _CRASHING = textwrap.dedent("""
 """)
 
 
+@pytest.fixture
+def own_cache(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An ``XDG_CACHE_HOME`` of this test's own, so a staging root no other process sweeps;
+    below /tmp, where a rootless engine's user passes through (pytest's tmp_path is 0700)."""
+    cache = Path(tempfile.mkdtemp(prefix="toolseam-test-cache-"))
+    cache.chmod(0o711)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    yield cache
+    shutil.rmtree(cache, ignore_errors=True)
+
+
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_pool_killed_with_sigkill_leaves_nothing_after_the_janitor(engine: str,
-                                                                     workspaces: Any) -> None:
+def test_a_pool_killed_with_sigkill_leaves_nothing_after_the_janitor(
+        engine: str, workspaces: Any, own_cache: Path) -> None:
+    # every session's start runs the janitor, in the suite's other worker too: the pool's
+    # directory lives in a staging root of this test's own (XDG_CACHE_HOME), which no other
+    # janitor sweeps, so it is still there after the kill; its containers are counted while
+    # their owner lives, when no janitor may take them (stop 54's CI: another worker's swept
+    # the directory between the kill and the count)
     work = workspaces()
     with subprocess.Popen([sys.executable, "-c", _CRASHING, engine], cwd=ROOT,
                           stdout=subprocess.PIPE, text=True) as process:
         try:
             assert process.stdout is not None
             made = json.loads(process.stdout.readline())
+            assert len(made["containers"]) == 2
+            assert (sorted(_pool_containers(engine, work, made["pool"]))
+                    == sorted(made["containers"]))
         finally:
             process.send_signal(signal.SIGKILL)
             process.wait()
-    assert len(made["containers"]) == 2
-    assert sorted(_pool_containers(engine, work, made["pool"])) == sorted(made["containers"])
-    assert os.path.isdir(made["dir"])
+    assert made["dir"].startswith(str(own_cache))
+    assert os.path.isdir(made["dir"])  # a SIGKILL leaves it
     janitor(_engine(engine, work))  # what every session's start runs
     assert _pool_containers(engine, work, made["pool"]) == []
     assert not os.path.exists(made["dir"])
