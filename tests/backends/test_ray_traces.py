@@ -3,7 +3,12 @@ span's W3C context with each call â€” on the direct connection and through Ray â
 whose own environment configures OpenTelemetry the standard way, exports its spans as
 children of the driver's, so the receiver holds one trace made in two processes. Metrics of a
 Ray session: the driver's call histogram, the sandbox's usage in the report, the node's own
-count of open sessions. A real OTLP/HTTP receiver on 127.0.0.1, the real cluster."""
+count of open sessions. A real OTLP/HTTP receiver on 127.0.0.1, the real cluster.
+
+``RayBackend`` is the remote client over ``RayTransport`` (decision 497): its transport carries
+the caller's trace context beside each request, on the direct port and through Ray; the node's
+``RemoteServer`` work is a span named by the operation, its child; the caller's workspace is
+copied to the node and home (decision 491). One test covers both, which were two before."""
 
 from __future__ import annotations
 
@@ -14,10 +19,7 @@ from pathlib import Path
 import pytest
 
 from toolseam import Toolkit
-from toolseam.backends.remote import HostedSpec, RemoteBackend
 from toolseam.ray import RayBackend
-from toolseam.ray.placement import Placement
-from toolseam.ray.transport import RayTransport
 
 from ..host.test_traces import Traced
 from ..support.otlp_receiver import Receiver, Span, otlp_receiver
@@ -77,13 +79,15 @@ async def test_node_spans_continue_the_drivers_trace_on_both_paths(
                                  address=ray_cluster.address, direct=direct)
             with caller.start_as_current_span(f"turn {path}"):
                 tk = Toolkit(backend)
-                assert (await tk.call("bash", {"command": "echo hi"})).output == "hi\n"
+                done = await tk.call("bash", {"command": f"cat seen.txt; echo {path} > {path}"})
+                assert done.output == "hello\n"  # the caller's workspace, copied to the node
                 assert backend.direct_connected is direct
                 missing = await tk.call("read", {"path": "missing.txt"})
                 assert missing.is_error
                 if direct:  # the node counts it open (its own metrics, exported by itself)
                     receiver.wait_for(lambda r: (NODE, 1) in node_sessions(r))
                 reports[path] = await tk.close()
+            assert (tmp_path / path).read_text() == f"{path}\n"  # brought home at close
         traced.flush()
         receiver.wait_for(lambda r: len(r.named("toolseam node close")) == 2)
     finally:
@@ -119,49 +123,5 @@ async def test_node_spans_continue_the_drivers_trace_on_both_paths(
              for a, value in receiver.metrics["gen_ai.execute_tool.duration"]}
     assert calls[("bash", "ray")][0] == 2
     assert all(report.cpu_seconds is not None for report in reports.values())
-    receiver.wait_for(lambda r: node_sessions(r)[-1] == (NODE, 0))
-    assert receiver.refused == 0
-
-
-async def test_a_remote_sessions_node_spans_continue_the_trace(
-        ray_cluster: RayTestCluster, receiver: Receiver, traced_node: str,
-        tmp_path: Path) -> None:
-    """The remote backend over Ray (decision 492): its transport carries the caller's trace
-    context beside each request, on the direct port and through Ray, and the node's
-    ``RemoteServer`` work is a span named by the operation, its child; the caller's workspace
-    is copied to the node and home (decision 491); the node counts its remote sessions."""
-    (tmp_path / "seen.txt").write_text("hello\n")
-    traced = Traced(receiver)
-    try:
-        caller = traced.tracer_provider.get_tracer("an-agent")
-        for path, direct in (("direct", True), ("ray", False)):
-            backend = RemoteBackend(
-                transport=RayTransport(Placement(resource(NODE)), ray_cluster.address,
-                                       direct=direct),
-                hosted=HostedSpec(kind="host"), workspace=str(tmp_path))
-            with caller.start_as_current_span(f"remote turn {path}"):
-                tk = Toolkit(backend)
-                done = await tk.call("bash", {"command": f"cat seen.txt; echo {path} > {path}"})
-                assert done.output == "hello\n"
-                assert backend.transport.direct_connected is direct  # type: ignore[attr-defined]
-                assert (await tk.call("read", {"path": "missing.txt"})).is_error
-                if direct:
-                    receiver.wait_for(lambda r: (NODE, 1) in node_sessions(r))
-                await tk.close()
-            assert (tmp_path / path).read_text() == f"{path}\n"  # brought home at close
-        traced.flush()
-        receiver.wait_for(lambda r: len(r.named("toolseam node close")) == 2)
-    finally:
-        traced.close()
-    for turn in (receiver.named("remote turn direct")[0], receiver.named("remote turn ray")[0]):
-        spans = [s for s in receiver.spans if s.trace_id == turn.trace_id]
-        (bash,) = [s for s in spans if s.name == "execute_tool bash"]
-        (started,) = children(receiver, bash, "toolseam node start")
-        assert started.resource["service.name"] == "toolseam-node"
-        assert started.attributes["toolseam.node"] == traced_node
-        assert bash.start_ns <= started.start_ns and started.end_ns <= bash.end_ns
-        (read,) = [s for s in spans if s.name == "execute_tool read"]
-        read_there = [s for s in spans if s.parent_id == read.span_id]
-        assert read_there and read_there[-1].attributes["error.type"] == "file_op"
     receiver.wait_for(lambda r: node_sessions(r)[-1] == (NODE, 0))
     assert receiver.refused == 0
