@@ -29,7 +29,6 @@ from ..support.ray_cluster import (
     assert_node_empty,
     resource,
 )
-from ..support.ray_remote import placed
 
 pytestmark = RAY_TESTS
 
@@ -154,14 +153,12 @@ async def test_sessions_spread_over_the_nodes(ray_cluster: RayTestCluster) -> No
         await asyncio.gather(*(b.close() for b in made))
 
 
-@pytest.mark.parametrize("how", ["ray", "remote"])
-async def test_a_placement_no_node_offers_is_refused_at_once(ray_cluster: RayTestCluster,
-                                                             how: str) -> None:
+async def test_a_placement_no_node_offers_is_refused_at_once(ray_cluster: RayTestCluster
+                                                             ) -> None:
     began = time.monotonic()
     asked: dict[str, float] = {"GPU": 1, "toolseam-docker": 1}
     with pytest.raises(CouldNotRunError) as caught:
-        await (RayBackend(resources=asked, address=ray_cluster.address) if how == "ray"
-               else placed(asked, ray_cluster.address)).open()
+        await RayBackend(resources=asked, address=ray_cluster.address).open()
     assert time.monotonic() - began < 10
     assert "GPU=1" in caught.value.reason and "toolseam-docker=1" in caught.value.reason
     assert "toolseam-podman=1000" in caught.value.reason  # what the nodes offer

@@ -25,7 +25,6 @@ from toolseam.ray.direct import HELLO, HELLO_TIMEOUT_S
 from toolseam.seam.errors import CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
-from ..support.ray_remote import placed
 from .test_ray_cluster import make_tree, run_calls
 
 pytestmark = RAY_TESTS
@@ -171,13 +170,11 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         assert backend.direct_connected
 
 
-@pytest.mark.parametrize("how", ["ray", "remote"])
 async def test_a_dropped_connection_fails_the_call_in_flight_and_the_session_goes_on(
-        ray_cluster: RayTestCluster, how: str) -> None:
-    """Through ``RayBackend`` and through the remote backend over Ray alike (a dropped
-    direct port with its node actor answering is ``server_gone=False``)."""
-    backend: Any = (RayBackend(resources=resource("rootless"), address=ray_cluster.address)
-                    if how == "ray" else placed(resource("rootless"), ray_cluster.address))
+        ray_cluster: RayTestCluster) -> None:
+    """A dropped direct port with its node actor answering is ``server_gone=False`` (the
+    remote client's rule, which ``RayBackend`` is: decision 497)."""
+    backend: Any = RayBackend(resources=resource("rootless"), address=ray_cluster.address)
     connection = backend.transport
     async with Toolkit(backend, raise_could_not_run=True) as tk:
         assert connection.direct_connected

@@ -16,7 +16,6 @@ from toolseam.ray import RayBackend
 from toolseam.seam.errors import ConfigurationError, CouldNotRunError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
-from ..support.ray_remote import placed
 from ..support.timing import patience
 
 pytestmark = RAY_TESTS
@@ -59,17 +58,15 @@ async def test_a_node_lost_mid_call_is_could_not_run_and_the_others_go_on(
     await ray_cluster.wait_dead(doomed.node_id or "")  # the next tests see three nodes
 
 
-@pytest.mark.parametrize("how", ["ray", "remote"])
 async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
-        ray_cluster: RayTestCluster, how: str) -> None:
+        ray_cluster: RayTestCluster) -> None:
     missing = "unix:///run/toolseam-no-such-engine/podman.sock"
     ray_cluster.add_node("noengine", "podman", missing)  # main thread: Ray sets signals
     node_id = ray_cluster.node_id("noengine")
     try:
         began = time.monotonic()
         with pytest.raises(CouldNotRunError) as caught:
-            await (RayBackend(resources=resource("noengine"), address=ray_cluster.address)
-                   if how == "ray" else placed(resource("noengine"), ray_cluster.address)).open()
+            await RayBackend(resources=resource("noengine"), address=ray_cluster.address).open()
         # a net for a hang (an engine that never answers), not a speed: the node was just
         # added, and its actor's worker took 13 s to start under a CPU hog on both cores
         assert time.monotonic() - began < patience(30)
@@ -79,20 +76,15 @@ async def test_a_node_whose_engine_is_missing_says_so_naming_node_and_engine(
         await ray_cluster.wait_dead(node_id)
 
 
-@pytest.mark.parametrize("how", ["ray", "remote"])
-async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster, how: str
-                                                    ) -> None:
+async def test_a_lost_node_cannot_take_new_sessions(ray_cluster: RayTestCluster) -> None:
     gone: dict[str, float] = {"toolseam-gone": 1}
     with pytest.raises(CouldNotRunError, match="toolseam-gone=1") as caught:
-        await (RayBackend(resources=gone, address=ray_cluster.address) if how == "ray"
-               else placed(gone, ray_cluster.address)).open()
+        await RayBackend(resources=gone, address=ray_cluster.address).open()
     assert caught.value.retryable is False  # no node offers it: a refusal, not a lost server
 
 
-@pytest.mark.parametrize("how", ["ray", "remote"])
-async def test_a_cluster_that_does_not_answer_is_a_configuration_error(how: str) -> None:
+async def test_a_cluster_that_does_not_answer_is_a_configuration_error() -> None:
     began = time.monotonic()
     with pytest.raises(ConfigurationError, match=r"127\.0\.0\.1:9"):
-        await (RayBackend(address="127.0.0.1:9") if how == "ray"
-               else placed({}, "127.0.0.1:9")).open()
+        await RayBackend(address="127.0.0.1:9").open()
     assert time.monotonic() - began < 10

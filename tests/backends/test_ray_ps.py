@@ -8,15 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
-
 from toolseam import CouldNotRunError, Toolkit
-from toolseam.backends.remote import RemoteBackend
 from toolseam.ray import RayBackend
 
 from ..support.cli import run
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, assert_node_empty, resource
-from ..support.ray_remote import placed
 
 pytestmark = RAY_TESTS
 NODE = "docker"  # cgroups v1: docker's engine measures a container's CPU and memory
@@ -63,22 +59,13 @@ async def test_ps_lists_a_ray_session_and_kill_ends_its_sandbox_on_the_node(
     await assert_node_empty(ray_cluster, NODE)
 
 
-def _on_node(how: str, address: str) -> RayBackend | RemoteBackend:
-    """A session on the docker node: ``RayBackend``'s, or the remote backend's over Ray with
-    the node's own engine (``placed``, decision 493)."""
-    if how == "ray":
-        return RayBackend(resources=resource(NODE), address=address)
-    return placed(resource(NODE), address)
-
-
-@pytest.mark.parametrize("how", ["ray", "remote"])
 async def test_ps_ray_lists_the_clusters_sessions_and_ends_one(
-        ray_cluster: RayTestCluster, how: str) -> None:
+        ray_cluster: RayTestCluster) -> None:
     """``toolseam ps --ray ADDRESS`` asks the cluster's node actors, not this machine's
     processes: the session is listed by its node with its calls and usage, and ``--kill``
     ends its sandbox there (the driver's next call is ``sandbox_lost``) — a remote session's
     too (``RemoteServer.rows``, ``kill_from_outside``: decision 494)."""
-    backend = _on_node(how, ray_cluster.address)
+    backend = RayBackend(resources=resource(NODE), address=ray_cluster.address)
     tk = Toolkit(backend, raise_could_not_run=True)
     try:
         await tk.open()

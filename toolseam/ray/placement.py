@@ -1,5 +1,8 @@
 """Which node a new session goes to: one whose resources include those asked, spread over the
-fitting nodes (fewest sessions this process placed) or packed (the most) — and its node actor.
+fitting nodes (fewest sessions this process has open there) or packed (the most) — and its node
+actor. A session's transport gives its place back at close (``released``): counted over the
+process's life instead, a driver that had run many sessions on one node spread every later
+session over the others alone.
 
 A node lost moments ago is still reported alive by Ray for several seconds (its health check),
 so a driver that did not see it die may choose it; its actor then refuses connections
@@ -17,8 +20,15 @@ from . import cluster
 from .actors import node_actor
 from .identity import ActorGone
 
-_placed: Counter[str] = Counter()
+_placed: Counter[str] = Counter()  # this process's open sessions per node it chose
 _lock = threading.Lock()
+
+
+def released(node_id: str) -> None:
+    """A session ``Placement.choose`` placed on ``node_id`` ended."""
+    with _lock:
+        if _placed[node_id] > 0:
+            _placed[node_id] -= 1
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from ..seam.models import TraceContext
 from . import cluster
 from .direct import DirectLink, Dropped
 from .node_remote import DEFAULT_ORPHAN_TIMEOUT_S, REMOTE, REMOTE_LIVE
-from .placement import Placement
+from .placement import Placement, released
 from .streaming import Batch, follow
 
 DROP_PROBE_S = 5.0  # a dropped direct connection: how long the node actor may take to answer
@@ -193,6 +193,8 @@ class RayTransport:
         if self._closed:
             return
         self._closed = True
+        if self.node_id is not None and self.placement.node is None:
+            released(self.node_id)  # chosen by spread or pack: its place is free
         if self._renewing is not None:
             self._renewing.cancel()
         if self._link is not None:
