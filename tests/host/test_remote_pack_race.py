@@ -76,17 +76,19 @@ async def test_a_link_swapped_in_while_syncing_never_brings_the_outside_home(
                 job="swapper", argv=[sys.executable, "-c", _SWAPPER, str(outside)],
                 cwd=info.workspace, env={"PATH": "/usr/bin:/bin"}, wait_ms=0))
             deadline = time.monotonic() + patience(SECONDS)
-            while not (await backend.stat(PathRef(base=info.workspace, path="running"))).kind == "missing":
+            running = PathRef(base=info.workspace, path="running")
+            while (await backend.stat(running)).kind == "missing":
                 assert time.monotonic() < deadline, "the swapper did not start"
                 await asyncio.sleep(0.01)
             synced = refused = 0
-            seen: set[str] = set()  # what the caller's ``sub`` was after each sync
+            seen: set[tuple[str, bool]] = set()  # the caller's sub, sub.d after each sync
             while synced + refused < SYNCS and time.monotonic() < deadline:
                 try:
                     await backend.sync()
                     synced += 1
                     sub = base / "sub"
-                    seen.add("link" if sub.is_symlink() else "dir" if sub.is_dir() else "none")
+                    seen.add(("link" if sub.is_symlink() else "dir" if sub.is_dir() else "none",
+                              (base / "sub.d").is_dir()))
                 except CouldNotRunError as exc:  # the tree kept changing: said, retryable
                     assert exc.retryable and "changed while" in exc.reason, exc
                     refused += 1
