@@ -71,6 +71,42 @@ def _nothing(_name: str) -> bool:
     return False  # a packed tree is the caller's whole tree: no name of it is toolseam's
 
 
+def _open_same_file(item: Walked) -> int:
+    """The regular file ``item`` was, open for reading — or ``TreeChangedError``. A name is
+    first opened ``O_PATH`` (which opens nothing: a fifo or a device swapped in is not
+    opened, so none of its open's effects happen), checked, and only then opened for reading
+    through that very descriptor (``/proc/self/fd``: the same inode, whatever the name is by
+    then); where ``/proc`` is not mounted, by its name again, checked once more."""
+    try:
+        handle = os.open(item.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=item.parent_fd)
+    except OSError as exc:  # gone
+        raise TreeChangedError(item.path) from exc
+    try:
+        _same(item, os.fstat(handle))
+        try:
+            fd = os.open(f"/proc/self/fd/{handle}", _FILE_FLAGS & ~os.O_NOFOLLOW)
+        except FileNotFoundError:  # no /proc here
+            try:
+                fd = os.open(item.name, _FILE_FLAGS, dir_fd=item.parent_fd)
+            except OSError as exc:  # a link now (ELOOP), or gone
+                raise TreeChangedError(item.path) from exc
+    finally:
+        os.close(handle)
+    try:
+        _same(item, os.fstat(fd))
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _same(item: Walked, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (item.st.st_dev,
+                                                                   item.st.st_ino):
+        raise TreeChangedError(item.path)  # another file, a link or a fifo since the lstat
+
+
 class _Packer:
     def __init__(self, tar: tarfile.TarFile, limit: int | None) -> None:
         self.tar, self.limit = tar, limit
@@ -102,14 +138,9 @@ class _Packer:
         self._check(item.path, 0)
 
     def _add_file(self, item: Walked, info: tarfile.TarInfo) -> None:
-        try:
-            fd = os.open(item.name, _FILE_FLAGS, dir_fd=item.parent_fd)
-        except OSError as exc:  # a link now (ELOOP), gone, or a fifo without a writer
-            raise TreeChangedError(item.path) from exc
+        fd = _open_same_file(item)
         with os.fdopen(fd, "rb") as source:
             st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != (item.st.st_dev, item.st.st_ino):
-                raise TreeChangedError(item.path)  # another file swapped in since the lstat
             self._check(item.path, st.st_size)  # before a byte is read
             info.size = st.st_size
             try:
