@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import resource
 import stat
 import sys
 import tarfile
@@ -207,3 +208,22 @@ def test_a_quiet_tree_packs_as_tarfile_packed_it(tmp_path_factory: pytest.TempPa
     root.chmod(top_mode)
     assert _members(pack(str(root), "workspace")) == _members(_tarfile_pack(root))
     assert stat.S_IMODE(root.stat().st_mode) == top_mode  # packing changed nothing
+
+
+def test_a_directory_with_more_sub_directories_than_open_files_is_walked_whole(
+        tmp_path: Path) -> None:
+    """The walk holds one descriptor per level: 300 sub-directories under a limit of a few
+    dozen open files are all packed (they were opened all at once, and those past the limit
+    silently left out — read by a copy-back as deleted)."""
+    root = tmp_path / "workspace"
+    for n in range(300):
+        (root / f"d{n:03}").mkdir(parents=True)
+        (root / f"d{n:03}" / "f").write_bytes(b"%d" % n)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 40, hard))
+    try:
+        members = _members(pack(str(root), "workspace"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert [members[f"workspace/d{n:03}/f"][3] for n in range(300)] == [
+        b"%d" % n for n in range(300)]
