@@ -101,11 +101,12 @@ def test_a_directory_swapped_for_a_link_mid_walk_is_packed_as_the_link(
         "secret.txt"]
 
 
-@pytest.mark.parametrize("becomes", ["link", "fifo"])
+@pytest.mark.parametrize("becomes", ["link", "fifo", "gone"])
 def test_a_file_swapped_mid_walk_is_packed_as_what_it_became(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, becomes: str) -> None:
     """A link to a secret file, or a fifo (never opened: a fifo nobody writes to would
-    block a reader for good), in a file's place between the look and the read."""
+    block a reader for good), in a file's place between the look and the read; a file
+    removed meanwhile is left out, as if the listing came a moment later."""
     root, outside = _copied_root(tmp_path)
     target = root / "workspace" / "sub" / "a.txt"
 
@@ -113,14 +114,16 @@ def test_a_file_swapped_mid_walk_is_packed_as_what_it_became(
         os.unlink(target)
         if becomes == "link":
             os.symlink(outside / "secret.txt", target)
-        else:
+        elif becomes == "fifo":
             os.mkfifo(target)
 
     _swap_after_first_look(monkeypatch, "a.txt", swap)
     archive = copied._pack_dir(str(root))
     monkeypatch.undo()
     assert SECRET_PART not in archive
-    assert _members(archive)["workspace/sub/a.txt"][0] == becomes
+    members = _members(archive)
+    assert members.get("workspace/sub/a.txt", ("gone",))[0] == becomes
+    assert members["workspace/sub"][0] == "dir"
 
 
 def test_a_tree_that_keeps_changing_is_refused_not_packed_half(

@@ -122,11 +122,14 @@ def walk(root_fd: int, skip: Callable[[str], bool] = _working,
 
 
 def _enter(item: Walked, strict: bool) -> int:
-    """The directory ``item`` names, opened below its parent — if it is still the one walked."""
+    """The directory ``item`` names, opened below its parent — if it is still the one walked.
+    One removed since is not walked even when ``strict``: what it held is gone either way."""
     try:
         fd = os.open(item.name, _DIR_FLAGS, dir_fd=item.parent_fd)
+    except FileNotFoundError:
+        return -1
     except OSError:
-        fd = -1  # replaced by a link or a file, or removed since: not below us now
+        fd = -1  # replaced by a link or a file since: not below us now
     if fd >= 0:
         st = os.fstat(fd)
         if (st.st_dev, st.st_ino) == (item.st.st_dev, item.st.st_ino):

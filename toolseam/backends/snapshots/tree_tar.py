@@ -8,7 +8,8 @@ reader pack files outside the tree (decision 510). Here every directory is opene
 header was written (``st_dev``, ``st_ino``); every file is opened ``O_NOFOLLOW`` below its
 directory, checked the same way, and its header carries the size of the opened file; a link's
 target is read below its directory. A name swapped meanwhile is ``TreeChangedError`` (nothing
-read after the swap came from outside; the caller packs again). Members are what
+read after the swap came from outside; the caller packs again); one removed meanwhile is left
+out (a directory whose header was written stays, empty: what it held is gone either way). Members are what
 ``tarfile.add`` makes of a quiet tree, but a second name of a file is a file again, not a
 hard link: directories, files, symlinks as links, fifos and devices as headers (the copy-back
 rule refuses them by name, so the home keeps what it has there), sockets left out.
@@ -57,7 +58,8 @@ def pack_tree(path: str, arcname: str, out: IO[bytes], limit: int | None = None)
                 except OSError as exc:  # a link or a file since its lstat
                     raise TreeChangedError(path) from exc
                 try:
-                    if os.fstat(root_fd).st_ino != top.st.st_ino:
+                    found = os.fstat(root_fd)
+                    if (found.st_dev, found.st_ino) != (top.st.st_dev, top.st.st_ino):
                         raise TreeChangedError(path)
                     for item in walk(root_fd, skip=_nothing, strict=True):
                         packer.add(item, f"{arcname}/{item.path}")
@@ -72,7 +74,8 @@ def _nothing(_name: str) -> bool:
 
 
 def _open_same_file(item: Walked) -> int:
-    """The regular file ``item`` was, open for reading — or ``TreeChangedError``. A name is
+    """The regular file ``item`` was, open for reading; -1 when it was removed since, and
+    ``TreeChangedError`` when it is something else now. A name is
     first opened ``O_PATH`` (which opens nothing: a fifo or a device swapped in is not
     opened, so none of its open's effects happen), checked, and only then opened for reading
     through that very descriptor (``/proc/self/fd``: the same inode, whatever the name is by
@@ -80,8 +83,8 @@ def _open_same_file(item: Walked) -> int:
     try:
         handle = os.open(item.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
                          dir_fd=item.parent_fd)
-    except OSError as exc:  # gone
-        raise TreeChangedError(item.path) from exc
+    except FileNotFoundError:
+        return -1
     try:
         _same(item, os.fstat(handle))
         try:
@@ -89,7 +92,7 @@ def _open_same_file(item: Walked) -> int:
         except FileNotFoundError:  # no /proc here
             try:
                 fd = os.open(item.name, _FILE_FLAGS, dir_fd=item.parent_fd)
-            except OSError as exc:  # a link now (ELOOP), or gone
+            except OSError as exc:  # a link now (ELOOP), or gone meanwhile
                 raise TreeChangedError(item.path) from exc
     finally:
         os.close(handle)
@@ -120,13 +123,17 @@ class _Packer:
         if kind == stat.S_IFREG:
             self._add_file(item, info)
             return
+        # a name removed since its look is left out, as if the listing came a moment later
+        # (no header of it is written yet); one that became something else is packed again
         if kind == stat.S_IFDIR:
             info.type = tarfile.DIRTYPE
         elif kind == stat.S_IFLNK:
             info.type = tarfile.SYMTYPE
             try:
                 info.linkname = os.readlink(item.name, dir_fd=item.parent_fd)
-            except OSError as exc:  # no link any more (EINVAL) or gone
+            except FileNotFoundError:
+                return
+            except OSError as exc:  # no link any more (EINVAL)
                 raise TreeChangedError(item.path) from exc
         elif kind in _SPECIAL:
             info.type = _SPECIAL[kind]
@@ -139,6 +146,8 @@ class _Packer:
 
     def _add_file(self, item: Walked, info: tarfile.TarInfo) -> None:
         fd = _open_same_file(item)
+        if fd < 0:
+            return  # removed since its look
         with os.fdopen(fd, "rb") as source:
             st = os.fstat(fd)
             self._check(item.path, st.st_size)  # before a byte is read
