@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolseam.backends.remote import copied
@@ -199,7 +199,7 @@ def _tarfile_pack(path: Path) -> bytes:
     return out.getvalue()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None)
 @given(ops=st.lists(_ops, max_size=12), top_mode=st.sampled_from([0o755, 0o700]))
 def test_a_quiet_tree_packs_as_tarfile_packed_it(tmp_path_factory: pytest.TempPathFactory,
                                                  ops: list[tuple[str, str, bytes, int]],

@@ -5,14 +5,15 @@ tree: never through a path a command in a sandbox can change while it is read.
 again: a command that swaps a sub-directory for a link to ``/`` between the two makes the
 reader pack files outside the tree (decision 510). Here every directory is opened
 ``O_NOFOLLOW`` below its parent's descriptor and walked only if it is the directory whose
-header was written (``st_dev``, ``st_ino``); every file is opened ``O_NOFOLLOW`` below its
-directory, checked the same way, and its header carries the size of the opened file; a link's
-target is read below its directory. A name swapped meanwhile is ``TreeChangedError`` (nothing
-read after the swap came from outside; the caller packs again); one removed meanwhile is left
-out (a directory whose header was written stays, empty: what it held is gone either way). Members are what
-``tarfile.add`` makes of a quiet tree, but a second name of a file is a file again, not a
-hard link: directories, files, symlinks as links, fifos and devices as headers (the copy-back
-rule refuses them by name, so the home keeps what it has there), sockets left out.
+header was written (``st_dev``, ``st_ino``); every file is opened ``O_PATH`` below its
+directory, checked the same way, and read through that descriptor, its header carrying the
+size of the opened file; a link's target is read below its directory. A name swapped
+meanwhile is ``TreeChangedError`` (nothing read after the swap came from outside; the caller
+packs again); one removed meanwhile is left out (a directory whose header was written stays,
+empty: what it held is gone either way). Members are what ``tarfile.add`` makes of a quiet
+tree, but a second name of a file is a file again, not a hard link: directories, files,
+symlinks as links, fifos and devices as headers (the copy-back rule refuses them by name, so
+the home keeps what it has there), sockets left out.
 
 ``limit``: the most bytes the archive may reach; a file that would take it past is
 ``TreeTooLargeError`` before a byte of it is read (a sandbox's sparse terabyte costs nothing).
@@ -75,11 +76,11 @@ def _nothing(_name: str) -> bool:
 
 def _open_same_file(item: Walked) -> int:
     """The regular file ``item`` was, open for reading; -1 when it was removed since, and
-    ``TreeChangedError`` when it is something else now. A name is
-    first opened ``O_PATH`` (which opens nothing: a fifo or a device swapped in is not
-    opened, so none of its open's effects happen), checked, and only then opened for reading
-    through that very descriptor (``/proc/self/fd``: the same inode, whatever the name is by
-    then); where ``/proc`` is not mounted, by its name again, checked once more."""
+    ``TreeChangedError`` when it is something else now. The name is first opened ``O_PATH``
+    (which opens nothing: a fifo or a device swapped in is not opened, so none of its open's
+    effects happen), checked, and only then opened for reading through that very descriptor
+    (``/proc/self/fd``: the same inode, whatever the name is by then); where ``/proc`` is not
+    mounted, by its name again, checked once more."""
     try:
         handle = os.open(item.name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC,
                          dir_fd=item.parent_fd)
