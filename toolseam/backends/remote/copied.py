@@ -12,7 +12,6 @@ directory (tarfile's ``data`` filter); the archive is the caller's, the director
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import os
 import shutil
@@ -24,10 +23,13 @@ from ...seam.errors import CouldNotRunError, HostError
 from ...seam.models import SyncReport
 from ...seam.protocol import BuiltinExec, WorkspaceTransfer
 from ..containers.workspace_sync.tar_sync import WorkspaceCopy
+from ..snapshots.tree_tar import TreeTooLargeError
 from .codec import MAX_ANSWER
 from .workspace import pack
 
 WORKSPACE = "workspace"  # the first entry of a copy-back archive (WorkspaceCopy.apply)
+# What an answer carries besides the archive: its tag, pickling, the tar's closing blocks
+_ANSWER_ENVELOPE = 64 << 10
 
 
 # --- the client's side -----------------------------------------------------------------------
@@ -73,18 +75,18 @@ def removed(root: str) -> None:
 
 
 def _pack_dir(root: str) -> bytes:
-    """The copy as one tar in memory, refused by name past what an answer may carry (a
-    sandbox's sparse or huge file must not exhaust the server's memory first)."""
-    total = 0
-    for folder, _dirs, files in os.walk(workspace_of(root)):
-        for name in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(folder, name)).st_size
-    if total > MAX_ANSWER:
-        raise CouldNotRunError(f"the sandbox's workspace holds {total} bytes, more than a "
-                               f"copy home carries ({MAX_ANSWER}); download what you need",
-                               retryable=False, cause="copy_back_failed")
-    return pack(workspace_of(root), WORKSPACE)
+    """The copy as one tar in memory, refused by name past what an answer may carry: the
+    archive's size is counted as it is packed, and the file that would pass the limit is
+    never read (a sandbox's sparse or huge file must not exhaust the server's memory). A
+    command in the sandbox may change the directory meanwhile: ``pack`` reads it below
+    descriptors, never through a link it swaps in (decision 510)."""
+    try:
+        return pack(workspace_of(root), WORKSPACE, MAX_ANSWER - _ANSWER_ENVELOPE)
+    except TreeTooLargeError as exc:
+        raise CouldNotRunError(f"the sandbox's workspace takes {exc.size} bytes or more (at "
+                               f"{exc.path!r}), more than a copy home carries ({exc.limit}); "
+                               "download what you need", retryable=False,
+                               cause="copy_back_failed") from None
 
 
 async def synced(backend: BuiltinExec, transfers: bool, root: str) -> bytes:

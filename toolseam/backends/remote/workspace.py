@@ -1,11 +1,22 @@
 """The workspace transfer's two operations whose argument is a path of the client's machine
 (``WorkspaceTransfer.upload``, ``download``): the file or directory crosses as a tar, made on
 one side and unpacked on the other in a private spool, never followed through a link and never
-unpacked outside its spool (tarfile's ``data`` filter)."""
+unpacked outside its spool (tarfile's ``data`` filter).
+
+Every tar here is made by ``pack``, descriptor-relatively (``snapshots/tree_tar.py``), because
+one of them is read while a sandbox may change it: the server's copy of a caller's workspace
+(``copied.py``), bind-mounted into a container or the host kind's working directory while a
+``sync`` packs it (decision 510). The two others could not race with a sandbox even by path:
+``upload_args`` packs a path of the caller's machine, which no sandbox of this session sees;
+``download_here`` packs the server's private spool only after the hosted backend's
+``download`` copied into it — no sandbox can reach the spool (a container sees its own mounts
+only; a host-kind command could, but runs as the server's user and can read what it likes
+anyway: the host backend is no boundary against its own user)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import shutil
@@ -15,15 +26,26 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ...seam.errors import ConfigurationError
+from ..snapshots.capture import TreeChangedError
+from ..snapshots.tree_tar import pack_tree
 
 ENTRY = "entry"  # the one member name of a transfer's tar
+_TRIES = 3  # packs of a tree a command keeps changing before its TreeChangedError is the answer
 
 
-def pack(path: str, arcname: str = ENTRY) -> bytes:
-    """``path`` (file or directory; symlinks as links) as a tar of one entry, ``arcname``."""
+def pack(path: str, arcname: str = ENTRY, limit: int | None = None) -> bytes:
+    """``path`` (file or directory; symlinks as links) as a tar of one entry, ``arcname``;
+    past ``limit`` bytes, ``TreeTooLargeError`` before the file that passes it is read. A tree
+    a command keeps changing is packed again, ``_TRIES`` times in all."""
+    for _ in range(_TRIES - 1):
+        with contextlib.suppress(TreeChangedError):
+            return _packed(path, arcname, limit)
+    return _packed(path, arcname, limit)
+
+
+def _packed(path: str, arcname: str, limit: int | None) -> bytes:
     out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(path, arcname=arcname, recursive=True)
+    pack_tree(path, arcname, out, limit)
     return out.getvalue()
 
 

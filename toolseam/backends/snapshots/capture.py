@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from ...seam.errors import CouldNotRunError
@@ -58,38 +58,86 @@ class Walked:
     st: os.stat_result
 
 
-def walk(root_fd: int) -> Iterator[Walked]:
+class TreeChangedError(CouldNotRunError):
+    """A name changed kind or identity between the walk's ``lstat`` and its open (a command
+    swapped it meanwhile): nothing read after the swap came from outside the tree."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(f"{path!r} changed while the directory was read (a command swapped "
+                         "it meanwhile); nothing was kept — try again", retryable=True)
+
+
+def _working(name: str) -> bool:
+    return name.startswith(WORKING_PREFIXES)
+
+
+def walk(root_fd: int, skip: Callable[[str], bool] = _working,
+         strict: bool = False) -> Iterator[Walked]:
     """Every name below ``root_fd``, parents before children, in name order; a directory's
-    descriptor is open while its entries are yielded. Names toolseam works with are skipped."""
-    stack: list[tuple[str, int]] = [("", os.dup(root_fd))]
+    descriptor is open while its entries are yielded. Names ``skip`` says (toolseam's working
+    names by default) are left out, at any depth.
+
+    Never by path: each directory is opened ``O_NOFOLLOW`` below its parent's descriptor when
+    its turn comes (one descriptor per level, so a directory with more sub-directories than
+    this process may open files is walked whole), and only if the opened descriptor is the
+    directory the walk yielded (``st_dev``, ``st_ino``): a directory swapped for a link or for
+    another directory since is not walked — skipped, or ``TreeChangedError`` when ``strict``
+    (a reader that already wrote the name's header must not leave it looking emptied)."""
+    frames: list[tuple[int, list[Walked]]] = []  # an open directory, its sub-dirs still to enter
+    fd = os.dup(root_fd)
+    rel = ""
     try:
-        while stack:
-            rel, fd = stack.pop()
-            try:
-                children = []
+        while True:
+            if fd >= 0:
+                pending: list[Walked] = []
+                frames.append((fd, pending))
                 with os.scandir(fd) as entries:
                     names = sorted(e.name for e in entries)
                 for name in names:
-                    if name.startswith(WORKING_PREFIXES):
+                    if skip(name):
                         continue
                     try:
                         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                     except FileNotFoundError:
                         continue  # gone meanwhile
-                    path = f"{rel}/{name}" if rel else name
-                    yield Walked(path, name, fd, st)
+                    item = Walked(f"{rel}/{name}" if rel else name, name, fd, st)
+                    yield item
                     if stat.S_ISDIR(st.st_mode):
-                        children.append((path, name))
-                for path, name in reversed(children):
-                    try:
-                        stack.append((path, os.open(name, _DIR_FLAGS, dir_fd=fd)))
-                    except OSError:
-                        continue  # replaced by a link or removed since: not below us now
-            finally:
-                os.close(fd)
+                        pending.append(item)
+                pending.reverse()
+            fd = -1
+            while frames and fd < 0:
+                parent, pending = frames[-1]
+                if not pending:
+                    os.close(parent)
+                    frames.pop()
+                    continue
+                item = pending.pop()
+                fd, rel = _enter(item, strict), item.path
+            if fd < 0:
+                return  # every directory walked
     finally:
-        for _, fd in stack:
-            os.close(fd)
+        for parent, _ in frames:
+            os.close(parent)
+
+
+def _enter(item: Walked, strict: bool) -> int:
+    """The directory ``item`` names, opened below its parent — if it is still the one walked.
+    One removed since is not walked even when ``strict``: what it held is gone either way."""
+    try:
+        fd = os.open(item.name, _DIR_FLAGS, dir_fd=item.parent_fd)
+    except FileNotFoundError:
+        return -1
+    except OSError:
+        fd = -1  # replaced by a link or a file since: not below us now
+    if fd >= 0:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) == (item.st.st_dev, item.st.st_ino):
+            return fd
+        os.close(fd)
+    if strict:
+        raise TreeChangedError(item.path)
+    return -1
 
 
 @dataclass

@@ -6,9 +6,6 @@ so what the home changed since the fork is known as the home's own."""
 
 from __future__ import annotations
 
-import os
-import stat
-import tarfile
 import tempfile
 from typing import IO
 
@@ -16,10 +13,8 @@ from ...seam.models import SyncReport
 from ..containers.workspace_sync.policy import Entry as CopyEntry
 from ..containers.workspace_sync.policy import policy_mode
 from ..containers.workspace_sync.tar_sync import WorkspaceCopy
-from .capture import walk
 from .manifest import Manifest
-
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+from .tree_tar import pack_tree
 
 
 def baseline_copy(home: str, start: Manifest,
@@ -51,27 +46,6 @@ def bring_home(branch_root: str, copy: WorkspaceCopy) -> SyncReport:
 
 
 def _pack(root: str, out: IO[bytes]) -> None:
-    root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
-            top = tarfile.TarInfo("workspace")
-            top.type, top.mode = tarfile.DIRTYPE, 0o755
-            tar.addfile(top)
-            for item in walk(root_fd):
-                info = tarfile.TarInfo(f"workspace/{item.path}")
-                info.mode, info.mtime = stat.S_IMODE(item.st.st_mode), int(item.st.st_mtime)
-                if stat.S_ISDIR(item.st.st_mode):
-                    info.type = tarfile.DIRTYPE
-                    tar.addfile(info)
-                elif stat.S_ISLNK(item.st.st_mode):
-                    info.type = tarfile.SYMTYPE
-                    info.linkname = os.fsdecode(os.readlink(item.name, dir_fd=item.parent_fd))
-                    tar.addfile(info)
-                elif stat.S_ISREG(item.st.st_mode):
-                    fd = os.open(item.name, _FILE_FLAGS, dir_fd=item.parent_fd)
-                    with os.fdopen(fd, "rb") as source:
-                        info.size = os.fstat(fd).st_size
-                        if stat.S_ISREG(os.fstat(fd).st_mode):
-                            tar.addfile(info, source)
-    finally:
-        os.close(root_fd)
+    """The branch's workspace as a copy-back reads it: the workspace first, below it every
+    name of the tree (a command of the branch may still run: read below descriptors)."""
+    pack_tree(root, "workspace", out)

@@ -83,7 +83,12 @@ class WorkspaceCopy:
     # --- host → sandbox -------------------------------------------------------------------
     def pack(self, out: IO[bytes]) -> int:
         """Write the base dir as a tar to ``out`` (entries relative, owned by root); returns the
-        number of content bytes. Symlinks go as symlinks; nothing they point to is read."""
+        number of content bytes. Symlinks go as symlinks; nothing they point to is read.
+        It walks by path, which only a reader racing no sandbox may (decision 510): the base
+        dir is the caller's and no sandbox of a copy sees it — copy mode seeds the sandbox's
+        own volume through the engine (``modes/copy.py``), the remote client's open sends
+        bytes (``remote/copied.py``), and what the sandbox makes comes home as an archive
+        ``apply`` reads."""
         total = 0
         with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
             for rel, st in self._walk_host():

@@ -1,0 +1,110 @@
+"""A command in a copied workspace's sandbox that keeps swapping a directory for a link to a
+directory outside, while the caller syncs again and again (decision 510): the server packs
+the copy below descriptors, so nothing outside ever reaches the caller, and nothing outside
+is changed. A real server process on a unix socket; the host backend hosted there (a
+container's bind mount of the copy is the same directory to the server's packer)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+
+from toolseam.backends.remote import HostedSpec, RemoteBackend, UnixTransport
+from toolseam.seam.errors import CouldNotRunError
+from toolseam.seam.models import PathRef, SpawnRequest
+
+from ..support.remote_server import remote_server
+from ..support.timing import patience
+
+SECRET = b"outside the workspace 51c0"
+SYNCS, SECONDS = 30, 20
+
+# The sandbox's command: as fast as a process can, ``sub`` becomes a link to OUTSIDE and a
+# directory again (mv sub sub.d; ln -s OUTSIDE sub; rm sub; mv sub.d sub) from the moment it
+# makes ``running`` until ``stop`` appears; it ends with ``sub`` a directory and says how many
+# swaps it made.
+_SWAPPER = """
+import os, sys
+outside, swaps = sys.argv[1], 0
+open("running", "w").close()
+while not os.path.exists("stop"):
+    for _ in range(200):
+        os.rename("sub", "sub.d"); os.symlink(outside, "sub")
+        os.unlink("sub"); os.rename("sub.d", "sub")
+        swaps += 1
+print(swaps)
+"""
+
+
+def _tree(root: Path) -> dict[str, tuple[str, bytes]]:
+    """Every name below ``root``, never through a link: its kind and its content or target."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder) / name
+            rel = str(path.relative_to(root))
+            if path.is_symlink():
+                found[rel] = ("link", os.fsencode(os.readlink(path)))
+            elif path.is_dir():
+                found[rel] = ("dir", b"")
+            else:
+                found[rel] = ("file", path.read_bytes())
+    return found
+
+
+async def test_a_link_swapped_in_while_syncing_never_brings_the_outside_home(
+        tmp_path: Path) -> None:
+    base, outside = tmp_path / "base", tmp_path / "outside"
+    (base / "sub").mkdir(parents=True)
+    for n in range(20):  # a directory worth walking: the swap lands mid-walk often
+        (base / "sub" / f"f{n:02}.txt").write_text(f"the caller's own {n}\n")
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(SECRET)
+    (outside / "nested").mkdir()
+    (outside / "nested" / "key").write_bytes(SECRET)
+    outside_before = _tree(outside)
+    outside_times = {p: os.lstat(outside / p).st_mtime_ns for p in outside_before}
+    with remote_server() as server:
+        backend = RemoteBackend(transport=UnixTransport(server.directory),
+                                hosted=HostedSpec(kind="host"), workspace=str(base))
+        try:
+            info = await backend.open()
+            await backend.start(SpawnRequest(
+                job="swapper", argv=[sys.executable, "-c", _SWAPPER, str(outside)],
+                cwd=info.workspace, env={"PATH": "/usr/bin:/bin"}, wait_ms=0))
+            deadline = time.monotonic() + patience(SECONDS)
+            running = PathRef(base=info.workspace, path="running")
+            while (await backend.stat(running)).kind == "missing":
+                assert time.monotonic() < deadline, "the swapper did not start"
+                await asyncio.sleep(0.01)
+            synced = refused = 0
+            seen: set[tuple[str, bool]] = set()  # the caller's sub, sub.d after each sync
+            while synced + refused < SYNCS and time.monotonic() < deadline:
+                try:
+                    await backend.sync()
+                    synced += 1
+                    sub = base / "sub"
+                    seen.add(("link" if sub.is_symlink() else "dir" if sub.is_dir() else "none",
+                              (base / "sub.d").is_dir()))
+                except CouldNotRunError as exc:  # the tree kept changing: said, retryable
+                    assert exc.retryable and "changed while" in exc.reason, exc
+                    refused += 1
+            await backend.write(PathRef(base=info.workspace, path="stop"), b"")
+            ended = await backend.wait("swapper", int(patience(10) * 1000))
+            assert ended.exit_code == 0, ended.output
+            swaps = int(ended.output.split()[-1])
+        finally:
+            await backend.close()
+    assert backend.copy_back_error is None
+    print(f"{synced} syncs, {refused} refused as changing, {swaps} swaps, sub seen {seen}")
+    assert synced >= 1 and len(seen) > 1  # the syncs raced a live swapper
+    home = _tree(base)
+    assert not [p for p, (kind, data) in home.items() if kind == "file" and SECRET in data]
+    assert not [p for p in home if p.endswith(("secret.txt", "key"))]
+    assert home["sub"] == ("dir", b"")  # the command ended with it a directory again
+    assert home["sub/f07.txt"] == ("file", b"the caller's own 7\n")
+    assert _tree(outside) == outside_before
+    assert {p: os.lstat(outside / p).st_mtime_ns for p in outside_before} == outside_times
