@@ -1,8 +1,9 @@
 """A command in a copied workspace's sandbox that keeps swapping a directory for a link to a
 directory outside, while the caller syncs again and again (decision 510): the server packs
 the copy below descriptors, so nothing outside ever reaches the caller, and nothing outside
-is changed. A real server process on a unix socket; the host backend hosted there (a
-container's bind mount of the copy is the same directory to the server's packer)."""
+is changed. A real server process on a unix socket hosting the host backend, and podman and
+docker, whose container bind-mounts the copy: there the command is root in its container and
+the link it plants names a directory of the server's machine it cannot see itself."""
 
 from __future__ import annotations
 
@@ -12,13 +13,18 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from toolseam.backends.remote import HostedSpec, RemoteBackend, UnixTransport
 from toolseam.seam.errors import CouldNotRunError
 from toolseam.seam.models import PathRef, SpawnRequest
 
+from ..support.engines import IMAGE
 from ..support.remote_server import remote_server
 from ..support.timing import patience
 
+_OPTIONS: dict[str, dict[str, object]] = {"host": {}, "podman": {"image": IMAGE},
+                                          "docker": {"image": IMAGE}}
 SECRET = b"outside the workspace 51c0"
 SYNCS, SECONDS = 30, 20
 
@@ -55,8 +61,9 @@ def _tree(root: Path) -> dict[str, tuple[str, bytes]]:
     return found
 
 
+@pytest.mark.parametrize("kind", ["host", "podman", "docker"])
 async def test_a_link_swapped_in_while_syncing_never_brings_the_outside_home(
-        tmp_path: Path) -> None:
+        kind: str, tmp_path: Path) -> None:
     base, outside = tmp_path / "base", tmp_path / "outside"
     (base / "sub").mkdir(parents=True)
     for n in range(20):  # a directory worth walking: the swap lands mid-walk often
@@ -69,11 +76,13 @@ async def test_a_link_swapped_in_while_syncing_never_brings_the_outside_home(
     outside_times = {p: os.lstat(outside / p).st_mtime_ns for p in outside_before}
     with remote_server() as server:
         backend = RemoteBackend(transport=UnixTransport(server.directory),
-                                hosted=HostedSpec(kind="host"), workspace=str(base))
+                                hosted=HostedSpec(kind=kind, options=_OPTIONS[kind]),
+                                workspace=str(base))
         try:
             info = await backend.open()
             await backend.start(SpawnRequest(
-                job="swapper", argv=[sys.executable, "-c", _SWAPPER, str(outside)],
+                job="swapper", argv=[sys.executable if kind == "host" else "python3", "-c",
+                                     _SWAPPER, str(outside)],
                 cwd=info.workspace, env={"PATH": "/usr/bin:/bin"}, wait_ms=0))
             deadline = time.monotonic() + patience(SECONDS)
             running = PathRef(base=info.workspace, path="running")
