@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from toolseam.backends.remote.codec import MAX_REQUEST
+from toolseam.backends.remote.handshake import derived_key
+from toolseam.backends.remote.server import SESSION_LABEL
 from toolseam.ray.direct import DirectLink, NodeServer
-from toolseam.ray.handshake import session_key
 from toolseam.seam.models import TraceContext
 
 SECRET = "the-session-secret"
@@ -175,3 +176,8 @@ async def test_with_rays_tls_the_connection_is_tls_and_a_plain_peer_gets_nothing
         assert calls == [("s1", "stat")]
     finally:
         server.close()
+
+
+def session_key(secret: str) -> bytes:
+    """A session's key, as the node keeps it (the remote server's)."""
+    return derived_key(secret, SESSION_LABEL)

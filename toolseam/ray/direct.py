@@ -200,7 +200,7 @@ class DirectLink:
     @classmethod
     async def connect(cls, host: str, port: int, sid: str, key: bytes) -> DirectLink | None:
         """The link, or None when the node cannot be reached directly or does not prove the
-        session's ``key`` (handshake.session_key): the Ray path stays."""
+        session's ``key`` (the remote server's ``derived_key``): the Ray path stays."""
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
