@@ -106,7 +106,7 @@ async def test_direct_a_call_that_breaks_on_the_node_is_answered_not_left_waitin
         link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
         assert link is not None
         answer = await asyncio.wait_for(link.call("stat", ()), 10)
-        assert answer[0] == "err" and "TypeError: broken" in answer[2]
+        assert answer[0] == "err" and "TypeError: broken" in answer[1]["message"]
         link.close()
     finally:
         server.close()

@@ -22,8 +22,7 @@ from typing import Any
 from ..backends import engine_for
 from ..backends.containers.janitor import janitor
 from ..seam.errors import HostError
-from ._wire import Answer, encode
-from .direct import NodeServer
+from .direct import Answer, NodeServer, refused
 from .identity import KV_NAMESPACE, kv_key
 from .node_config import NodeConfig, own_workdir, sweep_dead_roots
 from .node_observe import NodeTelemetry
@@ -55,7 +54,7 @@ class NodeSessions(NodePools, NodeOperatorView, NodeRemote):
         if self._node_key is None and isinstance(key, bytes) and len(key) == 32:
             self._node_key = key
         if self._node_key is None or not hmac.compare_digest(self._node_key, key):
-            return encode(HostError(f"{self.where} holds another node key"))
+            return refused(HostError(f"{self.where} holds another node key"))
         return ("ok", None)
 
     def _identity(self) -> tuple[bytes, str] | None:
@@ -113,7 +112,7 @@ class NodeSessions(NodePools, NodeOperatorView, NodeRemote):
             return await self.remote_direct(sid, args, trace)
         if method == REMOTE_LIVE:  # a step of a remote session's streamed request
             return await self.remote_live_direct(sid, args, trace)
-        return encode(HostError(f"{method!r} is not a call of the direct port"))
+        return refused(HostError(f"{method!r} is not a seam call"))
 
     async def stats(self) -> dict[str, Any]:
         """Counts, this process's memory and CPU seconds (for the benchmark); no session is

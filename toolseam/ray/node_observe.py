@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..observability.across import continued, count_session
-from ._wire import Answer
+from .direct import Answer
 
 
 def remote_error_kind(answer: Answer) -> str | None:

@@ -18,7 +18,7 @@ from collections import OrderedDict
 
 from ..backends.remote.server import RemoteServer
 from ..seam.errors import HostError
-from ._wire import Answer, encode
+from .direct import Answer, refused
 from .identity import operator_proof
 
 _NONCES = 256  # handed out and not yet used; the oldest go first
@@ -54,17 +54,17 @@ class NodeOperatorView:
     async def operator_sessions(self, nonce: str, proof: str) -> Answer:
         """Every session this node hosts, as a ``toolseam ps`` row."""
         if not self._proven("list", nonce, proof):
-            return encode(HostError(f"{self.where}: not a holder of the cluster key"))
+            return refused(HostError(f"{self.where}: not a holder of the cluster key"))
         hosted = [] if self._remote_server is None else await self._remote_server.rows()
         return ("ok", [{**row, "backend": "ray", "node": self.node_id} for row in hosted])
 
     async def operator_kill(self, sid: str, nonce: str, proof: str) -> Answer:
         """End session ``sid``'s sandbox with everything in it; False: no such session here."""
         if not self._proven(f"kill {sid}", nonce, proof):
-            return encode(HostError(f"{self.where}: not a holder of the cluster key"))
+            return refused(HostError(f"{self.where}: not a holder of the cluster key"))
         if self._remote_server is None:
             return ("ok", False)
         try:
             return ("ok", await self._remote_server.kill_from_outside(sid))
         except HostError as exc:
-            return encode(HostError(f"{self.where}: {exc}"))
+            return refused(HostError(f"{self.where}: {exc}"))

@@ -37,7 +37,7 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, HostError
 from ..seam.models import TraceContext
 from ..seam.protocol import BuiltinExec
-from ._wire import Answer, encode, trace_context
+from .direct import Answer, refused, trace_context
 from .node_config import WORKSPACE_DIR, NodeConfig, own_workdir, session_root
 from .node_observe import NodeTelemetry
 from .streaming import Batch, LiveStarts
@@ -236,7 +236,7 @@ class NodeRemote:
         stopped waiting for it hands it to Ray; a ref read in another process reads it)."""
         if not (len(args) in (2, 3) and isinstance(args[0], tuple) and args[0][:1] == (sid,)
                 and isinstance(args[0][1], str)):
-            return encode(HostError("a direct request names another session than its "
+            return refused(HostError("a direct request names another session than its "
                                     "connection's"))
         self._heard(str(args[1]))
         call = asyncio.ensure_future(self._handled(trace, args[0], None, str(args[1])))
@@ -271,7 +271,7 @@ class NodeRemote:
         """A step of a streamed request of the session the direct connection proved:
         ``(step, stream id, request or None, owner)``."""
         if len(args) != 4:
-            return encode(HostError("a streamed step is (step, stream, request, owner)"))
+            return refused(HostError("a streamed step is (step, stream, request, owner)"))
         self._heard(str(args[3]))
         try:
             return ("ok", await self._stream_step(sid, str(args[0]), str(args[1]), args[2],
