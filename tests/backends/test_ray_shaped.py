@@ -263,14 +263,18 @@ def test_a_shaped_sandbox_works_through_ray_where_its_holder_cannot_reach_the_no
 
 
 def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestCluster) -> None:
-    """A sandbox dropped without delete() (its node ends it after its orphan timeout) does
-    not keep this process's connection to its node: the next new link closes it."""
+    """A sandbox dropped without delete() does not keep this process's connection to its
+    node (the next new link closes it), and its node ends it after its orphan timeout: its
+    lease is no longer renewed."""
     import gc
 
     import ray
 
     import toolseam.integrations.ray_sandbox as sandbox
+    from toolseam.backends.agentlink.errors import map_seam_error
+    from toolseam.backends.remote.codec import dumps, loads
     from toolseam.integrations import _ray_sandbox_direct as shaped_direct
+    from toolseam.seam.models import PathRef
 
     def made() -> Any:
         sb = sandbox.create(image=IMAGE, resources=resource("rootless"), orphan_timeout=5,
@@ -281,6 +285,7 @@ def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestClus
 
     dropped = made()
     sid, link = dropped.sandbox_id, shaped_direct._state.links[dropped.sandbox_id].link
+    stat = (sid, dropped._secret, "stat", (), {"ref": PathRef(base="/", path="/")})
     assert link is not None and link.alive
     del dropped
     gc.collect()
@@ -289,5 +294,14 @@ def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestClus
         assert sid not in shaped_direct._state.links
         assert not link.alive
         assert shaped_direct._state.links[kept.sandbox_id].link is not None
+        deadline = time.monotonic() + 30  # its orphan timeout is 5 s; the node reaps each second
+        while True:
+            answer = loads(ray.get(kept._actor.remote_call.remote(dumps((stat, None)), "probe",
+                                                                  5)))
+            if answer[0] == "err":
+                break
+            assert time.monotonic() < deadline, "a dropped sandbox outlived its orphan timeout"
+            time.sleep(0.5)
+        assert "answers this secret" in str(map_seam_error(answer[1]))
     finally:
         ray.get(kept.delete.remote())

@@ -113,10 +113,11 @@ class RaySandbox:
             return self._actor.remote_drop.remote(self._owner, _after=self._made or self._opened)
         if name == "get_instance_id":
             return ray.put(self.sandbox_id)
-        if name == "upload_file":  # the file of the process calling, as the bytes it holds
-            local_path, remote_path = args
+        if name == "upload_file":  # the file of the process calling, as the bytes it holds,
+            local_path, remote_path = args  # through Ray (the direct port takes 64 MiB at most)
             with open(local_path, "rb") as source:
-                return self._remote("write_file", remote_path, source.read())
+                return calls.through_ray(self, "write_file", _write_args(remote_path,
+                                                                         source.read()))
         if name == "download_file":  # written by a task on the caller's own node
             remote_path, local_path = args
             data = self._remote("read_file", remote_path)

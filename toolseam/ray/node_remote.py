@@ -45,7 +45,9 @@ from .streaming import Batch, LiveStarts
 REMOTE = "remote"  # a remote request on the direct port
 REMOTE_LIVE = "remote_live"  # a step of a streamed remote request on the direct port
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
-KEPT_S, KEPT_MAX = 60.0, 1024  # a tokened direct request's answer waits for its collect
+# a tokened direct request's answer waits this long for its collect, the newest ended ones
+# at most, holding at most this much output (one node actor serves every session of its node)
+KEPT_S, KEPT_MAX, KEPT_BYTES = 60.0, 1024, 64 << 20
 
 
 class NodeRemote:
@@ -61,6 +63,7 @@ class NodeRemote:
     _stream_owners: dict[tuple[str, str], str] | None = None  # (session, stream) -> owner
     _ends: dict[str, float] | None = None  # owner -> when its sessions end whatever is heard
     _kept: dict[str, tuple[bytes, asyncio.Future[Answer]]] | None = None  # token -> (key, call)
+    _kept_sizes: dict[str, int] | None = None  # token -> its ended call's output, in bytes
     _counted = 0  # the open sessions last reported to the node's telemetry
 
     def _warm_pool(self, pool_id: object) -> Any:  # node_pool.py
@@ -246,14 +249,25 @@ class NodeRemote:
 
     def _keep(self, token: str, key: bytes, call: asyncio.Future[Answer]) -> None:
         """Keep a call's answer under its token ``KEPT_S`` after it ended (the newest
-        ``KEPT_MAX`` ended ones at most) for ``remote_collect``."""
+        ``KEPT_MAX`` ended ones, ``KEPT_BYTES`` of output, at most) for ``remote_collect``."""
         kept = self._kept = self._kept if self._kept is not None else {}
+        sizes = self._kept_sizes = self._kept_sizes if self._kept_sizes is not None else {}
         kept[token] = (key, call)
-        call.add_done_callback(lambda _: asyncio.get_running_loop().call_later(
-            KEPT_S, kept.pop, token, None))
-        ended = [t for t, (_, done) in kept.items() if done.done()]  # never one still running
-        while len(kept) > KEPT_MAX and ended:
-            kept.pop(ended.pop(0), None)
+
+        def ended(done: asyncio.Future[Answer]) -> None:
+            value = (done.result()[1] if not done.cancelled() and done.exception() is None
+                     else None)
+            sizes[token] = sum(int(getattr(value, name, 0) or 0)
+                               for name in ("size", "stdout_bytes", "stderr_bytes"))
+            asyncio.get_running_loop().call_later(KEPT_S, self._unkeep, token)
+            over = [t for t, (_, call) in kept.items() if call.done()]  # never one running
+            while over and (len(kept) > KEPT_MAX or sum(sizes.values()) > KEPT_BYTES):
+                self._unkeep(over.pop(0))
+        call.add_done_callback(ended)
+
+    def _unkeep(self, token: str) -> None:
+        (self._kept or {}).pop(token, None)
+        (self._kept_sizes or {}).pop(token, None)
 
     async def remote_collect(self, sid: str, secret: str, token: str) -> bytes:
         """The answer of session ``sid``'s direct request ``token``, waited for, as bytes —
