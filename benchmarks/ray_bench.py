@@ -11,9 +11,9 @@ podman node. Prints side by side, each "here" figure from the very backend the n
 * per call p50 (``bash true``, ``read`` of a 10-line file) through the cluster vs here, per
   engine, and the floor under it: one empty call of the node actor from asyncio; and the same
   through the remote backend over ``RayTransport`` (issue 47: Ray as placement + transport);
-* Ray's own shape (``toolseam.ray.create``): ``ray.get(sb.exec.remote("true"))`` p50 per
-  engine vs ``tools.sandbox.exec`` of the same command on the same engine opened here, and the
-  ``duration_seconds`` it reports;
+* Ray's own shape (``toolseam.integrations.ray_sandbox.create``):
+  ``ray.get(sb.exec.remote("true"))`` p50 per engine vs ``tools.sandbox.exec`` of the same
+  command on the same engine opened here, and the ``duration_seconds`` it reports;
 * 64 sessions x 40 calls at once, spread over the 3 nodes vs the same 64 opened here (a third
   on each engine): open wall time, call wall time, calls/s, per call p50;
 * 32 claims at once from a ``RayPool`` that was full (no refill): from the burst's start to
@@ -77,10 +77,10 @@ def shaped_per_call(address: str, name: str, calls: int) -> dict[str, float]:
     the three see the same load. Also the median ``duration_seconds`` the sandbox reported."""
     import ray
 
-    import toolseam.ray as sandbox
+    import toolseam.integrations.ray_sandbox as sandbox
     from tests.support.ray_cluster import resource
     from toolseam import Toolkit
-    from toolseam.ray.shaped_direct import OFF_VARIABLE
+    from toolseam.integrations._ray_sandbox_direct import OFF_VARIABLE
 
     loop = asyncio.new_event_loop()
     here = Toolkit(local_backend(name))
@@ -227,7 +227,7 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
     results["ray_empty_call_ms"] = await ray_floor(actors[0], args.calls)
 
     per_engine: dict[str, Any] = {}
-    for name in NODE_NAMES:
+    for name in [] if args.shaped_only else NODE_NAMES:
         async with Toolkit(RayBackend(resources=resource(name), address=address)) as tk:
             through = await per_call(tk, args.calls)
         async with Toolkit(local_backend(name)) as tk:
@@ -244,7 +244,7 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
         through = await asyncio.to_thread(shaped_per_call, address, name, args.calls)
         shaped[name] = {"cluster": through, "here": through["here"]}
     results["shaped_exec_p50_ms"] = shaped
-    if args.per_call_only:
+    if args.per_call_only or args.shaped_only:
         return results
 
     idle = await uss(actors)
@@ -350,6 +350,8 @@ def main() -> None:
     parser.add_argument("--claims", type=int, default=32)
     parser.add_argument("--per-call-only", action="store_true",
                         help="only the per-call figures (the tool calls and the shaped exec)")
+    parser.add_argument("--shaped-only", action="store_true",
+                        help="only the Ray-shaped sandbox's exec figures")
     args = parser.parse_args()
     from tests.support.ray_cluster import started
 

@@ -133,8 +133,8 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         for session, secret in ((sid, b"not-the-secret"), (b"f" * 32, b"not-the-secret")):
             reader, writer = await hello(session, secret)
             answer = await answer_or_eof(reader)
-            assert answer[0] == "err" and "answers this handle" in answer[3]
-            refusals.append(answer[3].replace(session[:8].decode(), "<sid>"))
+            assert answer[0] == "err" and "answers this handle" in answer[1]["message"]
+            refusals.append(answer[1]["message"].replace(session[:8].decode(), "<sid>"))
             assert await closed(reader)
             writer.close()
         assert refusals[0] == refusals[1]  # nothing to tell unknown from not-yours
@@ -161,7 +161,7 @@ async def test_the_direct_port_answers_only_a_sessions_secret_and_runs_no_pickle
         assert (await answer_or_eof(reader)) == ("ok", None)
         writer.write(framed(pickle.dumps((1, "close", (), None))))
         req, refused = await answer_or_eof(reader)
-        assert req == 1 and refused[0] == "err" and "not a seam call" in refused[3]
+        assert req == 1 and refused[0] == "err" and "not a seam call" in refused[1]["message"]
         writer.write(framed(pickle.dumps((2, "stat", (Planted(str(marker)),), None))))
         assert await answer_or_eof(reader) is None  # the connection ends, nothing ran
         writer.close()

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from toolseam.integrations.ray_sandbox import RaySandbox, create
 from toolseam.ray.cluster import refused_message
 from toolseam.ray.node_config import NodeConfig
-from toolseam.ray.shaped import RaySandbox, create
 from toolseam.seam.errors import ConfigurationError
 
 
@@ -18,7 +18,7 @@ def test_a_misspelt_create_option_is_refused_by_name() -> None:
     with pytest.raises(ConfigurationError) as refused:
         create(imgae="localhost/toolseam-sandbox:latest")
     text = str(refused.value)
-    assert "toolseam.ray.create() does not take 'imgae'" in text
+    assert "ray_sandbox.create() does not take 'imgae'" in text
     assert "image" in text and "ttl_seconds" in text
 
 
@@ -38,7 +38,8 @@ def test_rays_own_runtime_options_are_not_refused() -> None:
 ])
 def test_a_wrong_call_names_the_method_as_it_was_called(
         method: str, args: tuple[Any, ...], kwargs: dict[str, Any], named: str) -> None:
-    sandbox = RaySandbox(actor=None, node_id="n" * 56, sandbox_id="s" * 32, secret="k")
+    sandbox = RaySandbox(actor=None, node_id="n" * 56, env=None, workdir=None,
+                         orphan_timeout=120)
     with pytest.raises(TypeError) as wrong:
         getattr(sandbox, method).remote(*args, **kwargs)
     text = str(wrong.value)

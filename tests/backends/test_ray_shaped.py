@@ -1,5 +1,6 @@
-"""``toolseam.ray.create``: Ray's own sandbox shape on toolseam's engines (issue 39, part 4),
-on the session's real 3-node cluster."""
+"""``toolseam.integrations.ray_sandbox.create``: Ray's own sandbox shape on toolseam's engines
+(issue 39, part 4; a remote session of the node's ``RemoteServer`` since issue 47), on the
+session's real 3-node cluster."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
 RAY_SHAPED_SCRIPT = '''
 import sys
 import ray
-import toolseam.ray as sandbox   # was: from ray.experimental import sandbox
+import toolseam.integrations.ray_sandbox as sandbox   # was: from ray.experimental import sandbox
 
 ray.init(address=sys.argv[1])
 image = sys.argv[2]
@@ -91,29 +92,40 @@ def test_the_docs_rollout_example_runs(ray_cluster: RayTestCluster, tmp_path: Pa
 def test_a_sandbox_is_driven_only_through_its_handle(ray_cluster: RayTestCluster) -> None:
     import ray
 
-    import toolseam.ray as sandbox
-    from toolseam.ray import SandboxNotFoundError
+    import toolseam.integrations.ray_sandbox as sandbox
+    from toolseam.backends.agentlink.errors import map_seam_error
+    from toolseam.backends.remote.codec import dumps, loads
+    from toolseam.integrations import _ray_sandbox_calls as calls
     from toolseam.ray import cluster as ray_cluster_module
 
     ray_cluster_module.connect(ray_cluster.address)
     sb = sandbox.create(image=IMAGE, resources=resource("podman"), address=ray_cluster.address)
     assert ray.get(sb.exec.remote("echo mine > f.txt")).exit_code == 0
-    assert "secret" not in repr(sb) and sb._secret not in repr(sb)
-    # another job lists the node actors and calls them with the id but not the secret
+    assert "secret" not in repr(sb) and sb._secret not in repr(sb) and sb._owner not in repr(sb)
+    # another job lists the node actors and sends the session's requests with its id but
+    # not its secret: the same answer as for no session at all
     actor = ray.get_actor(ray_cluster_module.actor_name(sb.node_id),
                           namespace=ray_cluster_module.NAMESPACE)
-    for method, args in ((actor.sb_exec, ("cat f.txt", None, None, None, None)),
-                         (actor.sb_read_file, ("f.txt",)), (actor.sb_delete, ()),
-                         (actor.sb_status, ())):
-        with pytest.raises(SandboxNotFoundError):
-            ray.get(method.remote(sb.sandbox_id, "guessed", *args))
-    # (the node actor's generic seam call by name is gone, decision 498: nothing to try)
-    assert not hasattr(actor, "call")
+    guessed = type("Guessed", (), {"sandbox_id": sb.sandbox_id, "_secret": "guessed",
+                                   "_workdir": None, "_env": {}})()
+    for name, args in (("exec", ("cat f.txt", None, None, None, None)), ("read_file", ("f.txt",)),
+                       ("write_file", ("f.txt", "theirs"))):
+        req = calls.request(guessed, calls.opened_info(sb), name, args)
+        answer = loads(ray.get(actor.remote_call.remote(dumps((req, None)), "another-job")))
+        assert answer[0] == "err"
+        assert "answers this secret" in str(map_seam_error(answer[1]))
+    closing = (sb.sandbox_id, "guessed", "close", (), {})
+    answer = loads(ray.get(actor.remote_call.remote(dumps((closing, None)), "another-job")))
+    assert answer[0] == "err" and "answers this secret" in str(map_seam_error(answer[1]))
+    collected = loads(ray.get(actor.remote_collect.remote(sb.sandbox_id, "guessed", "t" * 32)))
+    assert collected[0] == "err"
+    # the old Ray-shaped actor API and the generic seam call by name are gone: nothing to try
+    assert not hasattr(actor, "call") and not hasattr(actor, "sb_exec")
     assert ray.get(sb.read_file.remote("f.txt")) == b"mine\n"  # still there, still its own
     with pytest.raises(FileNotFoundError):
         ray.get(sb.read_file.remote("nothing-here"))
     ray.get(sb.delete.remote())
-    with pytest.raises(SandboxNotFoundError):
+    with pytest.raises(sandbox.SandboxNotFoundError):
         ray.get(sb.exec.remote("true"))
 
 
@@ -121,7 +133,7 @@ def test_ttl_ends_a_sandbox_and_upload_download_cross_the_cluster(
         ray_cluster: RayTestCluster, tmp_path: Path) -> None:
     import ray
 
-    import toolseam.ray as sandbox
+    import toolseam.integrations.ray_sandbox as sandbox
 
     source = tmp_path / "in.bin"
     source.write_bytes(bytes(range(256)) * 64)
@@ -143,7 +155,7 @@ def test_limits_a_node_cannot_enforce_refuse_the_sandbox_naming_the_node(
     for one is refused there rather than run unlimited."""
     import ray
 
-    import toolseam.ray as sandbox
+    import toolseam.integrations.ray_sandbox as sandbox
 
     sb = sandbox.create(image=IMAGE, memory="256Mi", resources=resource("rootless"),
                         address=ray_cluster.address)
@@ -153,7 +165,7 @@ def test_limits_a_node_cannot_enforce_refuse_the_sandbox_naming_the_node(
 
 
 def test_a_network_toolseam_does_not_offer_is_refused_naming_those_it_does() -> None:
-    import toolseam.ray as sandbox
+    import toolseam.integrations.ray_sandbox as sandbox
 
     with pytest.raises(ConfigurationError, match="'none', 'public', 'bridge'"):
         sandbox.create(image=IMAGE, network="host")
@@ -162,13 +174,13 @@ def test_a_network_toolseam_does_not_offer_is_refused_naming_those_it_does() -> 
 @pytest.mark.parametrize(("ray_memory", "ours"), [
     ("512Mi", "512m"), ("1Gi", "1024m"), ("2G", "1907m"), (268435456, "256m"), ("64mib", "64m")])
 def test_rays_memory_sizes_become_toolseams(ray_memory: str | int, ours: str) -> None:
-    from toolseam.ray.shaped import memory_limit
+    from toolseam.integrations.ray_sandbox import memory_limit
 
     assert memory_limit(ray_memory) == ours
 
 
 def test_a_memory_that_is_no_size_is_refused_naming_it() -> None:
-    from toolseam.ray.shaped import memory_limit
+    from toolseam.integrations.ray_sandbox import memory_limit
 
     with pytest.raises(ConfigurationError, match="'lots'"):
         memory_limit("lots")
@@ -181,8 +193,8 @@ def test_a_shaped_exec_takes_the_direct_path_and_reports_a_measured_duration(
     whole-millisecond count (0.0 for a quick command)."""
     import ray
 
-    import toolseam.ray as sandbox
-    from toolseam.ray import shaped_direct
+    import toolseam.integrations.ray_sandbox as sandbox
+    from toolseam.integrations import _ray_sandbox_direct as shaped_direct
 
     sb = sandbox.create(image=IMAGE, resources=resource("docker"), address=ray_cluster.address)
     try:
@@ -225,7 +237,7 @@ def test_a_shaped_sandbox_works_through_ray_where_its_holder_cannot_reach_the_no
 
     import ray
 
-    import toolseam.ray as sandbox
+    import toolseam.integrations.ray_sandbox as sandbox
 
     with socket.socket() as probe:  # a port that refuses: bound, never listening
         probe.bind(("127.0.0.1", 0))
@@ -233,7 +245,7 @@ def test_a_shaped_sandbox_works_through_ray_where_its_holder_cannot_reach_the_no
 
         @ray.remote(num_cpus=0)
         def elsewhere(sb: Any, passed: Any, port: int) -> tuple[Any, ...]:
-            from toolseam.ray import shaped_direct
+            from toolseam.integrations import _ray_sandbox_direct as shaped_direct
             sb._ready = ray.put({"direct": ("127.0.0.1", port)})
             out = ray.get(sb.exec.remote("cat f.txt")).stdout
             link = shaped_direct._state.links[sb.sandbox_id].link
@@ -251,14 +263,18 @@ def test_a_shaped_sandbox_works_through_ray_where_its_holder_cannot_reach_the_no
 
 
 def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestCluster) -> None:
-    """A sandbox dropped without delete() (its node ends it after its orphan timeout) does
-    not keep this process's connection to its node: the next new link closes it."""
+    """A sandbox dropped without delete() does not keep this process's connection to its
+    node (the next new link closes it), and its node ends it after its orphan timeout: its
+    lease is no longer renewed."""
     import gc
 
     import ray
 
-    import toolseam.ray as sandbox
-    from toolseam.ray import shaped_direct
+    import toolseam.integrations.ray_sandbox as sandbox
+    from toolseam.backends.agentlink.errors import map_seam_error
+    from toolseam.backends.remote.codec import dumps, loads
+    from toolseam.integrations import _ray_sandbox_direct as shaped_direct
+    from toolseam.seam.models import PathRef
 
     def made() -> Any:
         sb = sandbox.create(image=IMAGE, resources=resource("rootless"), orphan_timeout=5,
@@ -269,6 +285,7 @@ def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestClus
 
     dropped = made()
     sid, link = dropped.sandbox_id, shaped_direct._state.links[dropped.sandbox_id].link
+    stat = (sid, dropped._secret, "stat", (), {"ref": PathRef(base="/", path="/")})
     assert link is not None and link.alive
     del dropped
     gc.collect()
@@ -277,5 +294,14 @@ def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestClus
         assert sid not in shaped_direct._state.links
         assert not link.alive
         assert shaped_direct._state.links[kept.sandbox_id].link is not None
+        deadline = time.monotonic() + 30  # its orphan timeout is 5 s; the node reaps each second
+        while True:
+            answer = loads(ray.get(kept._actor.remote_call.remote(dumps((stat, None)), "probe",
+                                                                  5)))
+            if answer[0] == "err":
+                break
+            assert time.monotonic() < deadline, "a dropped sandbox outlived its orphan timeout"
+            time.sleep(0.5)
+        assert "answers this secret" in str(map_seam_error(answer[1]))
     finally:
         ray.get(kept.delete.remote())

@@ -144,7 +144,6 @@ async def assert_node_empty(ray_cluster: RayTestCluster, node: str) -> None:
     actor = actors.node_actor(ray, ray_cluster.node_id(node))
     stats = await actor.stats.remote()
     ready = await actor.ready.remote()
-    assert stats["sessions"] == 0
     # a remote session a driver's close has ended is gone at once; one an earlier test's
     # dead driver left ends when its transport's lease runs out: wait for that, not longer
     deadline = time.monotonic() + patience(15)

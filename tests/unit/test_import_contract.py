@@ -89,7 +89,6 @@ BACKEND_NAMES = set(_TABLE_NAMES)
 # a string equal to a backend name that is not one, each with its reason
 NOT_A_BACKEND_NAME = {
     ("toolseam/egress/rules.py", "host"): "the HTTP Host header, which a rule may not set",
-    ("toolseam/ray/_wire.py", "host"): "the error codec's kind of a HostError",
     ("toolseam/ray/node_observe.py", "host"): "the error codec's kind of a HostError",
 }
 

@@ -16,8 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolseam.backends.remote.codec import MAX_REQUEST, dumps, loads
-from toolseam.ray._wire import trace_context
-from toolseam.ray.direct import MAX_HELLO, read_frame
+from toolseam.ray.direct import MAX_HELLO, read_frame, trace_context
 from toolseam.seam.errors import HostError
 from toolseam.seam.models import (
     ChangeSet,

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 
 from toolseam.backends.remote.codec import MAX_REQUEST
+from toolseam.backends.remote.handshake import derived_key
+from toolseam.backends.remote.server import SESSION_LABEL
 from toolseam.ray.direct import DirectLink, NodeServer
-from toolseam.ray.handshake import session_key
 from toolseam.seam.models import TraceContext
 
 SECRET = "the-session-secret"
@@ -105,7 +106,7 @@ async def test_direct_a_call_that_breaks_on_the_node_is_answered_not_left_waitin
         link = await DirectLink.connect("127.0.0.1", server.port, "s1", session_key(SECRET))
         assert link is not None
         answer = await asyncio.wait_for(link.call("stat", ()), 10)
-        assert answer[0] == "err" and "TypeError: broken" in answer[2]
+        assert answer[0] == "err" and "TypeError: broken" in answer[1]["message"]
         link.close()
     finally:
         server.close()
@@ -175,3 +176,8 @@ async def test_with_rays_tls_the_connection_is_tls_and_a_plain_peer_gets_nothing
         assert calls == [("s1", "stat")]
     finally:
         server.close()
+
+
+def session_key(secret: str) -> bytes:
+    """A session's key, as the node keeps it (the remote server's)."""
+    return derived_key(secret, SESSION_LABEL)

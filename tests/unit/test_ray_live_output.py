@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolseam.backends.agentlink.errors import map_seam_error
 from toolseam.ray import streaming
-from toolseam.ray._wire import decode
 from toolseam.seam.errors import HostError
 from toolseam.seam.models import OutputChunk, SpawnRequest
 from toolseam.testing.fake import FakeBackend
@@ -153,7 +153,9 @@ async def following(live: streaming.LiveStarts, backend: FakeBackend, request: S
 
     answer = await streaming.follow(first, lambda: live.next("s", request.job), cancel,
                                     on_output)
-    return decode(answer, "node x")
+    if answer[0] != "ok":
+        raise map_seam_error(answer[1])
+    return answer[1]
 
 
 async def test_the_caller_hands_each_batch_on_and_returns_the_status() -> None:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from toolseam.ray.node_session import session_root, sweep_dead_roots
+from toolseam.ray.node_config import session_root, sweep_dead_roots
 
 
 def test_dirs_of_dead_owners_go_and_the_rest_stay(tmp_path: Path) -> None:
@@ -38,8 +38,7 @@ def test_the_default_workdir_is_below_this_users_staging_root() -> None:
     import tempfile
 
     from toolseam.backends.staging import staging_root
-    from toolseam.ray.node_config import NodeConfig
-    from toolseam.ray.node_session import own_workdir
+    from toolseam.ray.node_config import NodeConfig, own_workdir
 
     config = NodeConfig.from_env({"TOOLSEAM_RAY_BACKEND": "host"})
     default = Path(own_workdir(config.workdir))
@@ -59,7 +58,7 @@ def test_a_planted_workdir_is_refused_never_used(tmp_path: Path) -> None:
     import pytest
 
     from toolseam.backends.staging import UnsafePath
-    from toolseam.ray.node_session import own_workdir
+    from toolseam.ray.node_config import own_workdir
 
     mine = own_workdir(str(tmp_path / "mine"))
     assert (os.stat(mine).st_mode & 0o777) == 0o700

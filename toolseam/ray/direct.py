@@ -19,8 +19,8 @@ cluster's network, as Ray's own traffic is.
 
 Frames: a 4-byte big-endian length, then the body. Requests ``(id, method, args, trace)``
 (``trace``: the caller's span's ``TraceContext``, or None when it does not trace), a
-cancellation ``(id, None, None, None)``; answers ``(id, answer)`` in the node's ``_wire``
-shape.
+cancellation ``(id, None, None, None)``; answers ``(id, answer)``: ``("ok", value)`` or
+``("err", error answer)`` of the one error map (``agentlink/errors.py``), as the remote wire's.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ import struct
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..backends.agentlink.errors import error_answer
 from ..backends.remote.codec import MAX_ANSWER, MAX_REQUEST, dumps, loads
 from ..backends.remote.handshake import decoy_proof, holds, is_nonce, nonce, proof
 from ..seam.errors import HostError
 from ..seam.models import TraceContext
-from ._wire import Answer, encode, trace_context
 from .handshake import client_tls, server_tls
 from .identity import IDENTITY_HELLO, identity_proof
 
@@ -48,6 +48,19 @@ MAX_HELLO = 4096  # a hello larger than this is not one: the peer is dropped unr
 CONNECT_TIMEOUT_S = 2.0
 HELLO_TIMEOUT_S = 5.0  # a peer that says nothing is dropped: silent connections cannot pile up
 _LENGTH = struct.Struct(">I")
+Answer = tuple[Any, ...]
+
+
+def refused(exc: BaseException) -> Answer:
+    """A failure as an answer: the one error map's (``map_seam_error`` reads it back)."""
+    return ("err", error_answer(exc))
+
+
+def trace_context(value: object) -> TraceContext | None:
+    """A request's trace context: a ``TraceContext`` (the codec validated it) or nothing."""
+    if value is not None and not isinstance(value, TraceContext):
+        raise TypeError("a call's trace context is not a TraceContext")
+    return value
 
 
 async def read_frame(reader: asyncio.StreamReader, limit: int) -> bytes:
@@ -114,7 +127,7 @@ class NodeServer:
         if key is None or not holds(key, "caller", sid, caller_nonce, node_nonce,
                                     given.decode("ascii", "replace")):
             # the same answer for "no such session" and "not yours": nothing to probe with
-            writer.write(frame(dumps(encode(HostError(
+            writer.write(frame(dumps(refused(HostError(
                 f"no session {sid[:8]}… on this node answers this handle")))))
             return None
         writer.write(frame(dumps(("ok", None))))
@@ -159,7 +172,7 @@ class NodeServer:
         try:
             answer = await self._call(sid, method, args, trace)
         except Exception as exc:  # noqa: BLE001 - a call that broke is an answer, never a hang
-            answer = encode(exc)
+            answer = refused(exc)
         if not writer.is_closing():
             writer.write(frame(dumps((req, answer))))
             with contextlib.suppress(ConnectionError):
@@ -200,7 +213,7 @@ class DirectLink:
     @classmethod
     async def connect(cls, host: str, port: int, sid: str, key: bytes) -> DirectLink | None:
         """The link, or None when the node cannot be reached directly or does not prove the
-        session's ``key`` (handshake.session_key): the Ray path stays."""
+        session's ``key`` (the remote server's ``derived_key``): the Ray path stays."""
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):

@@ -1,7 +1,7 @@
 """The keys and TLS of the connections toolseam opens across a Ray cluster. The proofs both
 ends make (secret-first HMAC, both ways) are the remote backend's
-(``toolseam/backends/remote/handshake.py``); here is what is Ray's own: a session's key, and
-the TLS of Ray's certificates.
+(``toolseam/backends/remote/handshake.py``, a session's key ``derived_key(secret,
+SESSION_LABEL)`` included); here is what is Ray's own: the TLS of Ray's certificates.
 
 TLS: when the cluster runs with ``RAY_USE_TLS`` its certificates (``RAY_TLS_SERVER_CERT``,
 ``RAY_TLS_SERVER_KEY``, ``RAY_TLS_CA_CERT``) wrap these connections too, both ends presenting
@@ -13,15 +13,6 @@ from __future__ import annotations
 
 import os
 import ssl
-
-from ..backends.remote.handshake import derived_key
-
-SESSION_LABEL = b"toolseam ray session key v1"
-
-
-def session_key(secret: str) -> bytes:
-    """What a node keeps for a session in place of its secret (and proves with)."""
-    return derived_key(secret, SESSION_LABEL)
 
 
 # --- TLS --------------------------------------------------------------------------------------

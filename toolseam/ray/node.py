@@ -1,9 +1,10 @@
 """The node actor: one per Ray node, hosting every toolseam session of that node as an
-ordinary local backend (so memory per sandbox is what it is locally; one worker process per
-node, not per sandbox).
+ordinary local backend through its ``RemoteServer`` (``node_remote.py``; memory per sandbox is
+what it is locally; one worker process per node, not per sandbox) — ``RayBackend``'s,
+``RayPool``'s claims and ``integrations/ray_sandbox.py``'s Ray-shaped sandboxes alike.
 
 Every session answers only the holder of its secret (compared in constant time against its
-hash): another job of the cluster can find this actor by name and call it, but cannot drive,
+key): another job of the cluster can find this actor by name and call it, but cannot drive,
 read or end a session it was not handed. A session whose holder stops renewing it for its
 orphan timeout is closed (its containers removed) — a driver killed with SIGKILL loses nothing
 before that, and leaves nothing after.
@@ -15,42 +16,31 @@ import asyncio
 import contextlib
 import hmac
 import os
-import shutil
 import time
 from typing import Any
 
 from ..backends import engine_for
 from ..backends.containers.janitor import janitor
 from ..seam.errors import HostError
-from ._wire import Answer, encode
-from .direct import NodeServer
+from .direct import Answer, NodeServer, refused
 from .identity import KV_NAMESPACE, kv_key
-from .node_config import NodeConfig
+from .node_config import NodeConfig, own_workdir, sweep_dead_roots
 from .node_observe import NodeTelemetry
 from .node_operator import NodeOperatorView
 from .node_pool import NodePools
 from .node_remote import REMOTE, REMOTE_LIVE, NodeRemote
-from .node_session import (
-    NodeSession,
-    own_workdir,
-    sweep_dead_roots,
-)
-from .node_shaped import ShapedSandboxes
-from .node_shaped_direct import SHAPED_DIRECT, ProvenKey, key_of
 
 
-class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
-    """The node actor's body (made a Ray actor class in ``cluster.py``)."""
+class NodeSessions(NodePools, NodeOperatorView, NodeRemote):
+    """The node actor's body (made a Ray actor class in ``actors.py``)."""
 
     def __init__(self) -> None:
-        self._shaped_init()
         self._pools_init()
         self._operator_init()
         self.config = NodeConfig.from_env()
         import ray  # only ever made inside a Ray worker
         self.node_id = ray.get_runtime_context().get_node_id()
         self.where = f"node {self.config.name} ({self.node_id[:12]}, {self.config.describe()})"
-        self._sessions: dict[str, NodeSession] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._direct: NodeServer | None = None
         self._direct_at: tuple[str, int] | None = None
@@ -64,7 +54,7 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
         if self._node_key is None and isinstance(key, bytes) and len(key) == 32:
             self._node_key = key
         if self._node_key is None or not hmac.compare_digest(self._node_key, key):
-            return encode(HostError(f"{self.where} holds another node key"))
+            return refused(HostError(f"{self.where} holds another node key"))
         return ("ok", None)
 
     def _identity(self) -> tuple[bytes, str] | None:
@@ -81,7 +71,7 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
             await asyncio.to_thread(sweep_dead_roots, self._workdir())
             await self._listen()
         return {"node_id": self.node_id, "name": self.config.name, "engine": self.config.engine,
-                "where": self.where, "pid": os.getpid(), "sessions": len(self._sessions),
+                "where": self.where, "pid": os.getpid(),
                 "direct": self._direct_at}
 
     async def _listen(self) -> None:
@@ -109,19 +99,9 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
         janitor(engine_for(kind.name, self.config.options.get("endpoint"),
                            **kind.variant_options(self.config.engine)))
 
-    # --- sessions ------------------------------------------------------------------------
-    def _session(self, sid: str, secret: str | ProvenKey) -> NodeSession:
-        session = self._sessions.get(sid)
-        # the same answer for "no such session" and "not yours": nothing to probe with
-        if session is None or not hmac.compare_digest(session.hash, key_of(secret)):
-            raise HostError(f"no session {sid[:8]}… on {self.where} answers this handle")
-        session.seen = time.monotonic()
-        return session
-
     def _key_for(self, sid: str) -> bytes | None:
         """A session's key, for a direct connection's proofs (direct.py); None: no session."""
-        session = self._sessions.get(sid)
-        return self._remote_key(sid) if session is None else session.hash
+        return self._remote_key(sid)
 
     async def call_held(self, sid: str, method: str, args: tuple[Any, ...],
                         trace: Any = None) -> Answer:
@@ -132,23 +112,7 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
             return await self.remote_direct(sid, args, trace)
         if method == REMOTE_LIVE:  # a step of a remote session's streamed request
             return await self.remote_live_direct(sid, args, trace)
-        return await self.telemetry.answer(trace, method, sid, self._call_held(sid, method, args))
-
-    async def _call_held(self, sid: str, method: str, args: tuple[Any, ...]) -> Answer:
-        if method in SHAPED_DIRECT:  # a Ray-shaped sandbox's call on the direct port
-            key = self._key_for(sid)
-            if key is None:
-                return encode(HostError(
-                    f"no sandbox {sid[:8]}… on {self.where} answers this handle"))
-            return await self.shaped_call(sid, ProvenKey(key), method, args)
-        return encode(HostError(f"{method!r} is not a seam call"))
-
-    async def touch(self, sid: str, secret: str) -> Answer:
-        try:
-            self._session(sid, secret)
-            return ("ok", None)
-        except HostError as exc:
-            return encode(exc)
+        return refused(HostError(f"{method!r} is not a seam call"))
 
     async def stats(self) -> dict[str, Any]:
         """Counts, this process's memory and CPU seconds (for the benchmark); no session is
@@ -156,33 +120,18 @@ class NodeSessions(ShapedSandboxes, NodePools, NodeOperatorView, NodeRemote):
         import psutil
         me = psutil.Process()
         info, cpu = me.memory_full_info(), me.cpu_times()
-        return {"sessions": len(self._sessions), "rss": info.rss, "uss": info.uss,
+        return {"rss": info.rss, "uss": info.uss,
                 "remote_sessions": 0 if self._remote_server is None else self._remote_server.sessions,
                 "cpu_s": cpu.user + cpu.system,
                 "warm": sum(pool.warm for pool in self._pools.values())}
 
     # --- orphans -------------------------------------------------------------------------
     async def _reap(self) -> None:
-        """End what nobody renewed for its orphan timeout, and Ray-shaped sandboxes past
-        their ttl_seconds (even in a call: ttl is wall-clock, as Ray's)."""
+        """End the sessions of what nobody renewed for its orphan timeout, or past its end."""
         while True:
             await asyncio.sleep(1.0)
-            now = time.monotonic()
             with contextlib.suppress(Exception):  # a remote session's close never stops this
-                await self._reap_remote(now)
-            for sid, session in list(self._sessions.items()):
-                orphaned = session.calls == 0 and now - session.seen > session.orphan_timeout
-                expired = session.expires is not None and now > session.expires
-                if not (orphaned or expired):
-                    continue
-                self._sessions.pop(sid, None)
-                if session.toolkit is not None:
-                    await self._end_shaped(sid, session)
-                    continue
-                self.telemetry.session_ended()
-                with contextlib.suppress(Exception):
-                    await session.backend.close()
-                shutil.rmtree(session.root, ignore_errors=True)
+                await self._reap_remote(time.monotonic())
 
     def _workdir(self) -> str:
         return own_workdir(self.config.workdir)

@@ -16,15 +16,22 @@ off from the engine's network and says so: ``TOOLSEAM_RAY_ALLOW_BRIDGE=1`` (issu
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import os
+import shutil
 import socket
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import psutil
 
 from ..backends import BACKEND_NAMES, BackendKind, backend_class, backend_kind
 from ..backends.containers.engine.attach import TlsFiles
+from ..backends.staging import check_owned, user_dir
 from ..seam.errors import ConfigurationError
 from ..seam.protocol import BuiltinExec
 
@@ -133,3 +140,38 @@ def _check_options(backend_class: type, options: dict[str, Any], engine: str) ->
         raise ConfigurationError(
             f"TOOLSEAM_RAY_BACKEND_OPTIONS of this node has {', '.join(map(repr, wrong))}, "
             f"which the {engine} backend does not take; it takes: {', '.join(offered)}")
+
+
+# --- where a node keeps its sessions' files -------------------------------------------------
+WORKSPACE_DIR = "workspace"  # the first entry of a copy-back archive (workspace_copy.apply)
+
+
+def session_root(workdir: str, sid: str) -> str:
+    """A new private directory for one session, named after this process (its owner)."""
+    return tempfile.mkdtemp(prefix=f"{os.getpid()}-{sid[:8]}-", dir=workdir)
+
+
+def sweep_dead_roots(workdir: str) -> list[str]:
+    """Remove the session directories whose owning node actor is gone (a node killed, a
+    cluster stopped with sessions open): the janitor's rule, for the node's staging dirs.
+    A name without an owner pid is left alone."""
+    removed = []
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(workdir):
+            pid = name.partition("-")[0]
+            if pid.isdigit() and not psutil.pid_exists(int(pid)):
+                shutil.rmtree(os.path.join(workdir, name), ignore_errors=True)
+                removed.append(name)
+    return removed
+
+
+def own_workdir(workdir: str) -> str:
+    """The node's staging dir: ``workdir`` (``TOOLSEAM_RAY_WORKDIR``), made 0700 if missing —
+    one another user planted or a symlink is refused (``staging.check_owned``), never used; none
+    given, ``ray`` below this user's staging root (``staging.user_dir``, checked the same way),
+    where no other local user can make the name first."""
+    if not workdir:
+        return str(user_dir("ray"))
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    check_owned(Path(workdir), os.geteuid(), exact_owner=True)
+    return workdir

@@ -10,16 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..observability.across import continued, count_session
-from ._wire import Answer
-
-
-def error_kind(answer: Answer) -> str | None:
-    """An ``err`` answer's ``error.type``: a could-not-run's cause, else its kind."""
-    if answer[0] != "err":
-        return None
-    if answer[1] == "could_not_run":
-        return str(answer[4]) if len(answer) > 4 and answer[4] else "other"
-    return str(answer[2]) if answer[1] == "host" else str(answer[1])
+from .direct import Answer
 
 
 def remote_error_kind(answer: Answer) -> str | None:
@@ -44,19 +35,6 @@ class NodeTelemetry:
                                            "toolseam.ray.node.name": name,
                                            "toolseam.backend": engine}
 
-    async def answer(self, came: object, step: str, sid: str, run: Awaitable[Answer]
-                     ) -> Answer:
-        """``run``'s answer, spanned when its caller sent a trace context (``came``)."""
-        if came is None:  # the caller does not trace: no work at all
-            return await run
-        with continued(came, f"toolseam node {step}",
-                       {**self.attributes, "toolseam.ray.session.id": sid}) as fail:
-            answer = await run
-            kind = error_kind(answer)
-            if kind is not None:
-                fail(kind)
-            return answer
-
     async def remote(self, came: object, request: object,
                      run: Callable[[], Awaitable[Answer]]) -> Answer:
         """A remote request's answer (``node_remote.py``), spanned by its operation's name
@@ -75,9 +53,3 @@ class NodeTelemetry:
 
     def sessions_changed(self, delta: int) -> None:
         count_session(delta, self.attributes)
-
-    def session_opened(self) -> None:
-        count_session(1, self.attributes)
-
-    def session_ended(self) -> None:
-        count_session(-1, self.attributes)

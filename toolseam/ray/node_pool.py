@@ -22,7 +22,6 @@ class NodePools:
 
     config: Any
     where: str
-    _sessions: dict[str, Any]
 
     def _pools_init(self) -> None:
         self._pools: dict[str, Any] = {}

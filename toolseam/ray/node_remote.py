@@ -20,6 +20,7 @@ one, the last with the answer; ``cancel`` ends it.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import os
 import shutil
@@ -36,15 +37,17 @@ from ..policy.limits import SandboxLimits
 from ..seam.errors import ConfigurationError, HostError
 from ..seam.models import TraceContext
 from ..seam.protocol import BuiltinExec
-from ._wire import Answer, encode, trace_context
-from .node_config import NodeConfig
+from .direct import Answer, refused, trace_context
+from .node_config import WORKSPACE_DIR, NodeConfig, own_workdir, session_root
 from .node_observe import NodeTelemetry
-from .node_session import WORKSPACE_DIR, own_workdir, session_root
 from .streaming import Batch, LiveStarts
 
 REMOTE = "remote"  # a remote request on the direct port
 REMOTE_LIVE = "remote_live"  # a step of a streamed remote request on the direct port
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
+# a tokened direct request's answer waits this long for its collect, the newest ended ones
+# at most, holding at most this much output (one node actor serves every session of its node)
+KEPT_S, KEPT_MAX, KEPT_BYTES = 60.0, 1024, 64 << 20
 
 
 class NodeRemote:
@@ -58,6 +61,9 @@ class NodeRemote:
     _leases: dict[str, tuple[float, float]] | None = None  # owner -> (timeout, last heard)
     _streams: LiveStarts | None = None  # streamed requests in progress (streaming.py)
     _stream_owners: dict[tuple[str, str], str] | None = None  # (session, stream) -> owner
+    _ends: dict[str, float] | None = None  # owner -> when its sessions end whatever is heard
+    _kept: dict[str, tuple[bytes, asyncio.Future[Answer]]] | None = None  # token -> (key, call)
+    _kept_sizes: dict[str, int] | None = None  # token -> its ended call's output, in bytes
     _counted = 0  # the open sessions last reported to the node's telemetry
 
     def _warm_pool(self, pool_id: object) -> Any:  # node_pool.py
@@ -71,16 +77,23 @@ class NodeRemote:
             known[0] if known is not None else DEFAULT_ORPHAN_TIMEOUT_S)
         self._leases[owner] = (float(kept), time.monotonic())
 
-    async def remote_touch(self, owner: str, timeout: float) -> None:
+    async def remote_touch(self, owner: str, timeout: float, ttl: float | None = None) -> None:
         """The transport ``owner`` is alive; its sessions end ``timeout`` seconds after the
-        last word from it."""
+        last word from it — and, given ``ttl``, that many seconds from now whatever is heard
+        (a Ray-shaped sandbox's ``ttl_seconds``)."""
         self._heard(str(owner), timeout)
+        if isinstance(ttl, int | float) and ttl > 0:
+            self._ends = self._ends or {}
+            self._ends[str(owner)] = time.monotonic() + ttl
 
     async def _reap_remote(self, now: float) -> None:
-        """End the sessions of transports not heard from for their orphan timeout."""
+        """End the sessions of transports not heard from for their orphan timeout, or past
+        their end."""
         for owner, (timeout, seen) in list((self._leases or {}).items()):
-            if now - seen > timeout and self._leases is not None:
+            if (now - seen > timeout or now > (self._ends or {}).get(owner, now)
+                    ) and self._leases is not None:
                 self._leases.pop(owner, None)
+                (self._ends or {}).pop(owner, None)
                 await self._drop_owner(owner)
 
     async def _hosted(self, spec: HostedSpec, copied: str | None
@@ -120,10 +133,11 @@ class NodeRemote:
             self._remote_server = RemoteServer(spool, self._hosted, node=self.node_id)
         return self._remote_server
 
-    async def remote_call(self, payload: bytes, owner: str,
-                          orphan_timeout: float | None = None) -> bytes:
+    async def remote_call(self, payload: bytes, owner: str, orphan_timeout: float | None = None,
+                          _after: Any = None) -> bytes:
         """One remote request as bytes, ``(request, trace)``: the request and its caller's
-        trace context (None when it does not trace); its answer as bytes."""
+        trace context (None when it does not trace); its answer as bytes. ``_after``: an
+        ObjectRef Ray resolves first (a request sent before another's answer came, in order)."""
         self._heard(str(owner), orphan_timeout)
         try:
             request, came = loads(payload)
@@ -151,7 +165,7 @@ class NodeRemote:
             self.telemetry.sessions_changed(now - self._counted)
             self._counted = now
 
-    async def remote_drop(self, owner: str) -> None:
+    async def remote_drop(self, owner: str, _after: Any = None) -> None:
         """The transport ``owner`` closed: end every session it opened here."""
         if self._leases is not None:
             self._leases.pop(str(owner), None)
@@ -220,19 +234,58 @@ class NodeRemote:
     async def remote_direct(self, sid: str, args: tuple[Any, ...], trace: Any = None
                             ) -> Answer:
         """A request of the session the direct connection proved (``sid``), nobody else's;
-        ``trace``: its caller's span's context (direct.py carries it beside the call)."""
-        if not (len(args) == 2 and isinstance(args[0], tuple) and args[0][:1] == (sid,)):
-            return encode(HostError("a direct request names another session than its "
+        ``trace``: its caller's span's context (direct.py carries it beside the call). With a
+        third argument, a token: the answer is kept for ``remote_collect`` too (a caller that
+        stopped waiting for it hands it to Ray; a ref read in another process reads it)."""
+        if not (len(args) in (2, 3) and isinstance(args[0], tuple) and args[0][:1] == (sid,)
+                and isinstance(args[0][1], str)):
+            return refused(HostError("a direct request names another session than its "
                                     "connection's"))
         self._heard(str(args[1]))
-        return ("ok", await self._handled(trace, args[0], None, str(args[1])))
+        call = asyncio.ensure_future(self._handled(trace, args[0], None, str(args[1])))
+        if len(args) == 3:
+            self._keep(str(args[2]), derived_key(args[0][1], SESSION_LABEL), call)
+        return ("ok", await asyncio.shield(call))  # the connection may go; the call goes on
+
+    def _keep(self, token: str, key: bytes, call: asyncio.Future[Answer]) -> None:
+        """Keep a call's answer under its token ``KEPT_S`` after it ended (the newest
+        ``KEPT_MAX`` ended ones, ``KEPT_BYTES`` of output, at most) for ``remote_collect``."""
+        kept = self._kept = self._kept if self._kept is not None else {}
+        sizes = self._kept_sizes = self._kept_sizes if self._kept_sizes is not None else {}
+        kept[token] = (key, call)
+
+        def ended(done: asyncio.Future[Answer]) -> None:
+            value = (done.result()[1] if not done.cancelled() and done.exception() is None
+                     else None)
+            sizes[token] = sum(int(getattr(value, name, 0) or 0)
+                               for name in ("size", "stdout_bytes", "stderr_bytes"))
+            asyncio.get_running_loop().call_later(KEPT_S, self._unkeep, token)
+            over = [t for t, (_, call) in kept.items() if call.done()]  # never one running
+            while over and (len(kept) > KEPT_MAX or sum(sizes.values()) > KEPT_BYTES):
+                self._unkeep(over.pop(0))
+        call.add_done_callback(ended)
+
+    def _unkeep(self, token: str) -> None:
+        (self._kept or {}).pop(token, None)
+        (self._kept_sizes or {}).pop(token, None)
+
+    async def remote_collect(self, sid: str, secret: str, token: str) -> bytes:
+        """The answer of session ``sid``'s direct request ``token``, waited for, as bytes —
+        only for the holder of its secret."""
+        held = (self._kept or {}).get(str(token))
+        if held is None or not hmac.compare_digest(held[0], derived_key(str(secret),
+                                                                        SESSION_LABEL)):
+            return dumps(("err", error_answer(HostError(
+                f"{self.where}: the answer of call {str(token)[:8]}… of session "
+                f"{str(sid)[:8]}… is not kept (ended over {KEPT_S:g} s ago, or not yours)"))))
+        return dumps(await asyncio.shield(held[1]))
 
     async def remote_live_direct(self, sid: str, args: tuple[Any, ...], trace: Any = None
                                  ) -> Answer:
         """A step of a streamed request of the session the direct connection proved:
         ``(step, stream id, request or None, owner)``."""
         if len(args) != 4:
-            return encode(HostError("a streamed step is (step, stream, request, owner)"))
+            return refused(HostError("a streamed step is (step, stream, request, owner)"))
         self._heard(str(args[3]))
         try:
             return ("ok", await self._stream_step(sid, str(args[0]), str(args[1]), args[2],

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from ..backends.agentlink.errors import map_seam_error
 from . import cluster, identity
-from ._wire import decode
 
 
 def _node_actors(ray: Any) -> Iterator[tuple[str, Any, bytes]]:
@@ -32,7 +32,10 @@ def _node_actors(ray: Any) -> Iterator[tuple[str, Any, bytes]]:
 def _asked(ray: Any, actor: Any, node_key: bytes, what: str, method: str, *args: Any) -> Any:
     nonce = ray.get(actor.operator_nonce.remote())
     proof = identity.operator_proof(node_key, nonce, what)
-    return decode(ray.get(getattr(actor, method).remote(*args, nonce, proof)), "a Ray node")
+    answer = ray.get(getattr(actor, method).remote(*args, nonce, proof))
+    if answer[0] != "ok":
+        raise map_seam_error(answer[1])
+    return answer[1]
 
 
 def cluster_sessions(address: str) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import Any
 from ..seam.errors import HostError
 from ..seam.models import OutputChunk, SpawnRequest
 from ..seam.protocol import BuiltinExec
-from ._wire import Answer, encode
+from .direct import Answer, refused
 
 _END = None  # the queue's last item: the call has returned
 LINGER_S = 0.02  # after output, how long a batch waits for the call's end to ride along
@@ -54,9 +54,8 @@ class LiveStarts:
     or a remote stream's id): ``begin_call`` starts one, ``next`` answers its next batch
     ``(events, None)`` or its last ``(events, answer)``."""
 
-    def __init__(self, error: Callable[[Exception], Answer] = encode) -> None:
-        """``error``: a failure as its route's error answer (``_wire``'s, or the one map's
-        for a remote session's stream)."""
+    def __init__(self, error: Callable[[Exception], Answer] = refused) -> None:
+        """``error``: a failure as its route's error answer (the one map's by default)."""
         self._live: dict[tuple[str, str], _Live] = {}
         self._error = error
 
@@ -69,12 +68,12 @@ class LiveStarts:
         self._live[(sid, name)] = live
 
     def begin(self, sid: str, backend: BuiltinExec, request: SpawnRequest) -> None:
-        """A ``start`` of ``backend`` with its output live (its answer in ``_wire``'s shape)."""
+        """A ``start`` of ``backend`` with its output live (its failure the one map's answer)."""
         async def run(put: Callable[[Any], None]) -> Answer:
             try:
                 return ("ok", await backend.start(request, put))
             except Exception as exc:  # noqa: BLE001 - a failure is an answer, not a Ray error
-                return encode(exc)
+                return refused(exc)
         self.begin_call(sid, request.job, run)
 
     async def next(self, sid: str, name: str) -> tuple[list[Any], Answer | None]:

@@ -1,4 +1,4 @@
-"""The results and errors of ``toolseam.ray.create``'s sandboxes, shaped as Ray's own
+"""The results and errors of ``ray_sandbox.create``'s sandboxes, shaped as Ray's own
 (``ray.experimental.sandbox``: ``ExecResult``, ``SandboxStatus``, the ``SandboxError`` kinds)
 so code written for Ray's sandbox reads them unchanged. Plain classes: they cross Ray's
 object store and pickle as they are."""

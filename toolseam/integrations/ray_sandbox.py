@@ -1,13 +1,16 @@
-"""``toolseam.ray.create``: Ray's own sandbox shape (``ray.experimental.sandbox.create``) on
-toolseam's engines — code written for Ray's sandbox runs by changing its import.
+"""``toolseam.integrations.ray_sandbox``: Ray's own sandbox shape
+(``ray.experimental.sandbox.create``) on toolseam's engines — code written for Ray's sandbox
+runs by changing its import (docs/ray.md).
 
 ``create(image=…, cpu=…, memory=…, env=…, workdir=…, ttl_seconds=…, network=…, resources=…)``
 returns at once a ``RaySandbox`` whose methods are called as an actor's
 (``ray.get(sb.exec.remote("make"))``) and which can be passed to Ray tasks. It is not an actor
-per sandbox (≈ 90 MiB of worker process each): the node's one actor hosts it, and the object
-holds that actor's handle, the sandbox's id and its secret (decisions 271). ``exec``,
-``read_file`` and ``write_file`` take the direct connection to that actor where the holder
-can reach it (shaped_direct.py, decision 340), else a Ray actor call.
+per sandbox (≈ 90 MiB of worker process each): it is a remote session of the node's
+``RemoteServer`` (``ray/node_remote.py``, the hosting ``RayBackend`` uses), opened with the
+shape's options and held by a lease of its own (``owner``) that this process renews; the object
+carries the node, the session's id and its secret (never in its repr), so any process holding
+it can call it. Calls take the node's direct port where the holder can reach it
+(``_ray_sandbox_direct.py``), else a Ray task (``_ray_sandbox_calls.py``).
 """
 
 from __future__ import annotations
@@ -18,13 +21,29 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable
 from typing import Any
 
+from ..backends.remote.spec import PLACED, HostedSpec
 from ..policy.limits import SandboxLimits
+from ..ray import cluster
+from ..ray.placement import Placement
 from ..seam.errors import ConfigurationError
-from . import cluster, shaped_direct
-from .placement import Placement
+from . import _ray_sandbox_calls as calls
+from . import _ray_sandbox_direct as direct
+from .ray_sandbox_types import (
+    ExecResult,
+    ExecutionResult,
+    SandboxCreationError,
+    SandboxError,
+    SandboxExecError,
+    SandboxNotFoundError,
+    SandboxStatus,
+    SandboxTimeoutError,
+)
+
+__all__ = ["ExecResult", "ExecutionResult", "RaySandbox", "SandboxCreationError",
+           "SandboxError", "SandboxExecError", "SandboxNotFoundError", "SandboxStatus",
+           "SandboxTimeoutError", "create", "memory_limit"]
 
 # Ray's network modes -> toolseam's; anything else is refused, naming these
 NETWORKS = {"none": "none", "public": "bridge", "bridge": "bridge"}
@@ -51,11 +70,17 @@ class _Method:
 class RaySandbox:
     """One sandbox on a node of the cluster, shaped as Ray's ``Sandbox`` actor handle."""
 
-    def __init__(self, actor: Any, node_id: str, sandbox_id: str, secret: str) -> None:
+    def __init__(self, actor: Any, node_id: str, env: dict[str, str] | None,
+                 workdir: str | None, orphan_timeout: float) -> None:
         self._actor, self.node_id = actor, node_id
-        self.sandbox_id, self._secret = sandbox_id, secret
-        self._opened: Any = None  # the creation's ObjectRef: calls run after it
-        self._ready: Any = None  # the node actor's ready answer: where its direct port is
+        self.sandbox_id, self._secret = uuid.uuid4().hex, secrets.token_urlsafe(32)
+        self._owner = secrets.token_hex(16)  # its lease on the node: only its holders know it
+        self._env, self._workdir = dict(env or {}), workdir
+        self._orphan_timeout = orphan_timeout
+        self._opened: Any = None  # the open's ObjectRef (its answer: the info, or why not)
+        self._made: Any = None  # the workdir's mkdir, sent after the open
+        self._ready: Any = None  # the node actor's ready answer: its name, its direct port
+        self._info: Any = None  # the session's info, once read in this process
 
     def __repr__(self) -> str:  # never the secret
         return f"RaySandbox({self.sandbox_id[:8]}… on node {self.node_id[:12]})"
@@ -70,43 +95,49 @@ class RaySandbox:
     terminate = property(lambda self: _Method(self, "delete"))
     get_instance_id = property(lambda self: _Method(self, "get_instance_id"))
 
-    @staticmethod
-    def _ray() -> Any:
-        return cluster.ray_module()
-
     def _remote(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        key = (self.sandbox_id, self._secret)
-        after = {"_after": self._opened}
-        if name in shaped_direct.DIRECT_CALLS:
+        ray = cluster.ray_module()
+        if name in direct.CALLS:
             try:
                 call_args = _ARGS[name](*args, **kwargs)
             except TypeError as exc:  # named as the caller wrote it, not as our helper
                 detail = str(exc).partition(") ")[2] or str(exc)
                 raise TypeError(f"sandbox.{name}.remote{SIGNATURES[name]}: {detail}") from None
-            ref = shaped_direct.call(self, name, call_args)
-            if ref is not None:
-                return ref
-            return getattr(self._actor, f"sb_{name}").remote(*key, *call_args, **after)
+            ref = direct.call(self, name, call_args)
+            return ref if ref is not None else calls.through_ray(self, name, call_args)
         if name == "get_status":  # answers PENDING / ERROR rather than wait or fail
-            return self._actor.sb_status.remote(*key)
-        if name == "delete":
+            return ray.put(self._status())
+        if name == "delete":  # its lease dropped: the node ends the session
             _renewed.pop(self.sandbox_id, None)
-            shaped_direct.forget(self.sandbox_id)
-            return self._actor.sb_delete.remote(*key, **after)
-        ray = cluster.ray_module()
+            direct.forget(self.sandbox_id)
+            return self._actor.remote_drop.remote(self._owner, _after=self._made or self._opened)
         if name == "get_instance_id":
             return ray.put(self.sandbox_id)
-        if name == "upload_file":  # the file of the process calling, as the bytes it holds
-            local_path, remote_path = args
+        if name == "upload_file":  # the file of the process calling, as the bytes it holds,
+            local_path, remote_path = args  # through Ray (the direct port takes 64 MiB at most)
             with open(local_path, "rb") as source:
-                return self._actor.sb_write_file.remote(*key, remote_path, source.read(),
-                                                        **after)
+                return calls.through_ray(self, "write_file", _write_args(remote_path,
+                                                                         source.read()))
         if name == "download_file":  # written by a task on the caller's own node
             remote_path, local_path = args
-            data = self._actor.sb_read_file.remote(*key, remote_path, **after)
+            data = self._remote("read_file", remote_path)
             return _saver(ray).options(scheduling_strategy=_here(ray)).remote(
                 data, os.path.abspath(local_path))
         raise AttributeError(name)
+
+    def _status(self) -> SandboxStatus:
+        ray = cluster.ray_module()
+        pending = [ref for ref in (self._opened, self._made) if ref is not None]
+        if len(ray.wait(pending, num_returns=len(pending), timeout=0)[0]) < len(pending):
+            return SandboxStatus.PENDING
+        try:
+            calls.opened_info(self)
+            ray.get(calls.through_ray(self, "exec", (["true"], None, None, None, None)))
+        except SandboxNotFoundError:
+            return SandboxStatus.TERMINATED
+        except SandboxError:
+            return SandboxStatus.ERROR
+        return SandboxStatus.RUNNING
 
 
 def _exec_args(command: str | list[str], timeout: float | None = None, cwd: str | None = None,
@@ -131,26 +162,28 @@ def _write_args(path: str, content: str | bytes) -> tuple[Any, ...]:
     return (path, content)
 
 
-_ARGS: dict[str, Callable[..., tuple[Any, ...]]] = {
-    "exec": _exec_args, "read_file": _read_args, "write_file": _write_args}
+_ARGS: dict[str, Any] = {"exec": _exec_args, "read_file": _read_args, "write_file": _write_args}
 _saver_task: Any = None
+
+
+def _save(data: bytes, path: str) -> None:
+    tmp = f"{path}.{uuid.uuid4().hex[:8]}.part"
+    with open(tmp, "wb") as out:
+        out.write(data)
+    os.replace(tmp, path)
 
 
 def _saver(ray: Any) -> Any:
     global _saver_task
     if _saver_task is None:
-        def save(data: bytes, path: str) -> None:
-            tmp = f"{path}.{uuid.uuid4().hex[:8]}.part"
-            with open(tmp, "wb") as out:
-                out.write(data)
-            os.replace(tmp, path)
-        _saver_task = ray.remote(num_cpus=0, max_retries=0)(save)
+        _saver_task = ray.remote(num_cpus=0, max_retries=0)(_save)
     return _saver_task
 
 
 def _here(ray: Any) -> Any:
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # Ray: lazily
+    return NodeAffinitySchedulingStrategy(
+        ray.get_runtime_context().get_node_id(), soft=False)
 
 
 def create(image: str | None = None, cpu: float | None = None,
@@ -163,6 +196,8 @@ def create(image: str | None = None, cpu: float | None = None,
     node's own engine; returns at once (a creation failure is raised by the first call's
     ``ray.get``, as Ray's). Held while this process lives: a sandbox nobody renews for
     ``orphan_timeout`` seconds is ended; ``ttl_seconds`` ends it that long after creation.
+    ``workdir`` (absolute): made at creation; commands start there, relative paths are from
+    there.
 
     Ray's options for its gVisor runtime (``RAY_ONLY``: ``rootless``, ``readonly``, ``dns``,
     ``capabilities``, ``timeout_seconds``) are accepted and do not apply (the node's engine
@@ -170,12 +205,14 @@ def create(image: str | None = None, cpu: float | None = None,
     unknown = sorted(set(ray_options) - RAY_ONLY)
     if unknown:
         raise ConfigurationError(
-            f"toolseam.ray.create() does not take {', '.join(map(repr, unknown))}; it takes "
+            f"ray_sandbox.create() does not take {', '.join(map(repr, unknown))}; it takes "
             f"{', '.join(CREATE_OPTIONS)} (and Ray's {', '.join(sorted(RAY_ONLY))}, which "
             "do not apply here)")
     if network not in NETWORKS:
         raise ConfigurationError(f"network {network!r} is not offered; toolseam offers "
                                  f"{', '.join(repr(n) for n in NETWORKS)}")
+    if workdir is not None and not workdir.startswith("/"):
+        raise ConfigurationError(f"workdir {workdir!r}: give an absolute path in the sandbox")
     fields: dict[str, Any] = {"network": NETWORKS[network],
                               "cpus": cpu if cpu and cpu > 0 else None}
     if memory is not None:
@@ -186,10 +223,20 @@ def create(image: str | None = None, cpu: float | None = None,
     if cpu:
         wanted["CPU"] = float(cpu)
     node_id, actor = Placement(wanted).reach(ray)
-    sandbox = RaySandbox(actor, node_id, uuid.uuid4().hex, secrets.token_urlsafe(32))
+    sandbox = RaySandbox(actor, node_id, env, workdir, orphan_timeout)
     sandbox._ready = actor.ready.remote()
-    sandbox._opened = actor.sb_open.remote(sandbox.sandbox_id, sandbox._secret, image, limits,
-                                           env, workdir, ttl_seconds, orphan_timeout)
+    options: dict[str, Any] = {"limits": limits.model_dump(mode="json")}
+    if image:
+        options["image"] = image
+    spec = HostedSpec(kind=PLACED, options=options)
+    opening = (sandbox.sandbox_id, sandbox._secret, "open", (), {"spec": spec.model_dump()})
+    actor.remote_touch.remote(sandbox._owner, orphan_timeout, ttl_seconds)  # its lease, its end
+    sandbox._opened = actor.remote_call.remote(calls.payload(opening), sandbox._owner,
+                                               orphan_timeout)
+    if workdir:
+        sandbox._made = actor.remote_call.remote(
+            calls.payload(calls.mkdir(sandbox, workdir)), sandbox._owner, orphan_timeout,
+            _after=sandbox._opened)
     _renew(sandbox, orphan_timeout)
     return sandbox
 
@@ -213,7 +260,7 @@ def memory_limit(memory: str | int | float) -> str:
     return f"{max(1, int(size // 1024**2))}m"
 
 
-# --- renewal: one thread per process renews what this process created ------------------
+# --- renewal: one thread per process renews the leases of what this process created ------
 _renewed: dict[str, tuple[weakref.ref[RaySandbox], float]] = {}
 _renew_lock = threading.Lock()
 _renewer: threading.Thread | None = None
@@ -230,7 +277,7 @@ def _renew(sandbox: RaySandbox, orphan_timeout: float) -> None:
 
 
 def _renew_loop() -> None:
-    """Every second, touch each live sandbox whose third of its orphan timeout has passed;
+    """Every second, renew each live sandbox whose third of its orphan timeout has passed;
     one dropped by its holder (garbage collected) is no longer renewed, and its node ends it
     after its orphan timeout, as Ray ends an actor nobody holds."""
     last: dict[str, float] = {}
@@ -242,7 +289,7 @@ def _renew_loop() -> None:
         for sid, (ref, timeout) in items:
             if now - last.get(sid, 0.0) < timeout / 3:
                 continue
-            if _touch(sid, ref):
+            if _touch(ref, timeout):
                 last[sid] = now
             else:
                 with _renew_lock:
@@ -250,11 +297,11 @@ def _renew_loop() -> None:
                 last.pop(sid, None)
 
 
-def _touch(sid: str, ref: weakref.ref[RaySandbox]) -> bool:
-    """Renew the sandbox if anyone still holds it. A function of its own: a local of the
-    loop would hold the last sandbox it touched, and a dropped one would never be let go."""
+def _touch(ref: weakref.ref[RaySandbox], timeout: float) -> bool:
+    """Renew the sandbox's lease if anyone still holds it. A function of its own: a local of
+    the loop would hold the last sandbox it touched, and a dropped one would never be let go."""
     sandbox = ref()
     if sandbox is None:
         return False
-    sandbox._actor.touch.remote(sid, sandbox._secret)
+    sandbox._actor.remote_touch.remote(sandbox._owner, timeout)
     return True

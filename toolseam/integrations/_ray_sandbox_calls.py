@@ -1,0 +1,150 @@
+"""What a Ray-shaped sandbox's calls send its node's ``RemoteServer`` (``ray/node_remote.py``)
+and how each answer is read: requests of the remote wire (``backends/remote``: the session's
+id and secret, a seam operation, its arguments), answers turned into Ray's shape — an
+``ExecResult``, the file's bytes — or raised as Ray's own ``SandboxError`` kinds and the
+``OSError`` a missing file is. Also the Ray task a call takes when it cannot take the direct
+path (``_ray_sandbox_direct.py``): a Ray task raises, so errors surface at ``ray.get``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import time
+import uuid
+from typing import Any
+
+from ..backends.agentlink.errors import map_seam_error
+from ..backends.remote.codec import dumps, loads
+from ..policy.environment import CONTAINER_BASE_ENV, command_environment
+from ..ray import cluster
+from ..seam.errors import CouldNotRunError, FileOpError, HostError
+from ..seam.models import MAX_MS, ByteContent, JobStatus, PathRef, SandboxInfo
+from ..seam.protocol import ExecRequest
+from ..session.raw_checks import os_error
+from .ray_sandbox_types import (
+    ExecResult,
+    SandboxCreationError,
+    SandboxExecError,
+    SandboxNotFoundError,
+    SandboxTimeoutError,
+)
+
+Request = tuple[str, str, str, tuple[Any, ...], dict[str, Any]]
+
+
+def request(sandbox: Any, info: SandboxInfo, name: str, args: tuple[Any, ...]) -> Request:
+    """The remote request of ``exec``, ``read_file`` or ``write_file`` with ``args``: commands
+    start in the sandbox's ``workdir``, relative paths are from there."""
+    workdir = posixpath.join(info.workspace, sandbox._workdir or ".")
+    if name == "exec":
+        command, timeout, cwd, env, shell = args
+        argv = [shell or "/bin/bash", "-c", command] if isinstance(command, str) else command
+        base = CONTAINER_BASE_ENV if info.base_env is None else info.base_env
+        extra = {**sandbox._env, **(env or {})}
+        job = ExecRequest(job=uuid.uuid4().hex, argv=list(argv), forget_when_done=True,
+                          cwd=posixpath.join(workdir, cwd or "."), env_given=sorted(extra),
+                          env=command_environment(base, (), extra),
+                          deadline_ms=None if timeout is None else
+                          min(MAX_MS, max(1, int(timeout * 1000))))
+        return _of(sandbox, "start", {"request": job})
+    ref = PathRef(base=workdir, path=args[0])
+    if name == "read_file":
+        return _of(sandbox, "read_bytes", {"ref": ref})
+    data = args[1].encode() if isinstance(args[1], str) else bytes(args[1])
+    return _of(sandbox, "write", {"ref": ref, "data": data})
+
+
+def mkdir(sandbox: Any, path: str) -> Request:
+    """``mkdir -p path`` (the sandbox's ``workdir``, made right after it opens)."""
+    job = ExecRequest(job=uuid.uuid4().hex, argv=["mkdir", "-p", path], cwd="/",
+                      env=dict(CONTAINER_BASE_ENV), forget_when_done=True)
+    return _of(sandbox, "start", {"request": job})
+
+
+def _of(sandbox: Any, op: str, kwargs: dict[str, Any]) -> Request:
+    return (sandbox.sandbox_id, sandbox._secret, op, (), kwargs)
+
+
+def payload(req: Request) -> bytes:
+    """A request as the node actor's ``remote_call`` takes it (no trace context)."""
+    return dumps((req, None))
+
+
+def value(answer: Any, sid: str, node_id: str, took: float | None = None) -> Any:
+    """A call's answer in Ray's shape (by what it is: a job's end, a file's bytes, nothing),
+    or its failure raised as Ray's kinds. ``took``: the seconds the caller measured around
+    the call (else the sandbox's own whole-millisecond count)."""
+    if not (isinstance(answer, tuple) and len(answer) == 2 and answer[0] in ("ok", "err")):
+        raise SandboxExecError(f"node {node_id[:12]} answered what is not a toolseam answer")
+    if answer[0] == "err":
+        raise failure(map_seam_error(answer[1]) if isinstance(answer[1], dict)
+                      else HostError("a malformed error"), sid, node_id)
+    if isinstance(answer[1], ByteContent):
+        return answer[1].data
+    if not isinstance(answer[1], JobStatus):
+        return None
+    status = answer[1]
+    if status.timed_out:
+        raise SandboxTimeoutError("the command was killed after its timeout")
+    code = status.exit_code if status.exit_code is None or status.exit_code >= 0 else (
+        128 - status.exit_code)
+    return ExecResult(128 if code is None else code,
+                      "".join(c.text for c in status.chunks if c.stream == "stdout"),
+                      "".join(c.text for c in status.chunks if c.stream == "stderr"),
+                      took if took is not None else status.duration_ms / 1000)
+
+
+def failure(exc: Exception, sid: str, node_id: str) -> Exception:
+    """A seam failure as Ray's sandbox reads it."""
+    if isinstance(exc, FileOpError):
+        return os_error(exc, exc.path or "")
+    if isinstance(exc, HostError) and str(exc).startswith("no session "):
+        return SandboxNotFoundError(f"sandbox {sid[:8]}…: no session answers this handle "
+                                    "(deleted, expired, or never made)")
+    reason = exc.reason if isinstance(exc, CouldNotRunError) else str(exc)
+    return SandboxExecError(f"node {node_id[:12]}: {reason}")
+
+
+def opened_info(sandbox: Any) -> SandboxInfo:
+    """The sandbox's info once its creation is over (waiting for it), or its failure raised
+    as ``SandboxCreationError`` naming the node."""
+    if sandbox._info is None:
+        ray = cluster.ray_module()
+        answers = [loads(ray.get(ref)) for ref in (sandbox._opened, sandbox._made) if ref]
+        for answer in answers:
+            if answer[0] != "ok":
+                where = ray.get(sandbox._ready)["where"]
+                exc = map_seam_error(answer[1])
+                reason = exc.reason if isinstance(exc, CouldNotRunError) else str(exc)
+                raise SandboxCreationError(f"{where}: {reason}")
+        sandbox._info = answers[0][1][0]
+    info: SandboxInfo = sandbox._info
+    return info
+
+
+def through_ray(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
+    """A call as one Ray task: creation awaited, the request an actor call, the answer read
+    there — its ref raises as Ray's sandbox does."""
+    return _task("_ray_call")(sandbox, name, args)
+
+
+def _ray_call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
+    ray = cluster.ray_module()
+    req = request(sandbox, opened_info(sandbox), name, args)
+    began = time.perf_counter()
+    answer = loads(ray.get(sandbox._actor.remote_call.remote(payload(req), sandbox._owner,
+                                                               sandbox._orphan_timeout)))
+    return value(answer, sandbox.sandbox_id, sandbox.node_id, time.perf_counter() - began)
+
+
+_tasks: dict[str, Any] = {}
+
+
+def _task(name: str) -> Any:
+    """The Ray task of ``name`` (made once a process, at its first use: Ray is imported
+    only then), submitted with its arguments."""
+    if name not in _tasks:
+        ray = cluster.ray_module()
+        _tasks[name] = ray.remote(num_cpus=0, max_retries=0)(globals()[name])
+    task = _tasks[name]
+    return lambda *args: task.remote(*args)

@@ -1,0 +1,212 @@
+"""The direct path of a Ray-shaped sandbox's ``exec``, ``read_file`` and ``write_file``: the
+node actor's direct port (``ray/direct.py``, the route ``RayBackend``'s calls take once open),
+whose handshake proves the session's key both ways before anything is decoded, instead of a
+Ray call (1-2 ms here by itself, over the budget of "local + 1 ms").
+
+Ray's shape still holds: ``.remote(...)`` returns an ObjectRef. A ``ray.put`` per call costs
+what a Ray call does, so refs are made ``AHEAD`` at a time by one Ray task with as many
+returns, each an ``Outcome`` (the call's token) that reads, in the process that made the call,
+the answer it received — and in any other process, or for a call still running after
+``GRACE_S``, the answer the node kept under the token (``remote_collect``, waited for; kept 60 s
+after the call ended). So ``.remote()`` never waits longer than the grace, long commands run
+side by side, and a failure surfaces at ``ray.get`` as Ray's own kind (read as the
+``RayTaskError`` of it, which ``ray.get`` raises as that kind). One difference from an actor's
+refs: such a ref is ready for ``ray.wait`` once its batch was made, not once its call ended.
+
+Where the holder cannot reach the port, while the creation runs, or inside a running event loop
+(an async actor, which waiting would block), calls take a Ray task. Each thread of each process
+holding a sandbox makes its own connection, driven by its own event loop (no thread hop on a
+call's path); a connection is never pickled, and one whose sandbox nobody holds is closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+import weakref
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backends.remote.codec import loads
+from ..backends.remote.handshake import derived_key
+from ..backends.remote.server import SESSION_LABEL
+from ..ray import cluster
+from ..ray.direct import CONNECT_TIMEOUT_S, DirectLink
+from ..ray.node_remote import REMOTE
+from . import _ray_sandbox_calls as calls
+
+GRACE_S = 0.03  # a call still running after this is handed to Ray
+CALLS = frozenset({"exec", "read_file", "write_file"})
+OFF_VARIABLE = "TOOLSEAM_RAY_SHAPED_DIRECT"  # "0": every call through Ray (for comparison)
+AHEAD, LOW = 32, 8  # refs made at once; when fewer are left, the next batch is asked for
+ANSWERS_KEPT = 1024  # answers this process keeps for its refs (then the node's copy is read)
+
+
+@dataclass
+class _Link:
+    link: DirectLink | None  # None: this sandbox has no direct path from this thread
+    owner: weakref.ref[Any]  # the sandbox last called through it: gone, the link closes
+    ahead: deque[tuple[Any, str]] = field(default_factory=deque)  # (ref, token) made ahead
+
+
+class _ThreadState(threading.local):
+    loop: asyncio.AbstractEventLoop | None = None
+    pid = 0
+    links: dict[str, _Link]
+
+
+_state = _ThreadState()
+_unreachable: set[str] = set()  # nodes this process could not connect to in time
+_lock = threading.Lock()
+_answers: OrderedDict[str, Any] = OrderedDict()  # token -> the value this process received
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a ref made ahead holds: a call of a sandbox (its secret included — only a holder of
+    the sandbox gets such a ref, as it gets the sandbox itself). Never shows the secret."""
+
+    node_id: str
+    sandbox_id: str
+    secret: str
+    token: str
+
+    def __reduce__(self) -> tuple[Any, tuple[str, ...]]:
+        return (_outcome_of, (self.node_id, self.sandbox_id, self.secret, self.token))
+
+    def __repr__(self) -> str:
+        return f"Outcome({self.token[:8]}…)"
+
+
+def _outcome_of(node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
+    """What a ref made ahead reads as (its unpickling, in the process reading it): the value
+    this process received, else the node's kept answer (waited for); a failure as a
+    ``RayTaskError`` of it, which ``ray.get`` raises as the failure's own kind."""
+    with _lock:
+        if token in _answers:
+            return _answers[token]
+    ray = cluster.ray_module()
+    answer = loads(ray.get(cluster.found_actor(ray, node_id).remote_collect.remote(
+        sandbox_id, secret, token)))
+    return _read(answer, sandbox_id, node_id)
+
+
+def _read(answer: Any, sandbox_id: str, node_id: str, took: float | None = None) -> Any:
+    try:
+        return calls.value(answer, sandbox_id, node_id, took)
+    except Exception as exc:  # noqa: BLE001 - raised by ray.get, as a Ray task's failure
+        ray = cluster.ray_module()
+        return ray.exceptions.RayTaskError(f"sandbox {sandbox_id[:8]}…", "", exc)
+
+
+def _outcomes(node_id: str, sandbox_id: str, secret: str, tokens: list[str]
+              ) -> tuple[Outcome, ...]:
+    return tuple(Outcome(node_id, sandbox_id, secret, token) for token in tokens)
+
+
+def call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
+    """The call's ObjectRef by the direct path, or None: take the Ray path."""
+    if name not in CALLS or os.environ.get(OFF_VARIABLE) == "0":
+        return None
+    if asyncio._get_running_loop() is not None:
+        return None  # inside a running loop: this thread cannot wait for an answer
+    loop = _thread_loop()
+    held = _link_of(loop, sandbox)
+    if held is None or held.link is None or not held.link.alive:
+        return None
+    req = calls.request(sandbox, sandbox._info, name, args)
+    if len(held.ahead) <= LOW:
+        _ask_ahead(sandbox, held)
+    ref, token = held.ahead.popleft()
+    began = time.perf_counter()
+    sent = loop.create_task(held.link.call(REMOTE, (req, sandbox._owner, token)))
+    loop.run_until_complete(asyncio.wait({sent}, timeout=GRACE_S))
+    if not sent.done() or sent.exception() is not None:
+        sent.add_done_callback(_retrieved)  # running (or dropped): the node keeps its answer
+        return ref  # read, it waits for the node's answer (see the module docstring)
+    answer = sent.result()
+    result = _read(answer[1] if answer[:1] == ("ok",) else answer, sandbox.sandbox_id,
+                   sandbox.node_id, time.perf_counter() - began)
+    with _lock:
+        _answers[token] = result
+        while len(_answers) > ANSWERS_KEPT:
+            _answers.popitem(last=False)
+    return ref
+
+
+def _retrieved(done: asyncio.Future[Any]) -> None:
+    if not done.cancelled():
+        done.exception()  # read, so nothing reports it as never retrieved
+
+
+def _ask_ahead(sandbox: Any, held: _Link) -> None:
+    """``AHEAD`` more refs from one Ray task (answered while they are used: a ref whose batch
+    has not come yet is read when it comes)."""
+    ray = cluster.ray_module()
+    if "ahead" not in calls._tasks:
+        calls._tasks["ahead"] = ray.remote(num_cpus=0, max_retries=0)(_outcomes)
+    tokens = [uuid.uuid4().hex for _ in range(AHEAD)]
+    refs = calls._tasks["ahead"].options(num_returns=AHEAD).remote(
+        sandbox.node_id, sandbox.sandbox_id, sandbox._secret, tokens)
+    held.ahead.extend(zip(refs, tokens, strict=True))
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """This thread's loop for its links (a forked child starts afresh)."""
+    if _state.loop is None or _state.pid != os.getpid():
+        _state.loop, _state.pid, _state.links = asyncio.new_event_loop(), os.getpid(), {}
+    return _state.loop
+
+
+def _link_of(loop: asyncio.AbstractEventLoop, sandbox: Any) -> _Link | None:
+    """This thread's link to the sandbox, made once its creation is over; None while it runs
+    or if it failed (those calls take the Ray path, which waits or raises)."""
+    held = _state.links.get(sandbox.sandbox_id)
+    if held is not None:
+        if held.owner() is not sandbox:  # another copy (each task unpickles its own)
+            held.owner = weakref.ref(sandbox)
+        return held
+    _close_dropped()
+    ray = cluster.ray_module()
+    done = [ref for ref in (sandbox._opened, sandbox._made) if ref is not None]
+    if len(ray.wait(done, num_returns=len(done), timeout=0)[0]) < len(done):
+        return None
+    try:
+        calls.opened_info(sandbox)
+        direct = ray.get(sandbox._ready).get("direct")
+    except Exception:  # noqa: BLE001 - the Ray path says what failed
+        return None
+    link = None
+    if direct and sandbox.node_id not in _unreachable:
+        began = time.monotonic()
+        link = loop.run_until_complete(DirectLink.connect(
+            str(direct[0]), int(direct[1]), sandbox.sandbox_id,
+            derived_key(sandbox._secret, SESSION_LABEL)))
+        if link is None and time.monotonic() - began >= CONNECT_TIMEOUT_S / 2:
+            _unreachable.add(sandbox.node_id)  # silent, not refused: later sandboxes skip it
+    held = _state.links[sandbox.sandbox_id] = _Link(link, weakref.ref(sandbox))
+    return held
+
+
+def _close_dropped() -> None:
+    """Close this thread's links to sandboxes nobody holds any more (dropped without
+    ``delete``: their node ends them after the orphan timeout)."""
+    for sandbox_id, held in list(_state.links.items()):
+        if held.owner() is None:
+            del _state.links[sandbox_id]
+            if held.link is not None:
+                held.link.close()
+
+
+def forget(sandbox_id: str) -> None:
+    """The sandbox was deleted: close this thread's link to it."""
+    if _state.loop is None or _state.pid != os.getpid():
+        return
+    held = _state.links.pop(sandbox_id, None)
+    if held is not None and held.link is not None and not _state.loop.is_running():
+        held.link.close()
+        _state.loop.run_until_complete(asyncio.sleep(0))
