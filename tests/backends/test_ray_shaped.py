@@ -305,3 +305,38 @@ def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestClus
         assert "answers this secret" in str(map_seam_error(answer[1]))
     finally:
         ray.get(kept.delete.remote())
+
+
+def test_a_running_calls_ref_is_ready_for_ray_wait_only_once_the_call_ended(
+        ray_cluster: RayTestCluster) -> None:
+    """A call still running after the direct path's grace returns a ref that ``ray.wait``
+    reports ready only once the command ended (as an actor method's ref is), so the rollout
+    pattern ``ready, rest = ray.wait(refs, num_returns=1, timeout=T)`` works."""
+    import ray
+
+    import toolseam.integrations.ray_sandbox as sandbox
+    from toolseam.integrations import _ray_sandbox_direct as shaped_direct
+
+    sb = sandbox.create(image=IMAGE, resources=resource("docker"), address=ray_cluster.address)
+    try:
+        assert ray.get(sb.exec.remote("true")).exit_code == 0  # the creation is over now
+        assert ray.get(sb.exec.remote("true")).exit_code == 0  # linked: the direct path
+        held = shaped_direct._state.links[sb.sandbox_id]
+        running = sb.exec.remote("sleep 2; echo x")
+        assert ray.wait([running], timeout=0.5) == ([], [running])
+        assert ray.wait([running], timeout=60) == ([running], [])
+        assert ray.get(running).stdout == "x\n"
+        # as completed: the short call comes first although asked for second
+        slow = sb.exec.remote("sleep 2; echo slow")
+        short = sb.exec.remote("sleep 0.3; echo short")
+        assert ray.wait([slow, short], num_returns=1, timeout=60) == ([short], [slow])
+        assert ray.get(short).stdout == "short\n"
+        assert ray.get(slow).stdout == "slow\n"
+        # a long call that fails is not ready before it ends, and raises Ray's own kind
+        failing = sb.exec.remote("sleep 30", timeout=1.5)
+        assert ray.wait([failing], timeout=0.5) == ([], [failing])
+        with pytest.raises(sandbox.SandboxTimeoutError):
+            ray.get(failing)
+        assert held.link is not None and held.link.alive  # all of it on the direct path
+    finally:
+        ray.get(sb.delete.remote())

@@ -38,8 +38,9 @@ from ..ray import cluster
 from ..ray.direct import CONNECT_TIMEOUT_S, DirectLink
 from ..ray.node_remote import REMOTE
 from . import _ray_sandbox_calls as calls
+from . import _ray_sandbox_waiter as waiter
 
-GRACE_S = 0.03  # a call still running after this is handed to Ray
+GRACE_S = 0.03  # a call still running after this gets a ref of this process's waiter
 CALLS = frozenset({"exec", "read_file", "write_file"})
 OFF_VARIABLE = "TOOLSEAM_RAY_SHAPED_DIRECT"  # "0": every call through Ray (for comparison)
 AHEAD, LOW = 32, 8  # refs made at once; when fewer are left, the next batch is asked for
@@ -127,7 +128,8 @@ def call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
     loop.run_until_complete(asyncio.wait({sent}, timeout=GRACE_S))
     if not sent.done() or sent.exception() is not None:
         sent.add_done_callback(_retrieved)  # running (or dropped): the node keeps its answer
-        return ref  # read, it waits for the node's answer (see the module docstring)
+        # a ref ready only once the call ended (the batch ref would be ready at once)
+        return waiter.collect(sandbox.node_id, sandbox.sandbox_id, sandbox._secret, token)
     answer = sent.result()
     result = _read(answer[1] if answer[:1] == ("ok",) else answer, sandbox.sandbox_id,
                    sandbox.node_id, time.perf_counter() - began)

@@ -1,0 +1,52 @@
+"""The ref a Ray-shaped call gets when it is still running after the direct path's grace, or
+its connection dropped (``_ray_sandbox_direct.py``): a method call of this process's ``Waiter``
+actor, which waits for the answer the node kept under the call's token (``remote_collect``,
+checked against the sandbox's secret there) and returns it read in Ray's shape, or raises the
+failure's own kind — so ``ray.wait`` reports the ref ready once the call ended, as it does an
+actor method's ref. The node stays generic: it returns the encoded answer and never runs
+caller code; the reading happens here, in a process of the caller's own job.
+
+One actor per process, made at the first running call (a process whose calls all end within
+the grace starts none), asynchronous (a waiting coroutine per running call, not a thread or a
+worker: a Ray task per call cost a worker start each, 2.6 s for three 1-s commands),
+``num_cpus=0``, and not detached, so Ray ends it with the process that owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from typing import Any
+
+from ..backends.remote.codec import loads
+from ..ray import cluster
+from . import _ray_sandbox_calls as calls
+
+MAX_WAITING = 1000  # running calls one process's waiter waits for at once (then they queue)
+
+_lock = threading.Lock()
+_held: dict[int, Any] = {}  # pid -> this process's waiter (a forked child makes its own)
+
+
+class Waiter:
+    """Waits on the nodes for running calls' answers (a Ray actor, see ``collect``)."""
+
+    async def collect(self, node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
+        """The call's value in Ray's shape once it ended, or its failure raised."""
+        ray = cluster.ray_module()
+        # finding a node actor may wait on Ray (once a node): not on this actor's loop
+        node = await asyncio.to_thread(cluster.found_actor, ray, node_id)
+        answer = loads(await node.remote_collect.remote(sandbox_id, secret, token))
+        return calls.value(answer, sandbox_id, node_id)
+
+
+def collect(node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
+    """The ref of the running call ``token``: ready when it ended, read as its value."""
+    with _lock:
+        waiter = _held.get(os.getpid())
+        if waiter is None:
+            ray = cluster.ray_module()
+            waiter = _held[os.getpid()] = ray.remote(
+                num_cpus=0, max_concurrency=MAX_WAITING, max_restarts=0)(Waiter).remote()
+    return waiter.collect.remote(node_id, sandbox_id, secret, token)
