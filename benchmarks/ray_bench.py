@@ -115,6 +115,35 @@ def shaped_per_call(address: str, name: str, calls: int) -> dict[str, float]:
             "duration_seconds_p50": round(statistics.median(reported), 6)}
 
 
+def shaped_running(address: str) -> dict[str, float]:
+    """Calls still running after the direct path's grace (their refs are the waiter actor's,
+    ``_ray_sandbox_waiter.py``, made at this process's first such call): the first one's
+    excess over its command (``sleep 0.2``; the actor's start included), a later one's, and
+    three ``sleep 1`` at once from the first ``.remote()`` to the last answer."""
+    import ray
+
+    import toolseam.integrations.ray_sandbox as sandbox
+    from tests.support.ray_cluster import resource
+
+    sb = sandbox.create(image=IMAGE, resources=resource("docker"), address=address)
+    try:
+        for _ in range(5):
+            ray.get(sb.exec.remote("true"))
+        excess = []
+        for _ in range(4):
+            began = time.perf_counter()
+            ray.get(sb.exec.remote("sleep 0.2"))
+            excess.append(time.perf_counter() - began - 0.2)
+        began = time.perf_counter()
+        ray.get([sb.exec.remote(f"sleep 1; echo {n}") for n in range(3)])
+        three = time.perf_counter() - began
+    finally:
+        ray.get(sb.delete.remote())
+    return {"first_running_excess_s": round(excess[0], 3),
+            "later_running_excess_ms": ms(excess[1:]),
+            "three_sleep_1_at_once_s": round(three, 3)}
+
+
 async def ray_floor(actor: Any, calls: int) -> float:
     """One empty call of the node actor, awaited from asyncio: what Ray itself costs."""
     times = []
@@ -244,6 +273,7 @@ async def measure(made: Any, args: argparse.Namespace) -> dict[str, Any]:
         through = await asyncio.to_thread(shaped_per_call, address, name, args.calls)
         shaped[name] = {"cluster": through, "here": through["here"]}
     results["shaped_exec_p50_ms"] = shaped
+    results["shaped_running"] = await asyncio.to_thread(shaped_running, address)
     if args.per_call_only or args.shaped_only:
         return results
 
@@ -317,6 +347,12 @@ def table(r: dict[str, Any]) -> str:
         lines.append(f"| `create()` sandbox, `exec(\"true\")` p50, {name} | {c} ms (+{c - h:.2f}; "
                      f"through Ray {r_} ms, +{r_ - h:.2f}; reports "
                      f"{both['cluster']['duration_seconds_p50']} s) | {h} ms |")
+    if "shaped_running" in r:
+        s = r["shaped_running"]
+        lines.append(f"| `create()` sandbox, running calls: the first's excess (waiter start) / "
+                     f"a later one's / three `sleep 1` at once | {s['first_running_excess_s']} s"
+                     f" / {s['later_running_excess_ms']} ms / {s['three_sleep_1_at_once_s']} s"
+                     " | — |")
     if "many_cluster" not in r:
         return "\n".join(lines)
     for key, label in (("open_wall_s", "open, wall (s)"), ("calls_wall_s", "calls, wall (s)"),

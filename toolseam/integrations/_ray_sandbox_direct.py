@@ -6,12 +6,13 @@ Ray call (1-2 ms here by itself, over the budget of "local + 1 ms").
 Ray's shape still holds: ``.remote(...)`` returns an ObjectRef. A ``ray.put`` per call costs
 what a Ray call does, so refs are made ``AHEAD`` at a time by one Ray task with as many
 returns, each an ``Outcome`` (the call's token) that reads, in the process that made the call,
-the answer it received — and in any other process, or for a call still running after
-``GRACE_S``, the answer the node kept under the token (``remote_collect``, waited for; kept 60 s
-after the call ended). So ``.remote()`` never waits longer than the grace, long commands run
-side by side, and a failure surfaces at ``ray.get`` as Ray's own kind (read as the
-``RayTaskError`` of it, which ``ray.get`` raises as that kind). One difference from an actor's
-refs: such a ref is ready for ``ray.wait`` once its batch was made, not once its call ended.
+the answer it received, and in any other process the answer the node kept under the token
+(``remote_collect``, waited for; kept 60 s after the call ended). Only a call that ended within
+``GRACE_S`` gets such a ref; one still running then (or whose connection dropped) gets a ref
+of this process's waiter actor (``_ray_sandbox_waiter.py``), which is ready once the call ended
+— so ``ray.wait`` means what it means for an actor's refs. ``.remote()`` never waits longer
+than the grace, long commands run side by side, and a failure surfaces at ``ray.get`` as Ray's
+own kind (read as the ``RayTaskError`` of it, which ``ray.get`` raises as that kind).
 
 Where the holder cannot reach the port, while the creation runs, or inside a running event loop
 (an async actor, which waiting would block), calls take a Ray task. Each thread of each process

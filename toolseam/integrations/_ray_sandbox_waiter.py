@@ -24,6 +24,8 @@ from ..ray import cluster
 from . import _ray_sandbox_calls as calls
 
 MAX_WAITING = 1000  # running calls one process's waiter waits for at once (then they queue)
+RESTARTS = 3  # a waiter that died is started again and its waits asked again: reading a kept
+# answer twice is harmless (the node keeps it 60 s after the call ended)
 
 _lock = threading.Lock()
 _held: dict[int, Any] = {}  # pid -> this process's waiter (a forked child makes its own)
@@ -48,5 +50,6 @@ def collect(node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
         if waiter is None:
             ray = cluster.ray_module()
             waiter = _held[os.getpid()] = ray.remote(
-                num_cpus=0, max_concurrency=MAX_WAITING, max_restarts=0)(Waiter).remote()
+                num_cpus=0, max_concurrency=MAX_WAITING, max_restarts=RESTARTS,
+                max_task_retries=RESTARTS)(Waiter).remote()
     return waiter.collect.remote(node_id, sandbox_id, secret, token)
