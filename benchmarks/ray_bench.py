@@ -13,7 +13,9 @@ podman node. Prints side by side, each "here" figure from the very backend the n
   through the remote backend over ``RayTransport`` (issue 47: Ray as placement + transport);
 * Ray's own shape (``toolseam.integrations.ray_sandbox.create``):
   ``ray.get(sb.exec.remote("true"))`` p50 per engine vs ``tools.sandbox.exec`` of the same
-  command on the same engine opened here, and the ``duration_seconds`` it reports;
+  command on the same engine opened here, and the ``duration_seconds`` it reports; and calls
+  still running after the direct path's grace (decision 503): the first one's excess (the
+  waiter actor's start), a later one's, three ``sleep 1`` at once;
 * 64 sessions x 40 calls at once, spread over the 3 nodes vs the same 64 opened here (a third
   on each engine): open wall time, call wall time, calls/s, per call p50;
 * 32 claims at once from a ``RayPool`` that was full (no refill): from the burst's start to
