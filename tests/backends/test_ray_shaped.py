@@ -322,19 +322,20 @@ def test_a_running_calls_ref_is_ready_for_ray_wait_only_once_the_call_ended(
         assert ray.get(sb.exec.remote("true")).exit_code == 0  # the creation is over now
         assert ray.get(sb.exec.remote("true")).exit_code == 0  # linked: the direct path
         held = shaped_direct._state.links[sb.sandbox_id]
+        # this process's first running call starts its waiter: not timed, so that the calls
+        # below end in the order their commands do, however slowly the machine starts a worker
+        assert ray.get(sb.exec.remote("sleep 0.1; echo warm")).stdout == "warm\n"
         running = sb.exec.remote("sleep 2; echo x")
-        assert ray.wait([running], timeout=0.5) == ([], [running])
+        short = sb.exec.remote("sleep 0.3; echo short")
+        failing = sb.exec.remote("sleep 30", timeout=2)
+        assert ray.wait([running, failing], num_returns=1, timeout=0.5) == (
+            [], [running, failing])
+        # as completed: the short call comes first although asked for second
+        assert ray.wait([running, short], num_returns=1, timeout=60) == ([short], [running])
+        assert ray.get(short).stdout == "short\n"
         assert ray.wait([running], timeout=60) == ([running], [])
         assert ray.get(running).stdout == "x\n"
-        # as completed: the short call comes first although asked for second
-        slow = sb.exec.remote("sleep 2; echo slow")
-        short = sb.exec.remote("sleep 0.3; echo short")
-        assert ray.wait([slow, short], num_returns=1, timeout=60) == ([short], [slow])
-        assert ray.get(short).stdout == "short\n"
-        assert ray.get(slow).stdout == "slow\n"
-        # a long call that fails is not ready before it ends, and raises Ray's own kind
-        failing = sb.exec.remote("sleep 30", timeout=1.5)
-        assert ray.wait([failing], timeout=0.5) == ([], [failing])
+        # a long call that fails was not ready before it ended, and raises Ray's own kind
         with pytest.raises(sandbox.SandboxTimeoutError):
             ray.get(failing)
         assert held.link is not None and held.link.alive  # all of it on the direct path
