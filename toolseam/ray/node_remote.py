@@ -21,6 +21,7 @@ one, the last with the answer; ``cancel`` ends it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import os
 import shutil
@@ -31,6 +32,7 @@ from typing import Any
 from ..backends.agentlink.errors import error_answer
 from ..backends.remote.codec import dumps, loads
 from ..backends.remote.handshake import derived_key
+from ..backends.remote.kept_answers import ARRIVAL_S, KEPT_S, KeptAnswers
 from ..backends.remote.server import SESSION_LABEL, RemoteServer
 from ..backends.remote.spec import PLACED, HostedSpec
 from ..policy.limits import SandboxLimits
@@ -45,9 +47,6 @@ from .streaming import Batch, LiveStarts
 REMOTE = "remote"  # a remote request on the direct port
 REMOTE_LIVE = "remote_live"  # a step of a streamed remote request on the direct port
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
-# a tokened direct request's answer waits this long for its collect, the newest ended ones
-# at most, holding at most this much output (one node actor serves every session of its node)
-KEPT_S, KEPT_MAX, KEPT_BYTES = 60.0, 1024, 64 << 20
 
 
 class NodeRemote:
@@ -62,11 +61,11 @@ class NodeRemote:
     _streams: LiveStarts | None = None  # streamed requests in progress (streaming.py)
     _stream_owners: dict[tuple[str, str], str] | None = None  # (session, stream) -> owner
     _ends: dict[str, float] | None = None  # owner -> when its sessions end whatever is heard
-    _kept: dict[str, tuple[bytes, asyncio.Future[Answer]]] | None = None  # token -> (key, call)
-    _kept_sizes: dict[str, int] | None = None  # token -> its ended call's output, in bytes
-    _kept_bytes = 0  # the sum of _kept_sizes (kept as calls end: summed per call, it cost
-    # ≈ 50 µs a call with a full table)
     _counted = 0  # the open sessions last reported to the node's telemetry
+
+    @functools.cached_property
+    def _answers(self) -> KeptAnswers:  # tokened direct requests' answers, for remote_collect
+        return KeptAnswers()
 
     def _warm_pool(self, pool_id: object) -> Any:  # node_pool.py
         raise NotImplementedError
@@ -246,47 +245,19 @@ class NodeRemote:
         self._heard(str(args[1]))
         call = asyncio.ensure_future(self._handled(trace, args[0], None, str(args[1])))
         if len(args) == 3:
-            self._keep(str(args[2]), derived_key(args[0][1], SESSION_LABEL), call)
+            self._answers.keep(str(args[2]), derived_key(args[0][1], SESSION_LABEL), call)
         return ("ok", await asyncio.shield(call))  # the connection may go; the call goes on
-
-    def _keep(self, token: str, key: bytes, call: asyncio.Future[Answer]) -> None:
-        """Keep a call's answer under its token ``KEPT_S`` after it ended (the newest
-        ``KEPT_MAX`` ended ones, ``KEPT_BYTES`` of output, at most) for ``remote_collect``."""
-        kept = self._kept = self._kept if self._kept is not None else {}
-        sizes = self._kept_sizes = self._kept_sizes if self._kept_sizes is not None else {}
-        kept[token] = (key, call)
-
-        def ended(done: asyncio.Future[Answer]) -> None:
-            value = (done.result()[1] if not done.cancelled() and done.exception() is None
-                     else None)
-            if token not in kept:
-                return  # let go before it ended (never, but then nothing is counted)
-            size = sum(int(getattr(value, name, 0) or 0)
-                       for name in ("size", "stdout_bytes", "stderr_bytes"))
-            self._kept_bytes += size - sizes.get(token, 0)  # a token sent again: counted once
-            sizes[token] = size
-            asyncio.get_running_loop().call_later(KEPT_S, self._unkeep, token)
-            if len(kept) <= KEPT_MAX and self._kept_bytes <= KEPT_BYTES:
-                return
-            over = [t for t, (_, call) in kept.items() if call.done()]  # never one running
-            while over and (len(kept) > KEPT_MAX or self._kept_bytes > KEPT_BYTES):
-                self._unkeep(over.pop(0))
-        call.add_done_callback(ended)
-
-    def _unkeep(self, token: str) -> None:
-        (self._kept or {}).pop(token, None)
-        self._kept_bytes -= (self._kept_sizes or {}).pop(token, 0)
 
     async def remote_collect(self, sid: str, secret: str, token: str) -> bytes:
         """The answer of session ``sid``'s direct request ``token``, waited for, as bytes —
         only for the holder of its secret."""
-        held = (self._kept or {}).get(str(token))
-        if held is None or not hmac.compare_digest(held[0], derived_key(str(secret),
-                                                                        SESSION_LABEL)):
-            return dumps(("err", error_answer(HostError(
-                f"{self.where}: the answer of call {str(token)[:8]}… of session "
-                f"{str(sid)[:8]}… is not kept (ended over {KEPT_S:g} s ago, or not yours)"))))
-        return dumps(await asyncio.shield(held[1]))
+        answer = await self._answers.collect(str(token), derived_key(str(secret), SESSION_LABEL))
+        if answer is None:
+            answer = ("err", error_answer(HostError(
+                f"{self.where}: the answer of call {str(token)[:8]}… of session {str(sid)[:8]}… "
+                f"is not kept (its request did not come within {ARRIVAL_S:g} s, it ended over "
+                f"{KEPT_S:g} s ago, or it is not yours)")))
+        return dumps(answer)
 
     async def remote_live_direct(self, sid: str, args: tuple[Any, ...], trace: Any = None
                                  ) -> Answer:
