@@ -39,7 +39,7 @@ def test_rays_own_runtime_options_are_not_refused() -> None:
 def test_a_wrong_call_names_the_method_as_it_was_called(
         method: str, args: tuple[Any, ...], kwargs: dict[str, Any], named: str) -> None:
     sandbox = RaySandbox(actor=None, node_id="n" * 56, env=None, workdir=None,
-                         orphan_timeout=120)
+                         orphan_timeout_s=120)
     with pytest.raises(TypeError) as wrong:
         getattr(sandbox, method).remote(*args, **kwargs)
     text = str(wrong.value)

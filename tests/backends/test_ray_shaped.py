@@ -277,7 +277,7 @@ def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestClus
     from toolseam.seam.models import PathRef
 
     def made() -> Any:
-        sb = sandbox.create(image=IMAGE, resources=resource("rootless"), orphan_timeout=5,
+        sb = sandbox.create(image=IMAGE, resources=resource("rootless"), orphan_timeout_s=5,
                             address=ray_cluster.address)
         ray.get(sb.exec.remote("true"))  # the creation is over: the next call links
         assert ray.get(sb.exec.remote("echo linked")).stdout == "linked\n"

@@ -69,7 +69,7 @@ KINDS: dict[str, BackendKind] = {kind.name: kind for kind in (
                 "docker -H", ("tls",), "docker_engine", where="a docker container"),
     # Ray is an extra: its backend module imports Ray only when a session opens
     BackendKind("ray", "toolseam.ray.backend", "RayBackend", "ray", None,
-                ("resources", "strategy", "address", "node", "orphan_timeout", "direct"),
+                ("resources", "strategy", "address", "node", "orphan_timeout_s", "direct"),
                 local=False, where="a sandbox on a node of a Ray cluster"),
     BackendKind("remote", "toolseam.backends.remote", "RemoteBackend", None, None,
                 ("transport", "hosted", "branch"), local=False,

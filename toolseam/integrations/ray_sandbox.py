@@ -49,7 +49,7 @@ __all__ = ["ExecResult", "ExecutionResult", "RaySandbox", "SandboxCreationError"
 NETWORKS = {"none": "none", "public": "bridge", "bridge": "bridge"}
 DEFAULT_ORPHAN_TIMEOUT_S = 120.0
 CREATE_OPTIONS = ("image", "cpu", "memory", "env", "workdir", "ttl_seconds", "network",
-                  "resources", "address", "orphan_timeout")
+                  "resources", "address", "orphan_timeout_s")
 # ray.experimental.sandbox.create's options for its own runtime: accepted, not applied
 RAY_ONLY = frozenset({"rootless", "readonly", "dns", "capabilities", "timeout_seconds"})
 # what each method's .remote(...) takes, for a call that passes something else
@@ -71,12 +71,12 @@ class RaySandbox:
     """One sandbox on a node of the cluster, shaped as Ray's ``Sandbox`` actor handle."""
 
     def __init__(self, actor: Any, node_id: str, env: dict[str, str] | None,
-                 workdir: str | None, orphan_timeout: float) -> None:
+                 workdir: str | None, orphan_timeout_s: float) -> None:
         self._actor, self.node_id = actor, node_id
         self.sandbox_id, self._secret = uuid.uuid4().hex, secrets.token_urlsafe(32)
         self._owner = secrets.token_hex(16)  # its lease on the node: only its holders know it
         self._env, self._workdir = dict(env or {}), workdir
-        self._orphan_timeout = orphan_timeout
+        self._orphan_timeout = orphan_timeout_s
         self._opened: Any = None  # the open's ObjectRef (its answer: the info, or why not)
         self._made: Any = None  # the workdir's mkdir, sent after the open
         self._ready: Any = None  # the node actor's ready answer: its name, its direct port
@@ -190,12 +190,12 @@ def create(image: str | None = None, cpu: float | None = None,
            memory: str | int | float | None = None, env: dict[str, str] | None = None,
            workdir: str | None = None, ttl_seconds: float | None = None,
            network: str = "none", resources: dict[str, float] | None = None, *,
-           address: str | None = None, orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S,
+           address: str | None = None, orphan_timeout_s: float = DEFAULT_ORPHAN_TIMEOUT_S,
            **ray_options: Any) -> RaySandbox:
     """A sandbox on a node whose resources include ``resources`` (and ``cpu``), made by the
     node's own engine; returns at once (a creation failure is raised by the first call's
     ``ray.get``, as Ray's). Held while this process lives: a sandbox nobody renews for
-    ``orphan_timeout`` seconds is ended; ``ttl_seconds`` ends it that long after creation.
+    ``orphan_timeout_s`` seconds is ended; ``ttl_seconds`` ends it that long after creation.
     ``workdir`` (absolute): made at creation; commands start there, relative paths are from
     there.
 
@@ -223,21 +223,21 @@ def create(image: str | None = None, cpu: float | None = None,
     if cpu:
         wanted["CPU"] = float(cpu)
     node_id, actor = Placement(wanted).reach(ray)
-    sandbox = RaySandbox(actor, node_id, env, workdir, orphan_timeout)
+    sandbox = RaySandbox(actor, node_id, env, workdir, orphan_timeout_s)
     sandbox._ready = actor.ready.remote()
     options: dict[str, Any] = {"limits": limits.model_dump(mode="json")}
     if image:
         options["image"] = image
     spec = HostedSpec(kind=PLACED, options=options)
     opening = (sandbox.sandbox_id, sandbox._secret, "open", (), {"spec": spec.model_dump()})
-    actor.remote_touch.remote(sandbox._owner, orphan_timeout, ttl_seconds)  # its lease, its end
+    actor.remote_touch.remote(sandbox._owner, orphan_timeout_s, ttl_seconds)  # its lease, its end
     sandbox._opened = actor.remote_call.remote(calls.payload(opening), sandbox._owner,
-                                               orphan_timeout)
+                                               orphan_timeout_s)
     if workdir:
         sandbox._made = actor.remote_call.remote(
-            calls.payload(calls.mkdir(sandbox, workdir)), sandbox._owner, orphan_timeout,
+            calls.payload(calls.mkdir(sandbox, workdir)), sandbox._owner, orphan_timeout_s,
             _after=sandbox._opened)
-    _renew(sandbox, orphan_timeout)
+    _renew(sandbox, orphan_timeout_s)
     return sandbox
 
 
@@ -266,10 +266,10 @@ _renew_lock = threading.Lock()
 _renewer: threading.Thread | None = None
 
 
-def _renew(sandbox: RaySandbox, orphan_timeout: float) -> None:
+def _renew(sandbox: RaySandbox, orphan_timeout_s: float) -> None:
     global _renewer
     with _renew_lock:
-        _renewed[sandbox.sandbox_id] = (weakref.ref(sandbox), orphan_timeout)
+        _renewed[sandbox.sandbox_id] = (weakref.ref(sandbox), orphan_timeout_s)
         if _renewer is None:
             _renewer = threading.Thread(target=_renew_loop, name="toolseam-ray-renew",
                                         daemon=True)

@@ -40,17 +40,17 @@ class RayBackend(_PlacedClient):  # type: ignore[misc]
                  resources: dict[str, float] | None = None,
                  strategy: Literal["spread", "pack"] = "spread", address: str | None = None,
                  node: str | None = None, limits: SandboxLimits | None = None,
-                 orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S,
+                 orphan_timeout_s: float = DEFAULT_ORPHAN_TIMEOUT_S,
                  copy_limit: int | None = None, direct: bool = True,
                  lifetime: BackendLifetime = EPHEMERAL) -> None:
-        """``orphan_timeout``: how long the node keeps this session after the last word from
+        """``orphan_timeout_s``: how long the node keeps this session after the last word from
         this process (a killed driver's); ``lifetime=Durable(...)``: a session that outlives
         its driver, attached to by ``Toolkit.attach(handle)`` (its files stay on the node:
         no ``workspace`` copy)."""
         if strategy not in ("spread", "pack"):
             raise ConfigurationError(f"strategy must be 'spread' or 'pack', got {strategy!r}")
-        if orphan_timeout <= 0:
-            raise ConfigurationError(f"orphan_timeout must be positive, got {orphan_timeout}")
+        if orphan_timeout_s <= 0:
+            raise ConfigurationError(f"orphan_timeout_s must be positive, got {orphan_timeout_s}")
         options: dict[str, Any] = {}
         if image:
             options["image"] = image
@@ -58,10 +58,10 @@ class RayBackend(_PlacedClient):  # type: ignore[misc]
             options["limits"] = limits.model_dump(mode="json")
         super().__init__(
             transport=RayTransport(Placement(dict(resources or {}), strategy, node), address,
-                                   direct, orphan_timeout),
+                                   direct, orphan_timeout_s),
             hosted=HostedSpec(kind=PLACED, options=options), workspace=workspace,
             copy_limit=copy_limit, lifetime=lifetime)
-        self.image, self.limits, self.orphan_timeout = image, limits, orphan_timeout
+        self.image, self.limits, self.orphan_timeout_s = image, limits, orphan_timeout_s
         self.network = limits.network if limits is not None else "none"
 
     @property

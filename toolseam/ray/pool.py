@@ -34,12 +34,12 @@ class RayPool:
     def __init__(self, *, image: str | None = None, size: int = 8,
                  resources: dict[str, float] | None = None, address: str | None = None,
                  limits: SandboxLimits | None = None,
-                 orphan_timeout: float = DEFAULT_ORPHAN_TIMEOUT_S, refill: bool = True) -> None:
+                 orphan_timeout_s: float = DEFAULT_ORPHAN_TIMEOUT_S, refill: bool = True) -> None:
         if size < 1:
             raise ConfigurationError(f"pool size must be at least 1, got {size}")
         self.image, self.size, self.limits = image, size, limits
         self.resources = dict(resources or {})
-        self.address, self.orphan_timeout, self.refill = address, orphan_timeout, refill
+        self.address, self.orphan_timeout_s, self.refill = address, orphan_timeout_s, refill
         self.pool_id = uuid.uuid4().hex  # also what lets a caller claim: never printed
         self._nodes: dict[str, dict[str, Any]] = {}  # node id -> share, warm, has_image
         self._claims: dict[str, int] = {}
@@ -95,7 +95,7 @@ class RayPool:
             options["limits"] = self.limits.model_dump(mode="json")
         made = RemoteBackend(
             transport=RayTransport(Placement({}, node=node, fresh=True), self.address,
-                                   orphan_timeout_s=self.orphan_timeout),
+                                   orphan_timeout_s=self.orphan_timeout_s),
             hosted=HostedSpec(kind=PLACED, options=options),
             workspace=os.fspath(base_dir) if base_dir is not None else None)
         made.network = self.limits.network if self.limits is not None else "none"
