@@ -16,6 +16,7 @@ import pytest
 from toolseam.seam.errors import ConfigurationError
 
 from ..support.ray_cluster import RAY_TESTS, RayTestCluster, resource
+from ..support.timing import patience
 
 IMAGE = os.environ.get("TOOLSEAM_IMAGE", "localhost/toolseam-sandbox:latest")
 
@@ -137,16 +138,24 @@ def test_ttl_ends_a_sandbox_and_upload_download_cross_the_cluster(
 
     source = tmp_path / "in.bin"
     source.write_bytes(bytes(range(256)) * 64)
-    sb = sandbox.create(image=IMAGE, ttl_seconds=6, resources=resource("rootless"),
+    # two sandboxes: the ttl's ends on its own while the other, without one, carries the
+    # files (one sandbox with a ttl of 6 s did both, and ended mid-way under a CPU hog)
+    timed = sandbox.create(image=IMAGE, ttl_seconds=3, resources=resource("rootless"),
+                           address=ray_cluster.address)
+    sb = sandbox.create(image=IMAGE, resources=resource("rootless"),
                         address=ray_cluster.address)
-    ray.get(sb.upload_file.remote(str(source), "data/in.bin"))
-    assert ray.get(sb.exec.remote("wc -c < data/in.bin")).stdout == "16384\n"
-    ray.get(sb.download_file.remote("data/in.bin", str(tmp_path / "out.bin")))
-    assert (tmp_path / "out.bin").read_bytes() == source.read_bytes()
-    deadline = time.monotonic() + 15
-    while ray.get(sb.get_status.remote()) != sandbox.SandboxStatus.TERMINATED:
-        assert time.monotonic() < deadline, "ttl_seconds did not end the sandbox"
-        time.sleep(0.5)
+    try:
+        ray.get(sb.upload_file.remote(str(source), "data/in.bin"))
+        assert ray.get(sb.exec.remote("wc -c < data/in.bin")).stdout == "16384\n"
+        ray.get(sb.download_file.remote("data/in.bin", str(tmp_path / "out.bin")))
+        assert (tmp_path / "out.bin").read_bytes() == source.read_bytes()
+        deadline = time.monotonic() + patience(20)
+        while ray.get(timed.get_status.remote()) != sandbox.SandboxStatus.TERMINATED:
+            assert time.monotonic() < deadline, "ttl_seconds did not end the sandbox"
+            time.sleep(0.5)
+        assert ray.get(sb.get_status.remote()) == sandbox.SandboxStatus.RUNNING  # not a fault
+    finally:
+        ray.get(sb.delete.remote())
 
 
 def test_limits_a_node_cannot_enforce_refuse_the_sandbox_naming_the_node(

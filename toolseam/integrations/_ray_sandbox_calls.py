@@ -2,14 +2,14 @@
 and how each answer is read: requests of the remote wire (``backends/remote``: the session's
 id and secret, a seam operation, its arguments), answers turned into Ray's shape — an
 ``ExecResult``, the file's bytes — or raised as Ray's own ``SandboxError`` kinds and the
-``OSError`` a missing file is. Also the Ray task a call takes when it cannot take the direct
-path (``_ray_sandbox_direct.py``): a Ray task raises, so errors surface at ``ray.get``.
+``OSError`` a missing file is. A call that cannot take the direct path
+(``_ray_sandbox_direct.py``) is the process's waiter's (``_ray_sandbox_waiter.py``): an actor
+method raises, so errors surface at ``ray.get``.
 """
 
 from __future__ import annotations
 
 import posixpath
-import time
 import uuid
 from typing import Any
 
@@ -121,30 +121,3 @@ def opened_info(sandbox: Any) -> SandboxInfo:
     info: SandboxInfo = sandbox._info
     return info
 
-
-def through_ray(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
-    """A call as one Ray task: creation awaited, the request an actor call, the answer read
-    there — its ref raises as Ray's sandbox does."""
-    return _task("_ray_call")(sandbox, name, args)
-
-
-def _ray_call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
-    ray = cluster.ray_module()
-    req = request(sandbox, opened_info(sandbox), name, args)
-    began = time.perf_counter()
-    answer = loads(ray.get(sandbox._actor.remote_call.remote(payload(req), sandbox._owner,
-                                                               sandbox._orphan_timeout)))
-    return value(answer, sandbox.sandbox_id, sandbox.node_id, time.perf_counter() - began)
-
-
-_tasks: dict[str, Any] = {}
-
-
-def _task(name: str) -> Any:
-    """The Ray task of ``name`` (made once a process, at its first use: Ray is imported
-    only then), submitted with its arguments."""
-    if name not in _tasks:
-        ray = cluster.ray_module()
-        _tasks[name] = ray.remote(num_cpus=0, max_retries=0)(globals()[name])
-    task = _tasks[name]
-    return lambda *args: task.remote(*args)

@@ -65,6 +65,7 @@ _state = _ThreadState()
 _unreachable: set[str] = set()  # nodes this process could not connect to in time
 _lock = threading.Lock()
 _answers: OrderedDict[str, Any] = OrderedDict()  # token -> the value this process received
+_tasks: dict[str, Any] = {}  # the Ray task that makes refs ahead
 
 
 @dataclass(frozen=True)
@@ -150,10 +151,10 @@ def _ask_ahead(sandbox: Any, held: _Link) -> None:
     """``AHEAD`` more refs from one Ray task (answered while they are used: a ref whose batch
     has not come yet is read when it comes)."""
     ray = cluster.ray_module()
-    if "ahead" not in calls._tasks:
-        calls._tasks["ahead"] = ray.remote(num_cpus=0, max_retries=0)(_outcomes)
+    if "ahead" not in _tasks:  # made once a process, at its first use: Ray is imported then
+        _tasks["ahead"] = ray.remote(num_cpus=0, max_retries=0)(_outcomes)
     tokens = [uuid.uuid4().hex for _ in range(AHEAD)]
-    refs = calls._tasks["ahead"].options(num_returns=AHEAD).remote(
+    refs = _tasks["ahead"].options(num_returns=AHEAD).remote(
         sandbox.node_id, sandbox.sandbox_id, sandbox._secret, tokens)
     held.ahead.extend(zip(refs, tokens, strict=True))
 

@@ -30,6 +30,7 @@ from ..ray.placement import Placement
 from ..seam.errors import ConfigurationError
 from . import _ray_sandbox_calls as calls
 from . import _ray_sandbox_direct as direct
+from . import _ray_sandbox_waiter as waiter
 from .ray_sandbox_types import (
     ExecResult,
     ExecutionResult,
@@ -104,7 +105,7 @@ class RaySandbox:
                 detail = str(exc).partition(") ")[2] or str(exc)
                 raise TypeError(f"sandbox.{name}.remote{SIGNATURES[name]}: {detail}") from None
             ref = direct.call(self, name, call_args)
-            return ref if ref is not None else calls.through_ray(self, name, call_args)
+            return ref if ref is not None else waiter.call(self, name, call_args)
         if name == "get_status":  # answers PENDING / ERROR rather than wait or fail
             return ray.put(self._status())
         if name == "delete":  # its lease dropped: the node ends the session
@@ -116,7 +117,7 @@ class RaySandbox:
         if name == "upload_file":  # the file of the process calling, as the bytes it holds,
             local_path, remote_path = args  # through Ray (the direct port takes 64 MiB at most)
             with open(local_path, "rb") as source:
-                return calls.through_ray(self, "write_file", _write_args(remote_path,
+                return waiter.call(self, "write_file", _write_args(remote_path,
                                                                          source.read()))
         if name == "download_file":  # written by a task on the caller's own node
             remote_path, local_path = args
@@ -132,7 +133,7 @@ class RaySandbox:
             return SandboxStatus.PENDING
         try:
             calls.opened_info(self)
-            ray.get(calls.through_ray(self, "exec", (["true"], None, None, None, None)))
+            ray.get(waiter.call(self, "exec", (["true"], None, None, None, None)))
         except SandboxNotFoundError:
             return SandboxStatus.TERMINATED
         except SandboxError:
