@@ -15,7 +15,8 @@ than the grace, long commands run side by side, and a failure surfaces at ``ray.
 own kind (read as the ``RayTaskError`` of it, which ``ray.get`` raises as that kind).
 
 Where the holder cannot reach the port, while the creation runs, or inside a running event loop
-(an async actor, which waiting would block), calls take a Ray task. Each thread of each process
+(an async actor, which waiting would block), calls are the process's waiter's
+(``_ray_sandbox_waiter.py``). Each thread of each process
 holding a sandbox makes its own connection, driven by its own event loop (no thread hop on a
 call's path); a connection is never pickled, and one whose sandbox nobody holds is closed.
 """

@@ -10,7 +10,8 @@ per sandbox (≈ 90 MiB of worker process each): it is a remote session of the n
 shape's options and held by a lease of its own (``owner``) that this process renews; the object
 carries the node, the session's id and its secret (never in its repr), so any process holding
 it can call it. Calls take the node's direct port where the holder can reach it
-(``_ray_sandbox_direct.py``), else a Ray task (``_ray_sandbox_calls.py``).
+(``_ray_sandbox_direct.py``), else a method of the process's waiter actor
+(``_ray_sandbox_waiter.py``).
 """
 
 from __future__ import annotations
@@ -117,8 +118,7 @@ class RaySandbox:
         if name == "upload_file":  # the file of the process calling, as the bytes it holds,
             local_path, remote_path = args  # through Ray (the direct port takes 64 MiB at most)
             with open(local_path, "rb") as source:
-                return waiter.call(self, "write_file", _write_args(remote_path,
-                                                                         source.read()))
+                return waiter.call(self, "write_file", _write_args(remote_path, source.read()))
         if name == "download_file":  # written by a task on the caller's own node
             remote_path, local_path = args
             data = self._remote("read_file", remote_path)
