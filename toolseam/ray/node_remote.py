@@ -243,9 +243,11 @@ class NodeRemote:
             return refused(HostError("a direct request names another session than its "
                                     "connection's"))
         self._heard(str(args[1]))
-        call = asyncio.ensure_future(self._handled(trace, args[0], None, str(args[1])))
-        if len(args) == 3:
-            self._answers.keep(str(args[2]), derived_key(args[0][1], SESSION_LABEL), call)
+        handled = self._handled(trace, args[0], None, str(args[1]))
+        if len(args) == 2:  # nobody collects it: awaited here, no task of its own
+            return ("ok", await handled)
+        call = asyncio.ensure_future(handled)
+        self._answers.keep(str(args[2]), derived_key(args[0][1], SESSION_LABEL), call)
         return ("ok", await asyncio.shield(call))  # the connection may go; the call goes on
 
     async def remote_collect(self, sid: str, secret: str, token: str) -> bytes:
