@@ -317,7 +317,7 @@ def test_a_dropped_sandboxs_direct_connection_is_closed(ray_cluster: RayTestClus
 
 
 def test_a_running_calls_ref_is_ready_for_ray_wait_only_once_the_call_ended(
-        ray_cluster: RayTestCluster) -> None:
+        ray_cluster: RayTestCluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """A call still running after the direct path's grace returns a ref that ``ray.wait``
     reports ready only once the command ended (as an actor method's ref is), so the rollout
     pattern ``ready, rest = ray.wait(refs, num_returns=1, timeout=T)`` works."""
@@ -325,14 +325,14 @@ def test_a_running_calls_ref_is_ready_for_ray_wait_only_once_the_call_ended(
 
     import toolseam.integrations.ray_sandbox as sandbox
     from toolseam.integrations import _ray_sandbox_direct as shaped_direct
+    from toolseam.integrations import _ray_sandbox_waiter as waiter
 
     sb = sandbox.create(image=IMAGE, resources=resource("docker"), address=ray_cluster.address)
     try:
         assert ray.get(sb.exec.remote("true")).exit_code == 0  # the creation is over now
         assert ray.get(sb.exec.remote("true")).exit_code == 0  # linked: the direct path
         held = shaped_direct._state.links[sb.sandbox_id]
-        # this process's first running call starts its waiter: not timed, so that the calls
-        # below end in the order their commands do, however slowly the machine starts a worker
+        monkeypatch.setattr(waiter, "_held", {})  # a waiter started below would be seen
         assert ray.get(sb.exec.remote("sleep 0.1; echo warm")).stdout == "warm\n"
         running = sb.exec.remote("sleep 2; echo x")
         short = sb.exec.remote("sleep 0.3; echo short")
@@ -348,5 +348,47 @@ def test_a_running_calls_ref_is_ready_for_ray_wait_only_once_the_call_ended(
         with pytest.raises(sandbox.SandboxTimeoutError):
             ray.get(failing)
         assert held.link is not None and held.link.alive  # all of it on the direct path
+        assert waiter._held == {}, "a running call's ref is the node's collect (decision 511)"
+    finally:
+        ray.get(sb.delete.remote())
+
+
+def test_a_call_through_ray_is_one_node_actor_call_read_in_rays_shape(
+        ray_cluster: RayTestCluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the direct path, once the creation is over, a call is the node actor's own
+    (decision 511): no waiter actor is started, its ref is ready only once the command
+    ended, its value is Ray's shape and its failures Ray's own kinds — and the same inside
+    a running event loop (an async actor's method awaits the ref)."""
+    import asyncio
+
+    import ray
+
+    import toolseam.integrations.ray_sandbox as sandbox
+    from toolseam.integrations import _ray_sandbox_direct as shaped_direct
+    from toolseam.integrations import _ray_sandbox_waiter as waiter
+
+    monkeypatch.setenv(shaped_direct.OFF_VARIABLE, "0")
+    monkeypatch.setattr(waiter, "_held", {})  # a waiter started here would be seen
+    sb = sandbox.create(image=IMAGE, resources=resource("podman"), address=ray_cluster.address)
+    try:
+        assert ray.get(sb.write_file.remote("f.txt", "through ray")) is None
+        assert waiter._held, "the first call, made while the creation ran, is the waiter's"
+        monkeypatch.setattr(waiter, "_held", {})
+        result = ray.get(sb.exec.remote("cat f.txt; echo err >&2; exit 3"))
+        assert (result.exit_code, result.stdout, result.stderr) == (3, "through ray", "err\n")
+        assert ray.get(sb.read_file.remote("f.txt")) == b"through ray"
+        running = sb.exec.remote("sleep 1.5; echo late")
+        assert ray.wait([running], timeout=0.5) == ([], [running])
+        assert ray.get(running).stdout == "late\n"
+        with pytest.raises(FileNotFoundError):
+            ray.get(sb.read_file.remote("nothing-here"))
+        with pytest.raises(sandbox.SandboxTimeoutError):
+            ray.get(sb.exec.remote("sleep 30", timeout=0.5))
+
+        async def in_a_loop() -> str:
+            return str((await sb.exec.remote("echo from a loop")).stdout)
+
+        assert asyncio.run(in_a_loop()) == "from a loop\n"
+        assert waiter._held == {}, "a call after the creation started a waiter"
     finally:
         ray.get(sb.delete.remote())

@@ -3,12 +3,15 @@ and how each answer is read: requests of the remote wire (``backends/remote``: t
 id and secret, a seam operation, its arguments), answers turned into Ray's shape — an
 ``ExecResult``, the file's bytes — or raised as Ray's own ``SandboxError`` kinds and the
 ``OSError`` a missing file is. A call that cannot take the direct path
-(``_ray_sandbox_direct.py``) is the process's waiter's (``_ray_sandbox_waiter.py``): an actor
-method raises, so errors surface at ``ray.get``.
+(``_ray_sandbox_direct.py``) is the node actor's own call once this process knows the creation
+is over (``through_ray``: its answer comes back as a ``ReadAs`` that reads in Ray's shape), else
+the process's waiter's (``_ray_sandbox_waiter.py``); either way errors surface at ``ray.get``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import posixpath
 import uuid
 from typing import Any
@@ -68,6 +71,45 @@ def _of(sandbox: Any, op: str, kwargs: dict[str, Any]) -> Request:
 def payload(req: Request) -> bytes:
     """A request as the node actor's ``remote_call`` takes it (no trace context)."""
     return dumps((req, None))
+
+
+def through_ray(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any | None:
+    """The call's ref as the node actor's own call — one actor call, ready when the call
+    ended, read in Ray's shape by ``read_answer`` wherever it is read (decision 511) — once
+    this process knows the creation is over; None while it runs or if it failed (the
+    waiter's path waits for it or raises its failure). Inside a running event loop only an
+    info already read is used: reading it would block the loop."""
+    info = sandbox._info
+    if info is None:
+        if asyncio._get_running_loop() is not None:
+            return None
+        ray = cluster.ray_module()
+        made = [ref for ref in (sandbox._opened, sandbox._made) if ref is not None]
+        if len(ray.wait(made, num_returns=len(made), timeout=0)[0]) < len(made):
+            return None
+        try:
+            info = opened_info(sandbox)
+        except Exception:  # noqa: BLE001 - the waiter's path raises it at ray.get
+            return None
+    return sandbox._actor.remote_call.remote(
+        payload(request(sandbox, info, name, args)), sandbox._owner, sandbox._orphan_timeout,
+        reader=functools.partial(read_answer, sandbox.sandbox_id, sandbox.node_id))
+
+
+def read_answer(sid: str, node_id: str, data: bytes) -> Any:
+    """A node's answer (bytes of the remote wire) in Ray's shape: its value, or its failure
+    as the ``RayTaskError`` of it, which ``ray.get`` raises as the failure's own kind."""
+    return shaped(loads(data), sid, node_id)
+
+
+def shaped(answer: Any, sid: str, node_id: str, took: float | None = None) -> Any:
+    """``value``, or the failure it raises as the ``RayTaskError`` of it (a ref's value is
+    read, not raised: ``ray.get`` raises a ``RayTaskError`` value as the failure's kind)."""
+    try:
+        return value(answer, sid, node_id, took)
+    except Exception as exc:  # noqa: BLE001 - raised by ray.get, as a Ray task's failure
+        ray = cluster.ray_module()
+        return ray.exceptions.RayTaskError(f"sandbox {sid[:8]}…", "", exc)
 
 
 def value(answer: Any, sid: str, node_id: str, took: float | None = None) -> Any:

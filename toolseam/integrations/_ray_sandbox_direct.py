@@ -4,26 +4,29 @@ whose handshake proves the session's key both ways before anything is decoded, i
 Ray call (1-2 ms here by itself, over the budget of "local + 1 ms").
 
 Ray's shape still holds: ``.remote(...)`` returns an ObjectRef. A ``ray.put`` per call costs
-what a Ray call does, so refs are made ``AHEAD`` at a time by one Ray task with as many
-returns, each an ``Outcome`` (the call's token) that reads, in the process that made the call,
-the answer it received, and in any other process the answer the node kept under the token
-(``remote_collect``, waited for; kept 60 s after the call ended). Only a call that ended within
-``GRACE_S`` gets such a ref; one still running then (or whose connection dropped) gets a ref
-of this process's waiter actor (``_ray_sandbox_waiter.py``), which is ready once the call ended
-— so ``ray.wait`` means what it means for an actor's refs. ``.remote()`` never waits longer
-than the grace, long commands run side by side, and a failure surfaces at ``ray.get`` as Ray's
-own kind (read as the ``RayTaskError`` of it, which ``ray.get`` raises as that kind).
+more than a Ray call does (it goes to the object store), so refs are made ``AHEAD`` at a time
+by one call of the node actor with as many returns (``remote_refs``), each the call's token
+read by ``_outcome_of``: in the process that made the call, the answer it received, and in any
+other process the answer the node kept under the token (``remote_collect``, waited for; kept
+60 s after the call ended). Only a call that ended within ``GRACE_S`` gets such a ref; one
+still running then (or whose connection dropped) gets the ref of the node actor's
+``remote_collect`` of its token, ready once the call ended and read in Ray's shape where it is
+read (``ReadAs``, decision 511) — so ``ray.wait`` means what it means for an actor's refs.
+``.remote()`` never waits longer than the grace, long commands run side by side, and a failure
+surfaces at ``ray.get`` as Ray's own kind (read as the ``RayTaskError`` of it, which
+``ray.get`` raises as that kind).
 
-Where the holder cannot reach the port, while the creation runs, or inside a running event loop
-(an async actor, which waiting would block), calls are the process's waiter's
-(``_ray_sandbox_waiter.py``). Each thread of each process
-holding a sandbox makes its own connection, driven by its own event loop (no thread hop on a
-call's path); a connection is never pickled, and one whose sandbox nobody holds is closed.
+Where the holder cannot reach the port, or inside a running event loop (an async actor, which
+waiting would block), calls go through Ray (``_ray_sandbox_calls.through_ray``). Each thread
+of each process holding a sandbox makes its own connection, driven by its own event loop (no
+thread hop on a call's path); a connection is never pickled, and one whose sandbox nobody
+holds is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 import time
@@ -40,9 +43,8 @@ from ..ray import cluster
 from ..ray.direct import CONNECT_TIMEOUT_S, DirectLink
 from ..ray.node_remote import REMOTE
 from . import _ray_sandbox_calls as calls
-from . import _ray_sandbox_waiter as waiter
 
-GRACE_S = 0.03  # a call still running after this gets a ref of this process's waiter
+GRACE_S = 0.03  # a call still running after this gets the ref of the node's collect
 CALLS = frozenset({"exec", "read_file", "write_file"})
 OFF_VARIABLE = "TOOLSEAM_RAY_SHAPED_DIRECT"  # "0": every call through Ray (for comparison)
 AHEAD, LOW = 32, 8  # refs made at once; when fewer are left, the next batch is asked for
@@ -66,24 +68,19 @@ _state = _ThreadState()
 _unreachable: set[str] = set()  # nodes this process could not connect to in time
 _lock = threading.Lock()
 _answers: OrderedDict[str, Any] = OrderedDict()  # token -> the value this process received
-_tasks: dict[str, Any] = {}  # the Ray task that makes refs ahead
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What a ref made ahead holds: a call of a sandbox (its secret included — only a holder of
-    the sandbox gets such a ref, as it gets the sandbox itself). Never shows the secret."""
+class _Reader:
+    """Reads a token made ahead as its call's value (``_outcome_of``): it holds the sandbox's
+    secret, as the sandbox does, and never shows it."""
 
     node_id: str
     sandbox_id: str
-    secret: str
-    token: str
+    secret: str = field(repr=False)
 
-    def __reduce__(self) -> tuple[Any, tuple[str, ...]]:
-        return (_outcome_of, (self.node_id, self.sandbox_id, self.secret, self.token))
-
-    def __repr__(self) -> str:
-        return f"Outcome({self.token[:8]}…)"
+    def __call__(self, token: str) -> Any:
+        return _outcome_of(self.node_id, self.sandbox_id, self.secret, token)
 
 
 def _outcome_of(node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
@@ -96,20 +93,7 @@ def _outcome_of(node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
     ray = cluster.ray_module()
     answer = loads(ray.get(cluster.found_actor(ray, node_id).remote_collect.remote(
         sandbox_id, secret, token)))
-    return _read(answer, sandbox_id, node_id)
-
-
-def _read(answer: Any, sandbox_id: str, node_id: str, took: float | None = None) -> Any:
-    try:
-        return calls.value(answer, sandbox_id, node_id, took)
-    except Exception as exc:  # noqa: BLE001 - raised by ray.get, as a Ray task's failure
-        ray = cluster.ray_module()
-        return ray.exceptions.RayTaskError(f"sandbox {sandbox_id[:8]}…", "", exc)
-
-
-def _outcomes(node_id: str, sandbox_id: str, secret: str, tokens: list[str]
-              ) -> tuple[Outcome, ...]:
-    return tuple(Outcome(node_id, sandbox_id, secret, token) for token in tokens)
+    return calls.shaped(answer, sandbox_id, node_id)
 
 
 def call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
@@ -131,10 +115,13 @@ def call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
     loop.run_until_complete(asyncio.wait({sent}, timeout=GRACE_S))
     if not sent.done() or sent.exception() is not None:
         sent.add_done_callback(_retrieved)  # running (or dropped): the node keeps its answer
-        # a ref ready only once the call ended (the batch ref would be ready at once)
-        return waiter.collect(sandbox.node_id, sandbox.sandbox_id, sandbox._secret, token)
+        # a ref ready only once the call ended (the batch ref would be ready at once): the
+        # node's collect of its answer, read in Ray's shape where the ref is read
+        return sandbox._actor.remote_collect.remote(
+            sandbox.sandbox_id, sandbox._secret, token,
+            reader=functools.partial(calls.read_answer, sandbox.sandbox_id, sandbox.node_id))
     answer = sent.result()
-    result = _read(answer[1] if answer[:1] == ("ok",) else answer, sandbox.sandbox_id,
+    result = calls.shaped(answer[1] if answer[:1] == ("ok",) else answer, sandbox.sandbox_id,
                    sandbox.node_id, time.perf_counter() - began)
     with _lock:
         _answers[token] = result
@@ -149,14 +136,11 @@ def _retrieved(done: asyncio.Future[Any]) -> None:
 
 
 def _ask_ahead(sandbox: Any, held: _Link) -> None:
-    """``AHEAD`` more refs from one Ray task (answered while they are used: a ref whose batch
-    has not come yet is read when it comes)."""
-    ray = cluster.ray_module()
-    if "ahead" not in _tasks:  # made once a process, at its first use: Ray is imported then
-        _tasks["ahead"] = ray.remote(num_cpus=0, max_retries=0)(_outcomes)
-    tokens = [uuid.uuid4().hex for _ in range(AHEAD)]
-    refs = _tasks["ahead"].options(num_returns=AHEAD).remote(
-        sandbox.node_id, sandbox.sandbox_id, sandbox._secret, tokens)
+    """``AHEAD`` more refs from one call of the node actor (``remote_refs``: answered while
+    they are used — a ref whose batch has not come yet is read when it comes)."""
+    tokens = tuple(uuid.uuid4().hex for _ in range(AHEAD))
+    reader = _Reader(sandbox.node_id, sandbox.sandbox_id, sandbox._secret)
+    refs = sandbox._actor.remote_refs.options(num_returns=AHEAD).remote(reader, tokens)
     held.ahead.extend(zip(refs, tokens, strict=True))
 
 

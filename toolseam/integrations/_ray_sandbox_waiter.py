@@ -1,15 +1,15 @@
-"""The ref a Ray-shaped call gets when it is still running after the direct path's grace, or
-its connection dropped (``_ray_sandbox_direct.py``): a method call of this process's ``Waiter``
-actor, which waits for the answer the node kept under the call's token (``remote_collect``,
-checked against the sandbox's secret there) and returns it read in Ray's shape, or raises the
-failure's own kind — so ``ray.wait`` reports the ref ready once the call ended, as it does an
-actor method's ref. The node stays generic: it returns the encoded answer and never runs
-caller code; the reading happens here, in a process of the caller's own job.
+"""The ref a Ray-shaped call gets while its sandbox's creation still runs here (the first call
+of a rollout that uses its sandbox at once), or once the creation failed: a method call of this
+process's ``Waiter`` actor, which awaits the creation, sends the request as the node actor's
+``remote_call`` and returns the answer read in Ray's shape, or raises the creation's or the
+call's failure as its own kind — so ``.remote()`` never waits for a creation, and ``ray.wait``
+reports the ref ready once the call ended, as it does an actor method's ref. Once this process
+knows the creation is over, a call is the node actor's own (``_ray_sandbox_calls.through_ray``)
+or takes the direct path (``_ray_sandbox_direct.py``), and no waiter is started.
 
-One actor per process, made at the first running call (a process whose calls all end within
-the grace starts none), asynchronous (a waiting coroutine per running call, not a thread or a
-worker: a Ray task per call cost a worker start each, 2.6 s for three 1-s commands),
-``num_cpus=0``, and not detached, so Ray ends it with the process that owns it.
+One actor per process, made at its first such call, asynchronous (a waiting coroutine per call,
+not a thread or a worker), ``num_cpus=0``, and not detached, so Ray ends it with the process
+that owns it. Its calls are never asked again of a restarted waiter: a command is not run twice.
 """
 
 from __future__ import annotations
@@ -24,30 +24,19 @@ from ..backends.remote.codec import loads
 from ..ray import cluster
 from . import _ray_sandbox_calls as calls
 
-MAX_WAITING = 1000  # running calls one process's waiter waits for at once (then they queue)
-RESTARTS = 3  # a waiter that died is started again and its waits asked again: reading a kept
-# answer twice is harmless (the node keeps it 60 s after the call ended)
+MAX_WAITING = 1000  # calls one process's waiter waits for at once (then they queue)
+RESTARTS = 3  # a waiter that died is started again for later calls (never to repeat one)
 
 _lock = threading.Lock()
 _held: dict[int, Any] = {}  # pid -> this process's waiter (a forked child makes its own)
 
 
 class Waiter:
-    """Waits on the nodes for running calls' answers (a Ray actor, see ``collect``)."""
-
-    async def collect(self, node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
-        """The call's value in Ray's shape once it ended, or its failure raised."""
-        ray = cluster.ray_module()
-        # finding a node actor may wait on Ray (once a node): not on this actor's loop
-        node = await asyncio.to_thread(cluster.found_actor, ray, node_id)
-        answer = loads(await node.remote_collect.remote(sandbox_id, secret, token))
-        return calls.value(answer, sandbox_id, node_id)
+    """Waits for sandboxes' creations, then sends their calls (a Ray actor, see ``call``)."""
 
     async def call(self, sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
-        """A call through Ray (its holder cannot take the direct path, or the creation still
-        runs): the creation awaited, the request sent as the node actor's call, the answer
-        read in Ray's shape — two actor calls: 7-8.5 ms, about what a Ray task per call cost
-        (8-10 ms), but no worker process per call running at once (decision 506)."""
+        """The creation awaited, the request sent as the node actor's call, the answer read
+        in Ray's shape (decisions 506, 511)."""
         for ref in (sandbox._opened, sandbox._made):
             if ref is not None:
                 await ref
@@ -60,15 +49,9 @@ class Waiter:
                            time.perf_counter() - began)
 
 
-def collect(node_id: str, sandbox_id: str, secret: str, token: str) -> Any:
-    """The ref of the running call ``token``: ready when it ended, read as its value."""
-    return _waiter().collect.remote(node_id, sandbox_id, secret, token)
-
-
 def call(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any:
-    """The ref of a call through Ray: never asked again of a restarted waiter (a command is
-    not run twice)."""
-    return _waiter().call.options(max_task_retries=0).remote(sandbox, name, args)
+    """The ref of a call made while the creation runs (or after it failed)."""
+    return _waiter().call.remote(sandbox, name, args)
 
 
 def _waiter() -> Any:
@@ -79,5 +62,5 @@ def _waiter() -> Any:
             ray = cluster.ray_module()
             waiter = _held[os.getpid()] = ray.remote(
                 num_cpus=0, max_concurrency=MAX_WAITING, max_restarts=RESTARTS,
-                max_task_retries=RESTARTS)(Waiter).remote()
+                max_task_retries=0)(Waiter).remote()
     return waiter

@@ -106,7 +106,7 @@ class RaySandbox:
                 detail = str(exc).partition(") ")[2] or str(exc)
                 raise TypeError(f"sandbox.{name}.remote{SIGNATURES[name]}: {detail}") from None
             ref = direct.call(self, name, call_args)
-            return ref if ref is not None else waiter.call(self, name, call_args)
+            return ref if ref is not None else self._through_ray(name, call_args)
         if name == "get_status":  # answers PENDING / ERROR rather than wait or fail
             return ray.put(self._status())
         if name == "delete":  # its lease dropped: the node ends the session
@@ -118,13 +118,19 @@ class RaySandbox:
         if name == "upload_file":  # the file of the process calling, as the bytes it holds,
             local_path, remote_path = args  # through Ray (the direct port takes 64 MiB at most)
             with open(local_path, "rb") as source:
-                return waiter.call(self, "write_file", _write_args(remote_path, source.read()))
+                return self._through_ray("write_file", _write_args(remote_path, source.read()))
         if name == "download_file":  # written by a task on the caller's own node
             remote_path, local_path = args
             data = self._remote("read_file", remote_path)
             return _saver(ray).options(scheduling_strategy=_here(ray)).remote(
                 data, os.path.abspath(local_path))
         raise AttributeError(name)
+
+    def _through_ray(self, name: str, args: tuple[Any, ...]) -> Any:
+        """A call through Ray: the node actor's own once the creation is over here, else the
+        process's waiter's (which awaits the creation)."""
+        ref = calls.through_ray(self, name, args)
+        return ref if ref is not None else waiter.call(self, name, args)
 
     def _status(self) -> SandboxStatus:
         ray = cluster.ray_module()
@@ -133,7 +139,7 @@ class RaySandbox:
             return SandboxStatus.PENDING
         try:
             calls.opened_info(self)
-            ray.get(waiter.call(self, "exec", (["true"], None, None, None, None)))
+            ray.get(self._through_ray("exec", (["true"], None, None, None, None)))
         except SandboxNotFoundError:
             return SandboxStatus.TERMINATED
         except SandboxError:

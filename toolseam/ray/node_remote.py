@@ -49,6 +49,22 @@ REMOTE_LIVE = "remote_live"  # a step of a streamed remote request on the direct
 DEFAULT_ORPHAN_TIMEOUT_S = 600.0
 
 
+class ReadAs:
+    """An answer that reads, wherever its ref is read, as ``reader(data)`` (its unpickling):
+    a caller's own shape of the remote wire's answer (a Ray-shaped sandbox's ``ExecResult``)
+    with no actor of the caller's between it and the node (decision 511). The node never
+    calls ``reader``: it came with the request, as a Ray argument (which the node reads as
+    it reads any), and goes back with the answer."""
+
+    __slots__ = ("data", "reader")
+
+    def __init__(self, reader: Callable[[Any], Any], data: Any) -> None:
+        self.reader, self.data = reader, data
+
+    def __reduce__(self) -> tuple[Callable[[Any], Any], tuple[Any]]:
+        return (self.reader, (self.data,))
+
+
 class NodeRemote:
     """A mixin of the node actor (``node.py``)."""
 
@@ -135,18 +151,22 @@ class NodeRemote:
         return self._remote_server
 
     async def remote_call(self, payload: bytes, owner: str, orphan_timeout: float | None = None,
-                          _after: Any = None) -> bytes:
+                          _after: Any = None, reader: Callable[[bytes], Any] | None = None
+                          ) -> bytes | ReadAs:
         """One remote request as bytes, ``(request, trace)``: the request and its caller's
-        trace context (None when it does not trace); its answer as bytes. ``_after``: an
-        ObjectRef Ray resolves first (a request sent before another's answer came, in order)."""
+        trace context (None when it does not trace); its answer as bytes, or as a ``ReadAs``
+        of them with ``reader``. ``_after``: an ObjectRef Ray resolves first (a request sent
+        before another's answer came, in order)."""
         self._heard(str(owner), orphan_timeout)
         try:
             request, came = loads(payload)
             trace = trace_context(came)
         except Exception as exc:  # noqa: BLE001 - a malformed payload is an answer too
-            return dumps(("err", error_answer(HostError(
+            answer = dumps(("err", error_answer(HostError(
                 f"not a remote call ({type(exc).__name__})"))))
-        return dumps(await self._handled(trace, request, None, str(owner)))
+        else:
+            answer = dumps(await self._handled(trace, request, None, str(owner)))
+        return answer if reader is None else ReadAs(reader, answer)
 
     async def _handled(self, trace: TraceContext | None, request: Any, emit: Any, owner: str
                        ) -> Answer:
@@ -165,6 +185,14 @@ class NodeRemote:
         if now != self._counted:
             self.telemetry.sessions_changed(now - self._counted)
             self._counted = now
+
+    async def remote_refs(self, reader: Callable[[Any], Any], items: tuple[Any, ...]
+                          ) -> tuple[ReadAs, ...]:
+        """One ``ReadAs(reader, item)`` per item, each a return of its own (asked with
+        ``num_returns``): the refs a Ray-shaped sandbox's direct calls come back as, made
+        ahead in a batch — an actor call costs less than a Ray task of the caller's, and
+        starts no worker (decision 511). The caller's own values: nothing of the node's."""
+        return tuple(ReadAs(reader, item) for item in items)
 
     async def remote_drop(self, owner: str, _after: Any = None) -> None:
         """The transport ``owner`` closed: end every session it opened here."""
@@ -250,16 +278,17 @@ class NodeRemote:
         self._answers.keep(str(args[2]), derived_key(args[0][1], SESSION_LABEL), call)
         return ("ok", await asyncio.shield(call))  # the connection may go; the call goes on
 
-    async def remote_collect(self, sid: str, secret: str, token: str) -> bytes:
-        """The answer of session ``sid``'s direct request ``token``, waited for, as bytes —
-        only for the holder of its secret."""
+    async def remote_collect(self, sid: str, secret: str, token: str,
+                             reader: Callable[[bytes], Any] | None = None) -> bytes | ReadAs:
+        """The answer of session ``sid``'s direct request ``token``, waited for, as bytes (or
+        a ``ReadAs`` of them, given ``reader``) — only for the holder of its secret."""
         answer = await self._answers.collect(str(token), derived_key(str(secret), SESSION_LABEL))
         if answer is None:
             answer = ("err", error_answer(HostError(
                 f"{self.where}: the answer of call {str(token)[:8]}… of session {str(sid)[:8]}… "
                 f"is not kept (its request did not come within {ARRIVAL_S:g} s, it ended over "
                 f"{KEPT_S:g} s ago, or it is not yours)")))
-        return dumps(answer)
+        return dumps(answer) if reader is None else ReadAs(reader, dumps(answer))
 
     async def remote_live_direct(self, sid: str, args: tuple[Any, ...], trace: Any = None
                                  ) -> Answer:
