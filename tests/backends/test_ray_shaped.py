@@ -347,6 +347,10 @@ def test_a_running_calls_ref_is_ready_for_ray_wait_only_once_the_call_ended(
         # a long call that fails was not ready before it ended, and raises Ray's own kind
         with pytest.raises(sandbox.SandboxTimeoutError):
             ray.get(failing)
+        # a running call's ref read in another process reads the same there
+        read_there = ray.remote(num_cpus=0)(lambda refs: ray.get(refs[0]).stdout)
+        there = sb.exec.remote("sleep 0.5; echo there")
+        assert ray.get(read_there.remote([there])) == "there\n"
         assert held.link is not None and held.link.alive  # all of it on the direct path
         assert waiter._held == {}, "a running call's ref is the node's collect (decision 511)"
     finally:
