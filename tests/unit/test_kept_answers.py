@@ -20,8 +20,9 @@ from toolseam.backends.remote.kept_answers import KeptAnswers
 from toolseam.backends.remote.server import SESSION_LABEL
 from toolseam.ray.node_remote import NodeRemote
 
-# each step: start a call with this output size, or end the oldest running one
-steps = st.lists(st.one_of(st.integers(0, 60), st.just(-1)), max_size=60)
+# each step: start a call with this output size, or end the k-th oldest running one (-k):
+# calls end in another order than they began, and the first to end are let go first
+steps = st.lists(st.one_of(st.integers(0, 60), st.integers(-4, -1)), max_size=60)
 
 
 @settings(max_examples=150, deadline=None)
@@ -45,7 +46,7 @@ async def _run(plan: list[int]) -> None:
             node.keep(f"t{n}", b"key", call)
             running.append((f"t{n}", call, step))
         elif running:
-            token, call, size = running.pop(0)
+            token, call, size = running.pop((-step - 1) % len(running))
             call.set_result(("ok", SimpleNamespace(stdout_bytes=size)))
             ended.append(token)
         await asyncio.sleep(0)  # the done callbacks run
