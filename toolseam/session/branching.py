@@ -136,12 +136,15 @@ class Branches:
         child: Child | None = None
         try:
             workspace = new_branch_workspace()
+            backend = None
             try:
                 backend, base_dir = await asyncio.to_thread(capability.branch_backend,
                                                             workspace, snap.id)
                 child = make(backend, base_dir=base_dir, snapshot=snap,
                              session_id=f"{tk.session_id}-{number}", **self.options)
             except BaseException:
+                if backend is not None:  # what it holds (a fork's shared base) is let go
+                    await asyncio.shield(backend.close())
                 remove_branch_workspace(workspace)
                 raise
             child._branches.private_workspace = workspace

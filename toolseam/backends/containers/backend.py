@@ -40,11 +40,13 @@ from ..snapshots import SnapshotStore
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
+from .fork_overlay import FORK_BASES, fork_parent, overlay_paths_plain
 from .labels import POOL_LABEL, WORKSPACE
 from .lifetimes.durable import DurableLifetime
 from .lifetimes.ephemeral import EphemeralLifetime
 from .modes.bind import BindMode, socket_owner
 from .modes.copy import CopyMode
+from .modes.overlay import OverlayMode
 from .options import DEFAULT_IMAGE, ContainerOptions
 from .sandbox import ContainerLifetime, ContainerSandbox, WorkspaceMode, WorkspaceModeImpl, fresh_session_id
 from .usage import NOT_MEASURED, usage_from_stats
@@ -254,9 +256,13 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
 
     # --- branches (seam/capabilities.py: Branching; the snapshots: branching.py) -----------
     def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[ContainerBackend, None]:
-        """A new sandbox of this engine and these options, in copy mode (decision 401), whose
-        workspace is ``workspace`` made the snapshot's tree first; not open."""
-        self.prefill_branch(workspace, snapshot_id)
+        """A new sandbox of this engine and these options, in copy mode (decision 401); not
+        open. On an engine of this machine its ``/workspace`` is an overlay over the fork's
+        base, restored once for all the fork's children (decision 507); elsewhere
+        ``workspace`` is made the snapshot's tree first and copied in."""
+        overlay = self._overlay_owner()
+        if overlay is None:
+            self.prefill_branch(workspace, snapshot_id)
         engine = self._engine
         assert isinstance(engine, SdkEngine)
         child = type(self).__new__(type(self))
@@ -264,8 +270,36 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             child, SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.name, workspace,
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
+        if overlay is not None:
+            base = FORK_BASES.acquire(snapshot_id, overlay[0])
+            mode = OverlayMode(base, self.options.copy_bytes, self.options.copy_keep_group_write,
+                               self.options.setid_files)
+            child.sandbox.mode = mode
+            child.liveness = mode.liveness(child.sandbox)
         child._layer_start = snapshot_id  # its writable layer, put back when it opens
         return child, None
+
+    def _overlay_owner(self) -> tuple[int | None] | None:
+        """``(uid)`` the fork's base is given to (None in it: this process's) when this
+        session's children can be overlays (decision 507), else None: the engine is on this
+        machine and sees its directories (bind mode, or a child that is an overlay itself:
+        a session the caller put in copy mode on a local socket may have an engine that does
+        not), and its sandbox's root is a uid this process can give files to — its own, or
+        any when it is root."""
+        mode = self.sandbox.mode
+        if not self.sandbox.engine.address.is_local or not (
+                mode.shares_host_dir or isinstance(mode, OverlayMode)):
+            return None
+        root = socket_owner(self.sandbox.engine.endpoint)
+        if root is None:
+            return None
+        owner = None if root == os.geteuid() else root
+        if owner is not None and os.geteuid() != 0:
+            return None  # a rootful engine's user that is not root: container root could
+            # not change files this process owns, and it cannot give them away
+        if not overlay_paths_plain(fork_parent(owner)):
+            return None
+        return (owner,)
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     @property

@@ -135,7 +135,7 @@ class CopyMode:
         agent_volume = await in_engine_thread(lambda: agent_volume_for(
             engine, bundle, sandbox.image, sandbox.hardening, sandbox.session_id))
         volume = self.workspace_volume = f"toolseam-ws-{sandbox.session_id}"
-        await in_engine_thread(lambda: engine.create_volume(volume, labels))
+        await in_engine_thread(lambda: self._create_workspace_volume(sandbox, volume, labels))
         spec = sandbox.spec(command, labels, binds=[], stdin_open=not lifetime.outlives_client,
                             volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
         # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
@@ -145,7 +145,7 @@ class CopyMode:
             if egress:
                 _point_resolv_conf(sandbox)
             if not sandbox.awaiting_workspace:
-                self._copy_in(sandbox, sandbox.workspace)
+                self._fill(sandbox)
 
         # kept when it stops: the close copies back from the stopped container
         await sandbox.launch(lifetime.finish_spec(spec, removed_when_stopped=False),
@@ -159,6 +159,15 @@ class CopyMode:
             raise exc from None
         assert sandbox.channel is not None
         return await sandbox.channel.hello()
+
+    def _create_workspace_volume(self, sandbox: ContainerSandbox, volume: str,
+                                 labels: dict[str, str]) -> None:
+        """The volume the sandbox's ``/workspace`` is (``overlay.py``: an overlay instead)."""
+        sandbox.engine.create_volume(volume, labels)
+
+    def _fill(self, sandbox: ContainerSandbox) -> None:
+        """Before the start: the workspace volume given the base dir's files."""
+        self._copy_in(sandbox, sandbox.workspace)
 
     def _copy_in(self, sandbox: ContainerSandbox, workspace: str) -> None:
         """The base dir, packed, into the container's workspace volume (stopped or running)."""
