@@ -271,7 +271,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
         if overlay is not None:
-            base = FORK_BASES.acquire(snapshot_id, overlay[0])
+            base = FORK_BASES.acquire(snapshot_id, *overlay)
             mode = OverlayMode(base, self.options.copy_bytes, self.options.copy_keep_group_write,
                                self.options.setid_files)
             child.sandbox.mode = mode
@@ -279,9 +279,10 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         child._layer_start = snapshot_id  # its writable layer, put back when it opens
         return child, None
 
-    def _overlay_owner(self) -> tuple[int | None] | None:
-        """``(uid)`` the fork's base is given to (None in it: this process's) when this
-        session's children can be overlays (decision 507), else None: the engine is on this
+    def _overlay_owner(self) -> tuple[int | None, bool] | None:
+        """``(uid, rootless)``: the uid the fork's base is given to (None: this process's)
+        and whether the engine is rootless, when this session's children can be overlays
+        (decision 507); else None. They can when the engine is on this
         machine and sees its directories (bind mode, or a child that is an overlay itself:
         a session the caller put in copy mode on a local socket may have an engine that does
         not), and its sandbox's root is a uid this process can give files to — its own, or
@@ -299,7 +300,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             # not change files this process owns, and it cannot give them away
         if not overlay_paths_plain(fork_parent(owner)):
             return None
-        return (owner,)
+        return owner, root != 0
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     @property

@@ -53,8 +53,12 @@ _NAME = re.compile(r"(\d+)-(\d+)-[0-9a-f]+")
 class ForkBase:
     """One fork's shared, read-only base and its children's overlay dirs."""
 
-    def __init__(self, root: str, owner: int | None) -> None:
+    def __init__(self, root: str, owner: int | None, userxattr: bool = False) -> None:
         self.root, self.owner = root, owner
+        # a rootless engine mounts in its user namespace, where the overlay cannot keep its
+        # state in trusted.* attributes (removing a lower directory failed with EIO): it keeps
+        # it in user.overlay.*, which the kernel escapes when a command sets such a name
+        self.userxattr = userxattr
         self.base = os.path.join(root, "base")
         self.users = 0  # children that hold it (ForkBases.acquire / release)
         self.restores = 0  # how many times the base was filled: once (the tests count it)
@@ -75,8 +79,9 @@ class ForkBase:
 
     def volume_options(self, upper: str, work: str) -> dict[str, str]:
         """The ``local`` driver's options for a child's overlay."""
+        extra = ",userxattr" if self.userxattr else ""
         return {"type": "overlay", "device": "overlay",
-                "o": f"lowerdir={self.base},upperdir={upper},workdir={work}"}
+                "o": f"lowerdir={self.base},upperdir={upper},workdir={work}{extra}"}
 
     def remove_child(self, name: str) -> None:
         """A child's dirs, after its container and volume are gone (the mount with them)."""
@@ -89,16 +94,17 @@ class ForkBases:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._bases: dict[tuple[str, int | None], ForkBase] = {}
+        self._bases: dict[tuple[str, int | None, bool], ForkBase] = {}
 
-    def acquire(self, snapshot_id: str, owner: int | None) -> ForkBase:
+    def acquire(self, snapshot_id: str, owner: int | None, rootless: bool) -> ForkBase:
         """The base of ``snapshot_id`` for sandboxes whose root is ``owner`` (None: this
-        process's uid), restored now if no child of it is open; one more user of it."""
-        key = (snapshot_id, owner)
+        process's uid) on a rootless engine or not, restored now if no child of it is open;
+        one more user of it."""
+        key = (snapshot_id, owner, rootless)
         with self._lock:  # the other children of the fork wait for the one restore
             found = self._bases.get(key)
             if found is None:
-                found = _new_base(snapshot_id, owner)
+                found = _new_base(snapshot_id, owner, rootless)
                 self._bases[key] = found
             found.users += 1
             return found
@@ -128,7 +134,7 @@ def fork_parent(owner: int | None) -> str:
     return str(branches_root()) if owner is None else tempfile.gettempdir()
 
 
-def _new_base(snapshot_id: str, owner: int | None) -> ForkBase:
+def _new_base(snapshot_id: str, owner: int | None, rootless: bool) -> ForkBase:
     me = psutil.Process()
     tag = f"{os.getpid()}-{int(me.create_time() * 1000)}-{secrets.token_hex(6)}"
     if owner is None:
@@ -138,7 +144,7 @@ def _new_base(snapshot_id: str, owner: int | None) -> ForkBase:
         root = os.path.join(fork_parent(owner), OTHER_USERS_PREFIX + tag)
         os.mkdir(root, 0o700)
         os.chmod(root, 0o711)  # the engine's user passes, cannot list; root's, so not renamed
-    made = ForkBase(root, owner)
+    made = ForkBase(root, owner, userxattr=rootless)
     try:
         os.mkdir(made.base, 0o700)
         if owner is not None:
