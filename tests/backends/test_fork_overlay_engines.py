@@ -27,7 +27,6 @@ from toolseam.backends.containers.fork_overlay import (
     sweep_fork_dirs,
 )
 from toolseam.backends.containers.labels import SESSION_LABEL
-from toolseam.backends.containers.modes.overlay import OverlayMode
 from toolseam.backends.snapshots import SnapshotStore
 
 from ..support.engines import ENGINES, REMOTE_ENGINES, backend
@@ -89,11 +88,11 @@ async def test_the_base_is_restored_once_per_fork_and_each_child_writes_only_its
         await run(tk, "mkdir -p src/deep && echo 'x = 1' > src/deep/mod.py && ln -s src link")
         kids = [k for k in await tk.fork(4) if isinstance(k, Toolkit)]
         assert len(kids) == 4
-        modes = [k.backend.sandbox.mode for k in kids]  # type: ignore[attr-defined]
-        assert all(isinstance(m, OverlayMode) for m in modes), modes
-        base = modes[0].fork_base
+        overlays = [k.backend.sandbox.mode.overlay for k in kids]  # type: ignore[attr-defined]
+        assert None not in overlays
+        base = overlays[0].base
         # structural: one base, filled once, held by every child — not a copy per child
-        assert all(m.fork_base is base for m in modes)
+        assert all(o.base is base for o in overlays)
         assert base.restores == 1 and base.users == 4
         base_tree = _tree(base.base)
         assert set(base_tree) == {"README", "src", "src/deep", "src/deep/mod.py", "link"}
@@ -129,7 +128,7 @@ async def test_what_a_hostile_child_makes_in_its_upper_dir_never_reaches_the_hos
     async with Toolkit(backend(engine, str(workspace))) as tk:
         kids = [k for k in await tk.fork(2) if isinstance(k, Toolkit)]
         hostile, sibling = kids
-        base = hostile.backend.sandbox.mode.fork_base  # type: ignore[attr-defined]
+        base = hostile.backend.sandbox.mode.overlay.base  # type: ignore[attr-defined]
         base_tree = _tree(base.base)
         await run(hostile, f"ln -s {victim} to-victim; ln -s {base.base} to-base; "
                            f"ln -s {victim}/keep.txt README.link; mkfifo pipe; "
@@ -145,8 +144,8 @@ async def test_what_a_hostile_child_makes_in_its_upper_dir_never_reaches_the_hos
             "        os.setxattr('d', n, b'/etc')\n"
             "    except OSError:\n"
             "        pass\"")})
-        mode = hostile.backend.sandbox.mode  # type: ignore[attr-defined]
-        upper_d = os.path.join(base.root, mode.child_dir, "upper", "d")
+        overlay = hostile.backend.sandbox.mode.overlay  # type: ignore[attr-defined]
+        upper_d = os.path.join(base.root, overlay.dir, "upper", "d")
         own = ("trusted.overlay.", "user.overlay.") if base.userxattr else ("trusted.overlay.",)
         names = os.listxattr(upper_d, follow_symlinks=False)
         assert not [n for n in names if n.startswith(own) and n.count("overlay.") == 1], names
@@ -174,7 +173,7 @@ async def test_a_hostile_tree_restored_into_the_base_keeps_the_restores_rules(
         await run(tk, f"ln -s {victim} out; ln -s ../../.. up; ln -s / root; echo s > setid;"
                       " (chmod 4755 setid 2>/dev/null || true); mkdir -p a/b && echo deep > a/b/c")
         kids = [k for k in await tk.fork(2) if isinstance(k, Toolkit)]
-        base = kids[0].backend.sandbox.mode.fork_base  # type: ignore[attr-defined]
+        base = kids[0].backend.sandbox.mode.overlay.base  # type: ignore[attr-defined]
         assert os.readlink(os.path.join(base.base, "out")) == str(victim)
         assert os.path.islink(os.path.join(base.base, "root"))
         assert os.stat(os.path.join(base.base, "setid")).st_mode & 0o6000 == 0
@@ -201,7 +200,7 @@ async def test_a_forked_child_can_fork_snapshot_restore_and_keep(
         await run(child, "echo child > a.txt")
         (grandchild,) = await child.fork(1)
         assert isinstance(grandchild, Toolkit)
-        assert isinstance(grandchild.backend.sandbox.mode, OverlayMode)  # type: ignore[attr-defined]
+        assert grandchild.backend.sandbox.mode.overlay is not None  # type: ignore[attr-defined]
         assert await run(grandchild, "cat a.txt") == "child\n"
         await run(grandchild, "echo grand > g.txt")
         await grandchild.close()
@@ -218,7 +217,7 @@ async def test_a_remote_engines_fork_is_still_a_copy(engine: str, workspace: Pat
     async with Toolkit(backend(engine, str(workspace))) as tk:
         (child,) = await tk.fork(1)
         assert isinstance(child, Toolkit)
-        assert not isinstance(child.backend.sandbox.mode, OverlayMode)  # type: ignore[attr-defined]
+        assert child.backend.sandbox.mode.overlay is None  # type: ignore[attr-defined]
         await child.close()
 
 
@@ -232,7 +231,7 @@ _CRASHING = textwrap.dedent("""
         tk = Toolkit(backend(sys.argv[1], sys.argv[3]))
         await tk.open()
         kids = await tk.fork(2)
-        root = kids[0].backend.sandbox.mode.fork_base.root
+        root = kids[0].backend.sandbox.mode.overlay.base.root
         print(tk.session_id, root, flush=True)
         await asyncio.sleep(600)
 

@@ -40,13 +40,12 @@ from ..snapshots import SnapshotStore
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
-from .fork_overlay import FORK_BASES, fork_parent, overlay_paths_plain
+from .fork_overlay import FORK_BASES, ChildOverlay, fork_parent, overlay_paths_plain
 from .labels import POOL_LABEL, WORKSPACE
 from .lifetimes.durable import DurableLifetime
 from .lifetimes.ephemeral import EphemeralLifetime
 from .modes.bind import BindMode, socket_owner
 from .modes.copy import CopyMode
-from .modes.overlay import OverlayMode
 from .options import DEFAULT_IMAGE, ContainerOptions
 from .sandbox import ContainerLifetime, ContainerSandbox, WorkspaceMode, WorkspaceModeImpl, fresh_session_id
 from .usage import NOT_MEASURED, usage_from_stats
@@ -271,9 +270,9 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
         if overlay is not None:
-            base = FORK_BASES.acquire(snapshot_id, *overlay)
-            mode = OverlayMode(base, self.options.copy_bytes, self.options.copy_keep_group_write,
-                               self.options.setid_files)
+            mode = CopyMode(self.options.copy_bytes, self.options.copy_keep_group_write,
+                            self.options.setid_files,
+                            ChildOverlay(FORK_BASES.acquire(snapshot_id, *overlay)))
             child.sandbox.mode = mode
             child.liveness = mode.liveness(child.sandbox)
         child._layer_start = snapshot_id  # its writable layer, put back when it opens
@@ -289,7 +288,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         any when it is root."""
         mode = self.sandbox.mode
         if not self.sandbox.engine.address.is_local or not (
-                mode.shares_host_dir or isinstance(mode, OverlayMode)):
+                mode.shares_host_dir or getattr(mode, "overlay", None) is not None):
             return None
         root = socket_owner(self.sandbox.engine.endpoint)
         if root is None:

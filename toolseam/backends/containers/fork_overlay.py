@@ -40,6 +40,7 @@ import psutil
 
 from ..snapshots.apply import remove_tree_at
 from ..snapshots.local import branches_root, restore_tree
+from .engine.protocol import Engine
 from .labels import owner_is_gone
 
 FORK_PREFIX = "fork-"  # in the store's branches dir
@@ -86,6 +87,34 @@ class ForkBase:
     def remove_child(self, name: str) -> None:
         """A child's dirs, after its container and volume are gone (the mount with them)."""
         _remove_below(self.root, name)
+
+
+class ChildOverlay:
+    """One child's overlay (a copy-mode sandbox's ``overlay``, ``modes/copy.py``): its upper and
+    work dirs, made with its volume, and its hold on the fork's base, let go once."""
+
+    def __init__(self, base: ForkBase) -> None:
+        self.base: ForkBase | None = base
+        self.dir: str | None = None  # its name below the fork's dir, once made
+
+    def create_volume(self, engine: Engine, volume: str, labels: dict[str, str]) -> None:
+        assert self.base is not None
+        self.dir, upper, work = self.base.child_dirs()
+        engine.create_volume(volume, labels, self.base.volume_options(upper, work))
+
+    def release(self) -> None:
+        """After the child's container and volume went (the mount with them): its dirs, and
+        its hold on the base (the last hold removes the base)."""
+        base, self.base = self.base, None
+        if base is None:
+            return
+        child, self.dir = self.dir, None
+        try:
+            if child is not None:
+                with contextlib.suppress(OSError):
+                    base.remove_child(child)
+        finally:
+            FORK_BASES.release(base)
 
 
 class ForkBases:
