@@ -203,6 +203,8 @@ async def test_a_forked_child_can_fork_snapshot_restore_and_keep(
         assert grandchild.backend.sandbox.mode.overlay is not None  # type: ignore[attr-defined]
         assert await run(grandchild, "cat a.txt") == "child\n"
         await run(grandchild, "echo grand > g.txt")
+        kept = await grandchild.keep()  # home: the child's private dir, filled at the fork
+        assert kept.added == ["g.txt"] and not kept.conflicts, kept
         await grandchild.close()
         report = await child.keep()
         assert report.modified == ["a.txt"], report

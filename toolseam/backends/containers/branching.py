@@ -192,6 +192,15 @@ class ContainerBranching(LayerSnapshots, LocalSnapshots):
         """A fork's private host directory made the snapshot's tree (copy mode carries it in)."""
         LocalSnapshots()._restore(workspace, snapshot_id)
 
+    async def ready_branch_home(self) -> None:
+        """A local fork's child forking in turn (decision 507): its private host directory,
+        its branches' home, starts empty and is filled by its first sync — done now, so a
+        kept grandchild is compared with the child's files, not with an empty directory."""
+        copy = getattr(self.sandbox.mode, "copy", None)
+        if getattr(self.sandbox.mode, "overlay", None) is not None and copy is not None \
+                and not copy.baseline:
+            await self.sandbox.sync()
+
     def branch_home(self, root: str) -> str:
         """Where a kept branch of this session comes home: the host directory that is (bind
         mode) or is copied to (copy mode) ``/workspace``."""
