@@ -302,3 +302,20 @@ def test_the_sweep_removes_only_a_dead_processs_fork_dirs_and_follows_no_link(
     finally:
         os.rmdir(me)
         os.unlink(link)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_child_opens_with_its_parents_tmp_whether_or_not_it_changed(
+        engine: str, workspace: Path) -> None:
+    """A parent that wrote nothing outside its workspace gives its children nothing to
+    restore there (a new container's /tmp is the snapshot's); one that did, its /tmp."""
+    async with Toolkit(backend(engine, str(workspace))) as tk:
+        (pristine,) = await tk.fork(1)
+        assert isinstance(pristine, Toolkit)
+        assert await run(pristine, "stat -c %a /tmp; ls -A /tmp") == "1777\n"
+        await pristine.close()
+        await run(tk, "echo t > /tmp/t && chmod 700 /tmp")
+        (changed,) = await tk.fork(1)
+        assert isinstance(changed, Toolkit)
+        assert await run(changed, "stat -c %a /tmp; cat /tmp/t") == "700\nt\n"
+        await changed.close()

@@ -37,6 +37,7 @@ from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
 from ..snapshots import SnapshotStore
+from ..snapshots.manifest import Manifest
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
@@ -238,8 +239,9 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
                 try:
                     self._info = await self.sandbox.start()
                     if self._layer_start is not None:  # a fork's child (branch_backend)
-                        await self.restore_layer(SnapshotStore().load(self._layer_start),
-                                                 diff=False)
+                        start = SnapshotStore().load(self._layer_start)
+                        if not _image_layer(start):  # a new container's layer is the image's
+                            await self.restore_layer(start, diff=False)
                         self._layer_start = None
                 except BaseException:
                     self._info = None
@@ -347,6 +349,16 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
 
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir
+
+
+def _image_layer(manifest: Manifest) -> bool:
+    """Whether a snapshot's layer outside /workspace is what a new container of the image
+    has: nothing but an empty ``/tmp`` of a new tmpfs's mode and no deleted name of the image — a
+    parent that wrote nothing outside (the default read-only root with an empty /tmp). Its
+    fork's children then skip the layer's restore: an upload and a run as the sandbox's root
+    each (decision 507)."""
+    return not manifest.layer_deleted and all(
+        e.path == "tmp" and e.kind == "dir" and e.mode == 0o1777 for e in manifest.layer)
 
 
 def _no_link_on_the_way(engine: Engine, container: str, given: str, source: str
