@@ -63,6 +63,19 @@ class ForkBase:
         self.base = os.path.join(root, "base")
         self.users = 0  # children that hold it (ForkBases.acquire / release)
         self.restores = 0  # how many times the base was filled: once (the tests count it)
+        # The restore runs in a thread of its own while the children's containers are made:
+        # an overlay is mounted only when its container starts (``ChildOverlay.wait``).
+        self.ready = threading.Event()
+        self.failure: BaseException | None = None
+
+    def fill(self, snapshot_id: str) -> None:
+        try:
+            restore_tree(self.base, snapshot_id, self.owner)
+            self.restores += 1
+        except BaseException as exc:  # noqa: BLE001 - each child's start raises it
+            self.failure = exc
+        finally:
+            self.ready.set()
 
     def child_dirs(self) -> tuple[str, str, str]:
         """A new child's (its dir, upper, work), made empty; the upper's mode is what the
@@ -102,6 +115,14 @@ class ChildOverlay:
         self.dir, upper, work = self.base.child_dirs()
         engine.create_volume(volume, labels, self.base.volume_options(upper, work))
 
+    def wait(self) -> None:
+        """Before the container starts (the engine mounts the overlay then): the base filled,
+        or the restore's failure raised."""
+        assert self.base is not None
+        self.base.ready.wait()
+        if self.base.failure is not None:
+            raise self.base.failure
+
     def release(self) -> None:
         """After the child's container and volume went (the mount with them): its dirs, and
         its hold on the base (the last hold removes the base)."""
@@ -127,10 +148,10 @@ class ForkBases:
 
     def acquire(self, snapshot_id: str, owner: int | None, rootless: bool) -> ForkBase:
         """The base of ``snapshot_id`` for sandboxes whose root is ``owner`` (None: this
-        process's uid) on a rootless engine or not, restored now if no child of it is open;
-        one more user of it."""
+        process's uid) on a rootless engine or not — its restore started now (in a thread)
+        if no child of it is open; one more user of it."""
         key = (snapshot_id, owner, rootless)
-        with self._lock:  # the other children of the fork wait for the one restore
+        with self._lock:  # the fork's children share the one restore
             found = self._bases.get(key)
             if found is None:
                 found = _new_base(snapshot_id, owner, rootless)
@@ -147,6 +168,7 @@ class ForkBases:
             for key, found in list(self._bases.items()):
                 if found is base:
                     del self._bases[key]
+        base.ready.wait()  # a restore still writing there ends first
         remove_fork_root(base.root)
 
 
@@ -178,8 +200,8 @@ def _new_base(snapshot_id: str, owner: int | None, rootless: bool) -> ForkBase:
         os.mkdir(made.base, 0o700)
         if owner is not None:
             os.chown(made.base, owner, owner)
-        restore_tree(made.base, snapshot_id, owner)
-        made.restores += 1
+        threading.Thread(target=made.fill, args=(snapshot_id,), daemon=True,
+                         name="toolseam-fork-base").start()
     except BaseException:
         remove_fork_root(root)
         raise

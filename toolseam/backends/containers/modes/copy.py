@@ -180,6 +180,7 @@ class CopyMode:
         """Before the start: the workspace volume given the base dir's files (an overlay
         has them already)."""
         if self.overlay is not None:
+            self.overlay.wait()  # the base restored (made while the container was)
             self.copy = WorkspaceCopy(sandbox.workspace, self._copy_limit,
                                       keep_group_write=self._keep_group_write)
             self._copy_changed = True
