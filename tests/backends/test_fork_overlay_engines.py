@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from toolseam import Toolkit
+from toolseam import CouldNotRunError, Toolkit
 from toolseam.backends.containers.fork_overlay import (
     FORK_PREFIX,
     OTHER_USERS_PREFIX,
@@ -27,7 +27,7 @@ from toolseam.backends.containers.fork_overlay import (
     sweep_fork_dirs,
 )
 from toolseam.backends.containers.labels import SESSION_LABEL
-from toolseam.backends.snapshots import SnapshotStore
+from toolseam.backends.snapshots import SnapshotCorruptError, SnapshotStore
 
 from ..support.engines import ENGINES, REMOTE_ENGINES, backend
 from ..support.sandbox_trees import run
@@ -226,7 +226,7 @@ async def test_a_remote_engines_fork_is_still_a_copy(engine: str, workspace: Pat
 _CRASHING = textwrap.dedent("""
     import asyncio, os, sys
     sys.path.insert(0, sys.argv[2])
-    from toolseam import Toolkit
+    from toolseam import CouldNotRunError, Toolkit
     from tests.support.engines import backend
 
     async def main() -> None:
@@ -319,3 +319,25 @@ async def test_a_child_opens_with_its_parents_tmp_whether_or_not_it_changed(
         assert isinstance(changed, Toolkit)
         assert await run(changed, "stat -c %a /tmp; cat /tmp/t") == "700\nt\n"
         await changed.close()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_tampered_store_entry_fails_every_child_and_leaves_nothing(
+        engine: str, workspace: Path, store: Path) -> None:
+    """The base is restored by the safe restore, each object checked against its digest: a
+    tampered one makes every child a CouldNotRunError in its place, and nothing of the fork
+    is left (no base, no container, no volume)."""
+    (workspace / "keep.txt").write_text("precious\n")
+    async with Toolkit(backend(engine, str(workspace))) as tk:
+        await tk.snapshot()  # the fork's snapshot finds the file stored already
+        (target,) = [p for p in (store / "objects").rglob("*") if p.is_file()]
+        target.chmod(0o600)
+        target.write_bytes(b"evil\n")
+        children = await tk.fork(2)
+        assert all(isinstance(c, CouldNotRunError) for c in children), children
+        assert all(isinstance(c, SnapshotCorruptError) for c in children), children
+        assert list((store / "branches").iterdir()) == []
+        assert await run(tk, "cat keep.txt") == "precious\n"
+        session = tk.session_id
+    assert _engine_leftovers(tk, session) == []
+    assert [d for d in _fork_dirs() if f"fork-{os.getpid()}-" in d] == []
