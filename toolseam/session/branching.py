@@ -176,9 +176,16 @@ class Branches:
             raise ConfigurationError("keep: only a session made by fork() has a home to bring "
                                      "its workspace to")
         await tk.open()
-        if isinstance(tk.backend, WorkspaceTransfer):  # a sandbox's copy to its host dir first
-            await tk.backend.sync()
         if self._home_copy is None:
             self._home_copy = baseline_copy(self.home, SnapshotStore().load(self.start.id),
                                             self.home_stamps())
+        # a local fork's overlay child whose private dir was never filled: its workspace's
+        # archive straight home (decision 507), not copied to that dir first
+        direct = getattr(tk.backend, "keep_directly", None)
+        if direct is not None:
+            report: SyncReport | None = await direct(self._home_copy)
+            if report is not None:
+                return report
+        if isinstance(tk.backend, WorkspaceTransfer):  # a sandbox's copy to its host dir first
+            await tk.backend.sync()
         return await asyncio.to_thread(bring_home, self.private_workspace, self._home_copy)

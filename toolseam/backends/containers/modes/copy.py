@@ -114,8 +114,9 @@ class CopyMode:
         self._copy_changed = True  # the baseline moved since the agent was given it
         # A fork's child on an engine of this machine (decision 507): its volume is an overlay
         # over the fork's base, so nothing is copied in. Its private host directory starts
-        # empty with an empty baseline (its first sync, keep()'s, brings the whole workspace
-        # there), and its close brings nothing home: that directory goes with the child, and
+        # empty with an empty baseline (its first sync brings the whole workspace there;
+        # keep() goes straight home: ContainerBranching.keep_directly), and its close brings
+        # nothing home: that directory goes with the child, and
         # an engine unmounts the overlay once the container stopped (podman's archive API then
         # reads an empty directory).
         self.overlay = overlay
