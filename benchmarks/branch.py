@@ -28,7 +28,9 @@ its own (TOOLSEAM_SNAPSHOTS in a temp dir, removed after), on each backend:
   one cluster at a time). ``--backends ''`` with it measures only that.
 
 The local engines run in bind mode, the remote ones (their own mount namespaces, over TCP) in
-copy mode; every fork's children are copy-mode sandboxes (docs/branching.md).
+copy mode; every fork's children are copy-mode sandboxes (docs/branching.md) — on the local
+engines with a copy-on-write ``/workspace``, an overlay over a base restored once per fork
+(decision 507).
 """
 
 from __future__ import annotations

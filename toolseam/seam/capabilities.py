@@ -309,7 +309,9 @@ class Branching(Protocol):
     def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[Any, str | None]:
         """A new backend (a ``BuiltinExec``, not open) of this one's kind and options whose
         workspace is ``workspace`` — a private directory here, made the snapshot's tree
-        before this returns — and the base dir its session uses (None: the backend's own).
+        before this returns, unless the backend gives its sandbox the snapshot another way
+        (a container fork's overlay, decision 507: then it starts empty and ``sync`` fills
+        it) — and the base dir its session uses (None: the backend's own).
 
         Raises:
             CouldNotRunError: a stored entry does not match its digest.

@@ -127,6 +127,9 @@ class Branches:
             raise ConfigurationError(f"fork: n must be an integer from 1 to {MAX_FORK}, got {n!r}")
         snap = await self.snapshot(tk, f"fork of {tk.session_id}")
         capability = branching(tk.backend)
+        ready = getattr(capability, "ready_branch_home", None)
+        if ready is not None:  # a home that is filled at its first sync (decision 507)
+            await ready()
         home = capability.branch_home(tk.base_dir)
         return list(await asyncio.gather(*(self._child(tk, make, capability, snap, home, number)
                                            for number in range(1, n + 1))))
@@ -136,12 +139,15 @@ class Branches:
         child: Child | None = None
         try:
             workspace = new_branch_workspace()
+            backend = None
             try:
                 backend, base_dir = await asyncio.to_thread(capability.branch_backend,
                                                             workspace, snap.id)
                 child = make(backend, base_dir=base_dir, snapshot=snap,
                              session_id=f"{tk.session_id}-{number}", **self.options)
             except BaseException:
+                if backend is not None:  # what it holds (a fork's shared base) is let go
+                    await asyncio.shield(backend.close())
                 remove_branch_workspace(workspace)
                 raise
             child._branches.private_workspace = workspace
@@ -170,9 +176,16 @@ class Branches:
             raise ConfigurationError("keep: only a session made by fork() has a home to bring "
                                      "its workspace to")
         await tk.open()
-        if isinstance(tk.backend, WorkspaceTransfer):  # a sandbox's copy to its host dir first
-            await tk.backend.sync()
         if self._home_copy is None:
             self._home_copy = baseline_copy(self.home, SnapshotStore().load(self.start.id),
                                             self.home_stamps())
+        # a local fork's overlay child whose private dir was never filled: its workspace's
+        # archive straight home (decision 507), not copied to that dir first
+        direct = getattr(tk.backend, "keep_directly", None)
+        if direct is not None:
+            report: SyncReport | None = await direct(self._home_copy)
+            if report is not None:
+                return report
+        if isinstance(tk.backend, WorkspaceTransfer):  # a sandbox's copy to its host dir first
+            await tk.backend.sync()
         return await asyncio.to_thread(bring_home, self.private_workspace, self._home_copy)

@@ -37,9 +37,11 @@ from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
 from ..snapshots import SnapshotStore
+from ..snapshots.manifest import Manifest
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
+from .fork_overlay import FORK_BASES, ChildOverlay, fork_parent, overlay_paths_plain
 from .labels import POOL_LABEL, WORKSPACE
 from .lifetimes.durable import DurableLifetime
 from .lifetimes.ephemeral import EphemeralLifetime
@@ -237,8 +239,9 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
                 try:
                     self._info = await self.sandbox.start()
                     if self._layer_start is not None:  # a fork's child (branch_backend)
-                        await self.restore_layer(SnapshotStore().load(self._layer_start),
-                                                 diff=False)
+                        start = SnapshotStore().load(self._layer_start)
+                        if not _image_layer(start):  # a new container's layer is the image's
+                            await self.restore_layer(start, diff=False)
                         self._layer_start = None
                 except BaseException:
                     self._info = None
@@ -254,9 +257,13 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
 
     # --- branches (seam/capabilities.py: Branching; the snapshots: branching.py) -----------
     def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[ContainerBackend, None]:
-        """A new sandbox of this engine and these options, in copy mode (decision 401), whose
-        workspace is ``workspace`` made the snapshot's tree first; not open."""
-        self.prefill_branch(workspace, snapshot_id)
+        """A new sandbox of this engine and these options, in copy mode (decision 401); not
+        open. On an engine of this machine its ``/workspace`` is an overlay over the fork's
+        base, restored once for all the fork's children (decision 507); elsewhere
+        ``workspace`` is made the snapshot's tree first and copied in."""
+        overlay = self._overlay_owner()
+        if overlay is None:
+            self.prefill_branch(workspace, snapshot_id)
         engine = self._engine
         assert isinstance(engine, SdkEngine)
         child = type(self).__new__(type(self))
@@ -264,8 +271,37 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             child, SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.name, workspace,
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
+        if overlay is not None:
+            mode = CopyMode(self.options.copy_bytes, self.options.copy_keep_group_write,
+                            self.options.setid_files,
+                            ChildOverlay(FORK_BASES.acquire(snapshot_id, *overlay)))
+            child.sandbox.mode = mode
+            child.liveness = mode.liveness(child.sandbox)
         child._layer_start = snapshot_id  # its writable layer, put back when it opens
         return child, None
+
+    def _overlay_owner(self) -> tuple[int | None, bool] | None:
+        """``(uid, rootless)``: the uid the fork's base is given to (None: this process's)
+        and whether the engine is rootless, when this session's children can be overlays
+        (decision 507); else None. They can when the engine is on this
+        machine and sees its directories (bind mode, or a child that is an overlay itself:
+        a session the caller put in copy mode on a local socket may have an engine that does
+        not), and its sandbox's root is a uid this process can give files to — its own, or
+        any when it is root."""
+        mode = self.sandbox.mode
+        if not self.sandbox.engine.address.is_local or not (
+                mode.shares_host_dir or getattr(mode, "overlay", None) is not None):
+            return None
+        root = socket_owner(self.sandbox.engine.endpoint)
+        if root is None:
+            return None
+        owner = None if root == os.geteuid() else root
+        if owner is not None and os.geteuid() != 0:
+            return None  # a rootful engine's user that is not root: container root could
+            # not change files this process owns, and it cannot give them away
+        if not overlay_paths_plain(fork_parent(owner)):
+            return None
+        return owner, root != 0
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     @property
@@ -313,6 +349,16 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
 
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir
+
+
+def _image_layer(manifest: Manifest) -> bool:
+    """Whether a snapshot's layer outside /workspace is what a new container of the image
+    has: nothing but an empty ``/tmp`` of a new tmpfs's mode and no deleted name of the image — a
+    parent that wrote nothing outside (the default read-only root with an empty /tmp). Its
+    fork's children then skip the layer's restore: an upload and a run as the sandbox's root
+    each (decision 507)."""
+    return not manifest.layer_deleted and all(
+        e.path == "tmp" and e.kind == "dir" and e.mode == 0o1777 for e in manifest.layer)
 
 
 def _no_link_on_the_way(engine: Engine, container: str, given: str, source: str

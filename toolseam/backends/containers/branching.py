@@ -30,6 +30,7 @@ import contextlib
 import tempfile
 from collections.abc import Iterable, Iterator
 
+from ...seam.models import SyncReport
 from ..snapshots import DEFAULT_LIMIT, LocalSnapshots, Restored, Snapshot, SnapshotStore
 from ..snapshots.archive import capture_archive, finishing_script, restore_archive
 from ..snapshots.capture import Captured, Known, SnapshotLimitError
@@ -39,6 +40,7 @@ from .engine.protocol import in_engine_thread
 from .labels import WORKSPACE
 from .layer_snapshots import _OUTSIDE, LayerSnapshots, PackDenied, PackStopped, _still_stored
 from .workspace_restore import DigestOnly, WorkspaceRestore, workspace_restore
+from .workspace_sync.tar_sync import WorkspaceCopy
 
 # Run by the agent as the sandbox's root, in /workspace: every name in it goes, links as links
 # (find's default never follows one; rm -rf removes a link, not what it names). Directories
@@ -191,6 +193,35 @@ class ContainerBranching(LayerSnapshots, LocalSnapshots):
     def prefill_branch(self, workspace: str, snapshot_id: str) -> None:
         """A fork's private host directory made the snapshot's tree (copy mode carries it in)."""
         LocalSnapshots()._restore(workspace, snapshot_id)
+
+    async def ready_branch_home(self) -> None:
+        """A local fork's child forking in turn (decision 507): its private host directory,
+        its branches' home, starts empty and is filled by its first sync — done now, so a
+        kept grandchild is compared with the child's files, not with an empty directory."""
+        copy = getattr(self.sandbox.mode, "copy", None)
+        if getattr(self.sandbox.mode, "overlay", None) is not None and copy is not None \
+                and not copy.baseline:
+            await self.sandbox.sync()
+
+    async def keep_directly(self, home: WorkspaceCopy) -> SyncReport | None:
+        """``keep()`` of a local fork's overlay child whose private directory was never
+        filled (decision 507): the engine's archive of ``/workspace`` applied to the home by
+        the copy-back rule, as a sync would apply it to that directory — one copy, not two.
+        None for any other session (its sync, then its directory)."""
+        mode = self.sandbox.mode
+        copy = getattr(mode, "copy", None)
+        if getattr(mode, "overlay", None) is None or copy is None or copy.baseline:
+            return None
+        container = self._running_container()
+        engine = self.sandbox.engine
+
+        def bring() -> SyncReport:
+            with engine.get_archive(container, WORKSPACE) as chunks:
+                spool = home.spool(chunks, "the branch's workspace")
+            with spool:
+                return home.apply(spool, source=f"the branch's workspace (the {self.name} "
+                                                f"container {container[:12]})")
+        return await asyncio.to_thread(bring)
 
     def branch_home(self, root: str) -> str:
         """Where a kept branch of this session comes home: the host directory that is (bind

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from ...seam.errors import CouldNotRunError
 from ..staging import user_dir
 from .engine.protocol import ContainerState, Engine
+from .fork_overlay import sweep_fork_dirs
 from .labels import (
     CLOSING_LABEL,
     DURABLE_LABEL,
@@ -101,8 +102,9 @@ def _closing(engine: Engine) -> set[str | None]:
 def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
     is kept; and kept work past its retention; and the host mounts of pools whose process is
-    gone (``pool/mounts.py``), and socket directories no agent listens in (``bind``). Returns the
-    containers removed."""
+    gone (``pool/mounts.py``), socket directories no agent listens in (``bind``), and the
+    overlay dirs of forks whose process is gone (``fork_overlay.py``). Returns the containers
+    removed."""
     kept, expired = _kept_sessions(engine, time.time() if now is None else now)
     removed = []
     for marker, labels in expired:
@@ -142,6 +144,7 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
                 engine.remove_volume(volume)
     sweep_dead_pools()
     sweep_socket_dirs()
+    sweep_fork_dirs()  # after the dead process's containers and volumes: their mounts went
     return removed
 
 

@@ -109,8 +109,12 @@ class DockerDialect:
     def inspect_volume(self, client: docker.DockerClient, name: str) -> None:
         client.api.inspect_volume(name)
 
-    def create_volume(self, client: docker.DockerClient, name: str, labels: dict[str, str]) -> None:
-        client.api.create_volume(name, labels=labels)
+    def create_volume(self, client: docker.DockerClient, name: str, labels: dict[str, str],
+                      options: dict[str, str] | None = None) -> None:
+        if options:
+            client.api.create_volume(name, driver="local", driver_opts=options, labels=labels)
+        else:
+            client.api.create_volume(name, labels=labels)
 
     def remove_volume(self, client: docker.DockerClient, name: str) -> None:
         client.api.remove_volume(name, force=True)

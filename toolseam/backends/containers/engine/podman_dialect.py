@@ -104,8 +104,12 @@ class PodmanDialect:
     def inspect_volume(self, client: PodmanClient, name: str) -> None:
         client.volumes.get(name)
 
-    def create_volume(self, client: PodmanClient, name: str, labels: dict[str, str]) -> None:
-        client.volumes.create(name, labels=labels)
+    def create_volume(self, client: PodmanClient, name: str, labels: dict[str, str],
+                      options: dict[str, str] | None = None) -> None:
+        if options:
+            client.volumes.create(name, labels=labels, driver="local", driver_opts=options)
+        else:
+            client.volumes.create(name, labels=labels)
 
     def remove_volume(self, client: PodmanClient, name: str) -> None:
         client.volumes.remove(name, force=True)

@@ -40,6 +40,7 @@ from ..engine.attach import attach_channel
 from ..engine.exec_stream import exec_channel
 from ..engine.protocol import in_engine_thread
 from ..engine.retry import transient_retry
+from ..fork_overlay import ChildOverlay
 from ..janitor import recover_command
 from ..labels import (
     AGENT_MOUNT,
@@ -96,7 +97,7 @@ class CopyMode:
     shares_host_dir = False  # the sandbox works on a copy, brought home at sync and close
 
     def __init__(self, copy_limit: int, keep_group_write: bool,
-                 setid_files: SetidFiles = None) -> None:
+                 setid_files: SetidFiles = None, overlay: ChildOverlay | None = None) -> None:
         # The copy-back's mode mask is the boundary (no set-id bit ever comes home), so
         # commands may make set-id files in their own container by default — a step that
         # builds or installs them works; "refuse" puts the set-id guard back (decision 146).
@@ -111,6 +112,14 @@ class CopyMode:
         self.agent_stderr: deque[str] | None = None  # the engine keeps no log of it
         self.address = ""  # a listening agent's abstract socket (a session that outlives its client)
         self._copy_changed = True  # the baseline moved since the agent was given it
+        # A fork's child on an engine of this machine (decision 507): its volume is an overlay
+        # over the fork's base, so nothing is copied in. Its private host directory starts
+        # empty with an empty baseline (its first sync brings the whole workspace there;
+        # keep() goes straight home: ContainerBranching.keep_directly), and its close brings
+        # nothing home: that directory goes with the child, and
+        # an engine unmounts the overlay once the container stopped (podman's archive API then
+        # reads an empty directory).
+        self.overlay = overlay
 
     def liveness(self, sandbox: ContainerSandbox) -> CopyLiveness:
         return CopyLiveness(self, sandbox)
@@ -135,7 +144,7 @@ class CopyMode:
         agent_volume = await in_engine_thread(lambda: agent_volume_for(
             engine, bundle, sandbox.image, sandbox.hardening, sandbox.session_id))
         volume = self.workspace_volume = f"toolseam-ws-{sandbox.session_id}"
-        await in_engine_thread(lambda: engine.create_volume(volume, labels))
+        await in_engine_thread(lambda: self._create_workspace_volume(sandbox, volume, labels))
         spec = sandbox.spec(command, labels, binds=[], stdin_open=not lifetime.outlives_client,
                             volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
         # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
@@ -145,7 +154,7 @@ class CopyMode:
             if egress:
                 _point_resolv_conf(sandbox)
             if not sandbox.awaiting_workspace:
-                self._copy_in(sandbox, sandbox.workspace)
+                self._fill(sandbox)
 
         # kept when it stops: the close copies back from the stopped container
         await sandbox.launch(lifetime.finish_spec(spec, removed_when_stopped=False),
@@ -159,6 +168,25 @@ class CopyMode:
             raise exc from None
         assert sandbox.channel is not None
         return await sandbox.channel.hello()
+
+    def _create_workspace_volume(self, sandbox: ContainerSandbox, volume: str,
+                                 labels: dict[str, str]) -> None:
+        """The volume the sandbox's ``/workspace`` is: empty, or a fork child's overlay."""
+        if self.overlay is not None:
+            self.overlay.create_volume(sandbox.engine, volume, labels)
+        else:
+            sandbox.engine.create_volume(volume, labels)
+
+    def _fill(self, sandbox: ContainerSandbox) -> None:
+        """Before the start: the workspace volume given the base dir's files (an overlay
+        has them already)."""
+        if self.overlay is not None:
+            self.overlay.wait()  # the base restored (made while the container was)
+            self.copy = WorkspaceCopy(sandbox.workspace, self._copy_limit,
+                                      keep_group_write=self._keep_group_write)
+            self._copy_changed = True
+            return
+        self._copy_in(sandbox, sandbox.workspace)
 
     def _copy_in(self, sandbox: ContainerSandbox, workspace: str) -> None:
         """The base dir, packed, into the container's workspace volume (stopped or running)."""
@@ -301,8 +329,8 @@ class CopyMode:
     async def finish(self, sandbox: ContainerSandbox) -> None:
         """After the agent ended every job: the changes come home (the archive API reads a
         stopped container as well). If they cannot, the container and its volume are kept and
-        ``copy_back_error`` names them."""
-        if self.copy is None or sandbox.container is None:
+        ``copy_back_error`` names them. A fork's overlay child brings nothing home."""
+        if self.copy is None or sandbox.container is None or self.overlay is not None:
             return
         try:
             await _wait_stopped(sandbox)
@@ -324,6 +352,8 @@ class CopyMode:
         if sandbox.lifetime.outlives_client:
             with contextlib.suppress(CouldNotRunError):
                 await asyncio.to_thread(sandbox.engine.remove_volume, _closing_marker(sandbox))
+        if self.overlay is not None:  # its dirs, its hold on the base (after the mount went)
+            await asyncio.shield(in_engine_thread(self.overlay.release))
 
     # --- a session that outlives its client (sandbox.lifetime) ----------------------------
     async def _relay(self, sandbox: ContainerSandbox) -> None:

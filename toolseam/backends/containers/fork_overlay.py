@@ -1,0 +1,259 @@
+"""A fork's copy-on-write workspaces (decision 507): the snapshot's tree is restored ONCE per
+fork into a base directory no sandbox writes, and each child's ``/workspace`` is an overlay
+over it with an upper and a work directory of its own — a volume of the engine's ``local``
+driver whose mount is ``type=overlay`` (docker, rootful and rootless podman alike), mounted
+by the engine when the child's container starts and unmounted when it goes. So a child costs
+a few directories and a mount, whatever the workspace holds.
+
+On the host (``ForkBase.root``)::
+
+    fork-PID-STARTMS-TOKEN/        the store's branches dir (0700, this user's); for a rootless
+                                   engine run by root: the temp dir, 0711 and root's (that
+                                   user passes it, cannot list or rename it)
+        base/                      the snapshot's tree (the safe restore, apply.py), 0700
+        c-NAME/upper, c-NAME/work  one child's overlay dirs, 0700 around them
+
+Every file and directory below is given to the uid container root maps to where that is not
+this process's (decision 403's rule), so the sandbox's root may change its files: the kernel
+copies a lower file up into the child's upper dir on its first write, and the base is never
+written. The kernel, not this process, writes the upper dir; this process only removes it,
+descriptor-relative and never through a link (``apply.remove_tree_at``).
+
+The base goes when the last child that uses it closed (``release``); a process that died
+leaves its fork dirs to the janitor (``sweep_fork_dirs``: the owner's pid and start time are
+in the name), which has removed that process's containers and volumes (their mounts) first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import socket
+import stat
+import tempfile
+import threading
+from pathlib import Path
+
+import psutil
+
+from ..snapshots.apply import remove_tree_at
+from ..snapshots.local import branches_root, restore_tree
+from .engine.protocol import Engine
+from .labels import owner_is_gone
+
+FORK_PREFIX = "fork-"  # in the store's branches dir
+OTHER_USERS_PREFIX = "toolseam-fork-"  # in the temp dir: a rootless engine's user reaches it
+# what a path may hold to be written into the overlay's mount options unquoted: "," and ":"
+# separate options and lower dirs there, and the engines have no escape for them
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_./+-]+")
+_NAME = re.compile(r"(\d+)-(\d+)-[0-9a-f]+")
+
+
+class ForkBase:
+    """One fork's shared, read-only base and its children's overlay dirs."""
+
+    def __init__(self, root: str, owner: int | None, userxattr: bool = False) -> None:
+        self.root, self.owner = root, owner
+        # a rootless engine mounts in its user namespace, where the overlay cannot keep its
+        # state in trusted.* attributes (removing a lower directory failed with EIO): it keeps
+        # it in user.overlay.*, which the kernel escapes when a command sets such a name
+        self.userxattr = userxattr
+        self.base = os.path.join(root, "base")
+        self.users = 0  # children that hold it (ForkBases.acquire / release)
+        self.restores = 0  # how many times the base was filled: once (the tests count it)
+        # The restore runs in a thread of its own while the children's containers are made:
+        # an overlay is mounted only when its container starts (``ChildOverlay.wait``).
+        self.ready = threading.Event()
+        self.failure: BaseException | None = None
+
+    def fill(self, snapshot_id: str) -> None:
+        try:
+            restore_tree(self.base, snapshot_id, self.owner)
+            self.restores += 1
+        except BaseException as exc:  # noqa: BLE001 - each child's start raises it
+            self.failure = exc
+        finally:
+            self.ready.set()
+
+    def child_dirs(self) -> tuple[str, str, str]:
+        """A new child's (its dir, upper, work), made empty; the upper's mode is what the
+        child's ``/workspace`` shows (0755, as a fresh volume's)."""
+        name = "c-" + secrets.token_hex(6)
+        child = os.path.join(self.root, name)
+        os.mkdir(child, 0o700)
+        upper, work = os.path.join(child, "upper"), os.path.join(child, "work")
+        os.mkdir(upper, 0o755)
+        os.mkdir(work, 0o700)
+        if self.owner is not None:
+            for path in (child, upper, work):
+                os.chown(path, self.owner, self.owner, follow_symlinks=False)
+        return name, upper, work
+
+    def volume_options(self, upper: str, work: str) -> dict[str, str]:
+        """The ``local`` driver's options for a child's overlay."""
+        extra = ",userxattr" if self.userxattr else ""
+        return {"type": "overlay", "device": "overlay",
+                "o": f"lowerdir={self.base},upperdir={upper},workdir={work}{extra}"}
+
+    def remove_child(self, name: str) -> None:
+        """A child's dirs, after its container and volume are gone (the mount with them)."""
+        _remove_below(self.root, name)
+
+
+class ChildOverlay:
+    """One child's overlay (a copy-mode sandbox's ``overlay``, ``modes/copy.py``): its upper and
+    work dirs, made with its volume, and its hold on the fork's base, let go once."""
+
+    def __init__(self, base: ForkBase) -> None:
+        self.base: ForkBase | None = base
+        self.dir: str | None = None  # its name below the fork's dir, once made
+
+    def create_volume(self, engine: Engine, volume: str, labels: dict[str, str]) -> None:
+        assert self.base is not None
+        self.dir, upper, work = self.base.child_dirs()
+        engine.create_volume(volume, labels, self.base.volume_options(upper, work))
+
+    def wait(self) -> None:
+        """Before the container starts (the engine mounts the overlay then): the base filled,
+        or the restore's failure raised."""
+        assert self.base is not None
+        self.base.ready.wait()
+        if self.base.failure is not None:
+            raise self.base.failure
+
+    def release(self) -> None:
+        """After the child's container and volume went (the mount with them): its dirs, and
+        its hold on the base (the last hold removes the base)."""
+        base, self.base = self.base, None
+        if base is None:
+            return
+        child, self.dir = self.dir, None
+        try:
+            if child is not None:
+                with contextlib.suppress(OSError):
+                    base.remove_child(child)
+        finally:
+            FORK_BASES.release(base)
+
+
+class ForkBases:
+    """The bases of this process's forks under way, by snapshot and owner: the children of one
+    fork share one, made by the first and removed by the last."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bases: dict[tuple[str, int | None, bool], ForkBase] = {}
+
+    def acquire(self, snapshot_id: str, owner: int | None, rootless: bool) -> ForkBase:
+        """The base of ``snapshot_id`` for sandboxes whose root is ``owner`` (None: this
+        process's uid) on a rootless engine or not — its restore started now (in a thread)
+        if no child of it is open; one more user of it."""
+        key = (snapshot_id, owner, rootless)
+        with self._lock:  # the fork's children share the one restore
+            found = self._bases.get(key)
+            if found is None:
+                found = _new_base(snapshot_id, owner, rootless)
+                self._bases[key] = found
+            found.users += 1
+            return found
+
+    def release(self, base: ForkBase) -> None:
+        """One user fewer; the last one's release removes the base and its dir."""
+        with self._lock:
+            base.users -= 1
+            if base.users > 0:
+                return
+            for key, found in list(self._bases.items()):
+                if found is base:
+                    del self._bases[key]
+        base.ready.wait()  # a restore still writing there ends first
+        remove_fork_root(base.root)
+
+
+FORK_BASES = ForkBases()
+
+
+def overlay_paths_plain(*paths: str) -> bool:
+    """Whether the paths can be written into mount options (no ``,`` or ``:``)."""
+    return all(_PLAIN_PATH.fullmatch(p) for p in paths)
+
+
+def fork_parent(owner: int | None) -> str:
+    """Where a fork's dir is made for ``owner`` (see the module's docstring)."""
+    return str(branches_root()) if owner is None else tempfile.gettempdir()
+
+
+def _new_base(snapshot_id: str, owner: int | None, rootless: bool) -> ForkBase:
+    me = psutil.Process()
+    tag = f"{os.getpid()}-{int(me.create_time() * 1000)}-{secrets.token_hex(6)}"
+    if owner is None:
+        root = os.path.join(fork_parent(None), FORK_PREFIX + tag)
+        os.mkdir(root, 0o700)
+    else:
+        root = os.path.join(fork_parent(owner), OTHER_USERS_PREFIX + tag)
+        os.mkdir(root, 0o700)
+        os.chmod(root, 0o711)  # the engine's user passes, cannot list; root's, so not renamed
+    made = ForkBase(root, owner, userxattr=rootless)
+    try:
+        os.mkdir(made.base, 0o700)
+        if owner is not None:
+            os.chown(made.base, owner, owner)
+        threading.Thread(target=made.fill, args=(snapshot_id,), daemon=True,
+                         name="toolseam-fork-base").start()
+    except BaseException:
+        remove_fork_root(root)
+        raise
+    return made
+
+
+def remove_fork_root(root: str) -> None:
+    """Remove a fork's dir (``root`` must be one: by its parent and prefix), never through a
+    link: what a child's command made in its upper dir is removed as names, not followed."""
+    path = Path(root)
+    if not _is_fork_dir(path):
+        raise ValueError(f"{root} is not a fork's dir")
+    _remove_below(str(path.parent), path.name)
+
+
+def _is_fork_dir(path: Path) -> bool:
+    return ((str(path.parent) == str(branches_root()) and path.name.startswith(FORK_PREFIX))
+            or (str(path.parent) == tempfile.gettempdir()
+                and path.name.startswith(OTHER_USERS_PREFIX)))
+
+
+def _remove_below(parent: str, name: str) -> None:
+    parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        remove_tree_at(parent_fd, name)
+    finally:
+        os.close(parent_fd)
+
+
+def sweep_fork_dirs() -> list[str]:
+    """The janitor's part: remove the fork dirs whose process is gone (it died before its
+    children closed). A dir of a live process, or one this user did not make, stays."""
+    removed: list[str] = []
+    host = socket.gethostname()
+    for parent, prefix in ((fork_parent(None), FORK_PREFIX),
+                           (tempfile.gettempdir(), OTHER_USERS_PREFIX)):
+        try:
+            names = [n for n in os.listdir(parent) if n.startswith(prefix)]
+        except OSError:
+            continue
+        for name in names:
+            found = _NAME.fullmatch(name[len(prefix):])
+            if found is None:
+                continue
+            pid, started_ms = found.groups()
+            if not owner_is_gone(f"{host}:{pid}:{int(started_ms) / 1000:.3f}"):
+                continue
+            path = os.path.join(parent, name)
+            with contextlib.suppress(OSError):
+                seen = os.lstat(path)
+                if not stat.S_ISDIR(seen.st_mode) or seen.st_uid != os.geteuid():
+                    continue  # a link, or another user's: never ours to remove
+                _remove_below(parent, name)
+                removed.append(path)
+    return removed
