@@ -37,6 +37,8 @@ def _coroutines(protocol: type) -> set[str]:
 
 def test_every_coroutine_of_the_forwarded_protocols_is_one_row() -> None:
     expected = set().union(*(_coroutines(p) for p in (*ops.REQUIRED, *ops.OPTIONAL)))
+    assert ops.CLIENT_OWN <= expected  # what is no request is named, not left out unseen
+    expected -= ops.CLIENT_OWN
     assert [op.name for op in ops.TABLE] == list(ops.BY_NAME) and set(ops.BY_NAME) == expected
     assert {op.name for op in ops.TABLE if op.shape != "call"} == {
         "start", "upload", "download", "open_egress", "snapshot_files", "restore_files",
@@ -71,7 +73,8 @@ def test_the_client_class_has_the_hosted_kinds_capabilities() -> None:
     assert supports(probe, DurableSessions) and not supports(none, DurableSessions)
     assert not {"detach", "keep_state", "keep_backend_state"} & set(ops.BY_NAME)
     assert all(hasattr(probe, name) and not hasattr(none, name)
-               for name in ("branch_backend", "branch_home", "home_stamps", "kill_sandbox"))
+               for name in ("branch_backend", "branch_home", "home_stamps", "kill_sandbox",
+                            *ops.CLIENT_OWN))
     # the node's own engine (placed): what every local kind declares, decision 493
     assert expected_capabilities(PLACED) == held
 

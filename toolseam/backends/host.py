@@ -211,6 +211,12 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
     def home_stamps(self) -> None:
         return None  # the base dir is the session's files
 
+    async def ready_branch_home(self) -> None:
+        return None  # the base dir is the home, always up to date
+
+    async def keep_directly(self, home: object) -> None:
+        return None  # a branch's files are its private directory already
+
     # --- transfer: the workspace is the host dir itself ----------------------------------
     @property
     def copy_back_error(self) -> CouldNotRunError | None:

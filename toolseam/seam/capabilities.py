@@ -322,6 +322,17 @@ class Branching(Protocol):
         ``root`` comes home to (``keep()``); None when the session's files are not on this
         machine (a remote session: its branches are kept by snapshot and restore)."""
 
+    async def ready_branch_home(self) -> None:
+        """Before a fork: the home a kept branch will be compared with brought up to date
+        where it is filled only at a first sync (a local fork's overlay child forking in
+        turn, decision 507); nothing for any other session."""
+
+    async def keep_directly(self, home: Any) -> Any:
+        """``keep()`` of this branch straight to its home (``home``: the home's baseline
+        copy, a ``WorkspaceCopy``), returning the copy-back's ``SyncReport``; None where the
+        branch's files are first brought to its private directory (every branch but a local
+        fork's overlay child whose directory was never filled, decision 507)."""
+
     def home_stamps(self) -> dict[str, tuple[int, int] | None] | None:
         """Each name's (size, mtime_ns) in the home directory when it was last in step with
         the session's files — a copy's baseline — or None where the home IS the session's

@@ -127,9 +127,7 @@ class Branches:
             raise ConfigurationError(f"fork: n must be an integer from 1 to {MAX_FORK}, got {n!r}")
         snap = await self.snapshot(tk, f"fork of {tk.session_id}")
         capability = branching(tk.backend)
-        ready = getattr(capability, "ready_branch_home", None)
-        if ready is not None:  # a home that is filled at its first sync (decision 507)
-            await ready()
+        await capability.ready_branch_home()  # one filled at its first sync (decision 507)
         home = capability.branch_home(tk.base_dir)
         return list(await asyncio.gather(*(self._child(tk, make, capability, snap, home, number)
                                            for number in range(1, n + 1))))
@@ -181,11 +179,9 @@ class Branches:
                                             self.home_stamps())
         # a local fork's overlay child whose private dir was never filled: its workspace's
         # archive straight home (decision 507), not copied to that dir first
-        direct = getattr(tk.backend, "keep_directly", None)
-        if direct is not None:
-            report: SyncReport | None = await direct(self._home_copy)
-            if report is not None:
-                return report
+        report: SyncReport | None = await branching(tk.backend).keep_directly(self._home_copy)
+        if report is not None:
+            return report
         if isinstance(tk.backend, WorkspaceTransfer):  # a sandbox's copy to its host dir first
             await tk.backend.sync()
         return await asyncio.to_thread(bring_home, self.private_workspace, self._home_copy)

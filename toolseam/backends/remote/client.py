@@ -420,6 +420,14 @@ def _home_stamps(self: RemoteBackend) -> None:
     return None
 
 
+async def _ready_branch_home(self: RemoteBackend) -> None:
+    return None  # no home here (``_branch_home``)
+
+
+async def _keep_directly(self: RemoteBackend, home: object) -> None:
+    return None  # never called: a remote branch has no home here
+
+
 @functools.cache
 def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
     """The client class for a hosted backend with ``capabilities``: the rows it answers as
@@ -432,7 +440,8 @@ def remote_class(capabilities: frozenset[str]) -> type[RemoteBackend]:
         members["kill_sandbox"] = _kill_sandbox
     if "Branching" in capabilities:
         members.update(branch_backend=_branch_backend, branch_home=_branch_home,
-                       home_stamps=_home_stamps)
+                       home_stamps=_home_stamps, ready_branch_home=_ready_branch_home,
+                       keep_directly=_keep_directly)
     members["capabilities"] = frozenset(ops.CAPABILITIES[name] for name in capabilities)
     members["capability_names"] = capabilities
     members["__doc__"] = RemoteBackend.__doc__

@@ -11,8 +11,8 @@ A row's ``shape`` says what crosses: ``call`` — the arguments and the result, 
 (``egress.py``); ``snapshot`` / ``restore`` — a snapshot carried between the server's store and
 the client user's, where it lands (``snapshots.py``, decision 445); ``usage`` — a
 ``SandboxUsage`` as its fields, all None before open or once the server is gone. A protocol's
-other members (``WorkspaceTransfer.copy_back_error``, ``Branching``'s synchronous three) are
-the client's own (``client.py``).
+other members (``WorkspaceTransfer.copy_back_error``, ``Branching``'s synchronous three and
+its two hooks of a local fork's home, ``CLIENT_OWN``) are the client's own (``client.py``).
 
 Durable sessions (``DurableSessions``) cross as requests of the session's lifetime, as ``open``
 and ``close`` do, never as rows: a durable ``open``, ``attach`` (an ``open`` that adopts a
@@ -77,10 +77,14 @@ def protocol_members(protocol: type) -> frozenset[str]:
         name for name in getattr(protocol, "__annotations__", {}) if not name.startswith("_"))
 
 
+# asynchronous members that are no request: a kept branch's home is on the client's machine
+CLIENT_OWN = frozenset({"ready_branch_home", "keep_directly"})
+
+
 def _rows() -> Iterator[SeamOp]:
     for protocol in (*REQUIRED, *OPTIONAL):
         for name, value in _own_members(protocol):
-            if inspect.iscoroutinefunction(value):
+            if inspect.iscoroutinefunction(value) and name not in CLIENT_OWN:
                 yield SeamOp(name, protocol, _SHAPES.get(name, "call"))
 
 
