@@ -31,13 +31,12 @@ from toolseam.backends.snapshots import SnapshotCorruptError, SnapshotStore
 
 from ..support.engines import ENGINES, REMOTE_ENGINES, backend
 from ..support.sandbox_trees import run
+from ..support.snapshot_stores import own_store
 
 
 @pytest.fixture(autouse=True)
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    root = tmp_path / "store"
-    monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))
-    return root
+    return own_store(tmp_path / "store", monkeypatch)
 
 
 def _tree(root: str) -> dict[str, tuple[int, str]]:
