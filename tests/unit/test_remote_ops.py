@@ -37,7 +37,7 @@ def _coroutines(protocol: type) -> set[str]:
 
 def test_every_coroutine_of_the_forwarded_protocols_is_one_row() -> None:
     expected = set().union(*(_coroutines(p) for p in (*ops.REQUIRED, *ops.OPTIONAL)))
-    assert ops.CLIENT_OWN <= expected  # what is no request is named, not left out unseen
+    assert expected >= ops.CLIENT_OWN  # what is no request is named, not left out unseen
     expected -= ops.CLIENT_OWN
     assert [op.name for op in ops.TABLE] == list(ops.BY_NAME) and set(ops.BY_NAME) == expected
     assert {op.name for op in ops.TABLE if op.shape != "call"} == {
