@@ -80,20 +80,26 @@ def through_ray(sandbox: Any, name: str, args: tuple[Any, ...]) -> Any | None:
     waiter's path waits for it or raises its failure). Inside a running event loop only an
     info already read is used: reading it would block the loop."""
     info = sandbox._info
+    if info is None and asyncio._get_running_loop() is None:
+        info = made_info(sandbox)
     if info is None:
-        if asyncio._get_running_loop() is not None:
-            return None
-        ray = cluster.ray_module()
-        made = [ref for ref in (sandbox._opened, sandbox._made) if ref is not None]
-        if len(ray.wait(made, num_returns=len(made), timeout=0)[0]) < len(made):
-            return None
-        try:
-            info = opened_info(sandbox)
-        except Exception:  # noqa: BLE001 - the waiter's path raises it at ray.get
-            return None
+        return None
     return sandbox._actor.remote_call.remote(
         payload(request(sandbox, info, name, args)), sandbox._owner, sandbox._orphan_timeout,
         reader=functools.partial(read_answer, sandbox.sandbox_id, sandbox.node_id))
+
+
+def made_info(sandbox: Any) -> SandboxInfo | None:
+    """The sandbox's info if its creation is over here and opened it, without waiting; None
+    while it runs or if it failed (the waiter's path waits for it or raises its failure)."""
+    ray = cluster.ray_module()
+    made = [ref for ref in (sandbox._opened, sandbox._made) if ref is not None]
+    if len(ray.wait(made, num_returns=len(made), timeout=0)[0]) < len(made):
+        return None
+    try:
+        return opened_info(sandbox)
+    except Exception:  # noqa: BLE001 - the waiter's path raises it at ray.get
+        return None
 
 
 def read_answer(sid: str, node_id: str, data: bytes) -> Any:

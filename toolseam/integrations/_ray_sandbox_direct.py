@@ -160,12 +160,10 @@ def _link_of(loop: asyncio.AbstractEventLoop, sandbox: Any) -> _Link | None:
             held.owner = weakref.ref(sandbox)
         return held
     _close_dropped()
-    ray = cluster.ray_module()
-    done = [ref for ref in (sandbox._opened, sandbox._made) if ref is not None]
-    if len(ray.wait(done, num_returns=len(done), timeout=0)[0]) < len(done):
+    if calls.made_info(sandbox) is None:
         return None
+    ray = cluster.ray_module()
     try:
-        calls.opened_info(sandbox)
         direct = ray.get(sandbox._ready).get("direct")
     except Exception:  # noqa: BLE001 - the Ray path says what failed
         return None
