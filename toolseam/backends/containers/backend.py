@@ -41,8 +41,10 @@ from ..snapshots.manifest import Manifest
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
-from .fork_overlay import FORK_BASES, ChildOverlay, fork_parent, overlay_paths_plain
+from .fork_image import ForkImage, fork_image_fits, tmp_part
+from .fork_overlay import FORK_BASES, ChildOverlay, ForkBase, fork_parent, overlay_paths_plain
 from .labels import POOL_LABEL, WORKSPACE
+from .layer import LayerNames
 from .lifetimes.durable import DurableLifetime
 from .lifetimes.ephemeral import EphemeralLifetime
 from .modes.bind import BindMode, socket_owner
@@ -239,15 +241,25 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
                 try:
                     self._info = await self.sandbox.start()
                     if self._layer_start is not None:  # a fork's child (branch_backend)
-                        start = SnapshotStore().load(self._layer_start)
-                        if not _image_layer(start):  # a new container's layer is the image's
-                            await self.restore_layer(start, diff=False)
+                        await self._open_layer(SnapshotStore().load(self._layer_start))
                         self._layer_start = None
                 except BaseException:
                     self._info = None
                     await self.sandbox.stop()
                     raise
         return self._info
+
+    async def _open_layer(self, start: Manifest) -> None:
+        """A fork's child's layer made the snapshot's at its open: on the fork's start image
+        only ``/tmp`` is left to write (a tmpfs no commit sees); else the whole layer."""
+        if self._base_names is not None:
+            start = tmp_part(start)
+            if not _image_layer(start):
+                container = self._running_container()
+                await self._apply_restore(container, start, LayerNames([], [], []), None,
+                                          None, [])
+        elif not _image_layer(start):  # a new container's layer is the image's
+            await self.restore_layer(start, diff=False)
 
     async def close(self) -> None:
         if self._closed:
@@ -272,13 +284,29 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
         if overlay is not None:
+            base = FORK_BASES.acquire(snapshot_id, *overlay)
+            image = self._fork_image(base, snapshot_id)
             mode = CopyMode(self.options.copy_bytes, self.options.copy_keep_group_write,
-                            self.options.setid_files,
-                            ChildOverlay(FORK_BASES.acquire(snapshot_id, *overlay)))
+                            self.options.setid_files, ChildOverlay(base, image))
             child.sandbox.mode = mode
             child.liveness = mode.liveness(child.sandbox)
+            child._base_names = None if image is None else image.names
         child._layer_start = snapshot_id  # its writable layer, put back when it opens
         return child, None
+
+    def _fork_image(self, base: ForkBase, snapshot_id: str) -> ForkImage | None:
+        """The fork's start image on this engine, when the parent's layer outside /tmp can be
+        one (decision 512): made once per fork, while its base is restored."""
+        names = self._names_at[1] if self._names_at and self._names_at[0] == snapshot_id \
+            else None
+        if not fork_image_fits(SnapshotStore().load(snapshot_id), names):
+            return None
+        assert names is not None
+        engine = self._engine
+        assert isinstance(engine, SdkEngine)
+        return base.image_for(engine.endpoint, lambda: ForkImage(
+            SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.sandbox.image,
+            self.sandbox.hardening, snapshot_id, names))
 
     def _overlay_owner(self) -> tuple[int | None, bool] | None:
         """``(uid, rootless)``: the uid the fork's base is given to (None: this process's)

@@ -107,6 +107,7 @@ class ContainerBranching(LayerSnapshots, LocalSnapshots):
             await self._drop_workspace_file(*drop)
         taken[0].known.source = snap.id  # the next snapshot sends only what changed since
         self._layer_known = taken[0].known
+        self._names_at = (snap.id, names)
         return snap
 
     @contextlib.contextmanager

@@ -34,6 +34,7 @@ import socket
 import stat
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -41,6 +42,7 @@ import psutil
 from ..snapshots.apply import remove_tree_at
 from ..snapshots.local import branches_root, restore_tree
 from .engine.protocol import Engine
+from .fork_image import ForkImage
 from .labels import owner_is_gone
 
 FORK_PREFIX = "fork-"  # in the store's branches dir
@@ -67,6 +69,18 @@ class ForkBase:
         # an overlay is mounted only when its container starts (``ChildOverlay.wait``).
         self.ready = threading.Event()
         self.failure: BaseException | None = None
+        # the fork's start image on each engine its children are on (fork_image.py), made by
+        # the first child's backend and removed with the base
+        self.images: dict[str, ForkImage] = {}
+        self._images_lock = threading.Lock()
+
+    def image_for(self, endpoint: str, make: Callable[[], ForkImage]) -> ForkImage:
+        """The fork's start image on ``endpoint``: made (in a thread) by the first asking."""
+        with self._images_lock:
+            found = self.images.get(endpoint)
+            if found is None:
+                found = self.images[endpoint] = make().start()
+            return found
 
     def fill(self, snapshot_id: str) -> None:
         try:
@@ -106,9 +120,10 @@ class ChildOverlay:
     """One child's overlay (a copy-mode sandbox's ``overlay``, ``modes/copy.py``): its upper and
     work dirs, made with its volume, and its hold on the fork's base, let go once."""
 
-    def __init__(self, base: ForkBase) -> None:
+    def __init__(self, base: ForkBase, image: ForkImage | None = None) -> None:
         self.base: ForkBase | None = base
         self.dir: str | None = None  # its name below the fork's dir, once made
+        self.image = image  # the fork's start image, when the parent wrote outside /workspace
 
     def create_volume(self, engine: Engine, volume: str, labels: dict[str, str]) -> None:
         assert self.base is not None
@@ -169,7 +184,11 @@ class ForkBases:
                 if found is base:
                     del self._bases[key]
         base.ready.wait()  # a restore still writing there ends first
-        remove_fork_root(base.root)
+        try:
+            remove_fork_root(base.root)
+        finally:
+            for image in base.images.values():  # no child's container uses them now
+                image.remove()
 
 
 FORK_BASES = ForkBases()

@@ -23,6 +23,7 @@ from .fork_overlay import sweep_fork_dirs
 from .labels import (
     CLOSING_LABEL,
     DURABLE_LABEL,
+    FORK_IMAGE_LABEL,
     KEPT_CONTAINER_LABEL,
     KEPT_LABEL,
     KEPT_RETENTION_S,
@@ -103,7 +104,8 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
     """Remove containers and volumes whose owner process is gone, unless their session's work
     is kept; and kept work past its retention; and the host mounts of pools whose process is
     gone (``pool/mounts.py``), socket directories no agent listens in (``bind``), and the
-    overlay dirs of forks whose process is gone (``fork_overlay.py``). Returns the containers
+    overlay dirs and start images of forks whose process is gone (``fork_overlay.py``,
+    ``fork_image.py``). Returns the containers
     removed."""
     kept, expired = _kept_sessions(engine, time.time() if now is None else now)
     removed = []
@@ -131,8 +133,10 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
             with contextlib.suppress(CouldNotRunError):
                 engine.remove(container)
                 removed.append(container)
+    orphans = 0
     for container, labels in engine.labeled(OWNER_LABEL):
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
+            orphans += 1
             with contextlib.suppress(CouldNotRunError):
                 engine.remove(container)
                 removed.append(container)
@@ -142,6 +146,12 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove_volume(volume)
+    if orphans:  # a dead process's fork images outlive its children's containers, never
+        # its last: looked for only then (the list costs 6-12 ms a session start otherwise)
+        for image, labels in engine.labeled_images(FORK_IMAGE_LABEL):
+            if owner_is_gone(labels.get(FORK_IMAGE_LABEL, "")):
+                with contextlib.suppress(CouldNotRunError):
+                    engine.remove_image(image)
     sweep_dead_pools()
     sweep_socket_dirs()
     sweep_fork_dirs()  # after the dead process's containers and volumes: their mounts went

@@ -31,6 +31,8 @@ KEPT_CONTAINER_LABEL = "toolseam.kept.container"
 KEPT_VOLUME_LABEL = "toolseam.kept.volume"
 KEPT_WORKSPACE_LABEL = "toolseam.kept.workspace"  # the host dir the work was going to
 KEPT_RETENTION_S = 7 * 24 * 3600  # then the janitor removes it (docs/containers.md)
+# a fork's start image (fork_image.py): its maker's owner label, for the janitor
+FORK_IMAGE_LABEL = "toolseam.fork-image"
 POOL_LABEL = "toolseam.pool"  # the SandboxPool a pre-warmed sandbox belongs to (pool.py)
 SOCKET_DIR_PREFIX = "toolseam-sock-"  # a bind-mode session's socket directory on the host
 

@@ -105,7 +105,7 @@ def layer_restore(manifest: Manifest, now: LayerNames, current: Captured | None
     if current is None:
         return LayerRestore({"added": now.added, "changed": now.changed,
                              "emptied": list(WHOLE), "deleted": manifest.layer_deleted},
-                            _in_order(tree.values()), Known())
+                            in_order(tree.values()), Known())
     here = {e.path: e for e in current.entries}
     same = {path for path, e in tree.items() if e.kind != "dir" and here.get(path) == e}
 
@@ -125,11 +125,11 @@ def layer_restore(manifest: Manifest, now: LayerNames, current: Captured | None
             "deleted": manifest.layer_deleted}
     kept = Known({p: current.known.files[p] for p in same if p in current.known.files},
                  dirs=kept_dirs(current.known.dirs, tree))
-    return LayerRestore(plan, [e for e in _in_order(tree.values()) if e.path not in same],
+    return LayerRestore(plan, [e for e in in_order(tree.values()) if e.path not in same],
                         kept)
 
 
-def _in_order(entries: Iterable[Entry]) -> list[Entry]:
+def in_order(entries: Iterable[Entry]) -> list[Entry]:
     return sorted(entries, key=lambda e: (e.path.count("/"), e.path))
 
 
@@ -173,8 +173,9 @@ class ImageSource:
             self.engine.remove(helper)
 
 
-def layer_member(entry: Entry, store: SnapshotStore, tar: tarfile.TarFile) -> int:
-    info = tarfile.TarInfo("layer/" + entry.path)
+def layer_member(entry: Entry, store: SnapshotStore, tar: tarfile.TarFile,
+                 prefix: str = "layer/") -> int:
+    info = tarfile.TarInfo(prefix + entry.path)
     info.mtime, info.mode = entry.mtime_ns / 1_000_000_000, entry.mode
     if entry.kind == "dir":
         info.type = tarfile.DIRTYPE

@@ -26,6 +26,7 @@ from ..snapshots.capture import Captured, Known, SnapshotLimitError, SnapshotRac
 from ..snapshots.manifest import Manifest
 from .bundle.staged import bundle_command
 from .engine.protocol import in_engine_thread
+from .fork_image import on_fork_image
 from .labels import AGENT_MOUNT, OWNER_LABEL, SESSION_LABEL, WORKSPACE, owner_label
 from .layer import LayerNames, inner_file, layer_names, pack_plan, token_name, workspace_plan
 from .layer_restore import ImageSource, apply_archive, image_names_to_fetch, layer_restore
@@ -75,6 +76,11 @@ class LayerSnapshots:
     _closed: bool
     _exec: AgentExec
     _layer_known: Known | None = None  # the layer's files the last snapshot stored, by key
+    # a child on its fork's start image: the parent's layer names that image holds
+    # (fork_image.py), through which its every diff is read
+    _base_names: LayerNames | None = None
+    # the layer's names at this session's last snapshot (its id), for a fork of it
+    _names_at: tuple[str, LayerNames] | None = None
 
     async def _layer_plan(self, container: str, limit: int, known: Known | None
                           ) -> tuple[bytes, LayerNames]:
@@ -82,6 +88,8 @@ class LayerSnapshots:
         engine = self.sandbox.engine
         names = await in_engine_thread(lambda: layer_names(
             engine, container, self.sandbox.hardening.read_only_root))
+        if self._base_names is not None:
+            names = on_fork_image(self._base_names, names)
         return pack_plan(names, limit, known), names
 
     def _workspace_plan(self, limit: int, known: Known | None) -> bytes:

@@ -123,6 +123,16 @@ class DockerDialect:
         found = client.api.volumes(filters={"label": label})
         return [(str(v["Name"]), dict(v.get("Labels") or {})) for v in found.get("Volumes") or []]
 
+    def commit(self, client: docker.DockerClient, container: str, change: str) -> str:
+        return str(client.api.commit(container, pause=False, changes=change)["Id"])
+
+    def remove_image(self, client: docker.DockerClient, image: str) -> None:
+        client.api.remove_image(image)
+
+    def images(self, client: docker.DockerClient, label: str) -> list[tuple[str, dict[str, str]]]:
+        found = client.api.images(filters={"label": label})
+        return [(str(i["Id"]), dict(i.get("Labels") or {})) for i in found]
+
     def arch(self, client: docker.DockerClient) -> str:
         return str(client.api.info()["Architecture"])
 

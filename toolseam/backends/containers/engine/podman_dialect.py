@@ -118,6 +118,17 @@ class PodmanDialect:
         found = client.volumes.list(filters={"label": label})
         return [(str(v.name), dict(v.attrs.get("Labels") or {})) for v in found]
 
+    def commit(self, client: PodmanClient, container: str, change: str) -> str:
+        made = client.containers.get(container).commit(pause=False, changes=[change])
+        return str(made.id)
+
+    def remove_image(self, client: PodmanClient, image: str) -> None:
+        client.images.remove(image)
+
+    def images(self, client: PodmanClient, label: str) -> list[tuple[str, dict[str, str]]]:
+        found = client.images.list(filters={"label": label})
+        return [(str(i.id), dict(i.attrs.get("Labels") or {})) for i in found]
+
     def arch(self, client: PodmanClient) -> str:
         return str(client.info()["host"]["arch"])  # type: ignore[no-untyped-call]
 

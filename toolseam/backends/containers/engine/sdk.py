@@ -10,6 +10,7 @@ differently: how to make a client, create a container, pull, list, inspect and r
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import IO, Any, Protocol, TypeVar
 
@@ -53,7 +54,14 @@ class Dialect(Protocol):
     def logs(self, client: Any, container: str) -> bytes: ...
     def remove_container(self, client: Any, container: str) -> None: ...
     def containers(self, client: Any, label: str) -> list[tuple[str, dict[str, str]]]: ...
+    def commit(self, client: Any, container: str, change: str) -> str: ...
+    def remove_image(self, client: Any, image: str) -> None: ...
+    def images(self, client: Any, label: str) -> list[tuple[str, dict[str, str]]]: ...
     def close(self, client: Any) -> None: ...
+
+
+# what a LABEL instruction takes unquoted (an owner label: host:pid:start-time)
+_LABEL_PART = re.compile(r"[A-Za-z0-9_.:-]+")
 
 
 class SdkEngine:
@@ -168,6 +176,24 @@ class SdkEngine:
 
     def labeled(self, label: str) -> list[tuple[str, dict[str, str]]]:
         return self._do(lambda c: self.dialect.containers(c, label))
+
+    # --- a fork's start image (fork_image.py) ---------------------------------------------
+    def commit(self, container: str, label: tuple[str, str]) -> str:
+        """An image of the container's files (never paused: it is one that never ran),
+        labelled ``label`` (key, value); its id."""
+        key, value = label
+        if not (_LABEL_PART.fullmatch(key) and _LABEL_PART.fullmatch(value)):
+            raise ValueError(f"label {key}={value} cannot be written as a LABEL instruction")
+        return self._do(lambda c: self.dialect.commit(c, container, f"LABEL {key}={value}"))
+
+    def remove_image(self, image: str) -> None:
+        """Remove an image no container uses (never forced: podman's force would remove the
+        containers that use it); one already gone is no failure."""
+        with contextlib.suppress(EngineNotFound):
+            self._do(lambda c: self.dialect.remove_image(c, image))
+
+    def labeled_images(self, label: str) -> list[tuple[str, dict[str, str]]]:
+        return self._do(lambda c: self.dialect.images(c, label))
 
     # --- the archive API: the same REST calls on every engine ----------------------------
     def put_archive(self, container: str, path: str, data: IO[bytes]) -> None:

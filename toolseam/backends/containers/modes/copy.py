@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import io
 import tarfile
 import tempfile
@@ -147,6 +148,10 @@ class CopyMode:
         await in_engine_thread(lambda: self._create_workspace_volume(sandbox, volume, labels))
         spec = sandbox.spec(command, labels, binds=[], stdin_open=not lifetime.outlives_client,
                             volumes=[(agent_volume, AGENT_MOUNT, True), (volume, WORKSPACE, False)])
+        if self.overlay is not None and self.overlay.image is not None:
+            # the fork's start image holds the parent's layer (fork_image.py, decision 512)
+            image = self.overlay.image
+            spec = dataclasses.replace(spec, image=await in_engine_thread(image.wait))
         # a pool's sandbox starts with an empty workspace; its copy arrives at hand-out (adopt)
         egress = sandbox.hardening.limits.network == "egress"
 
