@@ -105,8 +105,19 @@ async def test_a_forks_children_start_from_one_image_of_the_parents_layer(
         finally:
             for kid in children:
                 await kid.close()
-        assert _my_fork_images(tk) == []  # the image went with the last child
         assert not FORK_BASES._bases
+        # kept for the session's next fork: the same layer, the same image (decision 513)
+        again = [k for k in await tk.fork(2) if isinstance(k, Toolkit)]
+        assert _my_fork_images(tk) == made
+        for kid in again:
+            assert await run(kid, STATE) == expected
+            await kid.close()
+        await run(tk, "echo later > /opt/late")  # another layer: another image, the old gone
+        later = [k for k in await tk.fork(1) if isinstance(k, Toolkit)]
+        assert len(_my_fork_images(tk)) == 1 and _my_fork_images(tk) != made
+        assert "/opt/late later" in await run(later[0], STATE)
+        await later[0].close()
+    assert _my_fork_images(tk) == []  # the image went with the session that kept it
 
 
 @pytest.mark.parametrize("engine", ENGINES)

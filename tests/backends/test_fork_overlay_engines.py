@@ -108,10 +108,49 @@ async def test_the_base_is_restored_once_per_fork_and_each_child_writes_only_its
         assert _tree(base.base) == base_tree
         for kid in kids:
             await kid.close()
-        assert not os.path.exists(base.root)
         assert _mounts_naming(base.root) == []
+        assert os.path.exists(base.root) and base.kept  # for the session's next fork
         session = tk.session_id
+    assert not os.path.exists(base.root)  # gone with the session that kept it
     assert _engine_leftovers(tk, session) == []
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_a_sessions_next_fork_brings_its_kept_base_up_to_date(
+        engine: str, workspace: Path) -> None:
+    """Decision 513: once a fork's children closed, the session's next fork restores into the
+    same base only what changed (a file rewritten, one deleted, one added, a directory
+    removed); a fork while children still hold it gets a new base, and the old one goes with
+    its last child."""
+    (workspace / "README").write_text("readme\n")
+    (workspace / "README").chmod(0o666)
+    async with Toolkit(backend(engine, str(workspace))) as tk:
+        await run(tk, "mkdir -p src/deep old && echo 'x = 1' > src/deep/mod.py && "
+                      "echo o > old/f && for i in $(seq 200); do echo $i > src/f$i; done")
+        first = [k for k in await tk.fork(2) if isinstance(k, Toolkit)]
+        base = first[0].backend.sandbox.mode.overlay.base  # type: ignore[attr-defined]
+        for kid in first:
+            await kid.close()
+        await run(tk, "echo 'x = 2' > src/deep/mod.py && rm src/f7 && rm -r old && "
+                      "echo new > new.txt")
+        second = [k for k in await tk.fork(2) if isinstance(k, Toolkit)]
+        assert second[0].backend.sandbox.mode.overlay.base is base  # type: ignore[attr-defined]
+        assert base.restores == 2
+        assert _tree(base.base) == _tree(str(workspace))  # exactly the parent's files now
+        for kid in second:
+            assert await run(kid, "cat src/deep/mod.py new.txt; ls src | wc -l; "
+                                  "ls old 2>&1 | head -c 3") == "x = 2\nnew\n200\nls:"
+        # a fork while the second fork's children hold the base: a base of its own
+        (third,) = await tk.fork(1)
+        assert isinstance(third, Toolkit)
+        other = third.backend.sandbox.mode.overlay.base  # type: ignore[attr-defined]
+        assert other is not base and other.restores == 1 and not base.kept
+        for kid in second:
+            await kid.close()
+        assert not os.path.exists(base.root)  # no longer kept: gone with its last child
+        await third.close()
+        assert os.path.exists(other.root)
+    assert not os.path.exists(other.root)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -155,7 +194,8 @@ async def test_what_a_hostile_child_makes_in_its_upper_dir_never_reaches_the_hos
         assert os.path.islink(workspace / "to-victim")  # a link, as a link
         for kid in kids:
             await kid.close()
-        assert not os.path.exists(base.root)
+        assert _tree(base.base) == base_tree  # kept for a next fork: as the restore left it
+    assert not os.path.exists(base.root)
     assert (victim / "keep.txt").read_text() == "precious\n"
     assert sorted(os.listdir(victim)) == ["keep.txt"]
 

@@ -41,7 +41,7 @@ from ..snapshots.manifest import Manifest
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
-from .fork_image import ForkImage, fork_image_fits, tmp_part
+from .fork_image import ForkImage, fork_image_fits, layer_key, tmp_part
 from .fork_overlay import FORK_BASES, ChildOverlay, ForkBase, fork_parent, overlay_paths_plain
 from .labels import POOL_LABEL, WORKSPACE
 from .layer import LayerNames
@@ -75,6 +75,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
     """One warm container per session. A configured container backend that cannot start fails
     the session (``CouldNotRunError``); it never falls back to the host."""
 
+    fork_base: ForkBase | None = None  # kept from this session's last fork (decision 513)
     capabilities: ClassVar[frozenset[type]] = ComposedBackend.capabilities | {
         DurableSessions, Branching, EngineShell, SandboxKill, ResourceUsage, SandboxRootOwner,
         WorkspaceTransfer}
@@ -265,7 +266,11 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         if self._closed:
             return
         self._closed = True
-        await self.sandbox.stop()
+        try:
+            await self.sandbox.stop()
+        finally:
+            if self.fork_base is not None:  # kept for a next fork that will not come
+                await asyncio.shield(asyncio.to_thread(FORK_BASES.let_go, self))
 
     # --- branches (seam/capabilities.py: Branching; the snapshots: branching.py) -----------
     def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[ContainerBackend, None]:
@@ -284,7 +289,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
         if overlay is not None:
-            base = FORK_BASES.acquire(snapshot_id, *overlay)
+            base = FORK_BASES.acquire(self, snapshot_id, *overlay)
             image = self._fork_image(base, snapshot_id)
             mode = CopyMode(self.options.copy_bytes, self.options.copy_keep_group_write,
                             self.options.setid_files, ChildOverlay(base, image))
@@ -299,12 +304,14 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         one (decision 512): made once per fork, while its base is restored."""
         names = self._names_at[1] if self._names_at and self._names_at[0] == snapshot_id \
             else None
-        if not fork_image_fits(SnapshotStore().load(snapshot_id), names):
+        manifest = SnapshotStore().load(snapshot_id)
+        if not fork_image_fits(manifest, names):
             return None
         assert names is not None
         engine = self._engine
         assert isinstance(engine, SdkEngine)
-        return base.image_for(engine.endpoint, lambda: ForkImage(
+        key = (engine.endpoint, self.sandbox.image, layer_key(manifest))
+        return base.image_for(key, lambda: ForkImage(
             SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.sandbox.image,
             self.sandbox.hardening, snapshot_id, names))
 

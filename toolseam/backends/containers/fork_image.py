@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import json
 import secrets
 import tarfile
 import tempfile
@@ -47,6 +49,19 @@ def fork_image_fits(manifest: Manifest, names: LayerNames | None) -> bool:
     something outside ``/tmp``, nothing of the image was deleted, and its names are known."""
     return (names is not None and not names.deleted and not manifest.layer_deleted
             and any(not below(e.path, WHOLE) for e in manifest.layer))
+
+
+def layer_key(manifest: Manifest) -> str:
+    """What a start image holds of a snapshot, as one digest: its layer outside ``/tmp``
+    (names, kinds, modes, times, contents). Two snapshots with the same key (and image) have
+    the same start image: a session's next fork keeps it (decision 513)."""
+    entries = sorted((e.path, e.kind, e.mode, e.mtime_ns, e.digest) for e in manifest.layer
+                     if not below(e.path, WHOLE))
+    return hashlib.sha256(json.dumps(entries).encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def layer_key_of(snapshot_id: str) -> str:
+    return layer_key(SnapshotStore().load(snapshot_id))
 
 
 def tmp_part(manifest: Manifest) -> Manifest:

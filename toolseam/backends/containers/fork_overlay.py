@@ -36,13 +36,14 @@ import tempfile
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import psutil
 
 from ..snapshots.apply import remove_tree_at
-from ..snapshots.local import branches_root, restore_tree
+from ..snapshots.local import LocalSnapshots, branches_root
 from .engine.protocol import Engine
-from .fork_image import ForkImage
+from .fork_image import ForkImage, layer_key_of
 from .labels import owner_is_gone
 
 FORK_PREFIX = "fork-"  # in the store's branches dir
@@ -64,32 +65,53 @@ class ForkBase:
         self.userxattr = userxattr
         self.base = os.path.join(root, "base")
         self.users = 0  # children that hold it (ForkBases.acquire / release)
-        self.restores = 0  # how many times the base was filled: once (the tests count it)
+        self.restores = 0  # how many times the base was filled: once a fork (the tests count)
+        # the session that forked keeps it for its next fork (decision 513), which brings it
+        # up to date by what changed instead of restoring every file again
+        self.kept = False
+        self.gone = False
+        self._tree = LocalSnapshots()  # what its last restore left (stat keys), for the next
         # The restore runs in a thread of its own while the children's containers are made:
         # an overlay is mounted only when its container starts (``ChildOverlay.wait``).
         self.ready = threading.Event()
         self.failure: BaseException | None = None
         # the fork's start image on each engine its children are on (fork_image.py), made by
         # the first child's backend and removed with the base
-        self.images: dict[str, ForkImage] = {}
+        self.images: dict[tuple[str, str, str], ForkImage] = {}
         self._images_lock = threading.Lock()
 
-    def image_for(self, endpoint: str, make: Callable[[], ForkImage]) -> ForkImage:
-        """The fork's start image on ``endpoint``: made (in a thread) by the first asking."""
+    def image_for(self, key: tuple[str, str, str], make: Callable[[], ForkImage]) -> ForkImage:
+        """The start image ``key`` — (engine endpoint, session's image, ``layer_key``): made
+        (in a thread) by the first asking, or kept from the session's previous fork when its
+        layer outside /tmp has not changed since."""
         with self._images_lock:
-            found = self.images.get(endpoint)
+            found = self.images.get(key)
             if found is None:
-                found = self.images[endpoint] = make().start()
+                found = self.images[key] = make().start()
             return found
 
-    def fill(self, snapshot_id: str) -> None:
+    def refill(self, snapshot_id: str) -> None:
+        """A kept base (no child holds it) made another snapshot's, in a thread: only what
+        differs is written. The images of another layer go: no container uses them."""
+        self.ready.clear()
+        self.failure = None
+        layer = layer_key_of(snapshot_id)
+        with self._images_lock:
+            stale = [key for key in self.images if key[2] != layer]
+            dropped = [self.images.pop(key) for key in stale]
+        threading.Thread(target=self.fill, args=(snapshot_id, dropped), daemon=True,
+                         name="toolseam-fork-base").start()
+
+    def fill(self, snapshot_id: str, dropped: list[ForkImage] | None = None) -> None:
         try:
-            restore_tree(self.base, snapshot_id, self.owner)
+            self._tree._restore(self.base, snapshot_id, self.owner)
             self.restores += 1
         except BaseException as exc:  # noqa: BLE001 - each child's start raises it
             self.failure = exc
         finally:
             self.ready.set()
+            for image in dropped or ():
+                image.remove()
 
     def child_dirs(self) -> tuple[str, str, str]:
         """A new child's (its dir, upper, work), made empty; the upper's mode is what the
@@ -161,21 +183,39 @@ class ForkBases:
         self._lock = threading.Lock()
         self._bases: dict[tuple[str, int | None, bool], ForkBase] = {}
 
-    def acquire(self, snapshot_id: str, owner: int | None, rootless: bool) -> ForkBase:
+    def acquire(self, holder: BaseHolder, snapshot_id: str, owner: int | None, rootless: bool
+                ) -> ForkBase:
         """The base of ``snapshot_id`` for sandboxes whose root is ``owner`` (None: this
-        process's uid) on a rootless engine or not — its restore started now (in a thread)
-        if no child of it is open; one more user of it."""
+        process's uid) on a rootless engine or not, for a fork of ``holder`` — its restore
+        started now (in a thread) if no child of it is open: into the base ``holder`` kept
+        from its previous fork when no child holds that one (only what differs is written),
+        else into a new one; one more user of it. ``holder`` keeps it for its next fork."""
         key = (snapshot_id, owner, rootless)
+        let_go: ForkBase | None = None
         with self._lock:  # the fork's children share the one restore
             found = self._bases.get(key)
             if found is None:
-                found = _new_base(snapshot_id, owner, rootless)
+                spare = holder.fork_base
+                if spare is not None and spare.users == 0 and not spare.gone \
+                        and (spare.owner, spare.userxattr) == (owner, rootless):
+                    found = spare
+                    found.refill(snapshot_id)
+                else:
+                    found = _new_base(snapshot_id, owner, rootless)
                 self._bases[key] = found
             found.users += 1
-            return found
+            if holder.fork_base is not found:
+                let_go, holder.fork_base = holder.fork_base, found
+                found.kept = True
+                if let_go is not None:
+                    let_go = self._unkeep(let_go)
+        if let_go is not None:
+            _discard(let_go)
+        return found
 
     def release(self, base: ForkBase) -> None:
-        """One user fewer; the last one's release removes the base and its dir."""
+        """One user fewer; the last one's release removes the base and its dir, unless the
+        session that forked keeps it for its next fork."""
         with self._lock:
             base.users -= 1
             if base.users > 0:
@@ -183,12 +223,43 @@ class ForkBases:
             for key, found in list(self._bases.items()):
                 if found is base:
                     del self._bases[key]
-        base.ready.wait()  # a restore still writing there ends first
-        try:
-            remove_fork_root(base.root)
-        finally:
-            for image in base.images.values():  # no child's container uses them now
-                image.remove()
+            if base.kept and base.ready.is_set() and base.failure is None:
+                return
+            base.gone = True  # a base whose restore failed is not kept either
+        _discard(base)
+
+    def let_go(self, holder: BaseHolder) -> None:
+        """``holder`` closes: the base it kept goes now, or with its last child."""
+        with self._lock:
+            base, holder.fork_base = holder.fork_base, None
+            base = self._unkeep(base) if base is not None else None
+        if base is not None:
+            _discard(base)
+
+    def _unkeep(self, base: ForkBase) -> ForkBase | None:
+        """(Under the lock) ``base`` no longer kept: itself when nothing holds it (the
+        caller discards it), else None (its last child's release will)."""
+        base.kept = False
+        if base.users > 0 or base.gone:
+            return None
+        base.gone = True
+        return base
+
+
+class BaseHolder(Protocol):
+    """A session that forks: the base it keeps for its next fork."""
+
+    fork_base: ForkBase | None
+
+
+def _discard(base: ForkBase) -> None:
+    """A base no child holds and no session keeps: its dir, then its images."""
+    base.ready.wait()  # a restore still writing there ends first
+    try:
+        remove_fork_root(base.root)
+    finally:
+        for image in base.images.values():  # no child's container uses them now
+            image.remove()
 
 
 FORK_BASES = ForkBases()
