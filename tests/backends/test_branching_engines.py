@@ -57,8 +57,12 @@ async def test_forks_are_independent_keep_brings_one_home_and_nothing_is_left(
             await kid.close()
         assert (workspace / "README").read_text() == "1\n"
         assert (workspace / "mine").read_text() == "only1\n"
-        assert list((store / "branches").iterdir()) == []
+        # a local engine's session keeps its fork's base for its next fork (decision 513)
+        kept = tk.backend.fork_base  # type: ignore[attr-defined]
+        assert [p for p in (store / "branches").iterdir()
+                if kept is None or str(p) != kept.root] == []
         session = tk.session_id
+    assert list((store / "branches").iterdir()) == []
     assert _left_behind(tk, session) == []
     SnapshotStore().prune(0)
     assert Snapshot.all() == []

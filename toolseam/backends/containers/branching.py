@@ -55,7 +55,7 @@ _EMPTY_WORKSPACE = ("cd /workspace && find . -mindepth 1 ; find . -mindepth 1 -t
 class ContainerBranching(LayerSnapshots, LocalSnapshots):
     """The ``Branching`` methods of ``ContainerBackend`` (mixed in there)."""
 
-    _layer_start: str | None = None  # a fork's snapshot, whose layer its child opens with
+    _layer_start: Manifest | None = None  # a fork's snapshot, whose layer its child opens with
     _workspace_known: Known | None = None  # copy mode: what /workspace's last pack read
 
     async def snapshot_files(self, root: str,

@@ -60,10 +60,6 @@ def layer_key(manifest: Manifest) -> str:
     return hashlib.sha256(json.dumps(entries).encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def layer_key_of(snapshot_id: str) -> str:
-    return layer_key(SnapshotStore().load(snapshot_id))
-
-
 def tmp_part(manifest: Manifest) -> Manifest:
     """The snapshot's layer a child on the fork's image still gets at its open: ``/tmp``."""
     return dataclasses.replace(manifest, layer=[e for e in manifest.layer

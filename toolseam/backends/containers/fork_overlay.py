@@ -42,8 +42,9 @@ import psutil
 
 from ..snapshots.apply import remove_tree_at
 from ..snapshots.local import LocalSnapshots, branches_root
+from ..snapshots.manifest import Manifest
 from .engine.protocol import Engine
-from .fork_image import ForkImage, layer_key_of
+from .fork_image import ForkImage, layer_key
 from .labels import owner_is_gone
 
 FORK_PREFIX = "fork-"  # in the store's branches dir
@@ -90,19 +91,20 @@ class ForkBase:
                 found = self.images[key] = make().start()
             return found
 
-    def refill(self, snapshot_id: str) -> None:
+    def refill(self, manifest: Manifest) -> None:
         """A kept base (no child holds it) made another snapshot's, in a thread: only what
         differs is written. The images of another layer go: no container uses them."""
         self.ready.clear()
         self.failure = None
-        layer = layer_key_of(snapshot_id)
-        with self._images_lock:
-            stale = [key for key in self.images if key[2] != layer]
-            dropped = [self.images.pop(key) for key in stale]
-        threading.Thread(target=self.fill, args=(snapshot_id, dropped), daemon=True,
-                         name="toolseam-fork-base").start()
+        threading.Thread(target=self.fill, args=(manifest.id, layer_key(manifest)),
+                         daemon=True, name="toolseam-fork-base").start()
 
-    def fill(self, snapshot_id: str, dropped: list[ForkImage] | None = None) -> None:
+    def fill(self, snapshot_id: str, layer: str | None = None) -> None:
+        dropped: list[ForkImage] = []
+        if layer is not None:
+            with self._images_lock:
+                stale = [key for key in self.images if key[2] != layer]
+                dropped = [self.images.pop(key) for key in stale]
         try:
             self._tree._restore(self.base, snapshot_id, self.owner)
             self.restores += 1
@@ -110,7 +112,7 @@ class ForkBase:
             self.failure = exc
         finally:
             self.ready.set()
-            for image in dropped or ():
+            for image in dropped:
                 image.remove()
 
     def child_dirs(self) -> tuple[str, str, str]:
@@ -183,13 +185,14 @@ class ForkBases:
         self._lock = threading.Lock()
         self._bases: dict[tuple[str, int | None, bool], ForkBase] = {}
 
-    def acquire(self, holder: BaseHolder, snapshot_id: str, owner: int | None, rootless: bool
-                ) -> ForkBase:
-        """The base of ``snapshot_id`` for sandboxes whose root is ``owner`` (None: this
+    def acquire(self, holder: BaseHolder, manifest: Manifest, owner: int | None,
+                rootless: bool) -> ForkBase:
+        """The base of the snapshot ``manifest`` for sandboxes whose root is ``owner`` (None: this
         process's uid) on a rootless engine or not, for a fork of ``holder`` — its restore
         started now (in a thread) if no child of it is open: into the base ``holder`` kept
         from its previous fork when no child holds that one (only what differs is written),
         else into a new one; one more user of it. ``holder`` keeps it for its next fork."""
+        snapshot_id = manifest.id
         key = (snapshot_id, owner, rootless)
         let_go: ForkBase | None = None
         with self._lock:  # the fork's children share the one restore
@@ -199,7 +202,7 @@ class ForkBases:
                 if spare is not None and spare.users == 0 and not spare.gone \
                         and (spare.owner, spare.userxattr) == (owner, rootless):
                     found = spare
-                    found.refill(snapshot_id)
+                    found.refill(manifest)
                 else:
                     found = _new_base(snapshot_id, owner, rootless)
                 self._bases[key] = found
