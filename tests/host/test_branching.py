@@ -120,7 +120,43 @@ async def test_fork_children_are_independent_and_leave_nothing(tmp_path: Path,
             for kid in kids:
                 await kid.close()
         assert not any(os.path.exists(d) for d in dirs)
-        assert list((store / "branches").iterdir()) == []
+        # kept for the session's next fork (decision 514), never at the children's paths
+        assert len(list((store / "branches").iterdir())) == 3
+    assert list((store / "branches").iterdir()) == []
+
+
+async def test_the_next_fork_restores_into_the_last_branches_workspaces_what_differs(
+        tmp_path: Path, store: Path) -> None:
+    """Decision 514: a closed branch's workspace is kept for the session's next fork, whose
+    child is restored into it by what differs — whatever the last branch did there (files
+    rewritten, added, removed, a locked directory, a link out, its root's mode) — and is
+    exactly the parent's files."""
+    home = _home(tmp_path)
+    (home / "big").write_bytes(os.urandom(1 << 20))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("precious\n")
+    async with Toolkit("host", base_dir=home) as tk:
+        first = [c for c in await tk.fork(2) if isinstance(c, Toolkit)]
+        inodes = {os.stat(Path(k.base_dir) / "big").st_ino for k in first}
+        for kid in first:
+            await _bash(kid, f"echo mine > README; rm -rf src; touch extra; ln -s {outside} out; "
+                             "mkdir -p locked/in && chmod 000 locked; chmod 777 .")
+        for kid in first:
+            await kid.close()
+        (home / "README").write_text("parent's step\n")
+        second = [c for c in await tk.fork(2) if isinstance(c, Toolkit)]
+        try:
+            for kid in second:
+                assert describe(kid.base_dir) == describe(home)
+                assert os.stat(kid.base_dir).st_mode & 0o777 == 0o700
+                # the 1 MiB file was left in place, not written again
+                assert os.stat(Path(kid.base_dir) / "big").st_ino in inodes
+            assert sorted(p.name for p in outside.iterdir()) == ["keep"]
+        finally:
+            for kid in second:
+                await kid.close()
+    assert list((store / "branches").iterdir()) == []
 
 
 async def test_fork_refuses_a_count_outside_1_to_64(tmp_path: Path) -> None:

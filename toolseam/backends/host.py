@@ -50,6 +50,7 @@ from .composed import AlwaysThere, ComposedBackend
 from .host_durable import DurableHostAgent
 from .host_usage import kill_tree, tree_usage
 from .snapshots import LocalSnapshots
+from .snapshots.local import SpareWorkspaces
 
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
@@ -79,6 +80,8 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
                  lifetime: BackendLifetime = EPHEMERAL) -> None:
         super().__init__(LocalFiles(self._opened_agent), AgentExec(self._agent))
         self.workspace = os.path.abspath(workspace or os.getcwd())
+        self._spares = SpareWorkspaces()  # its closed branches' workspaces (decision 514)
+        self._recycle_to: SpareWorkspaces | None = None  # a fork's child: its parent's
         if network not in ("host", "egress"):
             raise ConfigurationError(f"host backend: network {network!r} is not 'host' or "
                                      "'egress' (the host has no engine to give 'none' or 'bridge')")
@@ -165,7 +168,14 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
         if self._closed:
             return
         self._closed = True
-        await self.agent.stop()
+        try:
+            await self.agent.stop()
+        finally:
+            if self._recycle_to is not None:  # a fork's child: its files for the next fork
+                kept = self._known_tree
+                known = kept[1] if kept is not None and kept[0] == self.workspace else None
+                await asyncio.to_thread(self._recycle_to.put, self.workspace, known)
+            await asyncio.to_thread(self._spares.close)
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     @property
@@ -202,7 +212,14 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
     def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[HostBackend, str]:
         child = HostBackend(workspace, pid_namespace=self._want_namespace,
                             python=self.agent.python, network=self.network)
+        known = self._spares.take_into(workspace)  # a closed branch's files (decision 514)
+        if known is not None:
+            child._known_tree = (workspace, known)
         child._restore(workspace, snapshot_id)  # it remembers what it wrote: cost what changed
+        # an open session keeps them (its close removes them); a template never opened (the
+        # remote server's) has no close to: its branches' workspaces go as before
+        child._recycle_to = self._spares if self._info is not None and not self._closed \
+            else None
         return child, workspace
 
     def branch_home(self, root: str) -> str:

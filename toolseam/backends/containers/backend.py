@@ -292,7 +292,10 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
                                 lifetime=EPHEMERAL))
         manifest = self._fork_manifest(snapshot_id)
         if overlay is not None:
-            base = FORK_BASES.acquire(self, manifest, *overlay)
+            # an open session keeps the base for its next fork (its close lets it go); a
+            # template never opened (the remote server's) would never let it go
+            holder = self if self._info is not None and not self._closed else None
+            base = FORK_BASES.acquire(holder, manifest, *overlay)
             image = self._fork_image(base, manifest)
             mode = CopyMode(self.options.copy_bytes, self.options.copy_keep_group_write,
                             self.options.setid_files, ChildOverlay(base, image))

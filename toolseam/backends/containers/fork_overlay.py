@@ -185,20 +185,22 @@ class ForkBases:
         self._lock = threading.Lock()
         self._bases: dict[tuple[str, int | None, bool], ForkBase] = {}
 
-    def acquire(self, holder: BaseHolder, manifest: Manifest, owner: int | None,
+    def acquire(self, holder: BaseHolder | None, manifest: Manifest, owner: int | None,
                 rootless: bool) -> ForkBase:
         """The base of the snapshot ``manifest`` for sandboxes whose root is ``owner`` (None: this
         process's uid) on a rootless engine or not, for a fork of ``holder`` — its restore
         started now (in a thread) if no child of it is open: into the base ``holder`` kept
         from its previous fork when no child holds that one (only what differs is written),
-        else into a new one; one more user of it. ``holder`` keeps it for its next fork."""
+        else into a new one; one more user of it. ``holder`` keeps it for its next fork
+        (None: a session that will not close, such as the remote server's template: the base
+        goes with its last child)."""
         snapshot_id = manifest.id
         key = (snapshot_id, owner, rootless)
         let_go: ForkBase | None = None
         with self._lock:  # the fork's children share the one restore
             found = self._bases.get(key)
             if found is None:
-                spare = holder.fork_base
+                spare = None if holder is None else holder.fork_base
                 if spare is not None and spare.users == 0 and not spare.gone \
                         and (spare.owner, spare.userxattr) == (owner, rootless):
                     found = spare
@@ -207,7 +209,7 @@ class ForkBases:
                     found = _new_base(snapshot_id, owner, rootless)
                 self._bases[key] = found
             found.users += 1
-            if holder.fork_base is not found:
+            if holder is not None and holder.fork_base is not found:
                 let_go, holder.fork_base = holder.fork_base, found
                 found.kept = True
                 if let_go is not None:

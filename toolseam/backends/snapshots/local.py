@@ -8,6 +8,7 @@ import asyncio
 import os
 import secrets
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,6 +100,69 @@ def new_branch_workspace() -> str:
     path = branches_root() / secrets.token_hex(8)
     os.mkdir(path, 0o700)
     return str(path)
+
+
+class SpareWorkspaces:
+    """A session's branches' private workspaces kept once their branch closed, for the
+    session's next fork (decision 514): a child restored into one writes only what differs
+    between what the last branch left there and the snapshot (the stat keys its last restore
+    or snapshot kept say which files are still what they were), not every file again. Only
+    this user's workspaces in the store's branches dir; at most ``MAX`` kept; all removed when
+    the session closes."""
+
+    MAX = 64  # fork()'s own limit on children
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: list[tuple[str, Known]] = []
+        self._closed = False
+
+    def put(self, workspace: str, known: Known | None) -> None:
+        """A closed branch's ``workspace`` kept under a name of its own (the session's
+        removal of that path then finds nothing), or removed: no stat keys to trust, the
+        session closed, or enough kept."""
+        if known is None or Path(workspace).parent != branches_root():
+            return  # its session removes it, as any branch workspace
+        spare = str(branches_root() / secrets.token_hex(8))
+        try:
+            os.rename(workspace, spare)
+        except OSError:
+            return
+        with self._lock:
+            keep = not self._closed and len(self._kept) < self.MAX
+            if keep:
+                self._kept.append((spare, known))
+        if not keep:
+            remove_branch_workspace(spare)
+
+    def take_into(self, workspace: str) -> Known | None:
+        """A kept workspace moved to ``workspace`` (a new, empty branch workspace), and the
+        stat keys that came with it; None when none is kept (``workspace`` stays as it was)."""
+        with self._lock:
+            found = self._kept.pop() if self._kept else None
+        if found is None:
+            return None
+        spare, known = found
+        try:
+            os.rmdir(workspace)  # empty: a branch workspace just made
+        except OSError:
+            remove_branch_workspace(spare)
+            return None
+        try:
+            os.rename(spare, workspace)
+            os.chmod(workspace, 0o700)  # what a command there made of its mode
+        except OSError:
+            remove_branch_workspace(spare)
+            os.makedirs(workspace, 0o700, exist_ok=True)
+            return None
+        return known
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            kept, self._kept = self._kept, []
+        for spare, _ in kept:
+            remove_branch_workspace(spare)
 
 
 # Another user's branch workspace (a rootless engine's, for root) lives in the temp dir: that
