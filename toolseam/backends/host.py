@@ -215,7 +215,8 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
         known = self._spares.take_into(workspace)  # a closed branch's files (decision 514)
         if known is not None:
             child._known_tree = (workspace, known)
-        child._restore(workspace, snapshot_id)  # it remembers what it wrote: cost what changed
+        # it remembers what it wrote: cost what changed
+        child._restore(workspace, snapshot_id, manifest=self.fork_manifest(snapshot_id))
         # an open session keeps them (its close removes them); a template never opened (the
         # remote server's) has no close to: its branches' workspaces go as before
         child._recycle_to = self._spares if self._info is not None and not self._closed \

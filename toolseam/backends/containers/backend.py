@@ -12,7 +12,6 @@ import posixpath
 import shlex
 import tarfile
 import tempfile
-import threading
 from collections.abc import Callable
 from typing import Any, ClassVar, Literal
 
@@ -37,7 +36,6 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
-from ..snapshots import SnapshotStore
 from ..snapshots.manifest import Manifest
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
@@ -77,7 +75,6 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
     the session (``CouldNotRunError``); it never falls back to the host."""
 
     fork_base: ForkBase | None = None  # kept from this session's last fork (decision 513)
-    _fork_read: Manifest | None = None  # the snapshot its last fork's children start from
     capabilities: ClassVar[frozenset[type]] = ComposedBackend.capabilities | {
         DurableSessions, Branching, EngineShell, SandboxKill, ResourceUsage, SandboxRootOwner,
         WorkspaceTransfer}
@@ -290,7 +287,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             child, SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.name, workspace,
             dataclasses.replace(self.options, workspace_mode="copy", provisioning=None,
                                 lifetime=EPHEMERAL))
-        manifest = self._fork_manifest(snapshot_id)
+        manifest = self.fork_manifest(snapshot_id)
         if overlay is not None:
             # an open session keeps the base for its next fork (its close lets it go); a
             # template never opened (the remote server's) would never let it go
@@ -304,15 +301,6 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             child._base_names = None if image is None else image.names
         child._layer_start = manifest  # its writable layer, put back when it opens
         return child, None
-
-    def _fork_manifest(self, snapshot_id: str) -> Manifest:
-        """The fork's snapshot, read once for all its children (each of n children reading
-        5 000 entries took 30 ms of this process's lock on Python each: the parent's calls
-        waited for them)."""
-        with _FORK_MANIFEST_LOCK:
-            if self._fork_read is None or self._fork_read.id != snapshot_id:
-                self._fork_read = SnapshotStore().load(snapshot_id)
-            return self._fork_read
 
     def _fork_image(self, base: ForkBase, manifest: Manifest) -> ForkImage | None:
         """The fork's start image on this engine, when the parent's layer outside /tmp can be
@@ -400,8 +388,6 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
 
 GO_MODE_DIR = 1 << 31  # os.ModeDir
 
-
-_FORK_MANIFEST_LOCK = threading.Lock()
 
 
 def _image_layer(manifest: Manifest) -> bool:

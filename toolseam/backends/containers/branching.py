@@ -193,7 +193,8 @@ class ContainerBranching(LayerSnapshots, LocalSnapshots):
 
     def prefill_branch(self, workspace: str, snapshot_id: str) -> None:
         """A fork's private host directory made the snapshot's tree (copy mode carries it in)."""
-        LocalSnapshots()._restore(workspace, snapshot_id)
+        LocalSnapshots()._restore(workspace, snapshot_id,
+                                  manifest=self.fork_manifest(snapshot_id))
 
     async def ready_branch_home(self) -> None:
         """A local fork's child forking in turn (decision 507): its private host directory,
