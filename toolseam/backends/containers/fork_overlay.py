@@ -19,7 +19,9 @@ copies a lower file up into the child's upper dir on its first write, and the ba
 written. The kernel, not this process, writes the upper dir; this process only removes it,
 descriptor-relative and never through a link (``apply.remove_tree_at``).
 
-The base goes when the last child that uses it closed (``release``); a process that died
+The session that forked keeps the base once its last child closed, and its next fork brings
+it up to date by what changed (decision 513); otherwise, and at that session's close, the base
+goes when the last child that uses it closed (``release``, ``let_go``); a process that died
 leaves its fork dirs to the janitor (``sweep_fork_dirs``: the owner's pid and start time are
 in the name), which has removed that process's containers and volumes (their mounts) first.
 """
