@@ -150,14 +150,11 @@ async def test_the_janitor_removes_the_fork_image_of_a_process_that_died(
             image = engine_api.commit(helper, (FORK_IMAGE_LABEL, dead))
         finally:
             engine_api.remove(helper)
-        mine = [i for i, labels in engine_api.labeled_images(FORK_IMAGE_LABEL)
-                if labels.get(FORK_IMAGE_LABEL) == dead]
-        assert mine == [image]
         # the dead process's child, on that image: what makes the janitor look for images
         child = engine_api.create(ContainerSpec(
             image=image, name=f"toolseam-test-fork-child-{sandbox.session_id}",
             command=["/bin/true"], labels={OWNER_LABEL: dead}, environment={}, binds=[],
             hardening=WRITABLE))
-        assert child in janitor(engine_api)
-        assert [i for i, labels in engine_api.labeled_images(FORK_IMAGE_LABEL)
-                if labels.get(FORK_IMAGE_LABEL) == dead] == []
+        janitor(engine_api)  # (another worker's session start may run one first: the same)
+        assert child not in [c for c, _ in engine_api.labeled(OWNER_LABEL)]
+        assert not engine_api.image_exists(image)  # found by its label: the dead owner's

@@ -389,7 +389,6 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
 GO_MODE_DIR = 1 << 31  # os.ModeDir
 
 
-
 def _image_layer(manifest: Manifest) -> bool:
     """Whether a snapshot's layer outside /workspace is what a new container of the image
     has: nothing but an empty ``/tmp`` of a new tmpfs's mode and no deleted name of the image — a
