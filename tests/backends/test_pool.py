@@ -326,7 +326,14 @@ async def test_root_runs_nothing_from_rootless_podmans_namespace(workspaces: Any
     assert pid is not None
     work = workspaces({"here.txt": "yes\n"})
     fake, marker = work.parent / f"{work.name}-mount", work.parent / f"{work.name}-ran-as-root"
-    fake.write_text(f"#!/bin/sh\nid -u > {marker}\nexit 1\n")
+    # The namespace's owner runs mount there too (podman mounts a fork's overlay volume with
+    # it, for a test on the other worker): its own runs go on to the real mount; only one by
+    # root of the machine's first user namespace, the attack, is marked.
+    real = work.parent / f"{work.name}-real-mount"
+    shutil.copyfile("/usr/bin/mount", real)  # its bytes, never its set-uid bit
+    real.chmod(0o755)
+    fake.write_text("#!/bin/sh\nif grep -Eq '^ +0 +0 +4294967295$' /proc/self/uid_map; then "
+                    f"id -u > {marker}; exit 1; fi\nexec {real} \"$@\"\n")
     fake.chmod(0o755)
     enter = ["nsenter", "-t", str(pid), "-m", "--"]
     subprocess.run([*enter, "/usr/bin/umount", "--version"], check=True, capture_output=True)
@@ -342,6 +349,7 @@ async def test_root_runs_nothing_from_rootless_podmans_namespace(workspaces: Any
     finally:
         subprocess.run([*enter, "/usr/bin/umount", "-l", "/usr/bin/mount"], check=True)
         fake.unlink()
+        real.unlink()
     assert not marker.exists()
 
 
