@@ -225,11 +225,13 @@ def test_a_shaped_exec_takes_the_direct_path_and_reports_a_measured_duration(
             ray.get(sb.read_file.remote("nothing-here"))
         with pytest.raises(sandbox.SandboxTimeoutError):
             ray.get(sb.exec.remote("sleep 30", timeout=0.5))
-        # long commands handed to Ray still run side by side
-        began = time.monotonic()
-        refs = [sb.exec.remote(f"sleep 1; echo {n}") for n in range(3)]
-        assert [r.stdout for r in ray.get(refs)] == ["0\n", "1\n", "2\n"]
-        assert time.monotonic() - began < 2.5
+        # long commands handed to Ray still run side by side: each waits (up to 30 s) until
+        # all three have started, which commands run one after another never see (a bound on
+        # three `sleep 1` failed under a CPU hog at 2.8 s)
+        refs = [sb.exec.remote(
+            f"touch side-{n}; i=0; while [ $(ls side-* | wc -l) -lt 3 ] && [ $i -lt 300 ]; "
+            f"do sleep 0.1; i=$((i+1)); done; ls side-* | wc -l; echo {n}") for n in range(3)]
+        assert [r.stdout for r in ray.get(refs)] == ["3\n0\n", "3\n1\n", "3\n2\n"]
         assert held.link.alive  # none of this knocked the sandbox off the direct path
     finally:
         ray.get(sb.delete.remote())
