@@ -146,8 +146,9 @@ def janitor(engine: Engine, now: float | None = None) -> list[str]:
         if labels.get(SESSION_LABEL) not in kept and owner_is_gone(labels.get(OWNER_LABEL, "")):
             with contextlib.suppress(CouldNotRunError):
                 engine.remove_volume(volume)
-    if orphans:  # a dead process's fork images outlive its children's containers, never
-        # its last: looked for only then (the list costs 6-12 ms a session start otherwise)
+    if orphans:  # a fork image lives no longer than the session that forked (its container,
+        # the dead owner's too) or its last child: looked for only in a pass that removed
+        # one of a dead owner's (the list costs 6-12 ms a session start otherwise)
         for image, labels in engine.labeled_images(FORK_IMAGE_LABEL):
             if owner_is_gone(labels.get(FORK_IMAGE_LABEL, "")):
                 with contextlib.suppress(CouldNotRunError):
