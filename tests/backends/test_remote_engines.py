@@ -439,13 +439,16 @@ async def test_an_engine_over_ssh(engine: str, base: Path) -> None:
     await wrong.close()
 
 
+@pytest.mark.parametrize("engine_refuses", [False, True])
 async def test_a_reattach_that_meets_a_stopped_container_ends_the_session(
-        base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        base: Path, monkeypatch: pytest.MonkeyPatch, engine_refuses: bool) -> None:
     """podman ends the agent when an attach ends; if it stops between the engine's "running"
     and the new attach, that attach is upgraded and then held open for a start that never
     comes. A call on it waited forever (a rehearsal hung 37 min in the dropped-connection test
     above); the session must end instead, saying why. The race is made certain here: the
-    reattach's first state read is the one from before the drop."""
+    reattach's first state read is the one from before the drop. ``engine_refuses``: the
+    engine answers that attach "container state improper" instead (seen under a CPU hog in
+    rehearsal 19, where the call then failed as retryable)."""
     engine = "podman-remote"
     host, _, port = endpoint(engine).removeprefix("tcp://").rpartition(":")
     proxy = _Proxy((host, int(port)))
@@ -467,6 +470,12 @@ async def test_a_reattach_that_meets_a_stopped_container_ends_the_session(
         async def stale_first() -> object:
             return first.pop() if first else await real()
         monkeypatch.setattr(sandbox, "state", stale_first)
+        if engine_refuses:
+            async def refused(_sandbox: object) -> None:
+                raise CouldNotRunError("the engine refused to attach: HTTP/1.1 500 Internal "
+                                       "Server Error (container state improper)",
+                                       retryable=True)
+            monkeypatch.setattr(sandbox.mode, "_attach", refused)
         result = await asyncio.wait_for(tk.call("bash", {"command": "echo hi"}), patience(60))
         assert result.metadata.get("retryable") is False, result
         assert "the engine closed the agent's input" in result.metadata["reason"], result

@@ -253,7 +253,16 @@ class CopyMode:
         if not state.running:
             self.exited = True
             return
-        await self._attach(sandbox)
+        try:
+            await self._attach(sandbox)
+        except CouldNotRunError:
+            # it stopped between the state read and the attach: the engine refuses an attach
+            # to a stopped container ("container state improper", seen under a CPU hog)
+            state = await sandbox.state()
+            if state is not None and not state.running:
+                self.exited = True
+                return
+            raise
         # podman ends the agent when an attach ends: it may have stopped between the state
         # read and the attach, and an attach to a stopped container is upgraded and then held
         # open, waiting for a start that never comes — a call on it would wait forever (seen
