@@ -316,7 +316,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
         key = (engine.endpoint, self.sandbox.image, layer_key(manifest))
         return base.image_for(key, lambda: ForkImage(
             SdkEngine(engine.dialect, engine.endpoint, engine.tls), self.sandbox.image,
-            self.sandbox.hardening, snapshot_id, names))
+            self.sandbox.hardening, manifest, names))
 
     def _overlay_owner(self) -> tuple[int | None, bool] | None:
         """``(uid, rootless)``: the uid the fork's base is given to (None: this process's)

@@ -84,10 +84,10 @@ class ForkImage:
     """One fork's start image on one engine: made in a thread of its own while the fork's
     base is restored; each child waits for it just before its container is made."""
 
-    def __init__(self, engine: Engine, image: str, hardening: Hardening, snapshot_id: str,
+    def __init__(self, engine: Engine, image: str, hardening: Hardening, manifest: Manifest,
                  names: LayerNames) -> None:
         self.engine, self.image, self.hardening = engine, image, hardening
-        self.snapshot_id, self.names = snapshot_id, names
+        self.manifest, self.names = manifest, names  # the fork's snapshot, read once
         self.id: str | None = None
         self.failure: BaseException | None = None
         self.ready = threading.Event()
@@ -106,7 +106,7 @@ class ForkImage:
 
     def _make(self) -> None:
         try:
-            manifest = SnapshotStore().load(self.snapshot_id)
+            manifest = self.manifest
             helper = self.engine.create(ContainerSpec(
                 image=self.image, name=f"toolseam-fork-image-{secrets.token_hex(6)}",
                 command=[f"{AGENT_MOUNT}/never-started"], labels={OWNER_LABEL: owner_label()},
