@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from toolseam_agent.session_socket import STATE_PUT
 
 from ..support.engines import ENGINES, REMOTE_ENGINES, backend
 from ..support.sessions import attach_options
+from ..support.timing import patience
 
 PROBE = (Path(__file__).parents[1] / "support" / "boundary_probe.py").read_text()
 BIND = ENGINES
@@ -166,7 +168,9 @@ class _Relay:
         self._server.bind(path)
         self._server.listen(4)
         self._target = target
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._ends: list[socket.socket] = []  # closed by close(): none left for the next test
+        self._threads = [threading.Thread(target=self._serve, daemon=True)]
+        self._threads[0].start()
 
     def _serve(self) -> None:
         while True:
@@ -175,9 +179,12 @@ class _Relay:
             except OSError:
                 return
             agent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._ends += [client, agent]
             agent.connect(self._target)
-            threading.Thread(target=self._pump, args=(client, agent, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(agent, client, False), daemon=True).start()
+            for args in ((client, agent, True), (agent, client, False)):
+                pump = threading.Thread(target=self._pump, args=args, daemon=True)
+                self._threads.append(pump)
+                pump.start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, from_client: bool) -> None:
         while True:
@@ -199,7 +206,18 @@ class _Relay:
                 return
 
     def close(self) -> None:
+        """Both ends of every relayed connection closed (the agent reads the end of its
+        client's), and the relay's threads ended."""
+        with contextlib.suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes the accept
         self._server.close()
+        for end in self._ends:
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+        for thread in self._threads:
+            thread.join(timeout=patience(10))
+        for end in self._ends:
+            end.close()
 
 
 @pytest.fixture(params=["host", *BIND])
@@ -210,10 +228,26 @@ def detached_host(request: pytest.FixtureRequest, workspace: Path,
     loop = asyncio.new_event_loop()
     loop.run_until_complete(tk.open())
     handle = loop.run_until_complete(tk.detach())
-    yield handle, tmp_path
-    again = loop.run_until_complete(Toolkit.attach(handle))
-    loop.run_until_complete(again.close())
-    loop.close()
+    try:
+        yield handle, tmp_path
+        again = loop.run_until_complete(_attach_once_free(handle))
+        loop.run_until_complete(again.close())
+    finally:
+        loop.close()
+
+
+async def _attach_once_free(handle: object) -> Toolkit:
+    """Attach once the test's own client has gone: the agent learns a client left when it
+    reads the end of that connection, which under load can come after the test's last step
+    (rehearsal 19: "another client is attached" at this fixture's teardown)."""
+    deadline = time.monotonic() + patience(30)
+    while True:
+        try:
+            return await Toolkit.attach(handle)  # type: ignore[arg-type]
+        except AttachError as busy:
+            if busy.reason != "in_use" or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 async def test_a_fake_agent_learns_nothing(detached_host: tuple[object, Path]) -> None:
