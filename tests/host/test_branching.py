@@ -21,6 +21,9 @@ from toolseam import (
     SyncToolkit,
     Toolkit,
 )
+from toolseam.backends import host as host_module
+from toolseam.backends import host_overlay
+from toolseam.backends.host_overlay import overlays_possible
 from toolseam.frontends.cli import main as cli_main
 
 from ..support.trees import describe
@@ -32,6 +35,27 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "store"
     monkeypatch.setenv("TOOLSEAM_SNAPSHOTS", str(root))
     return root
+
+
+@pytest.fixture(params=["overlay", "copy"])
+def fork_way(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """How a host fork's child gets its files: an overlay over the fork's base where this
+    process is root (decision 516), else a copy of its own (decisions 365, 514)."""
+    if request.param == "copy":
+        monkeypatch.setattr(host_module, "overlays_possible", lambda *paths: False)
+    elif not overlays_possible("/"):
+        pytest.skip("a host fork's overlays need root; this run's forks are copies")
+    return str(request.param)
+
+
+def _overlays_below(root: Path) -> list[str]:
+    """The overlay mount points below ``root`` in this process's namespace."""
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, rest = line.partition(" - ")
+        if rest.startswith("overlay ") and fields.split()[4].startswith(f"{root}/"):
+            points.append(fields.split()[4])
+    return points
 
 
 def _home(tmp_path: Path) -> Path:
@@ -96,8 +120,8 @@ async def test_a_second_snapshot_and_a_restore_cost_what_changed(tmp_path: Path)
         assert (home / "README").read_text() == "readme\n"
 
 
-async def test_fork_children_are_independent_and_leave_nothing(tmp_path: Path,
-                                                               store: Path) -> None:
+async def test_fork_children_are_independent_and_leave_nothing(tmp_path: Path, store: Path,
+                                                               fork_way: str) -> None:
     home = _home(tmp_path)
     async with Toolkit("host", base_dir=home) as tk:
         children = await tk.fork(3)
@@ -120,13 +144,20 @@ async def test_fork_children_are_independent_and_leave_nothing(tmp_path: Path,
             for kid in kids:
                 await kid.close()
         assert not any(os.path.exists(d) for d in dirs)
-        # kept for the session's next fork (decision 514), never at the children's paths
-        assert len(list((store / "branches").iterdir())) == 3
+        assert _overlays_below(store) == []
+        # kept for the session's next fork, never at the children's paths: the workspaces
+        # (decision 514), or the fork's base (decision 516)
+        kept = [p.name for p in (store / "branches").iterdir()]
+        if fork_way == "copy":
+            assert len(kept) == 3
+        else:
+            assert len(kept) == 1 and kept[0].startswith("fork-")
     assert list((store / "branches").iterdir()) == []
 
 
+@pytest.mark.parametrize("fork_way", ["copy"], indirect=True)
 async def test_the_next_fork_restores_into_the_last_branches_workspaces_what_differs(
-        tmp_path: Path, store: Path) -> None:
+        tmp_path: Path, store: Path, fork_way: str) -> None:
     """Decision 514: a closed branch's workspace is kept for the session's next fork, whose
     child is restored into it by what differs — whatever the last branch did there (files
     rewritten, added, removed, a locked directory, a link out, its root's mode) — and is
@@ -156,6 +187,91 @@ async def test_the_next_fork_restores_into_the_last_branches_workspaces_what_dif
         finally:
             for kid in second:
                 await kid.close()
+    assert list((store / "branches").iterdir()) == []
+
+
+@pytest.mark.parametrize("fork_way", ["overlay"], indirect=True)
+async def test_a_root_hosts_fork_children_are_overlays_over_one_base(
+        tmp_path: Path, store: Path, fork_way: str) -> None:
+    """Decision 516: as root, the snapshot is restored once, into the fork's base, and each
+    child's workspace is an overlay over it: no child copies a file it does not write, no
+    child's command changes the base, and the session's next fork brings the same base up to
+    date by what changed."""
+    home = _home(tmp_path)
+    (home / "big").write_bytes(os.urandom(1 << 20))
+    async with Toolkit("host", base_dir=home) as tk:
+        kids = [c for c in await tk.fork(3) if isinstance(c, Toolkit)]
+        base = tk.backend.fork_base  # type: ignore[attr-defined]
+        assert base is not None and base.restores == 1
+        try:
+            assert sorted(_overlays_below(store)) == sorted(k.base_dir for k in kids)
+            big = os.stat(Path(base.base) / "big").st_ino
+            for kid in kids:
+                assert describe(kid.base_dir) == describe(home)
+                assert os.stat(kid.base_dir).st_mode & 0o777 == 0o700
+                assert os.stat(Path(kid.base_dir) / "big").st_ino == big  # not copied
+                await _bash(kid, "rm -rf ./* && echo mine > README && chmod 777 . && "
+                                 "ln -s /etc shadowed")
+            assert describe(base.base) == describe(home)  # what the kids did is theirs alone
+            assert describe(kids[1].base_dir) != describe(home)
+            snap = await kids[0].snapshot()  # the overlay's files, as any session's
+            restored = await kids[1].restore(snap)
+            assert describe(kids[1].base_dir) == describe(kids[0].base_dir)
+            assert restored.written <= 1
+        finally:
+            for kid in kids:
+                await kid.close()
+        assert _overlays_below(store) == []
+        (home / "README").write_text("parent's step\n")
+        again = [c for c in await tk.fork(2) if isinstance(c, Toolkit)]
+        try:
+            assert tk.backend.fork_base is base and base.restores == 2  # type: ignore[attr-defined]
+            assert os.stat(Path(base.base) / "big").st_ino == big  # only README was written
+            for kid in again:
+                assert describe(kid.base_dir) == describe(home)
+        finally:
+            for kid in again:
+                await kid.close()
+    assert list((store / "branches").iterdir()) == []
+    assert _overlays_below(store) == []
+
+
+_DIES_WITH_ITS_FORK_OPEN = """
+import asyncio, os, signal, sys
+from toolseam import Toolkit
+async def main():
+    tk = await Toolkit("host", base_dir=sys.argv[1]).__aenter__()
+    kids = await tk.fork(2)
+    print(" ".join(k.base_dir for k in kids), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("fork_way", ["overlay"], indirect=True)
+async def test_the_overlays_of_a_process_that_died_are_detached_by_the_next_fork(
+        tmp_path: Path, store: Path, fork_way: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process killed with its fork's children open leaves their mounts in this namespace;
+    the next fork of any toolseam process here detaches them and removes their dirs, and
+    leaves a live process's alone."""
+    home = _home(tmp_path)
+    dying = subprocess.run([sys.executable, "-c", _DIES_WITH_ITS_FORK_OPEN, str(home)],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert dying.returncode == -9, dying.stderr
+    left = dying.stdout.split()
+    assert len(left) == 2 and sorted(_overlays_below(store)) == sorted(left)
+    monkeypatch.setattr(host_overlay, "_swept", [0.0])  # the sweep's pace is once a minute
+    async with Toolkit("host", base_dir=home) as tk:
+        [kid] = await tk.fork(1)
+        assert isinstance(kid, Toolkit)
+        try:
+            assert _overlays_below(store) == [kid.base_dir]  # the dead one's are gone, not its
+            assert not any(os.path.exists(p) for p in left)
+            forks = [p.name for p in (store / "branches").iterdir() if p.name.startswith("fork-")]
+            assert forks == [Path(tk.backend.fork_base.root).name]  # type: ignore[attr-defined]
+            assert describe(kid.base_dir) == describe(home)
+        finally:
+            await kid.close()
     assert list((store / "branches").iterdir()) == []
 
 
@@ -193,7 +309,8 @@ async def test_a_child_that_cannot_start_is_an_error_in_its_place(tmp_path: Path
     assert list((store / "branches").iterdir()) == []
 
 
-async def test_keep_brings_the_winner_home_and_the_others_leave_it_alone(tmp_path: Path) -> None:
+async def test_keep_brings_the_winner_home_and_the_others_leave_it_alone(tmp_path: Path,
+                                                                         fork_way: str) -> None:
     home = _home(tmp_path)
     async with Toolkit("host", base_dir=home) as tk:
         winner, loser = await tk.fork(2)
@@ -210,7 +327,8 @@ async def test_keep_brings_the_winner_home_and_the_others_leave_it_alone(tmp_pat
         assert (home / "src" / "pkg" / "mod.py").exists() and not (home / "run.sh").exists()
 
 
-async def test_keep_follows_the_conflict_rule(tmp_path: Path) -> None:
+async def test_keep_follows_the_conflict_rule(tmp_path: Path,
+                                              fork_way: str) -> None:
     home = _home(tmp_path)
     async with Toolkit("host", base_dir=home) as tk:
         (child,) = await tk.fork(1)

@@ -47,10 +47,12 @@ from .agentlink.durable import DurableChannel, DurableMethods, the_durable
 from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
 from .composed import AlwaysThere, ComposedBackend
+from .containers.fork_overlay import FORK_BASES, ForkBase
 from .host_durable import DurableHostAgent
+from .host_overlay import HostOverlay, overlays_possible
 from .host_usage import kill_tree, tree_usage
 from .snapshots import LocalSnapshots
-from .snapshots.local import SpareWorkspaces
+from .snapshots.local import SpareWorkspaces, branches_root
 
 _log = logging.getLogger("toolseam")
 _START_TIMEOUT_S = 10.0
@@ -82,6 +84,8 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
         self.workspace = os.path.abspath(workspace or os.getcwd())
         self._spares = SpareWorkspaces()  # its closed branches' workspaces (decision 514)
         self._recycle_to: SpareWorkspaces | None = None  # a fork's child: its parent's
+        self.fork_base: ForkBase | None = None  # as root: its last fork's base (decision 516)
+        self._overlay: HostOverlay | None = None  # as root, a fork's child: its workspace
         if network not in ("host", "egress"):
             raise ConfigurationError(f"host backend: network {network!r} is not 'host' or "
                                      "'egress' (the host has no engine to give 'none' or 'bridge')")
@@ -171,11 +175,15 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
         try:
             await self.agent.stop()
         finally:
+            if self._overlay is not None:  # its agent is gone: nothing uses the mount
+                await asyncio.to_thread(self._overlay.unmount)
             if self._recycle_to is not None:  # a fork's child: its files for the next fork
                 kept = self._known_tree
                 known = kept[1] if kept is not None and kept[0] == self.workspace else None
                 await asyncio.to_thread(self._recycle_to.put, self.workspace, known)
             await asyncio.to_thread(self._spares.close)
+            if self.fork_base is not None:
+                await asyncio.to_thread(FORK_BASES.let_go, self)
 
     # --- sessions that outlive their client (seam/capabilities.py: DurableSessions) -------
     @property
@@ -212,15 +220,20 @@ class HostBackend(LocalSnapshots, DurableMethods, ComposedBackend):
     def branch_backend(self, workspace: str, snapshot_id: str) -> tuple[HostBackend, str]:
         child = HostBackend(workspace, pid_namespace=self._want_namespace,
                             python=self.agent.python, network=self.network)
+        # an open session keeps what its fork leaves for its next (its close removes it); a
+        # template never opened (the remote server's) has no close to: it goes with the child
+        opened = self._info is not None and not self._closed
+        manifest = self.fork_manifest(snapshot_id)
+        if overlays_possible(workspace, str(branches_root())):  # as root (decision 516)
+            child._overlay = HostOverlay.mount(self if opened else None, manifest, workspace)
+            child._known_tree = (workspace, child._overlay.known())
+            return child, workspace
         known = self._spares.take_into(workspace)  # a closed branch's files (decision 514)
         if known is not None:
             child._known_tree = (workspace, known)
         # it remembers what it wrote: cost what changed
-        child._restore(workspace, snapshot_id, manifest=self.fork_manifest(snapshot_id))
-        # an open session keeps them (its close removes them); a template never opened (the
-        # remote server's) has no close to: its branches' workspaces go as before
-        child._recycle_to = self._spares if self._info is not None and not self._closed \
-            else None
+        child._restore(workspace, snapshot_id, manifest=manifest)
+        child._recycle_to = self._spares if opened else None
         return child, workspace
 
     def branch_home(self, root: str) -> str:

@@ -43,6 +43,7 @@ from typing import Protocol
 import psutil
 
 from ..snapshots.apply import remove_tree_at
+from ..snapshots.capture import Known
 from ..snapshots.local import LocalSnapshots, branches_root
 from ..snapshots.manifest import Manifest
 from .engine.protocol import Engine
@@ -117,14 +118,20 @@ class ForkBase:
             for image in dropped:
                 image.remove()
 
-    def child_dirs(self) -> tuple[str, str, str]:
+    def known(self) -> Known:
+        """What its last restore knew of the base's files (stat keys and digests), a copy."""
+        found = self._tree._known(self.base)
+        return Known(dict(found.files), found.source)
+
+    def child_dirs(self, root_mode: int = 0o755) -> tuple[str, str, str]:
         """A new child's (its dir, upper, work), made empty; the upper's mode is what the
-        child's ``/workspace`` shows (0755, as a fresh volume's)."""
+        child's workspace root shows (0755 for a container's, as a fresh volume's)."""
         name = "c-" + secrets.token_hex(6)
         child = os.path.join(self.root, name)
         os.mkdir(child, 0o700)
         upper, work = os.path.join(child, "upper"), os.path.join(child, "work")
-        os.mkdir(upper, 0o755)
+        os.mkdir(upper, root_mode)
+        os.chmod(upper, root_mode)  # whatever the umask took
         os.mkdir(work, 0o700)
         if self.owner is not None:
             for path in (child, upper, work):
@@ -340,11 +347,7 @@ def sweep_fork_dirs() -> list[str]:
         except OSError:
             continue
         for name in names:
-            found = _NAME.fullmatch(name[len(prefix):])
-            if found is None:
-                continue
-            pid, started_ms = found.groups()
-            if not owner_is_gone(f"{host}:{pid}:{int(started_ms) / 1000:.3f}"):
+            if not dead_fork_dir(name, prefix, host):
                 continue
             path = os.path.join(parent, name)
             with contextlib.suppress(OSError):
@@ -354,3 +357,13 @@ def sweep_fork_dirs() -> list[str]:
                 _remove_below(parent, name)
                 removed.append(path)
     return removed
+
+
+def dead_fork_dir(name: str, prefix: str = FORK_PREFIX, host: str | None = None) -> bool:
+    """Whether the fork dir ``name`` is a process's that is gone (its pid and start time are
+    in the name); a name that is not a fork dir's is not."""
+    found = _NAME.fullmatch(name[len(prefix):]) if name.startswith(prefix) else None
+    if found is None:
+        return False
+    pid, started_ms = found.groups()
+    return owner_is_gone(f"{host or socket.gethostname()}:{pid}:{int(started_ms) / 1000:.3f}")
