@@ -16,9 +16,9 @@ import pytest
 
 from toolseam import Toolkit
 from toolseam.backends.containers.engine.protocol import ContainerSpec, Hardening
-from toolseam.backends.containers.fork_overlay import FORK_BASES
 from toolseam.backends.containers.janitor import janitor
 from toolseam.backends.containers.labels import FORK_IMAGE_LABEL, OWNER_LABEL, owner_label
+from toolseam.backends.snapshots.fork_base import FORK_BASES
 
 from ..support.engines import ENGINES, IMAGE, backend, remove_shared, shared_dir
 from ..support.sandbox_trees import run

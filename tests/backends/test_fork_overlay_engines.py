@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 from toolseam import CouldNotRunError, Toolkit
-from toolseam.backends.containers.fork_overlay import (
+from toolseam.backends.containers.labels import SESSION_LABEL
+from toolseam.backends.snapshots import SnapshotCorruptError, SnapshotStore
+from toolseam.backends.snapshots.fork_base import (
     FORK_PREFIX,
     OTHER_USERS_PREFIX,
     fork_parent,
     sweep_fork_dirs,
 )
-from toolseam.backends.containers.labels import SESSION_LABEL
-from toolseam.backends.snapshots import SnapshotCorruptError, SnapshotStore
 
 from ..support.engines import ENGINES, REMOTE_ENGINES, backend
 from ..support.sandbox_trees import run

@@ -47,11 +47,11 @@ from .agentlink.durable import DurableChannel, DurableMethods, the_durable
 from .agentlink.launch import agent_command, stage_agent
 from .agentlink.parts import AgentExec, LocalFiles
 from .composed import AlwaysThere, ComposedBackend
-from .containers.fork_overlay import FORK_BASES, ForkBase
 from .host_durable import DurableHostAgent
 from .host_overlay import HostOverlay, overlays_possible
 from .host_usage import kill_tree, tree_usage
 from .snapshots import LocalSnapshots
+from .snapshots.fork_base import FORK_BASES, ForkBase
 from .snapshots.local import SpareWorkspaces, branches_root
 
 _log = logging.getLogger("toolseam")

@@ -3,7 +3,7 @@
 A host fork's child used to be a copy of the snapshot in a private workspace (decision 365):
 on this ext4, which has no reflink, ``fork(8)`` of 5 000 files / 200 MiB wrote them 8 times
 (8 s). When this process is root the copy is not needed: the snapshot is restored once into
-the fork's base (``containers/fork_overlay.py``, the same base the engines' children use, kept
+the fork's base (``snapshots/fork_base.py``, the same base the engines' children use, kept
 by the session for its next fork) and each child's private workspace is an overlay mounted
 over it, in this process's mount namespace, so the host backend's in-process file tools and
 the child's agent (whose namespace is made after the mount, a copy of this one) both see it.
@@ -27,7 +27,8 @@ import threading
 import time
 from pathlib import Path
 
-from .containers.fork_overlay import (
+from .snapshots.capture import Known
+from .snapshots.fork_base import (
     FORK_BASES,
     FORK_PREFIX,
     BaseHolder,
@@ -36,7 +37,6 @@ from .containers.fork_overlay import (
     overlay_paths_plain,
     sweep_fork_dirs,
 )
-from .snapshots.capture import Known
 from .snapshots.local import branches_root
 from .snapshots.manifest import Manifest
 

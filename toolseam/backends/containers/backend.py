@@ -36,12 +36,13 @@ from ..agentlink.channel import AgentChannel
 from ..agentlink.durable import DurableChannel, DurableMethods, the_durable
 from ..agentlink.parts import AgentExec, AgentFiles
 from ..composed import ComposedBackend
+from ..snapshots.fork_base import FORK_BASES, ForkBase, fork_parent, overlay_paths_plain
 from ..snapshots.manifest import Manifest
 from .branching import ContainerBranching
 from .engine.protocol import GO_MODE_SYMLINK, Engine, in_engine_thread
 from .engine.sdk import SdkEngine
 from .fork_image import ForkImage, fork_image_fits, layer_key, tmp_part
-from .fork_overlay import FORK_BASES, ChildOverlay, ForkBase, fork_parent, overlay_paths_plain
+from .fork_overlay import ChildOverlay
 from .labels import POOL_LABEL, WORKSPACE
 from .layer import LayerNames
 from .lifetimes.durable import DurableLifetime
@@ -292,7 +293,7 @@ class ContainerBackend(ContainerBranching, DurableMethods, ComposedBackend):
             # an open session keeps the base for its next fork (its close lets it go); a
             # template never opened (the remote server's) would never let it go
             holder = self if self._info is not None and not self._closed else None
-            base = FORK_BASES.acquire(holder, manifest, *overlay)
+            base = FORK_BASES.acquire(holder, manifest, *overlay, layer=layer_key(manifest))
             image = self._fork_image(base, manifest)
             mode = CopyMode(self.options.copy_bytes, self.options.copy_keep_group_write,
                             self.options.setid_files, ChildOverlay(base, image))

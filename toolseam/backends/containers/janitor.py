@@ -17,9 +17,9 @@ import time
 from collections.abc import Awaitable, Callable
 
 from ...seam.errors import CouldNotRunError
+from ..snapshots.fork_base import sweep_fork_dirs
 from ..staging import user_dir
 from .engine.protocol import ContainerState, Engine
-from .fork_overlay import sweep_fork_dirs
 from .labels import (
     CLOSING_LABEL,
     DURABLE_LABEL,
