@@ -213,6 +213,10 @@ async def test_a_root_hosts_fork_children_are_overlays_over_one_base(
                 await _bash(kid, "rm -rf ./* && echo mine > README && chmod 777 . && "
                                  "ln -s /etc shadowed")
             assert describe(base.base) == describe(home)  # what the kids did is theirs alone
+            # a root command cannot take its overlay away: its agent's mounts are locked
+            umount = await kids[2].call("bash", {"command": f"umount -l {kids[2].base_dir}"})
+            assert umount.metadata.get("exitCode") != 0, umount.output
+            assert await _bash(kids[2], "cat README") == "mine\n"  # its own view is whole
             assert describe(kids[1].base_dir) != describe(home)
             snap = await kids[0].snapshot()  # the overlay's files, as any session's
             restored = await kids[1].restore(snap)
