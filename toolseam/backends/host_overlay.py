@@ -20,13 +20,13 @@ before the janitor's ``sweep_fork_dirs`` removes their dirs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
+import functools
 import os
 import threading
 import time
 from pathlib import Path
 
+from .mount_calls import mount, mount_table, unmount
 from .snapshots.capture import Known
 from .snapshots.fork_base import (
     FORK_BASES,
@@ -40,11 +40,7 @@ from .snapshots.fork_base import (
 from .snapshots.local import branches_root
 from .snapshots.manifest import Manifest
 
-_MNT_DETACH = 2  # umount2(2): gone from the namespace now, freed when nothing uses it
 _SWEEP_EVERY_S = 60.0
-# No library binds mount(2) (the stdlib has none; util-linux's mount is a process per child
-# on the fork's path), so libc's is called here: two calls, their errno raised as OSError.
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _swept = [0.0]
 _sweep_lock = threading.Lock()
 
@@ -52,8 +48,11 @@ _sweep_lock = threading.Lock()
 def overlays_possible(*paths: str) -> bool:
     """Whether a host fork's children can be overlays: this process is root, the kernel has
     overlayfs, and the paths can be written into its mount options."""
-    if os.geteuid() != 0 or not overlay_paths_plain(*paths):
-        return False
+    return os.geteuid() == 0 and overlay_paths_plain(*paths) and _kernel_has_overlay()
+
+
+@functools.cache  # asked for each child of each fork; the kernel's answer does not change
+def _kernel_has_overlay() -> bool:
     try:
         return "\toverlay\n" in Path("/proc/filesystems").read_text()
     except OSError:
@@ -89,11 +88,7 @@ class HostOverlay:
         # 0700, as a copied private workspace's root: only this user enters a branch
         self._dir, upper, work = self.base.child_dirs(root_mode=0o700)
         options = f"lowerdir={self.base.base},upperdir={upper},workdir={work}"
-        if _libc.mount(b"overlay", os.fsencode(self.workspace), b"overlay", 0,
-                       options.encode()) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"mounting a fork's overlay at {self.workspace}: "
-                               f"{os.strerror(err)}")
+        mount("overlay", self.workspace, 0, "overlay", options)
 
     def known(self) -> Known:
         """What the base's restore knew of its files, for the child's first snapshot: an
@@ -108,10 +103,7 @@ class HostOverlay:
         if base is None:
             return
         try:
-            if _libc.umount2(os.fsencode(self.workspace), _MNT_DETACH) != 0:
-                err = ctypes.get_errno()
-                if err != 22:  # EINVAL: not mounted (the mount itself failed)
-                    raise OSError(err, f"unmounting {self.workspace}: {os.strerror(err)}")
+            unmount(self.workspace)  # not mounted (the mount itself failed) is no failure
             if self._dir is not None:
                 with contextlib.suppress(OSError):
                     base.remove_child(self._dir)
@@ -134,23 +126,23 @@ def detach_dead_overlays() -> list[str]:
     root = str(branches_root())
     detached: list[str] = []
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        table = mount_table()
     except OSError:
         return detached
-    for line in lines:
-        before, _, after = line.partition(" - ")
-        fields, super_fields = before.split(), after.split()
-        if len(fields) < 5 or len(super_fields) < 3 or super_fields[0] != "overlay":
+    for point, fstype, options in table:
+        if fstype != "overlay":
             continue
-        point = fields[4]
-        lower = next((o.removeprefix("lowerdir=") for o in super_fields[2].split(",")
+        lower = next((o.removeprefix("lowerdir=") for o in options.split(",")
                       if o.startswith("lowerdir=")), "")
         fork_dir = Path(lower).parent
         if os.path.dirname(point) != root or fork_dir.parent != Path(root) \
                 or not fork_dir.name.startswith(FORK_PREFIX) or not dead_fork_dir(fork_dir.name):
             continue
-        if _libc.umount2(os.fsencode(point), _MNT_DETACH) == 0:
-            detached.append(point)
-            with contextlib.suppress(OSError):
-                os.rmdir(point)  # the empty mount point: the branch workspace it was
+        try:
+            unmount(point)
+        except OSError:
+            continue
+        detached.append(point)
+        with contextlib.suppress(OSError):
+            os.rmdir(point)  # the empty mount point: the branch workspace it was
     return detached

@@ -28,7 +28,6 @@ import errno
 import hashlib
 import logging
 import os
-import re
 import shutil
 import stat
 import tempfile
@@ -36,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..seam.errors import ConfigurationError
+from .mount_calls import mount_table
 
 MANIFEST = "MANIFEST.sha256"  # sha256sum's format: "<hex>  <relative path>"
 _ROOT_MODE = 0o711
@@ -200,9 +200,7 @@ def _remove_unless_mounted(root: Path) -> None:
     such a root is left in place with a warning instead."""
     real = os.path.realpath(root)
     try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
-            points = [_OCTAL.sub(lambda m: chr(int(m[1], 8)), line.split(" ", 5)[4])
-                      for line in info]
+        points = [mounted.point for mounted in mount_table()]
     except OSError:
         points = [real]  # cannot tell: keep it
     mounted = [p for p in points if p == real or p.startswith(real + "/")]
@@ -210,9 +208,6 @@ def _remove_unless_mounted(root: Path) -> None:
         _log.warning("not removing %s at exit: %s is still mounted below it", root, mounted[0])
         return
     shutil.rmtree(root, ignore_errors=True)
-
-
-_OCTAL = re.compile(r"\\([0-7]{3})")  # mountinfo's escapes: space is \040
 
 
 def write_manifest(work: Path) -> None:

@@ -24,27 +24,25 @@ import errno
 import json
 import logging
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import warnings
 
+from ...mount_calls import MNT_DETACH, libc, mount, mount_table, unmount
 from ...staging import own_entries, read_own_file, user_dir
 from ..labels import owner_is_gone, owner_label
 
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_SHARED = 0x100000
-MNT_DETACH = 2
 _PREFIX = "toolseam-pool-"
 _OWNER_FILE = "owner"
 _NAMESPACE_FILE = "mountns"  # the pid whose mount namespace holds the slots' mounts
 _CAP_SYS_ADMIN = 21
 
 _log = logging.getLogger(__name__)
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def can_mount() -> bool:
@@ -59,30 +57,16 @@ def can_mount() -> bool:
     return bool(int(caps.split()[1], 16) >> _CAP_SYS_ADMIN & 1)
 
 
-def _mount(source: str | None, target: str, flags: int) -> None:
-    if _libc.mount(source.encode() if source else None, target.encode(), None, flags, None):
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount {source or ''} on {target}: {os.strerror(err)}")
-
-
-def unmount(target: str) -> None:
-    """Detach the mount at ``target``; nothing mounted there is no failure."""
-    if _libc.umount2(target.encode(), MNT_DETACH):
-        err = ctypes.get_errno()
-        if err not in (errno.EINVAL, errno.ENOENT):
-            raise OSError(err, f"umount {target}: {os.strerror(err)}")
-
-
 class HostSlots:
     """Mounts in this process's mount namespace, by ``mount(2)``: a rootful engine on this
     machine creates its containers in it."""
 
     def share(self, directory: str) -> None:
-        _mount(directory, directory, MS_BIND)
-        _mount(None, directory, MS_SHARED)
+        mount(directory, directory, MS_BIND)
+        mount(None, directory, MS_SHARED)
 
     def bind(self, source: str, slot: str) -> None:
-        _mount(source, slot, MS_BIND | MS_REC)
+        mount(source, slot, MS_BIND | MS_REC)
 
     def unmount_below(self, path: str) -> None:
         for target in sorted(_mounts_below(path, "/proc/self/mountinfo"), key=len, reverse=True):
@@ -187,7 +171,7 @@ def _in_fresh_process(pid: int, steps: list[tuple[str | None, str, int]]) -> tup
 
 _UNMOUNT = -1  # a step that detaches its target instead of mounting
 _CLONE_NEWNS = 0x00020000
-_setns, _mount_call, _umount2 = _libc.setns, _libc.mount, _libc.umount2  # resolved before forks
+_setns, _mount_call, _umount2 = libc.setns, libc.mount, libc.umount2  # resolved before forks
 
 
 def _child_steps(namespace: int, steps: list[tuple[bytes | None, bytes, int]],
@@ -328,21 +312,8 @@ def _mounts_below(path: str, mountinfo: str) -> list[str]:
     real = os.path.realpath(path)
     if real != os.path.normpath(path):
         return []
-    found = []
     try:
-        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as info:
-            for line in info:
-                point = _unescape(line.split(" ", 5)[4])
-                if point == real or point.startswith(real + "/"):
-                    found.append(point)
+        table = mount_table(mountinfo)
     except OSError:
         return []
-    return found
-
-
-def _unescape(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash as octal escapes (``\\040``)."""
-    return _ESCAPE.sub(lambda match: chr(int(match[1], 8)), field)
-
-
-_ESCAPE = re.compile(r"\\([0-7]{3})")
+    return [m.point for m in table if m.point == real or m.point.startswith(real + "/")]
