@@ -30,7 +30,6 @@ from .mount_calls import mount, mount_table, unmount
 from .snapshots.capture import Known
 from .snapshots.fork_base import (
     FORK_BASES,
-    FORK_PREFIX,
     BaseHolder,
     ForkBase,
     dead_fork_dir,
@@ -135,8 +134,9 @@ def detach_dead_overlays() -> list[str]:
         lower = next((o.removeprefix("lowerdir=") for o in options.split(",")
                       if o.startswith("lowerdir=")), "")
         fork_dir = Path(lower).parent
+        # dead_fork_dir: a name with the fork dirs' prefix, pid and start time, and gone
         if os.path.dirname(point) != root or fork_dir.parent != Path(root) \
-                or not fork_dir.name.startswith(FORK_PREFIX) or not dead_fork_dir(fork_dir.name):
+                or not dead_fork_dir(fork_dir.name):
             continue
         try:
             unmount(point)
