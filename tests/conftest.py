@@ -84,13 +84,22 @@ def _folder(item: pytest.Item) -> str:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = []
+    # scripts/test gives its Ray run only these files (found by their mark): a test marked
+    # ray elsewhere would run in neither run
+    ray_files = os.environ.get("TOOLSEAM_RAY_FILES")
+    unlisted = []
     for item in items:
         if item.get_closest_marker("ray") is not None:  # its group: support/ray_cluster.py
             item.add_marker(pytest.mark.engines)
+            if ray_files is not None and item.nodeid.split("::")[0] not in ray_files.split():
+                unlisted.append(item.nodeid)
         if _needs_an_engine(item):
             item.add_marker(pytest.mark.engines)
             if _folder(item) in _NO_ENGINE_FOLDERS:
                 misplaced.append(item.nodeid)
+    if unlisted:
+        raise pytest.UsageError("tests marked ray in a file scripts/test's Ray run is not given "
+                                "(it finds them by RAY_TESTS or mark.ray): " + ", ".join(unlisted))
     if misplaced:
         raise pytest.UsageError("these tests need a container engine, so they belong in "
                                 "tests/backends/ or tests/contract/: " + ", ".join(misplaced))

@@ -100,7 +100,6 @@ async def test_a_node_whose_engine_is_on_another_machine(ray_cluster: RayTestClu
     [(name, (engine, variable))] = REMOTE_NODE.items()
     ray_cluster.add_node(name, engine, required_env(variable, "remote engines"),
                          image=remote_image())
-    node_id = ray_cluster.node_id(name)
     try:
         ray_cluster.cluster.wait_for_nodes()
         here, there = workspace / "here", workspace / "there"
@@ -120,8 +119,7 @@ async def test_a_node_whose_engine_is_on_another_machine(ray_cluster: RayTestClu
         assert tree(there) == tree(here)
         await assert_node_empty(ray_cluster, name)
     finally:
-        ray_cluster.kill_node(name)
-        await ray_cluster.wait_dead(node_id)  # no later test's spread may count it
+        await ray_cluster.remove_node(name)  # gone before a later test's spread counts nodes
 
 
 async def test_an_image_only_session_needs_no_workspace_and_close_ends_it(

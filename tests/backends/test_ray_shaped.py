@@ -97,6 +97,7 @@ def test_a_sandbox_is_driven_only_through_its_handle(ray_cluster: RayTestCluster
     from toolseam.backends.agentlink.errors import map_seam_error
     from toolseam.backends.remote.codec import dumps, loads
     from toolseam.integrations import _ray_sandbox_calls as calls
+    from toolseam.integrations import _ray_sandbox_direct as direct
     from toolseam.ray import cluster as ray_cluster_module
 
     ray_cluster_module.connect(ray_cluster.address)
@@ -118,8 +119,17 @@ def test_a_sandbox_is_driven_only_through_its_handle(ray_cluster: RayTestCluster
     closing = (sb.sandbox_id, "guessed", "close", (), {})
     answer = loads(ray.get(actor.remote_call.remote(dumps((closing, None)), "another-job")))
     assert answer[0] == "err" and "answers this secret" in str(map_seam_error(answer[1]))
-    collected = loads(ray.get(actor.remote_collect.remote(sb.sandbox_id, "guessed", "t" * 32)))
-    assert collected[0] == "err"
+    # the answer the node keeps under the exec's token (for the holder's other processes) is
+    # refused to a wrong secret. A real token: an unknown one waits 30 s for its request
+    # (kept_answers.ARRIVAL_S) before the same refusal; tests/unit/test_kept_answers.py has it
+    # (the first exec went through Ray: the sandbox was still being made)
+    assert ray.get(sb.exec.remote("cat f.txt")).stdout == "mine\n"
+    assert direct._answers, "the exec took the direct path, which keeps its token"
+    kept_token = next(reversed(direct._answers))
+    collected = loads(ray.get(actor.remote_collect.remote(sb.sandbox_id, "guessed", kept_token)))
+    assert collected[0] == "err" and "not yours" in str(map_seam_error(collected[1]))
+    assert loads(ray.get(actor.remote_collect.remote(sb.sandbox_id, sb._secret, kept_token))
+                 )[0] == "ok"  # the same token with the secret: the refusal was the secret's
     # the old Ray-shaped actor API and the generic seam call by name are gone: nothing to try
     assert not hasattr(actor, "call") and not hasattr(actor, "sb_exec")
     assert ray.get(sb.read_file.remote("f.txt")) == b"mine\n"  # still there, still its own

@@ -48,8 +48,7 @@ async def traced_node(ray_cluster: RayTestCluster, receiver: Receiver) -> object
     node_id = ray_cluster.node_id(NODE)
     ray_cluster.cluster.wait_for_nodes()
     yield node_id
-    ray_cluster.kill_node(NODE)
-    await ray_cluster.wait_dead(node_id)  # no later test's spread may count it
+    await ray_cluster.remove_node(NODE)  # gone before a later test's spread counts nodes
 
 
 def node_sessions(receiver: Receiver) -> list[tuple[str, int]]:

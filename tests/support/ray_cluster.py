@@ -98,6 +98,17 @@ class RayTestCluster:
         self.killed.add(str(node.node_id))
         self.cluster.remove_node(node, allow_graceful=False)
 
+    async def remove_node(self, name: str) -> None:
+        """The node stopped as an operator stops a machine (its raylet told to go, so it
+        leaves the cluster at once) and gone from ``ray.nodes()``: for a node a test added for
+        its own use. ``kill_node`` is for a test about a lost node: Ray's health check takes
+        about 15 s to declare a killed one dead."""
+        import asyncio
+
+        node = self.nodes.pop(name)
+        await asyncio.to_thread(self.cluster.remove_node, node, True)
+        await self.wait_dead(str(node.node_id))
+
     def settle(self, timeout_s: float = 60.0) -> None:
         """Until Ray has declared every node killed so far dead (blocking: a fixture's end)."""
         import ray
