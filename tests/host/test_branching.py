@@ -24,6 +24,7 @@ from toolseam import (
 from toolseam.backends import host as host_module
 from toolseam.backends import host_overlay
 from toolseam.backends.host_overlay import overlays_possible
+from toolseam.backends.snapshots.fork_base import sweep_fork_dirs
 from toolseam.frontends.cli import main as cli_main
 
 from ..support.trees import describe
@@ -276,6 +277,24 @@ async def test_the_overlays_of_a_process_that_died_are_detached_by_the_next_fork
             assert describe(kid.base_dir) == describe(home)
         finally:
             await kid.close()
+    assert list((store / "branches").iterdir()) == []
+
+
+def test_the_janitors_sweep_detaches_a_dead_processs_overlays_before_removing_its_dirs(
+        tmp_path: Path, store: Path) -> None:
+    """The containers' janitor sweeps the fork dirs at every session's start (janitor.py): it
+    detaches the dead process's overlays first, so no mount is left over a removed base."""
+    if not overlays_possible("/"):
+        pytest.skip("a host fork's overlays need root; this run's forks are copies")
+    dying = subprocess.run([sys.executable, "-c", _DIES_WITH_ITS_FORK_OPEN, str(_home(tmp_path))],
+                           capture_output=True, text=True, timeout=120, check=False)
+    assert dying.returncode == -9, dying.stderr
+    left = dying.stdout.split()
+    assert sorted(_overlays_below(store)) == sorted(left)
+    removed = sweep_fork_dirs()
+    assert _overlays_below(store) == []
+    assert not any(os.path.exists(p) for p in left)
+    assert sorted(removed[:2]) == sorted(left) and len(removed) == 3  # the two, then the dir
     assert list((store / "branches").iterdir()) == []
 
 

@@ -13,8 +13,8 @@ Where this process is not root the copy stays: an unprivileged overlay exists on
 user namespace, which the in-process file tools are not in.
 
 A mount outlives a process that dies without unmounting it: the next fork of any toolseam
-process here detaches the overlays whose fork dir's process is gone (``detach_dead_overlays``),
-before the janitor's ``sweep_fork_dirs`` removes their dirs.
+process here (and the containers' janitor) sweeps the fork dirs, which detaches the overlays
+whose fork dir's process is gone before it removes their dirs (``sweep_fork_dirs``).
 """
 
 from __future__ import annotations
@@ -26,17 +26,15 @@ import threading
 import time
 from pathlib import Path
 
-from .mount_calls import mount, mount_table, unmount
+from .mount_calls import mount, unmount
 from .snapshots.capture import Known
 from .snapshots.fork_base import (
     FORK_BASES,
     BaseHolder,
     ForkBase,
-    dead_fork_dir,
     overlay_paths_plain,
     sweep_fork_dirs,
 )
-from .snapshots.local import branches_root
 from .snapshots.manifest import Manifest
 
 _SWEEP_EVERY_S = 60.0
@@ -115,34 +113,4 @@ def _sweep_now_and_then() -> None:
         if time.monotonic() - _swept[0] < _SWEEP_EVERY_S and _swept[0]:
             return
         _swept[0] = time.monotonic()
-    detach_dead_overlays()
     sweep_fork_dirs()
-
-
-def detach_dead_overlays() -> list[str]:
-    """Detach the overlays mounted in the store's branches dir whose fork's process is gone
-    (it died before its children closed); their mount points, for the janitor's report."""
-    root = str(branches_root())
-    detached: list[str] = []
-    try:
-        table = mount_table()
-    except OSError:
-        return detached
-    for point, fstype, options in table:
-        if fstype != "overlay":
-            continue
-        lower = next((o.removeprefix("lowerdir=") for o in options.split(",")
-                      if o.startswith("lowerdir=")), "")
-        fork_dir = Path(lower).parent
-        # dead_fork_dir: a name with the fork dirs' prefix, pid and start time, and gone
-        if os.path.dirname(point) != root or fork_dir.parent != Path(root) \
-                or not dead_fork_dir(fork_dir.name):
-            continue
-        try:
-            unmount(point)
-        except OSError:
-            continue
-        detached.append(point)
-        with contextlib.suppress(OSError):
-            os.rmdir(point)  # the empty mount point: the branch workspace it was
-    return detached

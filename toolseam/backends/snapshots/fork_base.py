@@ -41,6 +41,7 @@ from typing import Protocol, TypeVar, cast
 
 import psutil
 
+from ..mount_calls import mount_table, unmount
 from ..owner import still_runs
 from .apply import remove_tree_at
 from .capture import Known
@@ -305,8 +306,9 @@ def _remove_below(parent: str, name: str) -> None:
 
 def sweep_fork_dirs() -> list[str]:
     """The janitor's part: remove the fork dirs whose process is gone (it died before its
-    children closed). A dir of a live process, or one this user did not make, stays."""
-    removed: list[str] = []
+    children closed), after detaching a root host's overlays over them (``host_overlay.py``).
+    A dir of a live process, or one this user did not make, stays."""
+    removed = detach_dead_overlays()
     for parent, prefix in ((fork_parent(None), FORK_PREFIX),
                            (tempfile.gettempdir(), OTHER_USERS_PREFIX)):
         try:
@@ -334,3 +336,33 @@ def dead_fork_dir(name: str, prefix: str = FORK_PREFIX) -> bool:
         return False
     pid, started_ms = found.groups()
     return not still_runs(int(pid), int(started_ms) / 1000)
+
+
+def detach_dead_overlays() -> list[str]:
+    """Detach the overlays mounted in the store's branches dir whose fork's process is gone
+    (it died before its children closed; a root host's children, ``host_overlay.py``); their
+    mount points, for the janitor's report."""
+    root = str(branches_root())
+    detached: list[str] = []
+    try:
+        table = mount_table()
+    except OSError:
+        return detached
+    for point, fstype, options in table:
+        if fstype != "overlay":
+            continue
+        lower = next((o.removeprefix("lowerdir=") for o in options.split(",")
+                      if o.startswith("lowerdir=")), "")
+        fork_dir = Path(lower).parent
+        # dead_fork_dir: a name with the fork dirs' prefix, pid and start time, and gone
+        if os.path.dirname(point) != root or fork_dir.parent != Path(root) \
+                or not dead_fork_dir(fork_dir.name):
+            continue
+        try:
+            unmount(point)
+        except OSError:
+            continue
+        detached.append(point)
+        with contextlib.suppress(OSError):
+            os.rmdir(point)  # the empty mount point: the branch workspace it was
+    return detached
