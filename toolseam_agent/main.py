@@ -9,11 +9,6 @@ import os
 import socket
 import sys
 
-from . import layer, pack, userns
-from .relay import relay
-from .server import STARTUP, Agent
-from .session_socket import Listener, serve
-
 
 def _daemonize() -> None:
     """Detach from the host process so it is not an ancestor of any command (its environ would
@@ -27,10 +22,24 @@ def _daemonize() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    # Each role imports only its own modules: a snapshot or restore runs the pack and apply
+    # roles once or twice as the sandbox's root, and importing the agent's server, relay and
+    # durable socket as well made each run's start two to three times as long.
     if "--layer-pack" in args:  # the layer or the workspace, packed by the sandbox's root
+        from . import pack
         raise SystemExit(pack.pack_all(args[args.index("--layer-pack") + 1:]))
     if "--layer-apply" in args:
+        from . import layer
         raise SystemExit(layer.apply(args[args.index("--layer-apply") + 1]))
+    _serve(args)
+
+
+def _serve(args: list[str]) -> None:
+    from . import userns
+    from .relay import relay
+    from .server import STARTUP, Agent
+    from .session_socket import Listener, serve
+
     if "--daemonize" in args:
         _daemonize()
     durable = args[args.index("--durable") + 1] if "--durable" in args else None

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ..support.ray_cluster import RAY_TESTS
-
-pytestmark = RAY_TESTS
+# Not marked ray: its cluster is its own, in a process of its own, and so are its drivers, so
+# it runs beside the main run's other tests instead of in the one-process Ray run after them
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 DRIVER = """

@@ -183,6 +183,32 @@ async def test_a_manifest_naming_anything_outside_is_refused_whole(
     assert not (tmp_path / "escape").exists() and not (tmp_path / "f").exists()
 
 
+async def test_a_manifest_changed_after_it_was_read_is_checked_again(
+        ws: Path, store: Path, tmp_path: Path) -> None:
+    """A read manifest is kept in memory for the next restore (``SnapshotStore.load``): one
+    changed since, even to the same size and times, is read and refused again."""
+    async with Toolkit("host", base_dir=ws) as tk:
+        snap = await tk.snapshot()
+        (ws / "top").write_text("changed\n")
+        await tk.restore(snap)  # read and kept
+        path = store / "manifests" / f"{snap.id}.json"
+        before, times = path.read_bytes(), path.stat()
+        outside = json.dumps(str(tmp_path)).encode()
+        tampered = before.replace(b'["top","file"', b'["l","link",0,' + outside + b',0,0],'
+                                  b'["l/top","file"', 1)
+        assert tampered != before
+        path.write_bytes(tampered)
+        os.utime(path, ns=(times.st_atime_ns, times.st_mtime_ns))
+        (ws / "top").write_text("changed again\n")
+        after = describe(ws)
+        with pytest.raises(SnapshotCorruptError):
+            await tk.restore(snap)
+        assert describe(ws) == after
+        path.write_bytes(before)
+        await tk.restore(snap)  # the stored bytes again: restored as before
+        assert (ws / "top").read_text() != "changed again\n"
+
+
 async def test_another_users_store_is_never_read(ws: Path, store: Path) -> None:
     async with Toolkit("host", base_dir=ws) as tk:
         snap = await tk.snapshot()

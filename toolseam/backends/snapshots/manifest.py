@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,6 +26,10 @@ FORMAT_VERSION = 2  # 2: the container's writable layer (``layer``, ``layer_dele
 READABLE_VERSIONS = (1, 2)
 # Names toolseam itself makes inside a root while it works there: never part of a snapshot.
 WORKING_PREFIXES = (".toolseam-restore-", ".toolseam-sync-", ".toolseam-layer-")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# a part this many characters long or shorter is within NAME_MAX_BYTES however it encodes
+# (at most 4 bytes a character): the encode is skipped for it, on a restore's path
+_SHORT_PART = NAME_MAX_BYTES // 4
 
 
 class SnapshotCorruptError(CouldNotRunError):
@@ -55,7 +60,7 @@ def check_name(path: str) -> None:
     for part in path.split("/"):
         if part in ("", ".", ".."):
             raise SnapshotCorruptError(f"the name {path!r} has a {part!r} part")
-        if len(os.fsencode(part)) > NAME_MAX_BYTES:
+        if len(part) > _SHORT_PART and len(os.fsencode(part)) > NAME_MAX_BYTES:
             raise SnapshotCorruptError(f"the name {path!r} has a part longer than 255 bytes")
 
 
@@ -71,7 +76,7 @@ def entry_from_row(row: Any) -> Entry:
     if kind not in ("file", "dir", "link"):
         raise SnapshotCorruptError(f"{path!r} is a {kind!r}: only files, directories and "
                                    "symlinks are kept")
-    if kind == "file" and (len(digest) != 64 or not all(c in "0123456789abcdef" for c in digest)):
+    if kind == "file" and not _SHA256.fullmatch(digest):
         raise SnapshotCorruptError(f"{path!r} has no sha256 digest")
     if kind == "link" and (not digest or "\0" in digest):
         raise SnapshotCorruptError(f"the link {path!r} has no target")

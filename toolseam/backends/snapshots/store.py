@@ -21,7 +21,9 @@ import os
 import re
 import stat
 import tempfile
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -40,6 +42,11 @@ _verified: dict[str, tuple[int, int, int, int]] = {}
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 _ID = re.compile(r"[0-9a-f]{20}")
+# manifests this process wrote or read and checked, by the digest of their bytes
+# (``SnapshotStore.load``): a fork's children and a session's restores read the same few
+_LOADED: OrderedDict[tuple[str, str, bytes], Manifest] = OrderedDict()
+_LOADED_MAX, _LOADED_MAX_ENTRIES = 16, 100_000  # ≈ 40 MB of entries at most (the newest kept)
+_LOADED_LOCK = threading.Lock()
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
@@ -48,6 +55,18 @@ def store_root() -> Path:
     own), else ``<staging root>/snapshots``."""
     chosen = os.environ.get("TOOLSEAM_SNAPSHOTS")
     return Path(os.path.abspath(chosen)) if chosen else staging_root() / "snapshots"
+
+
+def _text_key(root: Path, snapshot_id: str, text: bytes) -> tuple[str, str, bytes]:
+    return (str(root), snapshot_id, hashlib.sha256(text).digest())
+
+
+def _remember(key: tuple[str, str, bytes], manifest: Manifest) -> None:
+    with _LOADED_LOCK:
+        _LOADED[key] = manifest
+        while len(_LOADED) > 1 and (len(_LOADED) > _LOADED_MAX or sum(
+                len(m.entries) + len(m.layer) for m in _LOADED.values()) > _LOADED_MAX_ENTRIES):
+            _LOADED.popitem(last=False)
 
 
 class SnapshotStore:
@@ -164,12 +183,15 @@ class SnapshotStore:
     # --- manifests ------------------------------------------------------------------------
     def save(self, manifest: Manifest) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.root / "tmp")
-        with os.fdopen(fd, "w", encoding="ascii") as out:
-            out.write(manifest.dumps())
+        text = manifest.dumps().encode("ascii")
+        with os.fdopen(fd, "wb") as out:
+            out.write(text)
         os.rename(tmp, self.root / "manifests" / f"{manifest.id}.json")
+        _remember(_text_key(self.root, manifest.id, text), manifest)  # a restore's first read
 
     def load(self, snapshot_id: str) -> Manifest:
-        """The manifest ``snapshot_id`` names (``ConfigurationError``: no such snapshot)."""
+        """The manifest ``snapshot_id`` names (``ConfigurationError``: no such snapshot).
+        Read-only: the same object is handed to every caller while its bytes are unchanged."""
         if not isinstance(snapshot_id, str) or not _ID.fullmatch(snapshot_id):
             raise ConfigurationError(f"snapshot id {snapshot_id!r} is not one (20 hex digits)")
         try:
@@ -181,9 +203,20 @@ class SnapshotStore:
             st = os.fstat(source.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
                 raise SnapshotCorruptError(f"the manifest of {snapshot_id} is not this user's alone")
-            manifest = Manifest.loads(source.read().decode("ascii", "replace"))
+            text = source.read()
+        # A restore read the same manifest three times (the session's check, the backend's,
+        # a Snapshot by id), and a fork once per child: 5 000 entries checked each time,
+        # ≈ 40 ms. The checked manifest is kept by the digest of its bytes, so a manifest
+        # changed in any way is read and checked again; hashing them costs under 1 ms.
+        same_text = _text_key(self.root, snapshot_id, text)
+        with _LOADED_LOCK:
+            if same_text in _LOADED:
+                _LOADED.move_to_end(same_text)
+                return _LOADED[same_text]
+        manifest = Manifest.loads(text.decode("ascii", "replace"))
         if manifest.id != snapshot_id:
             raise SnapshotCorruptError(f"the manifest of {snapshot_id} names {manifest.id}")
+        _remember(same_text, manifest)
         return manifest
 
     def ids(self) -> list[str]:
