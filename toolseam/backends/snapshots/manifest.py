@@ -26,7 +26,7 @@ FORMAT_VERSION = 2  # 2: the container's writable layer (``layer``, ``layer_dele
 READABLE_VERSIONS = (1, 2)
 # Names toolseam itself makes inside a root while it works there: never part of a snapshot.
 WORKING_PREFIXES = (".toolseam-restore-", ".toolseam-sync-", ".toolseam-layer-")
-_SHA256 = re.compile(r"[0-9a-f]{64}")
+SHA256 = re.compile(r"[0-9a-f]{64}")  # an object's name in the store, a file's digest here
 # a part this many characters long or shorter is within NAME_MAX_BYTES however it encodes
 # (at most 4 bytes a character): the encode is skipped for it, on a restore's path
 _SHORT_PART = NAME_MAX_BYTES // 4
@@ -76,7 +76,7 @@ def entry_from_row(row: Any) -> Entry:
     if kind not in ("file", "dir", "link"):
         raise SnapshotCorruptError(f"{path!r} is a {kind!r}: only files, directories and "
                                    "symlinks are kept")
-    if kind == "file" and not _SHA256.fullmatch(digest):
+    if kind == "file" and not SHA256.fullmatch(digest):
         raise SnapshotCorruptError(f"{path!r} has no sha256 digest")
     if kind == "link" and (not digest or "\0" in digest):
         raise SnapshotCorruptError(f"the link {path!r} has no target")

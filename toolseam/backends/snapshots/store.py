@@ -29,7 +29,7 @@ from pathlib import Path
 
 from ...seam.errors import ConfigurationError
 from ..staging import UnsafePath, check_ancestors, check_owned, staging_root
-from .manifest import Manifest, SnapshotCorruptError
+from .manifest import SHA256, Manifest, SnapshotCorruptError
 
 CHUNK = 1 << 20
 # Objects whose bytes this process has hashed, by (digest) -> their (inode, size, mtime, ctime)
@@ -47,7 +47,6 @@ _ID = re.compile(r"[0-9a-f]{20}")
 _LOADED: OrderedDict[tuple[str, str, bytes], Manifest] = OrderedDict()
 _LOADED_MAX, _LOADED_MAX_ENTRIES = 16, 100_000  # ≈ 40 MB of entries at most (the newest kept)
 _LOADED_LOCK = threading.Lock()
-_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 def store_root() -> Path:
@@ -165,7 +164,7 @@ class SnapshotStore:
     def _own_object(self, digest: str) -> Iterator[tuple[int, os.stat_result]]:
         """The object ``digest`` names, open for reading, with its stat — refused
         (``SnapshotCorruptError``) unless it is a regular file this user's alone."""
-        if not _DIGEST.fullmatch(digest):
+        if not SHA256.fullmatch(digest):
             raise SnapshotCorruptError(f"{digest!r} is not a sha256 digest")
         try:
             fd = os.open(self._object(digest), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
